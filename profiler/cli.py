@@ -183,6 +183,60 @@ def plan_cmd(
             highlight=False)
 
 
+@app.command("sweep")
+def sweep_cmd(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Sweep spec (YAML).")],
+    out: Annotated[Path | None, typer.Option("--out", help="Results directory (default reports/<name>).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; start nothing.")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Rerun points that failed.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the plan as JSON.")] = False,
+):
+    """Run real vLLM engines across the swept settings and record capacity and decode timings."""
+    from profiler.runner import dry_run_table, dump_plan, estimate_seconds, run_sweep
+    from profiler.spec import SpecError, expand, load_spec
+    from profiler.store import StoreError
+
+    try:
+        spec = load_spec(spec_path)
+        plan = expand(spec)
+    except (SpecError, UnsupportedArchitecture, catalog.UnknownName) as exc:
+        for line in str(exc).splitlines():
+            err.print(f"[bold red]error:[/] {line}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    if dry_run:
+        if json_out:
+            print(dump_plan(plan))
+            return
+        console.print(dry_run_table(plan))
+        for d in plan.dropped:
+            console.print(f"dropped {d.engine_id} {d.what}: {d.reason}", highlight=False)
+        console.print(f"estimated duration: {estimate_seconds(plan) / 60:.1f} min "
+                      f"({len(plan.engines)} engine launches)")
+        return
+    out_dir = spec.out_dir(out)
+    try:
+        outcome = run_sweep(plan, out_dir, retry_failed=retry_failed, console=err,
+                            spec_text=spec_path.read_text())
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    t = Table(title=f"sweep {spec.name}")
+    t.add_column("points ok", justify="right")
+    t.add_column("failed", justify="right")
+    t.add_column("skipped (done before)", justify="right")
+    t.add_column("engine launches", justify="right")
+    t.add_row(str(outcome.points_ok), str(len(outcome.points_failed)), str(outcome.points_skipped),
+              str(outcome.engines_launched))
+    console.print(t)
+    for pid in outcome.points_failed:
+        console.print(f"failed: {pid}", highlight=False)
+    console.print(f"results: {out_dir}")
+    if outcome.interrupted:
+        err.print("interrupted: rerun the same command to resume")
+        raise typer.Exit(130)
+    if outcome.points_failed:
+        raise typer.Exit(1)
+
+
 def _one_line(exc: Exception) -> str:
     """pydantic errors are multi-line; keep what names the field and the problem."""
     from pydantic import ValidationError

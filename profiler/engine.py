@@ -1,0 +1,244 @@
+"""The engine child: one vLLM engine, every workload point that shares it.
+
+``python -m profiler.engine JOB.json`` builds ``vllm.LLM`` from the job's engine
+config, records its capacity facts, runs the requested phases and writes each
+point's record atomically as soon as it is measured, so a crash loses at most
+the point in flight. Phase markers (wall-clock) go into the records so the
+parent's telemetry can be attributed.
+
+Decode timing drives the engine one scheduler step at a time: each step's wall
+time is one iteration, so decode steps (every sequence already has its first
+token) are timed directly and prefill is kept out of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+from profiler.capacity import read_capacity
+from profiler.store import ResultsDir
+
+
+def _quantiles(values: list[float]) -> tuple[float, float, float]:
+    """(median, p25, p75)."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return statistics.median(values), q[0], q[2]
+
+
+class Driver:
+    """Runs batches of requests step by step on one engine."""
+
+    def __init__(self, llm: Any, vocab_size: int, seed: int):
+        import numpy as np
+
+        self.llm = llm
+        self.engine = llm.llm_engine
+        self.rng = np.random.default_rng(seed)
+        self.vocab = vocab_size
+        self.counter = 0
+
+    def prompt(self, n: int) -> dict[str, list[int]]:
+        # Distinct random tokens: no accidental prefix-cache hits between requests.
+        return {"prompt_token_ids": self.rng.integers(1, self.vocab - 1, size=n).tolist()}
+
+    def add(self, n_requests: int, prompt_len: int, output_len: int) -> list[str]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=output_len, ignore_eos=True, detokenize=False, temperature=0.0)
+        ids = []
+        for _ in range(n_requests):
+            self.counter += 1
+            rid = f"r{self.counter}"
+            self.engine.add_request(rid, self.prompt(prompt_len), params)
+            ids.append(rid)
+        return ids
+
+    def step(self) -> tuple[float, list[Any]]:
+        t = time.perf_counter()
+        outs = self.engine.step()
+        return time.perf_counter() - t, outs
+
+    def run_batch(self, concurrency: int, prompt_len: int, output_len: int) -> dict[str, Any]:
+        """All requests added at once; returns per-step times and finished outputs."""
+        t0 = time.perf_counter()
+        self.add(concurrency, prompt_len, output_len)
+        started: set[str] = set()
+        finished: dict[str, Any] = {}
+        decode_steps: list[float] = []
+        n_steps = 0
+        while self.engine.has_unfinished_requests():
+            all_started_before = len(started) == concurrency
+            dt, outs = self.step()
+            n_steps += 1
+            for out in outs:
+                if out.outputs and out.outputs[0].token_ids:
+                    started.add(out.request_id)
+                if out.finished:
+                    finished[out.request_id] = out
+            if all_started_before:
+                decode_steps.append(dt)
+        return {"wall_s": time.perf_counter() - t0, "steps": n_steps, "decode_steps": decode_steps,
+                "outputs": list(finished.values())}
+
+    def kv_usage(self) -> float | None:
+        for m in self.llm.get_metrics():
+            if m.name == "vllm:kv_cache_usage_perc":
+                return float(m.value)
+        return None
+
+    def drain(self) -> None:
+        while self.engine.has_unfinished_requests():
+            self.engine.step()
+
+
+def measure_decode(driver: Driver, point: dict[str, Any]) -> dict[str, Any]:
+    c, p, o = point["concurrency"], point["prompt_len"], point["output_len"]
+    for _ in range(point["warmup"]):
+        driver.run_batch(c, p, o)
+    ttfts, tpots, e2es, step_medians, throughputs, all_steps = [], [], [], [], [], []
+    for _ in range(point["repeats"]):
+        r = driver.run_batch(c, p, o)
+        for out in r["outputs"]:
+            m = out.metrics
+            ttfts.append(m.first_token_latency)
+            if m.num_generation_tokens > 1:
+                tpots.append((m.last_token_ts - m.first_token_ts) / (m.num_generation_tokens - 1))
+            e2es.append(m.last_token_ts - m.first_token_ts + m.first_token_latency)
+        if r["decode_steps"]:
+            step_medians.append(statistics.median(r["decode_steps"]))
+            all_steps.extend(r["decode_steps"])
+        throughputs.append(c * o / r["wall_s"])
+    tpot, tpot_p25, tpot_p75 = _quantiles(tpots) if tpots else (None, None, None)
+    step, step_p25, step_p75 = _quantiles(all_steps) if all_steps else (None, None, None)
+    return {
+        "ttft_s": statistics.median(ttfts),
+        "tpot_s": tpot,
+        "tpot_spread_s": None if tpot is None else tpot_p75 - tpot_p25,
+        "e2e_s": statistics.median(e2es),
+        "decode_step_s": step,
+        "decode_step_spread_s": None if step is None else step_p75 - step_p25,
+        "decode_step_medians_s": step_medians,
+        "decode_steps_per_repeat": len(all_steps) / point["repeats"],
+        "output_tokens_per_s": statistics.median(throughputs),
+        # Decode steps run at contexts p+1 … p+o-1 (the first token comes from prefill).
+        "mean_context": p + o / 2,
+        "requests_measured": len(ttfts),
+    }
+
+
+def measure_block_rounding(driver: Driver, num_blocks: int, block_size: int, max_model_len: int,
+                           n_requests: int = 4) -> list[dict[str, Any]]:
+    """KV usage for sequences of known lengths, read between scheduler steps."""
+    rows = []
+    lengths = sorted({min(L, max_model_len - 2) for L in (block_size + 1, 2 * block_size, 3 * block_size - 1)})
+    for length in lengths:
+        driver.add(n_requests, length, 2)
+        driver.step()  # prefill: every request now holds `length` tokens
+        usage = driver.kv_usage()
+        driver.drain()
+        used = None if usage is None else usage * (num_blocks - 1)
+        rows.append({"length": length, "requests": n_requests, "kv_cache_usage_perc": usage,
+                     "used_blocks_measured": used,
+                     "used_blocks_full_attention": n_requests * -(-length // block_size)})
+    return rows
+
+
+def error_class(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if "out of memory" in text or "outofmemory" in text:
+        return "oom"
+    if isinstance(exc, ValueError | NotImplementedError) or "not supported" in text or "unsupported" in text:
+        return "unsupported"
+    return "crash"
+
+
+def run_job(job: dict[str, Any]) -> int:
+    store = ResultsDir(job["results_dir"])
+    engine_id = job["engine_id"]
+    base = {"engine_id": engine_id, "engine": job["engine"]}
+    t0 = time.time()
+    try:
+        from profiler.capacity import build_llm
+
+        kwargs = dict(job["llm_kwargs"])
+        model = kwargs.pop("model")
+        llm = build_llm(model, kwargs)
+    except Exception as exc:  # the engine refused or crashed: record it on every point
+        message = f"{type(exc).__name__}: {exc}"
+        store.write_engine({"id": engine_id, "status": error_class(exc), "message": message,
+                            "started_at": t0, "traceback": traceback.format_exc()[-4000:], **base})
+        for p in job["points"]:
+            store.write_point({"id": p["id"], "status": error_class(exc), "error_class": error_class(exc),
+                               "message": message, **base, "point": p})
+        print(f"KVPROF_ENGINE_FAILED {message}", flush=True)
+        return 3
+    startup_s = time.time() - t0
+    facts = read_capacity(llm)
+    import torch
+    import vllm
+
+    record = {"id": engine_id, "status": "ok", **base, "capacity": facts, "startup_s": startup_s,
+              "started_at": t0, "ready_at": time.time(), "vllm_version": vllm.__version__,
+              "torch_version": torch.__version__, "device": _device_name(), "phases": []}
+    store.write_engine(record)
+    vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
+    driver = Driver(llm, vocab, job.get("seed", 0))
+    if "capacity" in job["phases"]:
+        start = time.time()
+        record["block_rounding"] = measure_block_rounding(
+            driver, facts["num_gpu_blocks"], facts["block_size"], facts["max_model_len"])
+        record["phases"].append({"phase": "capacity", "start": start, "end": time.time()})
+        store.write_engine(record)
+    for p in job["points"]:
+        start = time.time()
+        print(f"KVPROF_POINT_START {p['id']}", flush=True)
+        try:
+            measured = measure_decode(driver, p)
+            rec = {"id": p["id"], "status": "ok", **base, "point": p, "measurements": measured}
+        except Exception as exc:
+            rec = {"id": p["id"], "status": error_class(exc), "error_class": error_class(exc),
+                   "message": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:],
+                   **base, "point": p}
+            driver.drain()
+        rec["started_at"], rec["finished_at"] = start, time.time()
+        store.write_point(rec)
+        print(f"KVPROF_POINT_DONE {p['id']} {rec['status']}", flush=True)
+    record["finished_at"] = time.time()
+    store.write_engine(record)
+    return 0
+
+
+def _device_name() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    except Exception:
+        pass
+    import platform
+
+    return f"CPU ({platform.processor() or platform.machine()})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m profiler.engine JOB.json", file=sys.stderr)
+        return 2
+    return run_job(json.loads(Path(argv[0]).read_text()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""The sweep's parent: one child process per engine, progress, resume, no orphans.
+
+Each engine child runs in its own process group (``start_new_session``) so a
+timeout or Ctrl-C kills the whole group — vLLM's own workers included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from profiler.spec import EngineConfig, Plan, Point
+from profiler.store import ResultsDir, atomic_write_json, atomic_write_text, read_json
+from profiler.vllm_log import parse_startup
+
+LOG_TAIL_CHARS = 4000
+
+
+@dataclass
+class SweepOutcome:
+    engines_launched: int = 0
+    points_ok: int = 0
+    points_failed: list[str] = field(default_factory=list)
+    points_skipped: int = 0
+    interrupted: bool = False
+
+
+def _spec_hash(plan: Plan) -> str:
+    import hashlib
+
+    return hashlib.sha256(plan.spec.model_dump_json().encode()).hexdigest()[:16]
+
+
+def pending_points(store: ResultsDir, points: list[Point], retry_failed: bool) -> list[Point]:
+    todo = []
+    for p in points:
+        status = store.point_status(p.id)
+        if status == "ok":
+            continue
+        if status not in (None, "corrupt") and not retry_failed:
+            continue
+        todo.append(p)
+    return todo
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LOG_TAIL_CHARS))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases: list[str], seed: int,
+               timeouts: Any, on_point_done: Any = None) -> str:
+    """Run one engine child to completion; return its outcome ('ok', 'timeout', 'crash', …)."""
+    job = {
+        "results_dir": str(store.root), "engine_id": cfg.id, "engine": cfg.model_dump(), "seed": seed,
+        "phases": phases, "llm_kwargs": cfg.llm_kwargs(),
+        "points": [p.model_dump() | {"id": p.id} for p in points],
+    }
+    job_path = store.engines / f"{cfg.id}.job.json"
+    atomic_write_json(job_path, job)
+    log_path = store.logs / f"{cfg.id}.log"
+    deadline = time.monotonic() + timeouts.engine_start_s + timeouts.point_s * max(1, len(points))
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-u", "-m", "profiler.engine", str(job_path)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        seen_done: set[str] = set()
+        try:
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    _kill_group(proc)
+                    outcome = "timeout"
+                    break
+                time.sleep(0.5)
+                for p in points:
+                    if p.id not in seen_done and store.point_status(p.id) is not None:
+                        seen_done.add(p.id)
+                        if on_point_done:
+                            on_point_done(p)
+            else:
+                outcome = "ok" if proc.returncode == 0 else "crash"
+        except BaseException:
+            _kill_group(proc)  # Ctrl-C or any parent failure: take the engine down with us
+            raise
+    _finish_engine_record(store, cfg, log_path, proc.returncode, outcome, points)
+    if on_point_done:
+        for p in points:
+            if p.id not in seen_done:
+                on_point_done(p)
+    return outcome
+
+
+def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, returncode: int | None,
+                          outcome: str, points: list[Point]) -> None:
+    log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
+    rec = read_json(store.engine_path(cfg.id)) or {"id": cfg.id, "engine_id": cfg.id,
+                                                      "engine": cfg.model_dump(), "status": outcome}
+    rec["startup_log"] = parse_startup(log_text)
+    rec["returncode"] = returncode
+    if outcome != "ok":
+        rec["status"] = outcome if rec.get("status") in (None, "ok") else rec["status"]
+        rec["log_tail"] = log_text[-LOG_TAIL_CHARS:]
+    store.write_engine(rec)
+    if outcome == "ok":
+        return
+    # Points the child never finished carry the engine's failure and the log tail.
+    for p in points:
+        if store.point_status(p.id) in (None, "corrupt"):
+            store.write_point({
+                "id": p.id, "status": outcome, "error_class": outcome, "engine_id": cfg.id,
+                "engine": cfg.model_dump(), "point": p.model_dump() | {"id": p.id},
+                "message": f"engine child ended with {outcome} (return code {returncode})",
+                "log_tail": _tail(log_path),
+            })
+
+
+def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console: Console | None = None,
+              spec_text: str | None = None) -> SweepOutcome:
+    console = console or Console(stderr=True)
+    store = ResultsDir(out_dir)
+    store.prepare()
+    store.lock()
+    outcome = SweepOutcome()
+    try:
+        if spec_text is not None:
+            atomic_write_text(store.root / "spec.yaml", spec_text)
+        store.update_manifest(
+            schema_version=1, name=plan.spec.name, spec_hash=_spec_hash(plan), status="running",
+            started_at=time.time(), host=socket.gethostname(), platform=platform.platform(),
+            kvprof_version=_version("kvprof"), python=platform.python_version(),
+            engines=[e.id for e in plan.engines], dropped=[d.model_dump() for d in plan.dropped],
+        )
+        todo = {e.id: pending_points(store, plan.points[e.id], retry_failed) for e in plan.engines}
+        total = plan.num_points
+        outcome.points_skipped = total - sum(len(v) for v in todo.values())
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False) as progress:
+            engines_task = progress.add_task("engines", total=len(plan.engines))
+            points_task = progress.add_task("points", total=total, completed=outcome.points_skipped)
+            for cfg in plan.engines:
+                pts = todo[cfg.id]
+                engine_done = read_json(store.engine_path(cfg.id)) or {}
+                needs_engine = bool(pts) or ("capacity" in plan.spec.phases and engine_done.get("status") != "ok")
+                if not needs_engine:
+                    progress.advance(engines_task)
+                    continue
+                progress.update(engines_task, description=f"engine {cfg.id}")
+                outcome.engines_launched += 1
+                run_engine(store, cfg, pts, list(plan.spec.phases), plan.spec.seed, plan.spec.timeouts,
+                           on_point_done=lambda p: progress.advance(points_task))
+                progress.advance(engines_task)
+        for e in plan.engines:
+            for p in plan.points[e.id]:
+                status = store.point_status(p.id)
+                if status == "ok":
+                    outcome.points_ok += 1
+                else:
+                    outcome.points_failed.append(p.id)
+        store.update_manifest(status="complete" if not outcome.points_failed else "complete_with_failures",
+                              finished_at=time.time(), devices=_devices(store, plan),
+                              engine_launches=outcome.engines_launched)
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+        store.update_manifest(status="interrupted", finished_at=time.time(),
+                              engine_launches=outcome.engines_launched)
+    finally:
+        store.unlock()
+    return outcome
+
+
+def _devices(store: ResultsDir, plan: Plan) -> list[str]:
+    names = set()
+    for e in plan.engines:
+        rec = read_json(store.engine_path(e.id)) or {}
+        if rec.get("device"):
+            names.add(rec["device"])
+    return sorted(names)
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def dry_run_table(plan: Plan) -> Any:
+    """The plan as a rich table with the analytic capacity prediction per engine."""
+    from rich.table import Table
+
+    from analysis.allocator import paged_capacity
+    from analysis.catalog import resolve_model
+
+    arch, _ = resolve_model(plan.engines[0].model_dir) if plan.engines else (None, None)
+    t = Table(title=f"sweep {plan.spec.name}: {len(plan.engines)} engines, {plan.num_points} points")
+    for col in ("engine", "max_model_len", "block", "kv dtype", "KV budget", "points",
+                "predicted blocks", "predicted max conc."):
+        t.add_column(col, justify="left" if col == "engine" else "right")
+    for cfg in plan.engines:
+        blocks = conc = "—"
+        budget = cfg.kv_cache_memory_bytes
+        if budget is not None and arch is not None:
+            from analysis.budget import vllm_default_batching
+
+            mnbt = cfg.max_num_batched_tokens or vllm_default_batching(None)[0]
+            cap = paged_capacity(arch, budget, block_size=cfg.block_size, max_model_len=cfg.max_model_len,
+                                 max_num_batched_tokens=mnbt, kv_cache_dtype=cfg.kv_cache_dtype,
+                                 tp=cfg.tensor_parallel_size)
+            blocks, conc = f"{cap.num_blocks:,}", f"{cap.max_concurrency:.2f}x"
+        t.add_row(cfg.id, str(cfg.max_model_len), str(cfg.block_size), cfg.kv_cache_dtype,
+                  "—" if budget is None else f"{budget / 2**20:,.0f} MiB", str(len(plan.points[cfg.id])),
+                  blocks, conc)
+    return t
+
+
+def estimate_seconds(plan: Plan, startup_s: float = 25.0, step_s: float = 0.02) -> float:
+    """Rough duration: engine start-ups plus (warm-up + repeats) × output tokens per point."""
+    total = startup_s * len(plan.engines)
+    for pts in plan.points.values():
+        for p in pts:
+            total += (p.warmup + p.repeats) * (p.output_len + 2) * step_s
+    return total
+
+
+def dump_plan(plan: Plan) -> str:
+    return json.dumps({
+        "engines": [e.model_dump() | {"id": e.id, "points": [p.id for p in plan.points[e.id]]}
+                    for e in plan.engines],
+        "dropped": [d.model_dump() for d in plan.dropped],
+        "estimated_seconds": estimate_seconds(plan),
+    }, indent=2)

