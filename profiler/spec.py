@@ -29,6 +29,14 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
+def _positive_list(v: list[int]) -> list[int]:
+    if not v:
+        raise ValueError("must list at least one value")
+    if any(x <= 0 for x in v):
+        raise ValueError(f"values must be positive, got {v}")
+    return v
+
+
 class EngineAxes(BaseModel):
     """Settings that need their own engine. Each may be a scalar or a list."""
 
@@ -59,11 +67,7 @@ class EngineAxes(BaseModel):
     @field_validator("max_model_len", "block_size", "tensor_parallel_size")
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
-        if not v:
-            raise ValueError("must list at least one value")
-        if any(x <= 0 for x in v):
-            raise ValueError(f"values must be positive, got {v}")
-        return v
+        return _positive_list(v)
 
     @field_validator("kv_cache_dtype")
     @classmethod
@@ -96,11 +100,7 @@ class WorkloadAxes(BaseModel):
     @field_validator("concurrency", "prompt_len", "output_len")
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
-        if not v:
-            raise ValueError("must list at least one value")
-        if any(x <= 0 for x in v):
-            raise ValueError(f"values must be positive, got {v}")
-        return v
+        return _positive_list(v)
 
 
 class Timeouts(BaseModel):
