@@ -241,7 +241,7 @@ def parse_spec(raw: dict[str, Any], source: str = "spec") -> SweepSpec:
     except ValidationError as exc:
         lines = []
         for e in exc.errors():
-            loc = ".".join(str(x) for x in e["loc"] if not isinstance(x, int) or True)
+            loc = ".".join(str(x) for x in e["loc"])
             msg = e["msg"].replace("Value error, ", "")
             if e["type"] == "extra_forbidden":
                 msg = "unknown key"
