@@ -25,11 +25,11 @@ demo: setup
 	$(KVPROF) plan --model tiny-llama-gqa --kv-cache-memory-bytes 16MiB --block-size 32 --max-model-len 1024
 
 test: setup
-	$(VENV)/bin/ruff check analysis profiler tests
+	$(VENV)/bin/ruff check analysis profiler tests benchmarks
 	$(VENV)/bin/pytest -v
 
 lint: setup
-	$(VENV)/bin/ruff check analysis profiler tests
+	$(VENV)/bin/ruff check analysis profiler tests benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

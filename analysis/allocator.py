@@ -164,3 +164,56 @@ def blocks_for_sequence(length: int, block_size: int) -> int:
 def usage_fraction(used_blocks: int, num_blocks: int) -> float:
     """vLLM's ``kv_cache_usage_perc``: used ÷ (num_blocks − 1); one block is the null block."""
     return used_blocks / (num_blocks - 1)
+
+
+@dataclass(frozen=True)
+class BatchCeiling:
+    """How many sequences of one length can decode together without preemption."""
+
+    tokens: int  # KV positions each sequence holds at its longest (prompt + output − 1)
+    blocks_per_sequence: int
+    usable_blocks: int  # num_blocks − 1: vLLM keeps one null block out of the pool
+    kv_limit: int
+    max_num_seqs: int | None
+    vllm_reported: float  # what vLLM's "maximum concurrency" arithmetic implies at this length
+
+    @property
+    def ceiling(self) -> int:
+        return self.kv_limit if self.max_num_seqs is None else min(self.kv_limit, self.max_num_seqs)
+
+    @property
+    def limited_by(self) -> str:
+        return "kv_cache" if self.max_num_seqs is None or self.kv_limit <= self.max_num_seqs else "max_num_seqs"
+
+
+def batch_ceiling(cap: PagedCapacity, prompt_len: int, output_len: int, max_num_seqs: int | None,
+                  max_num_batched_tokens: int, async_scheduling: bool = False) -> BatchCeiling:
+    """Sequences of ``prompt_len + output_len`` that fit together in the pool ``cap`` describes.
+
+    The last generated token is never fed back, so a sequence holds at most
+    ``prompt_len + output_len − 1`` KV positions. Full-attention groups hold
+    ``ceil(tokens / block_size)`` blocks; sliding-window groups are counted with
+    vLLM's admission worst case. vLLM admits on prompt blocks only, so requests past
+    this ceiling are admitted and later preempted (or queue behind ``max_num_seqs``).
+    """
+    if prompt_len <= 0 or output_len <= 0:
+        raise ValueError(f"prompt_len and output_len must be positive, got {prompt_len}, {output_len}")
+    tokens = prompt_len + output_len - 1
+    in_flight = max_num_batched_tokens * (2 if async_scheduling else 1)
+    per_seq = sum(blocks_per_request(g.kind, g.window, cap.block_size, tokens, in_flight) for g in cap.groups)
+    usable = cap.num_blocks - 1
+    return BatchCeiling(tokens=tokens, blocks_per_sequence=per_seq, usable_blocks=usable,
+                        kv_limit=max(0, usable // per_seq), max_num_seqs=max_num_seqs,
+                        vllm_reported=cap.num_blocks / per_seq)
+
+
+def saturation_levels(ceiling: int, factors: list[float]) -> list[int]:
+    """Concurrency levels around a predicted ceiling: factor ≤ 1 stays at or below it,
+    factor > 1 lands strictly above it (at least ceiling + 1)."""
+    levels = []
+    for f in factors:
+        if f <= 1:
+            levels.append(max(1, int(f * ceiling)))
+        else:
+            levels.append(max(ceiling + 1, ceil(f * ceiling)))
+    return levels

@@ -227,8 +227,8 @@ def sweep_cmd(
     t.add_row(str(outcome.points_ok), str(len(outcome.points_failed)), str(outcome.points_skipped),
               str(outcome.engines_launched))
     console.print(t)
-    for pid in outcome.points_failed:
-        console.print(f"failed: {pid}", highlight=False)
+    for f in outcome.points_failed:
+        console.print(f"{f['status']}: {f['id']}: {f['message']}", highlight=False)
     console.print(f"results: {out_dir}")
     if outcome.interrupted:
         err.print("interrupted: rerun the same command to resume")

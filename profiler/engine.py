@@ -13,6 +13,7 @@ token) are timed directly and prefill is kept out of them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -24,6 +25,7 @@ from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
+from profiler import vllm_metrics
 from profiler.capacity import read_capacity
 from profiler.store import ResultsDir
 
@@ -47,6 +49,7 @@ class Driver:
         self.rng = np.random.default_rng(seed)
         self.vocab = vocab_size
         self.counter = 0
+        self.engine_s = 0.0  # wall time spent inside vLLM calls (the harness's overhead is the rest)
 
     def prompt(self, n: int) -> dict[str, list[int]]:
         # Distinct random tokens: no accidental prefix-cache hits between requests.
@@ -60,14 +63,25 @@ class Driver:
         for _ in range(n_requests):
             self.counter += 1
             rid = f"r{self.counter}"
-            self.engine.add_request(rid, self.prompt(prompt_len), params)
+            prompt = self.prompt(prompt_len)
+            t = time.perf_counter()
+            self.engine.add_request(rid, prompt, params)
+            self.engine_s += time.perf_counter() - t
             ids.append(rid)
         return ids
 
     def step(self) -> tuple[float, list[Any]]:
         t = time.perf_counter()
         outs = self.engine.step()
-        return time.perf_counter() - t, outs
+        dt = time.perf_counter() - t
+        self.engine_s += dt
+        return dt, outs
+
+    def metrics(self) -> dict[str, float | None]:
+        t = time.perf_counter()
+        values = vllm_metrics.read(self.llm)
+        self.engine_s += time.perf_counter() - t
+        return values
 
     def run_batch(self, concurrency: int, prompt_len: int, output_len: int) -> dict[str, Any]:
         """All requests added at once; returns per-step times and finished outputs."""
@@ -92,14 +106,11 @@ class Driver:
                 "outputs": list(finished.values())}
 
     def kv_usage(self) -> float | None:
-        for m in self.llm.get_metrics():
-            if m.name == "vllm:kv_cache_usage_perc":
-                return float(m.value)
-        return None
+        return self.metrics()["kv_cache_usage"]
 
     def drain(self) -> None:
         while self.engine.has_unfinished_requests():
-            self.engine.step()
+            self.step()
 
 
 def measure_decode(driver: Driver, point: dict[str, Any]) -> dict[str, Any]:
@@ -154,6 +165,69 @@ def measure_block_rounding(driver: Driver, num_blocks: int, block_size: int, max
     return rows
 
 
+def predicted_ceiling(job: dict[str, Any], facts: dict[str, Any], prompt_len: int, output_len: int) -> Any:
+    """The analysis model's batch ceiling for this engine's real block count and block size."""
+    from analysis.allocator import batch_ceiling, paged_capacity
+    from analysis.catalog import resolve_model
+
+    arch, _ = resolve_model(job["engine"]["model_dir"])
+    cap = paged_capacity(arch, 0, block_size=facts["block_size"], max_model_len=facts["max_model_len"],
+                         max_num_batched_tokens=facts["max_num_batched_tokens"],
+                         kv_cache_dtype=job["engine"]["kv_cache_dtype"], tp=facts["tensor_parallel_size"],
+                         async_scheduling=facts["async_scheduling"])
+    cap = dataclasses.replace(cap, num_blocks=facts["num_gpu_blocks"])
+    return batch_ceiling(cap, prompt_len, output_len, facts["max_num_seqs"], facts["max_num_batched_tokens"],
+                         facts["async_scheduling"])
+
+
+def measure_saturation(driver: Driver, point: dict[str, Any], job: dict[str, Any],
+                       facts: dict[str, Any]) -> dict[str, Any]:
+    """One batch of `concurrency` requests at a fixed length, watched step by step.
+
+    vLLM admits a request when its prompt fits, so past the ceiling requests are
+    admitted and preempted as they grow, or queue behind max_num_seqs; the
+    per-step timeline of running/waiting/usage/preemptions shows which.
+    """
+    from analysis.allocator import saturation_levels
+
+    p, o = point["prompt_len"], point["output_len"]
+    pred = predicted_ceiling(job, facts, p, o)
+    c = point["concurrency"] or saturation_levels(pred.ceiling, [point["factor"]])[0]
+    before = driver.metrics()
+    driver.add(c, p, o)
+    timeline: list[list[float]] = []
+    finished: list[Any] = []
+    step_s, t0 = 0.0, time.perf_counter()
+    while driver.engine.has_unfinished_requests():
+        dt, outs = driver.step()
+        step_s += dt
+        finished.extend(out for out in outs if out.finished)
+        m = driver.metrics()
+        timeline.append([round(time.perf_counter() - t0, 6), m["running"], m["waiting"], m["kv_cache_usage"],
+                         (m["preemptions"] or 0) - (before["preemptions"] or 0)])
+    generated = sum(len(out.outputs[0].token_ids) for out in finished)
+    peak_running = max(row[1] or 0 for row in timeline)
+    preemptions = timeline[-1][4] if timeline else 0
+    return {
+        "concurrency": c,
+        "factor": point.get("factor"),
+        "predicted": dataclasses.asdict(pred) | {"ceiling": pred.ceiling, "limited_by": pred.limited_by},
+        "peak_running": int(peak_running),
+        "peak_waiting": int(max(row[2] or 0 for row in timeline)),
+        "preemptions": int(preemptions),
+        "preempted_requests": sum(1 for out in finished if out.metrics and out.metrics.num_preemptions),
+        "peak_kv_cache_usage_perc": max(row[3] or 0.0 for row in timeline),
+        "ran_together": peak_running == c and preemptions == 0,
+        "output_tokens": generated,
+        "output_tokens_per_s": generated / step_s if step_s else None,
+        "engine_step_s": step_s,
+        "wall_s": time.perf_counter() - t0,
+        "steps": len(timeline),
+        "timeline_columns": ["t_s", "running", "waiting", "kv_cache_usage", "preemptions"],
+        "timeline": timeline,
+    }
+
+
 def error_class(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}".lower()
     if "out of memory" in text or "outofmemory" in text:
@@ -196,15 +270,29 @@ def run_job(job: dict[str, Any]) -> int:
     driver = Driver(llm, vocab, job.get("seed", 0))
     if "capacity" in job["phases"]:
         start = time.time()
+        engine_s = driver.engine_s
         record["block_rounding"] = measure_block_rounding(
             driver, facts["num_gpu_blocks"], facts["block_size"], facts["max_model_len"])
-        record["phases"].append({"phase": "capacity", "start": start, "end": time.time()})
+        record["phases"].append({"phase": "capacity", "start": start, "end": time.time(),
+                                 "engine_s": driver.engine_s - engine_s})
         store.write_engine(record)
+    warmed_saturation = False
     for p in job["points"]:
+        if p["phase"] == "saturation" and not warmed_saturation:
+            # Full-chunk prefills are new shapes after the decode points: compile/warm them
+            # outside the measured batch so its throughput is steady state.
+            n = -(-facts["max_num_batched_tokens"] // p["prompt_len"]) + 1
+            driver.run_batch(min(n, facts["max_num_seqs"]), p["prompt_len"], 2)
+            warmed_saturation = True
         start = time.time()
         print(f"KVPROF_POINT_START {p['id']}", flush=True)
+        engine_s = driver.engine_s
         try:
-            measured = measure_decode(driver, p)
+            if p["phase"] == "saturation":
+                measured = measure_saturation(driver, p, job, facts)
+            else:
+                measured = measure_decode(driver, p)
+            measured["engine_s"] = driver.engine_s - engine_s
             rec = {"id": p["id"], "status": "ok", **base, "point": p, "measurements": measured}
         except Exception as exc:
             rec = {"id": p["id"], "status": error_class(exc), "error_class": error_class(exc),
@@ -241,4 +329,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Every record is already on disk; skip vLLM's interpreter-exit teardown (~3.5 s
+    # per engine on CPU). The parent kills what is left of the process group.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

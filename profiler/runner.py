@@ -27,13 +27,14 @@ from profiler.store import ResultsDir, atomic_write_json, atomic_write_text, rea
 from profiler.vllm_log import parse_startup
 
 LOG_TAIL_CHARS = 4000
+POLL_S = 0.2  # how often the parent looks at the child's records
 
 
 @dataclass
 class SweepOutcome:
     engines_launched: int = 0
     points_ok: int = 0
-    points_failed: list[str] = field(default_factory=list)
+    points_failed: list[dict[str, str]] = field(default_factory=list)  # id, status, message
     points_skipped: int = 0
     interrupted: bool = False
 
@@ -44,13 +45,18 @@ def _spec_hash(plan: Plan) -> str:
     return hashlib.sha256(plan.spec.model_dump_json().encode()).hexdigest()[:16]
 
 
+# A point never attempted because its engine died on an earlier point: a plain
+# rerun picks it up (it did not fail itself); real failures wait for --retry-failed.
+ABORTED = "aborted"
+
+
 def pending_points(store: ResultsDir, points: list[Point], retry_failed: bool) -> list[Point]:
     todo = []
     for p in points:
         status = store.point_status(p.id)
         if status == "ok":
             continue
-        if status not in (None, "corrupt") and not retry_failed:
+        if status not in (None, "corrupt", ABORTED) and not retry_failed:
             continue
         todo.append(p)
     return todo
@@ -72,9 +78,24 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+@dataclass
+class EngineRun:
+    outcome: str  # "ok", "timeout", "crash", or the child's own error class
+    ready: bool  # the engine came up (its record says ok) before the outcome
+    failed_point: str | None = None
+
+
+def _point_label(point_id: str) -> str:
+    return point_id.split("--", 1)[-1]
+
+
 def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases: list[str], seed: int,
-               timeouts: Any, on_point_done: Any = None) -> str:
-    """Run one engine child to completion; return its outcome ('ok', 'timeout', 'crash', …)."""
+               timeouts: Any, on_point_done: Any = None, on_current: Any = None) -> EngineRun:
+    """Run one engine child to completion.
+
+    Timeouts restart at each sign of progress: ``engine_start_s`` until the engine
+    is up, then ``point_s`` for the capacity phase and for each point.
+    """
     job = {
         "results_dir": str(store.root), "engine_id": cfg.id, "engine": cfg.model_dump(), "seed": seed,
         "phases": phases, "llm_kwargs": cfg.llm_kwargs(),
@@ -83,60 +104,89 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
     job_path = store.engines / f"{cfg.id}.job.json"
     atomic_write_json(job_path, job)
     log_path = store.logs / f"{cfg.id}.log"
-    deadline = time.monotonic() + timeouts.engine_start_s + timeouts.point_s * max(1, len(points))
+    # A stale record from an earlier launch must not count as "ready" for this one.
+    launched_at = time.time()
+    ready, marker, last_progress = False, None, time.monotonic()
+    seen_done: set[str] = set()
+    outcome = None
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-u", "-m", "profiler.engine", str(job_path)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
-        seen_done: set[str] = set()
         try:
             while proc.poll() is None:
-                if time.monotonic() > deadline:
-                    _kill_group(proc)
-                    outcome = "timeout"
-                    break
-                time.sleep(0.5)
+                time.sleep(POLL_S)
+                rec = read_json(store.engine_path(cfg.id)) or {}
+                ready = ready or (rec.get("status") == "ok" and rec.get("started_at", 0) >= launched_at - 1)
                 for p in points:
                     if p.id not in seen_done and store.point_status(p.id) is not None:
                         seen_done.add(p.id)
                         if on_point_done:
                             on_point_done(p)
-            else:
+                current = next((p for p in points if p.id not in seen_done), None)
+                now_marker = (ready, len(rec.get("phases", [])), len(seen_done))
+                if now_marker != marker:
+                    marker, last_progress = now_marker, time.monotonic()
+                    if on_current:
+                        on_current("starting engine" if not ready else
+                                   _point_label(current.id) if current else "finishing")
+                limit = timeouts.point_s if ready else timeouts.engine_start_s
+                if time.monotonic() - last_progress > limit:
+                    _kill_group(proc)
+                    outcome = "timeout"
+                    break
+            if outcome is None:
                 outcome = "ok" if proc.returncode == 0 else "crash"
+                _kill_group(proc)  # workers the child left behind (it exits without teardown)
         except BaseException:
             _kill_group(proc)  # Ctrl-C or any parent failure: take the engine down with us
             raise
-    _finish_engine_record(store, cfg, log_path, proc.returncode, outcome, points)
+    failed = _finish_engine_record(store, cfg, log_path, proc.returncode, outcome, points, ready, phases,
+                                   {"launched_at": launched_at, "exited_at": time.time()})
     if on_point_done:
         for p in points:
             if p.id not in seen_done:
                 on_point_done(p)
-    return outcome
+    return EngineRun(outcome=outcome, ready=ready, failed_point=failed)
 
 
 def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, returncode: int | None,
-                          outcome: str, points: list[Point]) -> None:
+                          outcome: str, points: list[Point], ready: bool, phases: list[str],
+                          process: dict[str, float]) -> str | None:
+    """Complete the engine record; give every unfinished point its fate. Returns the
+    point the engine died on, if it died on one."""
     log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     rec = read_json(store.engine_path(cfg.id)) or {"id": cfg.id, "engine_id": cfg.id,
                                                       "engine": cfg.model_dump(), "status": outcome}
     rec["startup_log"] = parse_startup(log_text)
     rec["returncode"] = returncode
+    rec["process"] = process  # the parent's view: spawn and exit times of the child
     if outcome != "ok":
         rec["status"] = outcome if rec.get("status") in (None, "ok") else rec["status"]
         rec["log_tail"] = log_text[-LOG_TAIL_CHARS:]
     store.write_engine(rec)
     if outcome == "ok":
-        return
-    # Points the child never finished carry the engine's failure and the log tail.
-    for p in points:
-        if store.point_status(p.id) in (None, "corrupt"):
-            store.write_point({
-                "id": p.id, "status": outcome, "error_class": outcome, "engine_id": cfg.id,
-                "engine": cfg.model_dump(), "point": p.model_dump() | {"id": p.id},
-                "message": f"engine child ended with {outcome} (return code {returncode})",
-                "log_tail": _tail(log_path),
-            })
+        return None
+    unfinished = [p for p in points if store.point_status(p.id) in (None, "corrupt")]
+    in_capacity = "capacity" in phases and not any(ph.get("phase") == "capacity" for ph in rec.get("phases", []))
+    # Engine never came up: every point shares its failure. Up and died on a point:
+    # that point failed, the ones after it were never tried.
+    culprit = unfinished[0] if ready and unfinished and not in_capacity else None
+    for p in unfinished:
+        base = {"id": p.id, "engine_id": cfg.id, "engine": cfg.model_dump(), "point": p.model_dump() | {"id": p.id}}
+        if ready and p is not culprit:
+            where = f"point {_point_label(culprit.id)}" if culprit else "the capacity phase"
+            store.write_point(base | {"status": ABORTED, "error_class": ABORTED,
+                                      "message": f"not run: the engine ended with {outcome} during {where}; "
+                                                 "a rerun of the sweep runs it"})
+            continue
+        store.write_point(base | {
+            "status": outcome, "error_class": outcome, "log_tail": _tail(log_path),
+            "message": (f"engine child ended with {outcome} (return code {returncode})"
+                        + ("" if ready else " before the engine was ready")),
+        })
+    return culprit.id if culprit else None
 
 
 def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console: Console | None = None,
@@ -169,10 +219,20 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
                 if not needs_engine:
                     progress.advance(engines_task)
                     continue
-                progress.update(engines_task, description=f"engine {cfg.id}")
-                outcome.engines_launched += 1
-                run_engine(store, cfg, pts, list(plan.spec.phases), plan.spec.seed, plan.spec.timeouts,
-                           on_point_done=lambda p: progress.advance(points_task))
+                label = f"engine {plan.engines.index(cfg) + 1}/{len(plan.engines)} {cfg.id}"
+                progress.update(engines_task, description=label)
+                while True:
+                    outcome.engines_launched += 1
+                    run = run_engine(store, cfg, pts, list(plan.spec.phases), plan.spec.seed, plan.spec.timeouts,
+                                     on_point_done=lambda p: progress.advance(points_task),
+                                     on_current=lambda what: progress.update(
+                                         points_task, description=f"points · {what}"))
+                    # A hung point costs that point only: one relaunch for the ones after it.
+                    retry = [p for p in pts if store.point_status(p.id) == ABORTED]
+                    if run.outcome != "timeout" or not run.failed_point or not retry or pts is not todo[cfg.id]:
+                        break
+                    pts = retry
+                    progress.update(points_task, advance=-len(retry))
                 progress.advance(engines_task)
         for e in plan.engines:
             for p in plan.points[e.id]:
@@ -180,7 +240,9 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
                 if status == "ok":
                     outcome.points_ok += 1
                 else:
-                    outcome.points_failed.append(p.id)
+                    rec = read_json(store.point_path(p.id)) or {}
+                    outcome.points_failed.append({"id": p.id, "status": status or "missing",
+                                                  "message": rec.get("message", "")})
         store.update_manifest(status="complete" if not outcome.points_failed else "complete_with_failures",
                               finished_at=time.time(), devices=_devices(store, plan),
                               engine_launches=outcome.engines_launched)

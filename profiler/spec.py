@@ -103,6 +103,30 @@ class WorkloadAxes(BaseModel):
         return _positive_list(v)
 
 
+class SaturationAxes(BaseModel):
+    """Concurrency pushed past the predicted batch ceiling at one fixed sequence length."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_len: int | None = Field(None, gt=0, description="default: max_model_len // 2")
+    output_len: int = Field(64, gt=1)
+    factors: list[float] = Field([0.5, 1.0, 1.25, 2.0], min_length=1,
+                                 description="multiples of the ceiling predicted from the engine's real block count")
+    concurrency: list[int] | None = Field(None, description="explicit levels instead of factors")
+
+    @field_validator("factors")
+    @classmethod
+    def _positive_factors(cls, v: list[float]) -> list[float]:
+        if any(x <= 0 for x in v):
+            raise ValueError(f"factors must be positive, got {v}")
+        return v
+
+    @field_validator("concurrency")
+    @classmethod
+    def _positive(cls, v: list[int] | None) -> list[int] | None:
+        return None if v is None else _positive_list(v)
+
+
 class Timeouts(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -122,6 +146,7 @@ class SweepSpec(BaseModel):
     engine: EngineAxes = EngineAxes()
     engine_args: dict[str, Any] = {}
     workload: WorkloadAxes = WorkloadAxes()
+    saturation: SaturationAxes = SaturationAxes()
     phases: list[Literal["capacity", "decode", "saturation"]] = ["capacity", "decode"]
     timeouts: Timeouts = Timeouts()
 
@@ -186,16 +211,18 @@ class Point(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     engine_id: str
-    phase: str
-    concurrency: int
+    phase: Literal["decode", "saturation"]
+    concurrency: int | None  # None: the child sets it from `factor` × the engine's predicted ceiling
     prompt_len: int
     output_len: int
     repeats: int
     warmup: int
+    factor: float | None = None
 
     @property
     def id(self) -> str:
-        return (f"{self.engine_id}--{self.phase}-c{self.concurrency}-p{self.prompt_len}-o{self.output_len}")
+        level = f"x{self.factor:g}" if self.concurrency is None else f"c{self.concurrency}"
+        return f"{self.engine_id}--{self.phase}-{level}-p{self.prompt_len}-o{self.output_len}"
 
 
 class Dropped(BaseModel):
@@ -285,5 +312,21 @@ def expand(spec: SweepSpec) -> Plan:
                     continue
                 pts.append(Point(engine_id=cfg.id, phase="decode", concurrency=c, prompt_len=p,
                                  output_len=o, repeats=w.repeats, warmup=w.warmup))
+        if "saturation" in spec.phases:
+            pts.extend(_saturation_points(spec.saturation, cfg, dropped))
         points[cfg.id] = pts
     return Plan(spec=spec, engines=engines, points=points, dropped=dropped)
+
+
+def _saturation_points(sat: SaturationAxes, cfg: EngineConfig, dropped: list[Dropped]) -> list[Point]:
+    p = sat.prompt_len or cfg.max_model_len // 2
+    o = sat.output_len
+    if p + o > cfg.max_model_len:
+        dropped.append(Dropped(engine_id=cfg.id, what=f"saturation prompt={p} output={o}",
+                               reason=f"prompt_len + output_len = {p + o} > max_model_len {cfg.max_model_len}"))
+        return []
+    common = {"engine_id": cfg.id, "phase": "saturation", "prompt_len": p, "output_len": o, "repeats": 1,
+              "warmup": 0}
+    if sat.concurrency is not None:
+        return [Point(concurrency=c, **common) for c in sat.concurrency]
+    return [Point(concurrency=None, factor=f, **common) for f in sat.factors]

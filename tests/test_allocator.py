@@ -4,7 +4,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.allocator import NotModelled, blocks_for_sequence, paged_capacity, usage_fraction
+from analysis.allocator import (
+    NotModelled,
+    batch_ceiling,
+    blocks_for_sequence,
+    paged_capacity,
+    saturation_levels,
+    usage_fraction,
+)
 from analysis.architecture import Architecture
 from analysis.catalog import resolve_model
 from analysis.kv import kv_bytes_per_token, mha_reduction
@@ -133,3 +140,42 @@ def test_paged_never_beats_ideal(a, budget, block, mml):
     paged = paged_capacity(a, budget, block_size=block, max_model_len=mml, max_num_batched_tokens=8192)
     ideal = ideal_capacity(a, budget, mml)
     assert paged.max_concurrency <= ideal.max_concurrency * (1 + 1e-12)
+
+
+def test_batch_ceiling_counts_the_null_block():
+    # 16 MiB of a 1,024 B/token model at block 32: 512 blocks, one held back as the null block.
+    arch, _ = resolve_model("tiny-llama-gqa")
+    cap = paged_capacity(arch, 16 * 2**20, block_size=32, max_model_len=1024, max_num_batched_tokens=4096)
+    assert cap.num_blocks == 512
+    # 448 + 65 tokens: the last one is never fed back → 512 positions = 16 blocks.
+    c = batch_ceiling(cap, 448, 65, max_num_seqs=64, max_num_batched_tokens=4096)
+    assert (c.tokens, c.blocks_per_sequence, c.usable_blocks) == (512, 16, 511)
+    assert c.kv_limit == 31 and c.ceiling == 31 and c.limited_by == "kv_cache"
+    assert c.vllm_reported == 32.0  # vLLM's arithmetic counts the null block: one more than fits
+    # One more token needs a 17th block per sequence.
+    assert batch_ceiling(cap, 448, 66, None, 4096).kv_limit == 511 // 17
+    # max_num_seqs below the KV limit is the ceiling.
+    low = batch_ceiling(cap, 448, 65, max_num_seqs=8, max_num_batched_tokens=4096)
+    assert low.ceiling == 8 and low.limited_by == "max_num_seqs"
+
+
+def test_batch_ceiling_sliding_window_uses_admission_worst_case():
+    arch, _ = resolve_model("tiny-mistral-swa")
+    cap = paged_capacity(arch, 8 * 2**20, block_size=32, max_model_len=1024, max_num_batched_tokens=4096)
+    c = batch_ceiling(cap, 500, 12, None, 4096)
+    w = arch.sliding_window
+    assert c.blocks_per_sequence == -(-min(w - 1 + 4096, 511) // 32) + 1
+    assert c.kv_limit == (cap.num_blocks - 1) // c.blocks_per_sequence
+
+
+def test_saturation_levels_straddle_the_ceiling():
+    assert saturation_levels(31, [0.5, 1.0, 1.25, 2.0]) == [15, 31, 39, 62]
+    assert saturation_levels(3, [1.01]) == [4]  # always strictly above
+    assert saturation_levels(1, [0.1]) == [1]  # never zero
+
+
+def test_batch_ceiling_rejects_empty_sequences():
+    arch, _ = resolve_model("tiny-llama-gqa")
+    cap = paged_capacity(arch, 2**20, block_size=32, max_model_len=1024, max_num_batched_tokens=4096)
+    with pytest.raises(ValueError, match="positive"):
+        batch_ceiling(cap, 0, 4, None, 4096)

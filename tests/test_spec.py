@@ -78,3 +78,28 @@ def test_shipped_sweeps_expand():
     big = expand(load_spec(root / "llama8b.yaml"))
     assert {e.kv_cache_dtype for e in big.engines} == {"auto", "fp8"}
     assert {e.block_size for e in big.engines} == {16, 32}
+
+
+def test_saturation_points_by_factor_and_by_explicit_level():
+    spec = parse_spec(BASE | {"phases": ["saturation"], "saturation": {"prompt_len": 448, "output_len": 65}})
+    plan = expand(spec)
+    pts = plan.points[plan.engines[0].id]
+    assert [p.factor for p in pts] == [0.5, 1.0, 1.25, 2.0]
+    assert all(p.concurrency is None and p.phase == "saturation" for p in pts)
+    assert pts[2].id.endswith("--saturation-x1.25-p448-o65")
+    explicit = expand(parse_spec(BASE | {"phases": ["saturation"], "saturation": {"concurrency": [8, 40]}}))
+    pts = explicit.points[explicit.engines[0].id]
+    assert [p.concurrency for p in pts] == [8, 40]
+    assert pts[0].prompt_len == 512  # default: half of max_model_len 1024
+
+
+def test_saturation_that_does_not_fit_is_dropped_with_reason():
+    spec = parse_spec(BASE | {"phases": ["saturation"], "saturation": {"prompt_len": 1000, "output_len": 64}})
+    plan = expand(spec)
+    assert plan.num_points == 2 * 4  # four factors on each of the two max_model_len 2048 engines
+    assert any("1064 > max_model_len 1024" in d.reason for d in plan.dropped)
+
+
+def test_saturation_factors_must_be_positive():
+    with pytest.raises(SpecError, match=r"saturation\.factors"):
+        parse_spec(BASE | {"saturation": {"factors": [1.0, -2]}})

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis.allocator import paged_capacity
+from analysis.allocator import batch_ceiling, paged_capacity
 from analysis.catalog import resolve_model
 from profiler.spec import expand, load_spec
 
@@ -71,7 +71,7 @@ def test_measured_blocks_equal_the_prediction_exactly(tiny_sweep):
 def test_every_decode_point_has_timings(tiny_sweep):
     out, plan = tiny_sweep
     for pts in plan.points.values():
-        for p in pts:
+        for p in (p for p in pts if p.phase == "decode"):
             rec = json.loads((out / "points" / f"{p.id}.json").read_text())
             assert rec["status"] == "ok"
             m = rec["measurements"]
@@ -80,6 +80,32 @@ def test_every_decode_point_has_timings(tiny_sweep):
             assert m["mean_context"] == p.prompt_len + p.output_len / 2
             assert m["decode_steps_per_repeat"] == p.output_len - 1  # prefill kept out
             assert m["requests_measured"] == p.concurrency * p.repeats
+
+
+def test_saturation_preempts_or_queues_only_above_the_predicted_ceiling(tiny_sweep):
+    out, plan = tiny_sweep
+    arch, _ = resolve_model("tiny-llama-gqa")
+    sat = plan.spec.saturation
+    seen_above = seen_at_or_below = 0
+    for e in plan.engines:
+        cap = paged_capacity(arch, e.kv_cache_memory_bytes, block_size=e.block_size, max_model_len=e.max_model_len,
+                             max_num_batched_tokens=4096)
+        # Predicted here from the spec's KV budget, independently of what the child computed.
+        ceiling = batch_ceiling(cap, sat.prompt_len, sat.output_len, e.max_num_seqs, 4096).ceiling
+        assert ceiling == 31  # 511 usable blocks of 32 (or 255 of 64) / blocks per 512-token sequence
+        for p in (p for p in plan.points[e.id] if p.phase == "saturation"):
+            m = json.loads((out / "points" / f"{p.id}.json").read_text())["measurements"]
+            assert m["predicted"]["ceiling"] == ceiling
+            assert m["output_tokens"] == m["concurrency"] * sat.output_len
+            assert 0 < m["peak_kv_cache_usage_perc"] <= 1 and m["output_tokens_per_s"] > 0
+            if m["concurrency"] <= ceiling:
+                seen_at_or_below += 1
+                assert m["ran_together"] and m["preemptions"] == 0 and m["peak_running"] == m["concurrency"]
+            else:
+                seen_above += 1
+                assert not m["ran_together"]
+                assert m["preemptions"] > 0 or m["peak_running"] < m["concurrency"]
+    assert seen_above and seen_at_or_below
 
 
 def test_rerun_skips_finished_points(tiny_sweep):
@@ -95,6 +121,7 @@ def test_sigint_then_rerun_resumes_without_losing_records(tmp_path):
     spec = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
     spec["engine"]["max_model_len"] = 1024
     spec["workload"].update(concurrency=[1, 2, 4], prompt_len=[64], repeats=1, warmup=0)
+    spec["phases"] = ["capacity", "decode"]
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
     out = tmp_path / "out"
