@@ -281,12 +281,16 @@ def dry_run_table(plan: Plan) -> Any:
     from analysis.catalog import resolve_model
 
     arch, _ = resolve_model(plan.engines[0].model_dir) if plan.engines else (None, None)
+    sat = plan.spec.saturation if "saturation" in plan.spec.phases else None
     t = Table(title=f"sweep {plan.spec.name}: {len(plan.engines)} engines, {plan.num_points} points")
-    for col in ("engine", "max_model_len", "block", "kv dtype", "KV budget", "points",
-                "predicted blocks", "predicted max conc."):
+    cols = ["engine", "max_model_len", "block", "kv dtype", "KV budget", "points", "predicted blocks",
+            "predicted max conc."]
+    if sat:
+        cols.append("saturation ceiling")
+    for col in cols:
         t.add_column(col, justify="left" if col == "engine" else "right")
     for cfg in plan.engines:
-        blocks = conc = "—"
+        blocks = conc = ceiling = "—"
         budget = cfg.kv_cache_memory_bytes
         if budget is not None and arch is not None:
             from analysis.budget import vllm_default_batching
@@ -296,9 +300,16 @@ def dry_run_table(plan: Plan) -> Any:
                                  max_num_batched_tokens=mnbt, kv_cache_dtype=cfg.kv_cache_dtype,
                                  tp=cfg.tensor_parallel_size)
             blocks, conc = f"{cap.num_blocks:,}", f"{cap.max_concurrency:.2f}x"
-        t.add_row(cfg.id, str(cfg.max_model_len), str(cfg.block_size), cfg.kv_cache_dtype,
-                  "—" if budget is None else f"{budget / 2**20:,.0f} MiB", str(len(plan.points[cfg.id])),
-                  blocks, conc)
+            if sat:
+                from analysis.allocator import batch_ceiling
+
+                p = sat.prompt_len or cfg.max_model_len // 2
+                if p + sat.output_len <= cfg.max_model_len:
+                    c = batch_ceiling(cap, p, sat.output_len, cfg.max_num_seqs, mnbt)
+                    ceiling = f"{c.ceiling} @ {p + sat.output_len:,} tok"
+        row = [cfg.id, str(cfg.max_model_len), str(cfg.block_size), cfg.kv_cache_dtype,
+               "—" if budget is None else f"{budget / 2**20:,.0f} MiB", str(len(plan.points[cfg.id])), blocks, conc]
+        t.add_row(*row, *([ceiling] if sat else []))
     return t
 
 

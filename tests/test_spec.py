@@ -78,6 +78,9 @@ def test_shipped_sweeps_expand():
     big = expand(load_spec(root / "llama8b.yaml"))
     assert {e.kv_cache_dtype for e in big.engines} == {"auto", "fp8"}
     assert {e.block_size for e in big.engines} == {16, 32}
+    for path in root.glob("*.yaml"):  # every shipped spec is valid and runs something on each engine
+        plan = expand(load_spec(path))
+        assert plan.engines and all(plan.points[e.id] for e in plan.engines), path.name
 
 
 def test_saturation_points_by_factor_and_by_explicit_level():
