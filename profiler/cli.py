@@ -213,6 +213,13 @@ def sweep_cmd(
         console.print(f"estimated duration: {estimate_seconds(plan) / 60:.1f} min "
                       f"({len(plan.engines)} engine launches)")
         return
+    if spec.telemetry.enabled:
+        from profiler.telemetry import TelemetryError, check_backend
+
+        try:
+            check_backend(spec.telemetry.backend, max(e.tensor_parallel_size for e in plan.engines))
+        except TelemetryError as exc:
+            raise fail(str(exc)) from None
     out_dir = spec.out_dir(out)
     try:
         outcome = run_sweep(plan, out_dir, retry_failed=retry_failed, console=err,

@@ -165,6 +165,26 @@ def measure_block_rounding(driver: Driver, num_blocks: int, block_size: int, max
     return rows
 
 
+def model_bandwidth(job: dict[str, Any], facts: dict[str, Any], point: dict[str, Any],
+                    measured: dict[str, Any]) -> dict[str, Any]:
+    """Achieved bandwidth without NVML: bytes the analytic model says one decode step
+    reads (weights + every sequence's KV at the mean context) ÷ the measured step time."""
+    from analysis.catalog import resolve_model
+    from analysis.roofline import decode_step
+
+    try:
+        arch, _ = resolve_model(job["engine"]["model_dir"])
+        step = decode_step(arch, batch=point["concurrency"], context=round(measured["mean_context"]),
+                           bandwidth_Bps=1.0, peak_flops=1.0, kv_cache_dtype=job["engine"]["kv_cache_dtype"],
+                           tp=facts["tensor_parallel_size"])
+    except Exception as exc:  # an architecture the model does not cover: say so, keep the timing
+        return {"model_bytes_per_decode_step": None, "model_bandwidth_note": f"{type(exc).__name__}: {exc}"}
+    t = measured.get("decode_step_s")
+    return {"model_bytes_per_decode_step": step.bytes, "model_weight_bytes_per_decode_step": step.weight_bytes,
+            "model_kv_bytes_per_decode_step": step.kv_bytes,
+            "model_implied_bandwidth_Bps": step.bytes / t if t else None}
+
+
 def predicted_ceiling(job: dict[str, Any], facts: dict[str, Any], prompt_len: int, output_len: int) -> Any:
     """The analysis model's batch ceiling for this engine's real block count and block size."""
     from analysis.allocator import batch_ceiling, paged_capacity
@@ -292,6 +312,7 @@ def run_job(job: dict[str, Any]) -> int:
                 measured = measure_saturation(driver, p, job, facts)
             else:
                 measured = measure_decode(driver, p)
+                measured.update(model_bandwidth(job, facts, p, measured))
             measured["engine_s"] = driver.engine_s - engine_s
             rec = {"id": p["id"], "status": "ok", **base, "point": p, "measurements": measured}
         except Exception as exc:

@@ -90,7 +90,8 @@ def _point_label(point_id: str) -> str:
 
 
 def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases: list[str], seed: int,
-               timeouts: Any, on_point_done: Any = None, on_current: Any = None) -> EngineRun:
+               timeouts: Any, on_point_done: Any = None, on_current: Any = None,
+               telemetry: Any = None) -> EngineRun:
     """Run one engine child to completion.
 
     Timeouts restart at each sign of progress: ``engine_start_s`` until the engine
@@ -104,16 +105,21 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
     job_path = store.engines / f"{cfg.id}.job.json"
     atomic_write_json(job_path, job)
     log_path = store.logs / f"{cfg.id}.log"
+    child: dict[str, int | None] = {"pid": None}
+    sampler = _start_sampler(store, cfg, telemetry, lambda: child["pid"])  # its first sample is the baseline
     # A stale record from an earlier launch must not count as "ready" for this one.
     launched_at = time.time()
     ready, marker, last_progress = False, None, time.monotonic()
     seen_done: set[str] = set()
     outcome = None
+    # CUDA indices in PCI order, so the sampler's NVML devices are the engine's devices.
+    env = {**os.environ, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-u", "-m", "profiler.engine", str(job_path)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )
+        child["pid"] = proc.pid
         try:
             while proc.poll() is None:
                 time.sleep(POLL_S)
@@ -141,14 +147,65 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
                 _kill_group(proc)  # workers the child left behind (it exits without teardown)
         except BaseException:
             _kill_group(proc)  # Ctrl-C or any parent failure: take the engine down with us
+            if sampler:
+                sampler.stop()
+                sampler.flush()  # what was sampled stays in the partial file
             raise
     failed = _finish_engine_record(store, cfg, log_path, proc.returncode, outcome, points, ready, phases,
                                    {"launched_at": launched_at, "exited_at": time.time()})
+    if sampler:
+        store_telemetry(store, cfg.id, sampler, launched_at, points)
     if on_point_done:
         for p in points:
             if p.id not in seen_done:
                 on_point_done(p)
     return EngineRun(outcome=outcome, ready=ready, failed_point=failed)
+
+
+def _start_sampler(store: ResultsDir, cfg: EngineConfig, telemetry: Any, root_pid: Any) -> Any:
+    if telemetry is None or not telemetry.enabled:
+        return None
+    from profiler.telemetry import Sampler, open_sources
+
+    sources, unavailable = open_sources(telemetry.backend, cfg.tensor_parallel_size, root_pid)
+    # One partial file per launch: an interrupted launch's samples are never overwritten.
+    partial = store.telemetry / f"{cfg.id}.{int(time.time() * 1000)}.partial.parquet"
+    return Sampler(sources, telemetry.interval_s, partial, unavailable).start()
+
+
+def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at: float,
+                    points: list[Point]) -> None:
+    """Tag this launch's samples, append them to telemetry/<engine>.parquet, aggregate per point."""
+    import pandas as pd
+
+    from profiler.store import atomic_write_bytes
+    from profiler.telemetry import aggregate, tag_phases
+
+    df = sampler.stop()
+    rec = read_json(store.engine_path(engine_id)) or {}
+    point_recs = [r for r in (read_json(store.point_path(p.id)) for p in points) if r]
+    df = tag_phases(df, rec, point_recs, launched_at)
+    info = rec.get("telemetry") or {"file": f"telemetry/{engine_id}.parquet", "launches": []}
+    df["launch"] = len(info["launches"])
+    path = store.telemetry / f"{engine_id}.parquet"
+    if path.exists() and info["launches"]:
+        df = pd.concat([pd.read_parquet(path), df], ignore_index=True)
+    atomic_write_bytes(path, df.to_parquet(index=False))
+    if sampler.partial_path:
+        sampler.partial_path.unlink(missing_ok=True)
+    desc = sampler.describe()
+    devices = {d["label"]: d for src in desc["sources"] for d in src.get("devices", [])}
+    info["launches"].append({"launched_at": launched_at, "samples": int((df["launch"] == df["launch"].max()).sum()),
+                             **desc})
+    info["unavailable"] = desc["unavailable"]
+    rec["telemetry"] = info
+    store.write_engine(rec)
+    for prec in point_recs:
+        mine = df[df["point_id"] == prec["id"]]
+        if mine.empty:
+            continue
+        prec["telemetry"] = aggregate(mine, devices)
+        store.write_point(prec)
 
 
 def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, returncode: int | None,
@@ -224,6 +281,7 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
                 while True:
                     outcome.engines_launched += 1
                     run = run_engine(store, cfg, pts, list(plan.spec.phases), plan.spec.seed, plan.spec.timeouts,
+                                     telemetry=plan.spec.telemetry,
                                      on_point_done=lambda p: progress.advance(points_task),
                                      on_current=lambda what: progress.update(
                                          points_task, description=f"points · {what}"))

@@ -127,6 +127,17 @@ class SaturationAxes(BaseModel):
         return None if v is None else _positive_list(v)
 
 
+class TelemetrySpec(BaseModel):
+    """The parent's sampler (DESIGN.md §7)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    interval_s: float = Field(0.1, ge=0.01, le=60, description="seconds between samples (default 10 Hz)")
+    backend: Literal["auto", "nvml", "cpu"] = Field(
+        "auto", description="auto: NVML when a driver and device are present, else host only")
+
+
 class Timeouts(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -148,6 +159,8 @@ class SweepSpec(BaseModel):
     workload: WorkloadAxes = WorkloadAxes()
     saturation: SaturationAxes = SaturationAxes()
     phases: list[Literal["capacity", "decode", "saturation"]] = ["capacity", "decode"]
+    telemetry: TelemetrySpec = TelemetrySpec()
+    probe: bool = Field(True, description="run `kvprof probe` into the results directory before the engines")
     timeouts: Timeouts = Timeouts()
 
     def out_dir(self, override: str | Path | None = None) -> Path:

@@ -100,3 +100,24 @@ def test_models_and_gpus_list_the_catalog():
     assert {g["name"] for g in gpus} >= {"h100-sxm", "h200", "a100-80gb-sxm", "l40s", "b200"}
     human = runner.invoke(app, ["gpus"])
     assert human.exit_code == 0 and "TB/s" in human.stdout
+
+
+def _nvml_present() -> bool:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+@pytest.mark.skipif(_nvml_present(), reason="this machine has NVML")
+def test_sweep_asking_for_nvml_without_a_driver_stops_before_any_engine(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nmodel: tiny-llama-gqa\ntelemetry: {backend: nvml}\n")
+    result = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert "telemetry.backend nvml: NVML library not found" in result.output
+    assert not (tmp_path / "out").exists()  # nothing started, nothing written

