@@ -262,6 +262,8 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
             kvprof_version=_version("kvprof"), python=platform.python_version(),
             engines=[e.id for e in plan.engines], dropped=[d.model_dump() for d in plan.dropped],
         )
+        if plan.spec.probe:
+            run_probe_child(store, console)
         todo = {e.id: pending_points(store, plan.points[e.id], retry_failed) for e in plan.engines}
         total = plan.num_points
         outcome.points_skipped = total - sum(len(v) for v in todo.values())
@@ -311,6 +313,33 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
     finally:
         store.unlock()
     return outcome
+
+
+PROBE_TIMEOUT_S = 600
+
+
+def run_probe_child(store: ResultsDir, console: Console) -> None:
+    """`kvprof probe` into the results directory, once (a resumed sweep keeps the first)."""
+    path = store.root / "probe.json"
+    if (read_json(path) or {}).get("probe_version"):
+        return
+    console.print("probing copy bandwidth, matmul FLOP/s and decode attention …", highlight=False)
+    log_path = store.logs / "probe.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "profiler.probe", "--out", str(path)], stdout=subprocess.DEVNULL,
+                                stderr=log, start_new_session=True)
+        try:
+            proc.wait(timeout=PROBE_TIMEOUT_S)
+            status = "ok" if proc.returncode == 0 else f"failed (return code {proc.returncode}, see logs/probe.log)"
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            status = f"timeout after {PROBE_TIMEOUT_S} s"
+        except BaseException:
+            _kill_group(proc)
+            raise
+    store.update_manifest(probe=status)
+    if status != "ok":
+        console.print(f"[yellow]probe {status}; the sweep goes on without it[/]", highlight=False)
 
 
 def _devices(store: ResultsDir, plan: Plan) -> list[str]:

@@ -41,6 +41,10 @@ def test_results_directory_layout(tiny_sweep):
         assert (out / "engines" / f"{e.id}.json").is_file()
         assert (out / "logs" / f"{e.id}.log").is_file()
     assert not list(out.rglob("*.tmp")) and not (out / ".kvprof.lock").exists()
+    # The probe ran first, into the results directory.
+    assert manifest["probe"] == "ok"
+    probe = json.loads((out / "probe.json").read_text())
+    assert probe["copy"]["bandwidth_Bps"]["median"] > 0 and probe["decode_attention"]
 
 
 def test_one_engine_launch_per_distinct_engine_config(tiny_sweep):
