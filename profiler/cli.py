@@ -183,6 +183,27 @@ def plan_cmd(
             highlight=False)
 
 
+@app.command("report")
+def report_cmd(
+    results_dir: Annotated[Path, typer.Argument(metavar="DIR", help="A sweep's results directory.")],
+    pdf: Annotated[Path | None, typer.Option("--pdf", help="Where to write the PDF (default DIR/report.pdf).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the written paths and headline as JSON.")] = False,
+):
+    """Build report.pdf, summary.md, results.parquet and calibration.json from a results directory."""
+    from analysis.load import LoadError
+    from analysis.report import build_report
+
+    try:
+        written = build_report(results_dir, pdf)
+    except LoadError as exc:
+        raise fail(str(exc)) from None
+    if json_out:
+        print(json.dumps({k: str(v) for k, v in written.items()}))
+        return
+    for kind, path in written.items():
+        console.print(f"{kind}: {path}", highlight=False)
+
+
 @app.command("probe")
 def probe_cmd(
     out: Annotated[Path | None, typer.Option("--out", help="Also write the result here (JSON).")] = None,
@@ -230,6 +251,7 @@ def sweep_cmd(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; start nothing.")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Rerun points that failed.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the plan as JSON.")] = False,
+    no_report: Annotated[bool, typer.Option("--no-report", help="Do not build the report at the end.")] = False,
 ):
     """Run real vLLM engines across the swept settings and record capacity and decode timings."""
     from profiler.runner import dry_run_table, dump_plan, estimate_seconds, run_sweep
@@ -277,6 +299,15 @@ def sweep_cmd(
     for f in outcome.points_failed:
         console.print(f"{f['status']}: {f['id']}: {f['message']}", highlight=False)
     console.print(f"results: {out_dir}")
+    if not outcome.interrupted and not no_report:
+        from analysis.report import build_report
+
+        try:
+            written = build_report(out_dir)
+            console.print(f"report: {written['pdf']}  summary: {written['summary']}", highlight=False)
+        except Exception as exc:  # the measurements are safe on disk; say why the report is missing
+            err.print(f"[yellow]report not built: {type(exc).__name__}: {exc}; "
+                      f"rerun with `kvprof report {out_dir}`[/]", highlight=False)
     if outcome.interrupted:
         err.print("interrupted: rerun the same command to resume")
         raise typer.Exit(130)
