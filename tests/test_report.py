@@ -1,0 +1,131 @@
+"""The analysis and the report on a SYNTHETIC GPU-shaped results directory with injected parameters."""
+
+import json
+
+import pytest
+from pdf_checks import page_ink, pdf_text, summary_cells
+from synthetic_results import GiB, Injected, make_results
+from typer.testing import CliRunner
+
+from analysis.load import LoadError, load
+from analysis.report import analyse, build_report
+from profiler.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    root = tmp_path_factory.mktemp("synthetic")
+    inj = make_results(root)
+    written = build_report(root)
+    return root, inj, written
+
+
+def test_fit_recovers_the_injected_bandwidth_and_overhead(synthetic):
+    root, inj, _ = synthetic
+    a = analyse(load(root))
+    assert a.fit.effective_bandwidth_Bps == pytest.approx(inj.bandwidth_Bps, rel=0.02)
+    assert a.fit.step_overhead_s == pytest.approx(inj.overhead_s, rel=0.02)
+    assert a.fit.effective_flops is None  # every point is memory-bound on an H100: no FLOP term
+    assert a.fit.r2 > 0.999 and a.fit.loo_median_abs_rel_error < inj.wobble
+    assert a.fit.mbu_spec == pytest.approx(inj.bandwidth_Bps / 3.35e12, rel=0.02)
+    cal = json.loads((root / "calibration.json").read_text())
+    assert cal["effective_bandwidth_Bps"] == a.fit.effective_bandwidth_Bps
+    assert cal["step_overhead_s"] == a.fit.step_overhead_s
+
+
+def test_claims_report_the_injected_divergences(synthetic):
+    root, inj, _ = synthetic
+    claims = analyse(load(root)).claims.set_index("claim")
+    fp8 = claims.loc["fp8 KV halves KV bytes and roughly doubles the batch that fits"]
+    assert fp8["verdict"] == "diverges"
+    assert fp8["error"] == pytest.approx(inj.fp8_capacity_factor - 1, abs=0.005)  # −20 %
+    flat = claims.loc["Throughput stops rising once the KV pool is full"]
+    assert flat["verdict"] == "diverges" and flat["error"] == pytest.approx(inj.throughput_gain_past_ceiling)
+    assert claims.loc["Block rounding wastes less than one block per sequence", "verdict"] == "holds"
+    assert claims.loc["Decode TPOT grows linearly with context past the crossover", "verdict"] == "holds"
+    assert claims.loc["Batching amortises the weight read but not the KV read", "verdict"] == "holds"
+
+
+def test_capacity_and_budget_divergences(synthetic):
+    root, inj, _ = synthetic
+    cap = analyse(load(root)).capacity.set_index("engine_id")
+    auto, fp8 = cap.loc["len8192-bs16-auto-tp1-synth"], cap.loc["len8192-bs16-fp8-tp1-synth"]
+    # auto: exact up to the 0.01 GiB rounding of the logged budget.
+    assert abs(auto["blocks_error"]) <= auto["blocks_tolerance"]
+    assert fp8["num_blocks_vllm"] / fp8["num_blocks_predicted"] == pytest.approx(inj.fp8_capacity_factor, abs=1e-3)
+    # The heuristic reserve misses exactly the injected extra (up to the log's rounding).
+    missed = auto["predicted_kv_budget_bytes"] - auto["kv_budget_bytes"]
+    assert missed == pytest.approx(inj.extra_reserve_bytes, abs=0.005 * GiB)
+    assert auto["ceiling_measured_at_least"] == auto["ceiling_predicted"]
+
+
+def test_pdf_has_banner_headline_sections_and_ink_on_every_page(synthetic, tmp_path):
+    root, _, written = synthetic
+    text = pdf_text(written["pdf"])
+    assert "SYNTHETIC DATA" in text.splitlines()[2]  # first page, right under the title
+    a = analyse(load(root))
+    bw = f"{a.fit.effective_bandwidth_Bps / 1e9:,.1f} GB/s"
+    assert f"effective bandwidth {bw}" in text
+    for title in ("KV capacity: the allocator model vs vLLM", "Batch ceiling at a fixed length",
+                  "Block rounding", "Decode fit", "The seeds' claims against the data",
+                  "Largest divergences between theory and measurement", "Environment", "Memory timeline"):
+        assert title in text, title
+    ink = page_ink(written["pdf"], tmp_path)
+    assert len(ink) >= 15 and min(ink) > 0.002, ink  # no blank page
+
+
+def test_summary_tables_match_the_pdf(synthetic):
+    _, _, written = synthetic
+    text = " ".join(pdf_text(written["pdf"]).split())
+    summary = written["summary"].read_text()
+    for title in ("KV capacity", "Batch ceiling", "Decode fit", "Block rounding"):
+        rows = summary_cells(summary, title)
+        assert rows, title
+        for row in rows:
+            for cell in row:
+                assert cell in text, (title, cell)
+
+
+def test_results_parquet_has_theory_beside_measurement(synthetic):
+    import pandas as pd
+
+    root, _, written = synthetic
+    df = pd.read_parquet(written["results"])
+    dec = df[df["phase"] == "decode"]
+    assert dec["roofline_spec_s"].notna().all() and dec["fitted_s"].notna().all()
+    assert len(df) == len(list((root / "points").glob("*.json")))
+
+
+def test_plan_calibration_changes_tpot_by_exactly_the_fitted_factor(synthetic):
+    root, _, _ = synthetic
+    cal = json.loads((root / "calibration.json").read_text())
+    args = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "8", "--context", "4096", "--json"]
+    raw = json.loads(runner.invoke(app, args).stdout)
+    res = runner.invoke(app, [*args, "--calibration", str(root / "calibration.json")])
+    assert res.exit_code == 0, res.output
+    calibrated = json.loads(res.stdout)
+    assert raw["decode_bound"] == "memory"
+    factor = 3.35e12 / cal["effective_bandwidth_Bps"]  # spec bandwidth ÷ fitted bandwidth
+    assert calibrated["calibrated_decode_step_s"] - cal["step_overhead_s"] == pytest.approx(
+        raw["decode_step_s"] * factor, rel=1e-12)
+    assert "kvprof fit of" in calibrated["calibration_source"]
+
+
+def test_not_a_results_directory_or_wrong_schema_is_a_clean_error(tmp_path):
+    with pytest.raises(LoadError, match=r"no readable manifest\.json"):
+        load(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"schema_version": 99}))
+    with pytest.raises(LoadError, match="schema version 99; this kvprof reads version 1"):
+        load(tmp_path)
+    res = runner.invoke(app, ["report", str(tmp_path)])
+    assert res.exit_code == 2 and "schema version 99" in res.output
+
+
+def test_smaller_injection_is_recovered_too(tmp_path):
+    inj = make_results(tmp_path, Injected(bandwidth_Bps=1.2e12, overhead_s=0.011, max_model_lens=(8192,),
+                                          kv_dtypes=("auto",), telemetry_samples_per_engine=50))
+    f = analyse(load(tmp_path)).fit
+    assert f.effective_bandwidth_Bps == pytest.approx(inj.bandwidth_Bps, rel=0.02)
+    assert f.step_overhead_s == pytest.approx(inj.overhead_s, rel=0.02)
