@@ -274,6 +274,27 @@ def measured_crossover(dec: pd.DataFrame, f: DecodeFit | None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def kv_dtype_effect(dec: pd.DataFrame) -> pd.DataFrame:
+    """Matched decode points, 16-bit vs fp8 KV: predicted (bytes read, and the fit) vs measured step-time ratio."""
+    if dec.empty or "bytes" not in dec:
+        return pd.DataFrame()
+    keys = ["model", "block_size", "max_model_len", "concurrency", "prompt_len", "output_len"]
+    auto = dec[~dec["kv_cache_dtype"].astype(str).str.startswith("fp8")]
+    fp8 = dec[dec["kv_cache_dtype"].astype(str).str.startswith("fp8")]
+    m = auto.merge(fp8, on=keys, suffixes=("_16", "_8"))
+    if m.empty:
+        return pd.DataFrame()
+    out = m[keys].copy()
+    out["bytes_ratio"] = m["bytes_8"] / m["bytes_16"]
+    if "fitted_s_8" in m:
+        out["predicted_step_ratio"] = m["fitted_s_8"] / m["fitted_s_16"]
+    out["measured_step_ratio"] = m["decode_step_s_8"] / m["decode_step_s_16"]
+    if "predicted_step_ratio" in out:
+        out["rel_error"] = [rel(p, q) for p, q in zip(out["predicted_step_ratio"], out["measured_step_ratio"],
+                                                      strict=True)]
+    return out
+
+
 def divergences(cap: pd.DataFrame, dec: pd.DataFrame, rounding: pd.DataFrame) -> pd.DataFrame:
     """Every quantity with a prediction and a measurement, largest relative error first."""
     rows: list[dict[str, Any]] = []

@@ -175,6 +175,15 @@ def build_tables(a: Analysis) -> dict[str, Table]:
         "predicted_crossover": ("predicted t*", fnum), "measured_crossover": ("measured t*", fnum),
         "rel_error": ("error", fpct)}),
         note="Measured t* = (intercept − fitted overhead) / slope of step time vs context at that batch.")
+    eff = compare.kv_dtype_effect(a.decode)
+    if not eff.empty:
+        t["kv_dtype"] = Table("fp8 vs 16-bit KV cache: decode step time, predicted vs measured", _fmt(eff, {
+            "max_model_len": ("max len", fnum), "concurrency": ("batch", fnum), "prompt_len": ("prompt", fnum),
+            "bytes_ratio": ("bytes read fp8/16", lambda x: f"{x:.3f}"),
+            "predicted_step_ratio": ("predicted step fp8/16", lambda x: f"{x:.3f}"),
+            "measured_step_ratio": ("measured step fp8/16", lambda x: f"{x:.3f}"), "rel_error": ("error", fpct)}),
+            note="Predicted with the fitted model (overhead + bytes/BW_eff), which counts fp8's smaller KV read; "
+                 "capacity is on the claims page.")
     t["claims"] = Table("The seeds' claims against the data", _fmt(a.claims, {
         "claim": ("claim", str), "verdict": ("verdict", str), "error": ("error", fpct),
         "tolerance": ("tolerance", lambda x: fpct(x).lstrip("+")), "evidence": ("evidence", str)}))
@@ -601,6 +610,8 @@ def build_report(results_dir: str | Path, pdf_path: str | Path | None = None) ->
         _table_page(pdf, a.tables["crossover"])
         _plot_bandwidth(pdf, a)
         _plot_settings(pdf, a)
+        if "kv_dtype" in a.tables:
+            _table_page(pdf, a.tables["kv_dtype"])
         _table_page(pdf, a.tables["claims"])
         _table_page(pdf, a.tables["divergences"])
         _table_page(pdf, env)
@@ -615,7 +626,8 @@ def build_report(results_dir: str | Path, pdf_path: str | Path | None = None) ->
         parts.append(f"**{banner}**\n")
     parts.append("## Setup\n\n" + "\n".join(f"- {x}" for x in setup_lines(a)) + "\n")
     parts.append("## Headline\n\n" + "\n".join(f"- {x}" for x in headline(a)) + "\n")
-    for key in ("capacity", "budget", "ceiling", "rounding", "fit", "decode", "crossover", "claims", "divergences"):
+    for key in ("capacity", "budget", "ceiling", "rounding", "fit", "decode", "crossover", "kv_dtype", "claims",
+                "divergences"):
         if key in a.tables:
             parts.append(a.tables[key].markdown())
     parts += [env.markdown(), a.tables["failed"].markdown()]
