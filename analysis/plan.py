@@ -94,11 +94,12 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
                         f"{a.max_position_embeddings}")
     if gpu is None and inputs.kv_cache_memory_bytes is None:
         raise PlanError("give --gpu, or fix the KV budget with --kv-cache-memory-bytes")
+    on_gpu = gpu is not None and not gpu.cpu
     default_mnbt, default_seqs = vllm_default_batching(
-        gpu.memory_bytes if gpu else None, gpu.name if gpu else "")
+        gpu.memory_bytes if on_gpu else None, gpu.name if on_gpu else "")
     mnbt = inputs.max_num_batched_tokens or default_mnbt
     max_num_seqs = inputs.max_num_seqs or default_seqs
-    async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else gpu is not None
+    async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else on_gpu
 
     weights = weight_bytes(a, tp)
     reserve: Reserve | None = None

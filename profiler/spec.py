@@ -57,17 +57,35 @@ class EngineAxes(BaseModel):
     def _listify(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        out = {k: _as_list(v) for k, v in data.items()}
-        if "kv_cache_memory_bytes" in out:
-            out["kv_cache_memory_bytes"] = [
-                None if v is None else parse_bytes(v) for v in out["kv_cache_memory_bytes"]
-            ]
-        return out
+        return {k: _as_list(v) for k, v in data.items()}
+
+    @field_validator("kv_cache_memory_bytes", mode="before")
+    @classmethod
+    def _bytes(cls, v: Any) -> Any:
+        return [None if x is None else parse_bytes(x) for x in v] if isinstance(v, list) else v
 
     @field_validator("max_model_len", "block_size", "tensor_parallel_size")
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
         return _positive_list(v)
+
+    @field_validator("max_num_seqs", "max_num_batched_tokens", "kv_cache_memory_bytes")
+    @classmethod
+    def _positive_or_default(cls, v: list[int | None]) -> list[int | None]:
+        if not v:
+            raise ValueError("must list at least one value")
+        if any(x is not None and x <= 0 for x in v):
+            raise ValueError(f"values must be positive (or null for vLLM's default), got {v}")
+        return v
+
+    @field_validator("gpu_memory_utilization")
+    @classmethod
+    def _fraction(cls, v: list[float | None]) -> list[float | None]:
+        if not v:
+            raise ValueError("must list at least one value")
+        if any(x is not None and not 0 < x <= 1 for x in v):
+            raise ValueError(f"values must be fractions in (0, 1], got {v}")
+        return v
 
     @field_validator("kv_cache_dtype")
     @classmethod
@@ -259,34 +277,85 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
+def yaml_lines(text: str) -> dict[tuple[Any, ...], int]:
+    """Each mapping key / sequence item of a YAML document → its 1-based line."""
+    lines: dict[tuple[Any, ...], int] = {}
+
+    def walk(node: Any, path: tuple[Any, ...]) -> None:
+        lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = k.value
+                lines[(*path, key)] = k.start_mark.line + 1
+                walk(v, (*path, key))
+                lines[(*path, key)] = k.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                walk(v, (*path, i))
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return lines
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def _line(lines: dict[tuple[Any, ...], int], loc: tuple[Any, ...]) -> int | None:
+    for n in range(len(loc), -1, -1):  # a scalar axis becomes a list: fall back to its key
+        if loc[:n] in lines:
+            return lines[loc[:n]]
+    return None
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    sections = {"engine": EngineAxes, "workload": WorkloadAxes, "saturation": SaturationAxes,
+                "telemetry": TelemetrySpec, "timeouts": Timeouts}
+    model = sections.get(loc[0]) if len(loc) == 2 else SweepSpec if len(loc) == 1 else None
+    return list(model.model_fields) if model else []
+
+
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a YAML spec (safe loader). Raises SpecError with every problem."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        raw = yaml.safe_load(text)
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: a sweep spec is a YAML mapping (name:, model:, engine:, workload:)")
-    return parse_spec(raw, source=str(path))
+    return parse_spec(raw, source=str(path), lines=yaml_lines(text))
 
 
-def parse_spec(raw: dict[str, Any], source: str = "spec") -> SweepSpec:
+def parse_spec(raw: dict[str, Any], source: str = "spec", lines: dict[tuple[Any, ...], int] | None = None) -> SweepSpec:
+    import difflib
+
     from pydantic import ValidationError
 
     try:
         return SweepSpec.model_validate(raw)
     except ValidationError as exc:
-        lines = []
+        out = []
         for e in exc.errors():
-            loc = ".".join(str(x) for x in e["loc"])
-            msg = e["msg"].replace("Value error, ", "")
+            loc = tuple(e["loc"])
+            field = ".".join(str(x) for x in loc)
             if e["type"] == "extra_forbidden":
-                msg = "unknown key"
-            lines.append(f"{source}: {loc}: {msg}")
-        raise SpecError("\n".join(lines)) from None
+                allowed = _allowed_keys(loc)
+                close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+                msg = "unknown key" + (f"; did you mean {close[0]!r}?" if close else "")
+                if allowed:
+                    msg += f" (allowed: {', '.join(allowed)})"
+            else:
+                msg = e["msg"].replace("Value error, ", "")
+                if e["type"] not in ("value_error", "missing") and "input" in e:
+                    msg += f", got {e['input']!r}"
+            line = _line(lines or {}, loc)
+            out.append(f"{source}{f':{line}' if line else ''}: {field}: {msg}")
+        raise SpecError("\n".join(out)) from None
 
 
 def expand(spec: SweepSpec) -> Plan:

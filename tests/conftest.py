@@ -17,3 +17,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The fault-injection table: faults injected, survived, points lost."""
+    try:
+        from fault_log import FAULTS
+    except ImportError:
+        return
+    if not FAULTS:
+        return
+    tr = terminalreporter
+    tr.section("fault injection")
+    tr.write_line(f"{'fault':<58} {'survived':>8} {'points lost':>11}  detail")
+    for f in FAULTS:
+        tr.write_line(f"{f['fault']:<58} {'yes' if f['survived'] else 'NO':>8} {f['points_lost']:>11}  {f['detail']}")
+    lost = sum(f["points_lost"] for f in FAULTS)
+    tr.write_line(f"{len(FAULTS)} faults injected, {sum(f['survived'] for f in FAULTS)} survived, "
+                  f"{lost} points lost")

@@ -1,5 +1,7 @@
 """Sweep spec validation and expansion (no engines started)."""
 
+import json
+
 import pytest
 import yaml
 
@@ -106,3 +108,123 @@ def test_saturation_that_does_not_fit_is_dropped_with_reason():
 def test_saturation_factors_must_be_positive():
     with pytest.raises(SpecError, match=r"saturation\.factors"):
         parse_spec(BASE | {"saturation": {"factors": [1.0, -2]}})
+
+
+# --- full validation: YAML lines, did-you-mean, platform rules, budgets ------------------
+
+BAD_YAML = """\
+name: bad
+model: tiny-llama-gqa
+engine:
+  max_model_len: [1024, -5]
+  blok_size: 32
+  kv_cache_dtype: fp7
+workload:
+  concurrency: abc
+  prompt_len: []
+phases: [decode, warmup]
+telemetri: {}
+"""
+
+
+def test_every_problem_at_once_with_line_field_and_what_is_allowed(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BAD_YAML)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    lines = str(info.value).splitlines()
+    assert len(lines) == 7
+    expect = [
+        (4, "engine.max_model_len: values must be positive, got [1024, -5]"),
+        (5, "engine.blok_size: unknown key; did you mean 'block_size'?"),
+        (6, "engine.kv_cache_dtype: ['fp7'] not allowed; use one of auto,"),
+        (8, "workload.concurrency.0: Input should be a valid integer"),
+        (9, "workload.prompt_len: must list at least one value"),
+        (10, "phases.1: Input should be 'capacity', 'decode' or 'saturation', got 'warmup'"),
+        (11, "telemetri: unknown key; did you mean 'telemetry'?"),
+    ]
+    for line_no, text in expect:
+        assert any(line.startswith(f"{path}:{line_no}: {text}") for line in lines), (line_no, text, lines)
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_platform_rules_for_the_cpu_backend(tmp_path, monkeypatch):
+    from profiler import preflight
+
+    path = _write(tmp_path, "name: s\nmodel: tiny-llama-gqa\nengine:\n  block_size: [16, 32]\n"
+                            "  kv_cache_dtype: [auto, fp8]\n  kv_cache_memory_bytes: 16MiB\n")
+    monkeypatch.setattr(preflight, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    with pytest.raises(SpecError) as info:
+        preflight.validate(path, platform="cpu")
+    msg = str(info.value)
+    assert f"{path}:4: engine.block_size: [16] cannot run on the CPU backend" in msg
+    assert "allowed: multiples of 32" in msg
+    assert f"{path}:5: engine.kv_cache_dtype: ['fp8'] needs AVX-512 or AMX" in msg
+    # The same spec is fine for a GPU box.
+    _spec, plan = preflight.validate(path, platform="cuda")
+    assert len(plan.engines) == 4
+    monkeypatch.setattr(preflight, "cpu_flags", lambda: frozenset({"avx512f"}))
+    with pytest.raises(SpecError, match="block_size") as info:
+        preflight.validate(path, platform="cpu")
+    assert "kv_cache_dtype" not in str(info.value)  # AVX-512 runs fp8
+
+
+def test_kv_budget_below_one_sequence_is_caught_before_vllm(tmp_path):
+    from profiler.preflight import validate
+
+    path = _write(tmp_path, "name: s\nmodel: tiny-llama-gqa\nengine:\n  max_model_len: 2048\n  block_size: 32\n"
+                            "  kv_cache_memory_bytes: 1MiB\nworkload: {prompt_len: 64, output_len: 8}\n")
+    with pytest.raises(SpecError) as info:
+        validate(path, platform="cpu")
+    assert str(info.value) == (
+        f"{path}:6: engine.kv_cache_memory_bytes: 1,048,576 B holds 0.50 sequences of max_model_len 2048 "
+        f"(block 32, kv auto); vLLM will refuse it. Allowed: at least 2,097,152 B (64 blocks of 32,768 B), "
+        f"or a shorter max_model_len")
+
+
+def test_engine_without_a_runnable_point_and_bad_model(tmp_path):
+    from profiler.preflight import validate
+
+    path = _write(tmp_path, "name: s\nmodel: tiny-llama-gqa\nengine: {max_model_len: 512, block_size: 32}\n"
+                            "workload: {prompt_len: 600}\n")
+    with pytest.raises(SpecError, match="has no runnable point: prompt_len"):
+        validate(path, platform="cpu")
+    path = _write(tmp_path, "name: s\nmodel: no-such-model\n")
+    with pytest.raises(SpecError, match=r"s\.yaml:2: model: .*no-such-model"):
+        validate(path, platform="cpu")
+
+
+def test_validate_command(tmp_path):
+    from typer.testing import CliRunner
+
+    from profiler.cli import app
+
+    runner = CliRunner()
+    ok = runner.invoke(app, ["validate", "sweeps/tiny-cpu.yaml", "--json"])
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["engines"] == 4
+    bad = runner.invoke(app, ["validate", str(_write(tmp_path, BAD_YAML))])
+    assert bad.exit_code == 2 and bad.output.count("error:") == 7 and "Traceback" not in bad.output
+    gpu = runner.invoke(app, ["validate", "--platform", "cuda", "sweeps/llama8b.yaml"])
+    assert gpu.exit_code == 0, gpu.output
+
+
+def test_yaml_is_loaded_safely(tmp_path):
+    path = _write(tmp_path, "name: !!python/object/apply:os.system ['echo pwned']\nmodel: tiny-llama-gqa\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(path)
+
+
+@pytest.mark.parametrize("engine, message", [
+    ({"max_num_seqs": 0}, "engine.max_num_seqs: values must be positive (or null for vLLM's default), got [0]"),
+    ({"gpu_memory_utilization": 1.5}, "engine.gpu_memory_utilization: values must be fractions in (0, 1], got [1.5]"),
+    ({"kv_cache_memory_bytes": "-1KiB"}, "engine.kv_cache_memory_bytes"),
+])
+def test_engine_values_out_of_range(engine, message):
+    with pytest.raises(SpecError) as info:
+        parse_spec({"name": "t", "model": "tiny-llama-gqa", "engine": engine})
+    assert message in str(info.value)

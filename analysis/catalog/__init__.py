@@ -7,6 +7,7 @@ entries in ``gpus.yaml``.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from functools import cache
 from pathlib import Path
@@ -37,6 +38,7 @@ class GPU(BaseModel):
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float | None = Field(None, gt=0)
     nvml_names: tuple[str, ...] = ()
+    cpu: bool = False  # a CPU described by a probe (vLLM's CPU defaults apply)
 
     @property
     def memory_bytes(self) -> int:
@@ -90,6 +92,25 @@ def resolve_model(ref: str | Path) -> tuple[Architecture, Path]:
 def gpus() -> dict[str, GPU]:
     raw = yaml.safe_load(GPUS_FILE.read_text())
     return {name: GPU(name=name, **fields) for name, fields in raw.items()}
+
+
+def from_probe(probe: dict) -> GPU:
+    """A device described by `kvprof probe`: its measured copy bandwidth and bf16 matmul rate
+    as the ceilings; memory from the catalog for a known GPU, else the host's."""
+    bw = probe["copy"]["bandwidth_Bps"]["median"]
+    flops = probe["matmul_bf16"]["flops_per_s"]["median"]
+    name = str(probe.get("device", "probed device"))
+    is_cpu = probe.get("device_type") == "cpu"
+    memory_mib = None
+    if not is_cpu:
+        with contextlib.suppress(UnknownName):
+            memory_mib = gpu(name).memory_mib
+    if memory_mib is None:
+        import psutil
+
+        memory_mib = psutil.virtual_memory().total // 2**20
+    return GPU(name=f"probe: {name}", display=name, memory_mib=memory_mib, bandwidth_tbs=bw / 1e12,
+               bf16_tflops=flops / 1e12, cpu=is_cpu)
 
 
 def gpu(name: str) -> GPU:

