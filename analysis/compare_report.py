@@ -10,7 +10,7 @@ import seaborn as sns
 from matplotlib.backends.backend_pdf import PdfPages
 
 from analysis.multi import REFERENCE_CONTEXT, Comparison
-from analysis.report import PAGE, Table, _fmt, _table_page, _text_page, fbw, fms, fnum, fpct
+from analysis.report import PAGE, Table, _fmt, _table_page, _text_page, fbw, fms, fnum, fpct, save_page
 
 
 def tables(cmp: Comparison) -> dict[str, Table]:
@@ -54,18 +54,14 @@ def _plots(pdf: PdfPages, cmp: Comparison) -> None:
         ax.set_ylabel("decode step time (ms)")
         fig.suptitle("Decode step time vs context, runs overlaid (one line style per batch)", fontsize=13,
                      fontweight="bold", x=0.02, ha="left")
-        fig.tight_layout(rect=(0, 0, 1, 0.93))
-        pdf.savefig(fig)
-        plt.close(fig)
+        save_page(pdf, fig)
     if not cmp.throughput.empty:
         fig, ax = plt.subplots(figsize=PAGE)
         sns.lineplot(data=cmp.throughput, x="concurrency", y="tokens_per_s_per_gpu", hue="run", marker="o", ax=ax)
         ax.set_xlabel("batch (concurrent sequences)")
         ax.set_ylabel("output tokens/s per GPU")
         fig.suptitle("Throughput vs concurrency per run", fontsize=13, fontweight="bold", x=0.02, ha="left")
-        fig.tight_layout(rect=(0, 0, 1, 0.93))
-        pdf.savefig(fig)
-        plt.close(fig)
+        save_page(pdf, fig)
     cap = cmp.capacity
     cols = [c for c in cap.columns if c.startswith("kv_tokens[")]
     if cols:
@@ -78,9 +74,7 @@ def _plots(pdf: PdfPages, cmp: Comparison) -> None:
         ax.set_ylabel(" / ".join(cmp.align_on))
         fig.suptitle("KV capacity per aligned engine configuration", fontsize=13, fontweight="bold", x=0.02,
                      ha="left")
-        fig.tight_layout(rect=(0, 0, 1, 0.93))
-        pdf.savefig(fig)
-        plt.close(fig)
+        save_page(pdf, fig)
 
 
 def build_comparison(cmp: Comparison, out_dir: str | Path, pdf_path: str | Path | None = None) -> dict[str, Path]:

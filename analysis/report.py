@@ -264,6 +264,13 @@ def setup_lines(a: Analysis) -> list[str]:
 
 # --- pages -------------------------------------------------------------------------------------
 
+def save_page(pdf: PdfPages, fig: plt.Figure, rect: tuple[float, float, float, float] = (0, 0, 1, 0.93)) -> None:
+    """Lay out under the page title, add to the PDF, free the figure."""
+    fig.tight_layout(rect=rect)
+    pdf.savefig(fig)
+    plt.close(fig)
+
+
 def _page(pdf: PdfPages, title: str) -> tuple[plt.Figure, Any]:
     fig = plt.figure(figsize=PAGE)
     fig.suptitle(title, fontsize=13, fontweight="bold", x=0.02, ha="left")
@@ -345,9 +352,7 @@ def _plot_capacity(pdf: PdfPages, a: Analysis) -> None:
     ax2.set_ylabel("")
     ax2.set_yticklabels([])
     ax2.set_title("Sequences that fit at max_model_len")
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    pdf.savefig(fig)
-    plt.close(fig)
+    save_page(pdf, fig)
 
 
 def _plot_memory(pdf: PdfPages, a: Analysis) -> None:
@@ -395,9 +400,7 @@ def _plot_memory(pdf: PdfPages, a: Analysis) -> None:
         ax.set_ylabel("GiB")
     handles = {h.get_label(): h for ax in axes for h in ax.get_legend_handles_labels()[0]}
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles))
-    fig.tight_layout(rect=(0, 0.06, 1, 0.93))
-    pdf.savefig(fig)
-    plt.close(fig)
+    save_page(pdf, fig, rect=(0, 0.06, 1, 0.93))
 
 
 def _plot_timeline(pdf: PdfPages, a: Analysis, max_points: int = 1500) -> None:
@@ -424,9 +427,7 @@ def _plot_timeline(pdf: PdfPages, a: Analysis, max_points: int = 1500) -> None:
         ax.set_title(textwrap.fill(eid, 26), fontsize=8)
         ax.set_xlabel("time since launch (s)")
         ax.set_ylabel(label)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    pdf.savefig(fig)
-    plt.close(fig)
+    save_page(pdf, fig)
 
 
 def _plot_saturation(pdf: PdfPages, a: Analysis) -> None:
@@ -454,9 +455,7 @@ def _plot_saturation(pdf: PdfPages, a: Analysis) -> None:
     ax2.set_xlabel("requests submitted together")
     ax2.set_ylabel("preemptions (count)")
     ax2.legend(fontsize=7)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    pdf.savefig(fig)
-    plt.close(fig)
+    save_page(pdf, fig)
     fig, ax = plt.subplots(figsize=PAGE)
     sns.lineplot(data=sat, x="concurrency", y="output_tokens_per_s", hue="engine_id", marker="o", ax=ax)
     if first is not None:
@@ -467,9 +466,7 @@ def _plot_saturation(pdf: PdfPages, a: Analysis) -> None:
                  fontweight="bold", x=0.02, ha="left")
     ax.set_xlabel("requests submitted together")
     ax.set_ylabel("output tokens/s (engine step time only)")
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    pdf.savefig(fig)
-    plt.close(fig)
+    save_page(pdf, fig)
 
 
 def _plot_decode(pdf: PdfPages, a: Analysis) -> None:
@@ -504,9 +501,7 @@ def _plot_decode(pdf: PdfPages, a: Analysis) -> None:
     ax.plot([], [], "k:", label="roofline, probed ceilings")
     ax.plot([], [], "k-.", label="predicted crossover t*")
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    pdf.savefig(fig)
-    plt.close(fig)
+    save_page(pdf, fig)
 
 
 def _plot_bandwidth(pdf: PdfPages, a: Analysis) -> None:
@@ -532,9 +527,7 @@ def _plot_bandwidth(pdf: PdfPages, a: Analysis) -> None:
     ax.set_xlabel("decode point (batch · mean context)")
     ax.set_ylabel("bandwidth (GB/s)")
     ax.legend(fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    pdf.savefig(fig)
-    plt.close(fig)
+    save_page(pdf, fig)
 
 
 def _plot_settings(pdf: PdfPages, a: Analysis) -> None:
@@ -553,9 +546,7 @@ def _plot_settings(pdf: PdfPages, a: Analysis) -> None:
         sns.barplot(data=c, x="max_model_len", y="max_concurrency_vllm", hue="setting", ax=ax2, errorbar=None)
         ax2.set_ylabel("max concurrency at max_model_len (sequences)")
         ax2.set_xlabel("max_model_len (tokens)")
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    pdf.savefig(fig)
-    plt.close(fig)
+    save_page(pdf, fig)
 
 
 def _environment(a: Analysis) -> Table:
