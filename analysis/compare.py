@@ -137,6 +137,10 @@ def capacity_table(res: Results) -> pd.DataFrame:
                                                            weight_bytes(a, tp), reserve),
                        predicted_reserve_bytes=reserve.total, weights_bytes_predicted=weight_bytes(a, tp))
             row["kv_budget_rel_error"] = rel(row["predicted_kv_budget_bytes"], budget)
+            # vLLM's own account of the reserve, where its log gave one.
+            row.update({f"vllm_{k}": getattr(e, k) for k in ("model_loading_bytes", "peak_activation_bytes",
+                                                             "non_torch_bytes", "cuda_graph_bytes")
+                        if pd.notna(getattr(e, k))})
         rows.append(row)
     cap_df = pd.DataFrame(rows)
     if cap_df.empty:

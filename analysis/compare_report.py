@@ -21,6 +21,7 @@ def tables(cmp: Comparison) -> dict[str, Table]:
         spec[f"kv_tokens[{r}]"] = (f"KV tokens {r}", fnum)
         spec[f"max_concurrency[{r}]"] = (f"max conc. {r}", fnum)
         spec[f"seqs_at_{REFERENCE_CONTEXT // 1024}K[{r}]"] = (f"seqs @{REFERENCE_CONTEXT // 1024}K {r}", fnum)
+        spec[f"kv_fraction_of_memory[{r}]"] = (f"KV share of memory {r}", lambda x: fpct(x).lstrip("+"))
     for r in runs[1:]:
         spec[f"kv_tokens {r}/{runs[0]}"] = (f"tokens {r}/{runs[0]}", lambda x: fnum(x, 4))
     t["capacity"] = Table("KV capacity per aligned engine configuration", _fmt(cmp.capacity, spec),

@@ -138,7 +138,11 @@ def build_tables(a: Analysis) -> dict[str, Table]:
             a.capacity, {"engine_id": ("engine", str), "predicted_kv_budget_bytes": ("predicted", fbytes),
                          "kv_budget_bytes": ("vLLM", fbytes), "kv_budget_rel_error": ("error", fpct),
                          "weights_bytes_predicted": ("weights (model)", fbytes),
-                         "predicted_reserve_bytes": ("reserve (heuristic)", fbytes)}))
+                         "predicted_reserve_bytes": ("reserve (heuristic)", fbytes),
+                         "vllm_model_loading_bytes": ("weights (vLLM)", fbytes),
+                         "vllm_peak_activation_bytes": ("activation peak (vLLM)", fbytes),
+                         "vllm_non_torch_bytes": ("non-torch (vLLM)", fbytes),
+                         "vllm_cuda_graph_bytes": ("CUDA graphs (vLLM)", fbytes)}))
     if "ceiling_predicted" in a.capacity:
         t["ceiling"] = Table("Batch ceiling at a fixed length: predicted vs the saturation phase", _fmt(
             a.capacity, {"engine_id": ("engine", str), "saturation_length": ("sequence length", fnum),

@@ -284,7 +284,8 @@ def run_job(job: dict[str, Any]) -> int:
 
     record = {"id": engine_id, "status": "ok", **base, "capacity": facts, "startup_s": startup_s,
               "started_at": t0, "ready_at": time.time(), "vllm_version": vllm.__version__,
-              "torch_version": torch.__version__, "device": _device_name(), "phases": []}
+              "torch_version": torch.__version__, "device": _device_name(), "cuda_uuids": _cuda_uuids(),
+              "phases": []}
     store.write_engine(record)
     vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
     driver = Driver(llm, vocab, job.get("seed", 0))
@@ -326,6 +327,18 @@ def run_job(job: dict[str, Any]) -> int:
     record["finished_at"] = time.time()
     store.write_engine(record)
     return 0
+
+
+def _cuda_uuids() -> list[str]:
+    """The engine's CUDA devices by UUID, so the parent can check it sampled the right ones."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return [f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in range(torch.cuda.device_count())]
+    except Exception:
+        pass
+    return []
 
 
 def _device_name() -> str:

@@ -202,6 +202,11 @@ def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at
     info["launches"].append({"launched_at": launched_at, "samples": int((df["launch"] == df["launch"].max()).sum()),
                              **desc})
     info["unavailable"] = desc["unavailable"]
+    sampled = [d["uuid"] for src in desc["sources"] for d in src.get("devices", [])]
+    if sampled and rec.get("cuda_uuids"):
+        # The engine saw these devices; NVML was asked for these. They must be the same GPUs.
+        used = rec["cuda_uuids"][: len(sampled)]
+        info["device_match"] = "ok" if used == sampled else f"MISMATCH: engine used {used}, sampled {sampled}"
     rec["telemetry"] = info
     store.write_engine(rec)
     for prec in point_recs:

@@ -3,6 +3,7 @@
 NVML branches run against tests/fake_nvml.py, which raises pynvml's real error classes.
 """
 
+import json
 import subprocess
 import sys
 import time
@@ -260,3 +261,30 @@ def test_telemetry_table_round_trips_through_parquet(tmp_path):
     df.to_parquet(tmp_path / "t.parquet", index=False)
     back = pd.read_parquet(tmp_path / "t.parquet")
     assert back["gpm_dram_bw_pct"].iloc[-1] == 71.5 and str(back["throttled"].dtype) == "boolean"
+
+
+def test_stored_telemetry_checks_the_sampled_gpus_are_the_engines(tmp_path):
+    from profiler.runner import store_telemetry
+    from profiler.store import ResultsDir
+
+    class Finished:  # a sampler that has run: its rows and its description
+        partial_path = None
+
+        def __init__(self, uuid):
+            self.uuid = uuid
+
+        def stop(self):
+            return frame([{"t": 5.0, "source": "nvml", "device": "gpu0", "mem_used_bytes": 1.0}])
+
+        def describe(self):
+            return {"interval_s": 0.1, "sampler_cpu_s": 0.0, "errors": [], "unavailable": {},
+                    "sources": [{"backend": "nvml", "devices": [{"label": "gpu0", "uuid": self.uuid}]}]}
+
+    store = ResultsDir(tmp_path)
+    store.prepare()
+    for uuid, verdict in (("GPU-a", "ok"), ("GPU-b", "MISMATCH")):
+        store.write_engine({"id": "e", "status": "ok", "started_at": 1.0, "ready_at": 2.0, "cuda_uuids": ["GPU-a"]})
+        store_telemetry(store, "e", Finished(uuid), launched_at=0.0, points=[])
+        rec = json.loads((tmp_path / "engines" / "e.json").read_text())
+        assert rec["telemetry"]["device_match"].startswith(verdict)
+    assert (tmp_path / "telemetry" / "e.parquet").is_file()
