@@ -27,7 +27,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 from profiler import vllm_metrics
 from profiler.capacity import read_capacity
-from profiler.store import ResultsDir
+from profiler.store import ResultsDir, read_json
 
 
 def _quantiles(values: list[float]) -> tuple[float, float, float]:
@@ -261,6 +261,11 @@ def run_job(job: dict[str, Any]) -> int:
     store = ResultsDir(job["results_dir"])
     engine_id = job["engine_id"]
     base = {"engine_id": engine_id, "engine": job["engine"]}
+    # An earlier launch of this engine (a resume, a relaunch after a hung point) keeps its
+    # telemetry history; this launch's own facts replace the rest.
+    prev = read_json(store.engine_path(engine_id)) or {}
+    if prev.get("telemetry"):
+        base["telemetry"] = prev["telemetry"]
     t0 = time.time()
     try:
         from profiler.capacity import build_llm

@@ -68,7 +68,7 @@ def no_engine_children(out: Path) -> bool:
 
 
 def test_hung_point_times_out_alone_and_the_rest_still_run(tmp_path):
-    spec = small_spec(tmp_path, point_s=15)
+    spec = small_spec(tmp_path, point_s=30)  # points take ~2 s alone; 30 s leaves room on a busy machine
     plan = expand(load_spec(spec))
     first, second = plan.engines[0], plan.engines[1]
     out = tmp_path / "out"
@@ -87,6 +87,12 @@ def test_hung_point_times_out_alone_and_the_rest_still_run(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["engine_launches"] == len(plan.engines) + 1
     assert manifest["status"] == "complete_with_failures"
+    # Both launches of the hung engine keep their telemetry.
+    import pandas as pd
+
+    engine = json.loads((out / "engines" / f"{first.id}.json").read_text())
+    assert len(engine["telemetry"]["launches"]) == 2
+    assert set(pd.read_parquet(out / "telemetry" / f"{first.id}.parquet")["launch"]) == {0, 1}
     assert no_engine_children(out)
     record("engine hangs mid-point (SIGSTOP on its process group)", True, 0,
            "point recorded as timeout, engine relaunched for the rest, no orphans")
