@@ -6,7 +6,10 @@ Runs ``kvprof sweep SPEC`` (default: sweeps/tiny-cpu.yaml) into a fresh director
 splits its wall time into
   * engine start-up — building ``vllm.LLM`` in each child (imports, weights, profiling, KV allocation),
   * vLLM calls — time inside ``add_request``/``step``/``get_metrics`` during the phases,
-  * harness — everything else: process spawns, interpreter start, prompts, records, polling.
+  * probe — `kvprof probe`'s measurements (copy, matmul, attention),
+  * harness — everything else: process spawns, interpreter start, prompts, records, polling,
+    telemetry. The report is not built (``--no-report``): it is analysis, timed by
+    benchmarks/report_build.py.
 The target is a harness share under 5 % of the total.
 """
 
@@ -30,7 +33,7 @@ def main() -> int:
     ns = ap.parse_args()
     out = Path(ns.out or tempfile.mkdtemp(prefix="kvprof-bench-"))
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "profiler.cli", "sweep", ns.spec, "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "profiler.cli", "sweep", ns.spec, "--out", str(out), "--no-report"],
                           cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -54,7 +57,9 @@ def main() -> int:
         if rec.get("status") == "ok":
             points += 1
             engine_calls += rec["measurements"].get("engine_s", 0.0)
-    harness = wall - startup - engine_calls
+    probe_file = out / "probe.json"
+    probe = (json.loads(probe_file.read_text()).get("probe_s") or 0.0) if probe_file.exists() else 0.0
+    harness = wall - startup - engine_calls - probe
     in_child = child_life - startup - engine_calls
 
     def row(label: str, seconds: float) -> None:
@@ -64,6 +69,7 @@ def main() -> int:
     row("total wall time", wall)
     row("engine start-up (vllm.LLM)", startup)
     row("inside vLLM calls (add_request/step)", engine_calls)
+    row("probe (copy, matmul, attention)", probe)
     row("harness", harness)
     row("  of which inside the engine child", in_child)
     row("  of which spawn, imports, parent", harness - in_child)
