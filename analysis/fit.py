@@ -31,6 +31,7 @@ class DecodeFit:
     loo_rel_errors: list[float] = field(default_factory=list)
     spec_bandwidth_Bps: float | None = None
     probe_bandwidth_Bps: float | None = None
+    note: str = ""
 
     @property
     def mbu_spec(self) -> float | None:
@@ -97,7 +98,13 @@ def fit_decode(bytes_: Any, step_s: Any, flops: Any = None, *, use_flops: bool =
             keep = np.arange(len(y)) != i
             c = _solve(X[keep], y[keep])
             loo.append(float((X[i] @ c - y[i]) / y[i]))
+    note = ""
+    if coef[1] <= 0:
+        # The bounded fit put no time on bytes: across these points step time does not grow with
+        # the bytes read, so no bandwidth can be read off them (overhead or compute dominates).
+        note = "step time does not grow with bytes read across these points: bandwidth not identifiable"
     return DecodeFit(
+        note=note,
         effective_bandwidth_Bps=1.0 / coef[1] if coef[1] > 0 else None,
         step_overhead_s=float(coef[0]),
         effective_flops=(1.0 / coef[2] if coef[2] > 0 else None) if use_flops else None,

@@ -205,7 +205,8 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int,
         "tokens_per_s": batch / step.time_s,
         "arithmetic_intensity": step.arithmetic_intensity,
     })
-    if calibration is not None and (calibration.effective_bandwidth_Bps or calibration.effective_flops):
+    if calibration is not None and (calibration.effective_bandwidth_Bps or calibration.effective_flops
+                                    or calibration.step_overhead_s):
         cal = decode_step(a, batch=batch, context=context,
                           bandwidth_Bps=calibration.effective_bandwidth_Bps or bw,
                           peak_flops=calibration.effective_flops or peak,

@@ -227,7 +227,8 @@ def headline(a: Analysis) -> list[str]:
                         if s)
         lines.append(f"Decode fit: effective bandwidth {fbw(f.effective_bandwidth_Bps)}"
                      f"{' (' + mbu + ')' if mbu else ''}, fixed overhead {fms(f.step_overhead_s)} per step, "
-                     f"R² {f.r2:.3f}, leave-one-out median error {fpct(f.loo_median_abs_rel_error).lstrip('+')}.")
+                     f"R² {f.r2:.3f}, leave-one-out median error {fpct(f.loo_median_abs_rel_error).lstrip('+')}"
+                     + (f" — {f.note}." if f.note else "."))
     if not a.claims.empty:
         counts = a.claims["verdict"].value_counts()
         lines.append("Claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".")

@@ -129,3 +129,11 @@ def test_smaller_injection_is_recovered_too(tmp_path):
     f = analyse(load(tmp_path)).fit
     assert f.effective_bandwidth_Bps == pytest.approx(inj.bandwidth_Bps, rel=0.02)
     assert f.step_overhead_s == pytest.approx(inj.overhead_s, rel=0.02)
+
+
+def test_flat_step_times_give_no_bandwidth_and_say_why():
+    from analysis.fit import fit_decode
+
+    f = fit_decode([1e6, 2e6, 3e6, 4e6], [0.0031, 0.0030, 0.0031, 0.0030])
+    assert f.effective_bandwidth_Bps is None and f.step_overhead_s == pytest.approx(0.00305, rel=0.02)
+    assert "not identifiable" in f.note

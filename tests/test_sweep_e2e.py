@@ -165,7 +165,13 @@ def test_the_sweep_ends_with_a_report_that_says_what_was_measured(tiny_sweep, tm
         for row in summary_cells(summary, title):
             assert all(cell in flat for cell in row), row
     cal = json.loads((out / "calibration.json").read_text())
-    assert cal["effective_bandwidth_Bps"] > 0 and cal["device"].startswith("CPU")
+    assert cal["step_overhead_s"] > 0 and cal["device"].startswith("CPU")
+    # On 2 CPU cores the tiny model's step time may not grow with bytes read at all: then the
+    # report must say the bandwidth cannot be identified rather than print a number.
+    if cal["effective_bandwidth_Bps"] is None:
+        assert "bandwidth not identifiable" in flat
+    else:
+        assert cal["effective_bandwidth_Bps"] > 0
 
 
 def test_rerun_skips_finished_points(tiny_sweep):
