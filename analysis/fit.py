@@ -99,10 +99,14 @@ def fit_decode(bytes_: Any, step_s: Any, flops: Any = None, *, use_flops: bool =
             c = _solve(X[keep], y[keep])
             loo.append(float((X[i] @ c - y[i]) / y[i]))
     note = ""
+    if r2 < 0.5:
+        note = (f"poor fit (R² {r2:.2f}): step times vary with something the bytes-read model does not "
+                f"capture (overhead, compute or noise dominate)")
     if coef[1] <= 0:
         # The bounded fit put no time on bytes: across these points step time does not grow with
         # the bytes read, so no bandwidth can be read off them (overhead or compute dominates).
-        note = "step time does not grow with bytes read across these points: bandwidth not identifiable"
+        note = "step time does not grow with bytes read across these points: bandwidth not identifiable" + (
+            f"; {note}" if note else "")
     return DecodeFit(
         note=note,
         effective_bandwidth_Bps=1.0 / coef[1] if coef[1] > 0 else None,

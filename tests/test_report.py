@@ -137,3 +137,10 @@ def test_flat_step_times_give_no_bandwidth_and_say_why():
     f = fit_decode([1e6, 2e6, 3e6, 4e6], [0.0031, 0.0030, 0.0031, 0.0030])
     assert f.effective_bandwidth_Bps is None and f.step_overhead_s == pytest.approx(0.00305, rel=0.02)
     assert "not identifiable" in f.note
+
+
+def test_poor_fit_is_flagged():
+    from analysis.fit import fit_decode
+
+    f = fit_decode([1e6, 2e6, 3e6, 4e6, 5e6], [0.0031, 0.0050, 0.0029, 0.0052, 0.0030])
+    assert f.r2 < 0.5 and "poor fit" in f.note
