@@ -6,7 +6,7 @@ Runs ``kvprof sweep SPEC`` (default: sweeps/tiny-cpu.yaml) into a fresh director
 splits its wall time into
   * engine start-up — building ``vllm.LLM`` in each child (imports, weights, profiling, KV allocation),
   * vLLM calls — time inside ``add_request``/``step``/``get_metrics`` during the phases,
-  * probe — `kvprof probe`'s measurements (copy, matmul, attention),
+  * probe — the `kvprof probe` child: torch import and its measurements (copy, matmul, attention),
   * harness — everything else: process spawns, interpreter start, prompts, records, polling,
     telemetry. The report is not built (``--no-report``): it is analysis, timed by
     benchmarks/report_build.py.
@@ -57,8 +57,7 @@ def main() -> int:
         if rec.get("status") == "ok":
             points += 1
             engine_calls += rec["measurements"].get("engine_s", 0.0)
-    probe_file = out / "probe.json"
-    probe = (json.loads(probe_file.read_text()).get("probe_s") or 0.0) if probe_file.exists() else 0.0
+    probe = json.loads((out / "manifest.json").read_text()).get("probe_wall_s") or 0.0
     harness = wall - startup - engine_calls - probe
     in_child = child_life - startup - engine_calls
 
@@ -69,7 +68,7 @@ def main() -> int:
     row("total wall time", wall)
     row("engine start-up (vllm.LLM)", startup)
     row("inside vLLM calls (add_request/step)", engine_calls)
-    row("probe (copy, matmul, attention)", probe)
+    row("probe child (torch + measurements)", probe)
     row("harness", harness)
     row("  of which inside the engine child", in_child)
     row("  of which spawn, imports, parent", harness - in_child)

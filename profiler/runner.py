@@ -343,6 +343,7 @@ def run_probe_child(store: ResultsDir, console: Console) -> None:
         return
     console.print("probing copy bandwidth, matmul FLOP/s and decode attention …", highlight=False)
     log_path = store.logs / "probe.log"
+    t0 = time.monotonic()
     with log_path.open("ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "profiler.probe", "--out", str(path)], stdout=subprocess.DEVNULL,
                                 stderr=log, start_new_session=True)
@@ -355,7 +356,7 @@ def run_probe_child(store: ResultsDir, console: Console) -> None:
         except BaseException:
             _kill_group(proc)
             raise
-    store.update_manifest(probe=status)
+    store.update_manifest(probe=status, probe_wall_s=time.monotonic() - t0)
     if status != "ok":
         console.print(f"[yellow]probe {status}; the sweep goes on without it[/]", highlight=False)
 
