@@ -276,10 +276,11 @@ def save_page(pdf: PdfPages, fig: plt.Figure, rect: tuple[float, float, float, f
     plt.close(fig)
 
 
-def _page(pdf: PdfPages, title: str) -> tuple[plt.Figure, Any]:
+def _page(title: str) -> plt.Figure:
+    """A landscape page whose title states the finding."""
     fig = plt.figure(figsize=PAGE)
     fig.suptitle(title, fontsize=13, fontweight="bold", x=0.02, ha="left")
-    return fig, fig
+    return fig
 
 
 def _table_page(pdf: PdfPages, table: Table, max_rows: int = 28) -> None:
@@ -332,11 +333,9 @@ def _plot_capacity(pdf: PdfPages, a: Analysis) -> None:
     cap = a.capacity
     if cap.empty or "num_blocks_predicted" not in cap:
         return
-    fig, _ = _page(pdf, "")
     exact = (cap["blocks_error"].abs() <= cap["blocks_tolerance"]).all()
-    fig.suptitle("Capacity: vLLM's KV blocks " + ("equal the allocator model on every engine" if exact
-                                                   else "diverge from the allocator model"),
-                 fontsize=13, fontweight="bold", x=0.02, ha="left")
+    fig = _page("Capacity: vLLM's KV blocks " + ("equal the allocator model on every engine" if exact
+                                                  else "diverge from the allocator model"))
     ax1, ax2 = fig.subplots(1, 2)
     long = cap.melt(id_vars=["engine_id"], value_vars=["num_blocks_predicted", "num_blocks_vllm"],
                     var_name="source", value_name="blocks")
@@ -386,7 +385,7 @@ def _plot_memory(pdf: PdfPages, a: Analysis) -> None:
     df = pd.DataFrame(rows, columns=["engine", "source", "part", "bytes"]).dropna()
     if df.empty:
         return
-    fig, _ = _page(pdf, "Memory: where the device memory goes — theory, vLLM's account, and what was measured")
+    fig = _page("Memory: where the device memory goes — theory, vLLM's account, and what was measured")
     engines = df["engine"].unique()[:6]
     axes = fig.subplots(1, len(engines), squeeze=False)[0]
     parts = list(dict.fromkeys(df["part"]))
@@ -421,7 +420,7 @@ def _plot_timeline(pdf: PdfPages, a: Analysis, max_points: int = 1500) -> None:
     if tel.empty:
         return
     engines = list(tel["engine_id"].unique())[:6]
-    fig, _ = _page(pdf, f"Memory timeline: {label.split(' (')[0]} per engine, by phase")
+    fig = _page(f"Memory timeline: {label.split(' (')[0]} per engine, by phase")
     axes = fig.subplots(1, len(engines), squeeze=False, sharey=True)[0]
     for ax, eid in zip(axes, engines, strict=False):
         g = tel[tel["engine_id"] == eid]
@@ -445,7 +444,7 @@ def _plot_saturation(pdf: PdfPages, a: Analysis) -> None:
     bad = sat[(sat["concurrency"] <= sat["predicted_ceiling"]) & ~sat["ran_together"].astype(bool)]
     if not bad.empty:
         title = f"Concurrency ceiling: {len(bad)} points preempted or queued at or below the predicted ceiling"
-    fig, _ = _page(pdf, title)
+    fig = _page(title)
     ax1, ax2 = fig.subplots(1, 2)
     sns.lineplot(data=sat, x="concurrency", y="peak_running", hue="engine_id", marker="o", ax=ax1)
     lim = sat["concurrency"].max()
@@ -483,7 +482,7 @@ def _plot_decode(pdf: PdfPages, a: Analysis) -> None:
     if f is not None:
         title = (f"Decode: step time = {fms(f.step_overhead_s)} + bytes / {fbw(f.effective_bandwidth_Bps)} "
                  f"(R² {f.r2:.2f})")
-    fig, _ = _page(pdf, title)
+    fig = _page(title)
     ax = fig.add_subplot(1, 1, 1)
     palette = sns.color_palette("viridis", dec["concurrency"].nunique())
     for color, (c, g) in zip(palette, dec.groupby("concurrency"), strict=False):
@@ -519,7 +518,7 @@ def _plot_bandwidth(pdf: PdfPages, a: Analysis) -> None:
     title = f"Bandwidth: decode steps move {fbw(med)} by the model's byte count (median)"
     if peak:
         title += f", {100 * med / peak:.0f}% of the {'probed' if ce.probe_bandwidth_Bps else 'spec'} peak"
-    fig, _ = _page(pdf, title)
+    fig = _page(title)
     ax = fig.add_subplot(1, 1, 1)
     x = np.arange(len(dec))
     ax.scatter(x, dec["model_implied_Bps"] / 1e9, label="model bytes ÷ measured step", marker="o")
@@ -539,7 +538,7 @@ def _plot_settings(pdf: PdfPages, a: Analysis) -> None:
     dec = a.decode
     if dec.empty:
         return
-    fig, _ = _page(pdf, "Block size and KV dtype: effect on decode step time and capacity")
+    fig = _page("Block size and KV dtype: effect on decode step time and capacity")
     ax1, ax2 = fig.subplots(1, 2)
     d = dec.assign(setting=dec["kv_cache_dtype"].astype(str) + " / block " + dec["block_size"].astype(str))
     sns.barplot(data=d, x="concurrency", y=d["decode_step_s"] * 1e3, hue="setting", ax=ax1, errorbar=None)
