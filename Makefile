@@ -7,7 +7,7 @@ EXTRAS ?= cpu,dev
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup tools demo test lint clean
+.PHONY: setup tools demo test lint clean gpu-wheels
 
 setup: $(VENV)/.installed
 
@@ -40,6 +40,15 @@ test: setup tools
 
 lint: setup
 	$(VENV)/bin/ruff check analysis profiler tests benchmarks
+
+# Wheels for benchmarks/gpu_check.sh on a GPU box that has torch and pynvml but no
+# pydantic (Python 3.12 there); .whl/ is git-ignored and travels with the run.
+GPU_WHEELS := pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
+              typing-extensions==4.16.0
+gpu-wheels:
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d .whl $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -48,12 +48,13 @@ class Device:
     pci_bus_id: str
     mig: bool = False
     spec_bandwidth_Bps: float | None = None
-    gpm: tuple[Any, Any] | None = None  # two GPM samples, swapped each window
+    gpm: tuple[Any, Any] | None = None  # two GPM samples, swapped each window (freed on close)
     gpm_t: float = 0.0
+    gpm_on: bool = False  # GPM was set up; describe() says so after close too
 
     def describe(self) -> dict[str, Any]:
         return {"label": self.label, "uuid": self.uuid, "name": self.name, "pci_bus_id": self.pci_bus_id,
-                "mig": self.mig, "spec_bandwidth_Bps": self.spec_bandwidth_Bps, "gpm": self.gpm is not None}
+                "mig": self.mig, "spec_bandwidth_Bps": self.spec_bandwidth_Bps, "gpm": self.gpm_on}
 
 
 def _text(v: Any) -> str:
@@ -214,7 +215,7 @@ class NvmlSource:
             try:
                 a, b = nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()
                 nv.nvmlGpmSampleGet(dev.handle, a)
-                dev.gpm, dev.gpm_t = (a, b), self.clock()
+                dev.gpm, dev.gpm_t, dev.gpm_on = (a, b), self.clock(), True
             except nv.NVMLError as exc:
                 reason = f"GPM sampling failed: {_reason(nv, exc)}"
         if reason is not None:

@@ -77,6 +77,7 @@ def test_every_signal_through_the_real_bindings(driver):
     src.close()
     assert driver.live_samples() == 0, "GPM sample buffers leaked"
     assert driver.refcount() == 0, "nvmlShutdown not called"
+    assert src.describe()["devices"][0]["gpm"] is True  # the manifest is written after close
 
 
 def test_gpm_windows_follow_the_load_with_the_samples_in_order(driver):
@@ -231,3 +232,54 @@ def test_sampler_thread_records_the_timeline(driver):
     # 50 ms samples against a 100 ms GPM minimum: a GPM value in at most about every other row.
     assert df["gpm_dram_bw_pct"].notna().mean() <= 0.6
     assert isinstance(df["throttled"].dtype, pd.BooleanDtype)
+
+
+def test_gpu_sampler_benchmark_runs_end_to_end(driver, tmp_path, monkeypatch):
+    """benchmarks/gpu_sampler.py (run on GPU boxes by benchmarks/gpu_check.sh) with torch.cuda mapped to the CPU.
+
+    Keeps the script from rotting between GPU sessions: phases, tagging, aggregates, files.
+    """
+    import sys
+    import types
+    from pathlib import Path
+
+    import torch
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3
+
+    cpu_torch = types.SimpleNamespace(
+        uint8=torch.uint8, bfloat16=torch.bfloat16, empty_like=torch.empty_like,
+        empty=lambda *a, device=None, **k: torch.empty(*a, **k),
+        randn=lambda *a, device=None, **k: torch.randn(*a, **k),
+        cuda=types.SimpleNamespace(
+            is_available=lambda: True, synchronize=lambda: None, empty_cache=lambda: None, Event=Event,
+            get_device_properties=lambda i: types.SimpleNamespace(uuid="5e1f0c2a-9d3b-4c55-8e2f-0a1b2c3d4e5f")))
+    monkeypatch.setitem(sys.modules, "torch", cpu_torch)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gpu_sampler
+
+    i = h200(driver, used=GiB)
+    driver.set_load(i, H200_BPS, 2.4e12, 0.5, 0.1)
+    r = gpu_sampler.run(tmp_path, seconds=0.4, copy_gib=1 / 16, matmul_n=256)
+    gpu_sampler.show(r)
+    assert list(r["phases"]) == ["idle", "alloc_8GiB", "copy", "matmul_bf16", "idle_after"]
+    assert r["device"]["gpm"] is True and r["sampler"]["errors"] == []
+    copy = r["phases"]["copy"]
+    assert copy["measured"]["bytes_per_s"] > 0 and copy["gpu"]["samples"] >= 3
+    assert copy["gpu"]["mean_gpm_dram_bw_pct"] == pytest.approx(50.0, abs=1e-6)
+    assert copy["gpu"]["gpm_implied_dram_Bps"] == pytest.approx(2.4e12)
+    assert r["phases"]["matmul_bf16"]["measured"]["flops_per_s"] > 0
+    df = pd.read_parquet(tmp_path / "telemetry.parquet")
+    assert set(r["phases"]) <= set(df["phase"]) and set(df["source"]) == {"nvml", "cpu"}
+    assert (tmp_path / "gpu_sampler.json").exists()
