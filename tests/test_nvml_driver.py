@@ -283,3 +283,57 @@ def test_gpu_sampler_benchmark_runs_end_to_end(driver, tmp_path, monkeypatch):
     df = pd.read_parquet(tmp_path / "telemetry.parquet")
     assert set(r["phases"]) <= set(df["phase"]) and set(df["source"]) == {"nvml", "cpu"}
     assert (tmp_path / "gpu_sampler.json").exists()
+
+
+def test_a_launch_stored_with_per_point_gpu_aggregates(driver, tmp_path):
+    """open_sources → Sampler → runner.store_telemetry, as a sweep runs them, over the real bindings."""
+    import json
+    import os
+    from types import SimpleNamespace
+
+    from profiler.runner import store_telemetry
+    from profiler.store import ResultsDir
+    from profiler.telemetry import open_sources
+
+    uuid = "GPU-5e1f0c2a-9d3b-4c55-8e2f-0a1b2c3d4e5f"
+    i = h200(driver, uuid=uuid, used=2 * GiB)
+    driver.add_process(i, os.getpid(), 2 * GiB)  # the "engine" is this process
+    store = ResultsDir(tmp_path)
+    store.prepare()
+    sources, unavailable = open_sources("nvml", 1, os.getpid)
+    assert [s.kind for s in sources] == ["nvml", "cpu"] and unavailable == {}
+    sampler = Sampler(sources, 0.05).start()
+    launched = time.time()
+    time.sleep(0.2)
+    ready = time.time()
+    points = []
+    for pid, pct, mem in (("p-low", 25.0, 60 * GiB), ("p-high", 75.0, 90 * GiB)):
+        driver.set_load(i, H200_BPS, pct / 100 * H200_BPS, 0.5, 0.0)
+        driver.set_memory_used(i, mem)
+        time.sleep(0.3)  # the GPM window that straddles the change closes before the point starts
+        start = time.time()
+        time.sleep(0.5)
+        store.write_point({"id": pid, "status": "ok", "point": {"phase": "decode"}, "started_at": start,
+                           "finished_at": time.time()})
+        points.append(SimpleNamespace(id=pid))
+        time.sleep(0.1)  # a row is stamped before its reads: no state change right at a point's end
+    store.write_engine({"id": "e", "status": "ok", "started_at": launched, "ready_at": ready,
+                        "phases": [], "cuda_uuids": [uuid]})
+    store_telemetry(store, "e", sampler, launched_at=launched, points=points)
+
+    eng = json.loads((tmp_path / "engines" / "e.json").read_text())["telemetry"]
+    assert eng["device_match"] == "ok"
+    gpu = eng["launches"][0]["sources"][0]
+    assert gpu["devices"][0]["gpm"] is True and gpu["devices"][0]["spec_bandwidth_Bps"] == H200_BPS
+    assert eng["unavailable"] == {} and eng["launches"][0]["errors"] == []
+    for pid, pct, mem in (("p-low", 25.0, 60 * GiB), ("p-high", 75.0, 90 * GiB)):
+        agg = json.loads((tmp_path / "points" / f"{pid}.json").read_text())["telemetry"]
+        g = agg["gpu0"]
+        assert g["samples"] >= 5 and g["peak_mem_used_bytes"] == mem
+        assert g["mean_gpm_dram_bw_pct"] == pytest.approx(pct, abs=1e-6)
+        assert g["gpm_implied_dram_Bps"] == pytest.approx(pct / 100 * H200_BPS)
+        assert g["peak_engine_mem_bytes"] == 2 * GiB and g["throttled_seen"] is True
+        assert agg["host"]["peak_rss_bytes"] > 0
+    df = pd.read_parquet(tmp_path / "telemetry" / "e.parquet")
+    assert set(df["phase"]) >= {"baseline", "startup", "decode"} and set(df["point_id"].dropna()) == {"p-low", "p-high"}
+    assert driver.refcount() == 0 and driver.live_samples() == 0
