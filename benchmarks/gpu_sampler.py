@@ -95,8 +95,9 @@ def run(out: Path | None, seconds: float, copy_gib: float = 2.0, matmul_n: int =
     tagged = tag_phases(df, {"phases": phases, "status": "ok"}, [], launched_at=phases[0]["start"])
     devices = {d["label"]: d for d in desc["sources"][0]["devices"]}
     per_phase = {}
-    for name in [p["phase"] for p in phases]:
-        agg = aggregate(tagged[tagged["phase"] == name], devices)
+    for p in phases:
+        name = p["phase"]
+        agg = aggregate(tagged[tagged["phase"] == name], devices, start=p["start"])
         per_phase[name] = {"gpu": agg.get("gpu0"), "measured": measured.get(name)}
     ticks = df["t"].nunique()
     wall = df["t"].max() - df["t"].min()

@@ -22,7 +22,7 @@ SIGNALS = (
     "util_gpu_pct", "util_mem_busy_pct",
     "gpm_dram_bw_pct", "gpm_sm_pct", "gpm_tensor_pct",
     "power_w", "clock_sm_mhz", "clock_mem_mhz", "clocks_event_reasons", "throttled",
-    "temperature_c", "engine_mem_bytes",
+    "temperature_c", "engine_mem_bytes", "gpm_window_s",
 )
 GPM_SIGNALS = ("gpm_dram_bw_pct", "gpm_sm_pct", "gpm_tensor_pct")
 GPM_MIN_WINDOW_S = 0.1  # GPM metrics need samples at least 100 ms apart
@@ -267,7 +267,9 @@ class NvmlSource:
         return mem
 
     def _gpm(self, dev: Device) -> dict[str, float | None]:
-        out: dict[str, float | None] = dict.fromkeys(GPM_SIGNALS)
+        """GPM averages over the window since this device's last GPM sample; its length goes
+        along (``gpm_window_s``) so a point's mean can drop windows that began before it."""
+        out: dict[str, float | None] = dict.fromkeys((*GPM_SIGNALS, "gpm_window_s"))
         if dev.gpm is None or GPM_SIGNALS[0] in self.unavailable:
             return out
         now = self.clock()
@@ -290,10 +292,12 @@ class NvmlSource:
                 for s in GPM_SIGNALS:
                     self.unavailable[s] = f"GPM: {_reason(nv, exc)}"
             return out
-        dev.gpm, dev.gpm_t = (cur, prev), now
+        window, dev.gpm, dev.gpm_t = now - dev.gpm_t, (cur, prev), now
         for i, s in enumerate(GPM_SIGNALS):
             if mg.metrics[i].nvmlReturn == 0:
                 out[s] = float(mg.metrics[i].value)
+        if any(out[s] is not None for s in GPM_SIGNALS):
+            out["gpm_window_s"] = window
         return out
 
     def sample(self) -> list[dict[str, Any]]:

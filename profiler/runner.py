@@ -213,7 +213,7 @@ def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at
         mine = df[df["point_id"] == prec["id"]]
         if mine.empty:
             continue
-        prec["telemetry"] = aggregate(mine, devices)
+        prec["telemetry"] = aggregate(mine, devices, start=prec.get("started_at"))
         store.write_point(prec)
 
 

@@ -183,8 +183,37 @@ def _max(s: pd.Series) -> float | None:
     return None if s.empty else float(s.max())
 
 
-def aggregate(samples: pd.DataFrame, devices: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Per device: peak/mean memory, bandwidth, power, clocks, throttling over a point's samples."""
+def _gpm_means(g: pd.DataFrame, start: float | None) -> tuple[dict[str, float | None], int, bool]:
+    """Time-weighted GPM means over the windows that lie inside the point.
+
+    A GPM value averages the window since the device's previous GPM sample, so the
+    first one stamped inside a point may mostly cover what ran before it. Those are
+    dropped when ``start`` is known and at least one window lies wholly inside;
+    otherwise all are used and ``partial`` says so.
+    """
+    cols = ("gpm_dram_bw_pct", "gpm_sm_pct", "gpm_tensor_pct")
+    rows = g.dropna(subset=["gpm_dram_bw_pct"])
+    partial = False
+    if "gpm_window_s" in rows and start is not None and not rows.empty:
+        inside = rows[rows["t"] - rows["gpm_window_s"].fillna(0.0) >= start - 1e-3]
+        partial = inside.empty
+        rows = rows if inside.empty else inside
+    if rows.empty:
+        return dict.fromkeys(cols), 0, False
+    w = rows["gpm_window_s"].fillna(1.0) if "gpm_window_s" in rows else pd.Series(1.0, index=rows.index)
+    means = {}
+    for c in cols:
+        v = rows[c].notna()
+        means[c] = float((rows.loc[v, c] * w[v]).sum() / w[v].sum()) if v.any() else None
+    return means, len(rows), partial
+
+
+def aggregate(samples: pd.DataFrame, devices: dict[str, dict[str, Any]],
+              start: float | None = None) -> dict[str, Any]:
+    """Per device: peak/mean memory, bandwidth, power, clocks, throttling over a point's samples.
+
+    ``start`` (the point's wall-clock start) lets GPM means keep to windows inside the point.
+    """
     out: dict[str, Any] = {}
     for label, g in samples.groupby("device", sort=True):
         if label == "host":
@@ -192,7 +221,8 @@ def aggregate(samples: pd.DataFrame, devices: dict[str, dict[str, Any]]) -> dict
                           "mean_rss_bytes": _mean(g["rss_bytes"]), "mean_cpu_pct": _mean(g["cpu_pct"]),
                           "peak_sys_mem_used_bytes": _max(g["sys_mem_used_bytes"])}
             continue
-        bw_pct = _mean(g["gpm_dram_bw_pct"])
+        gpm, gpm_windows, gpm_partial = _gpm_means(g, start)
+        bw_pct = gpm["gpm_dram_bw_pct"]
         spec = (devices.get(label) or {}).get("spec_bandwidth_Bps")
         throttled = g["throttled"].dropna()
         out[label] = {
@@ -201,8 +231,9 @@ def aggregate(samples: pd.DataFrame, devices: dict[str, dict[str, Any]]) -> dict
             "peak_engine_mem_bytes": _max(g["engine_mem_bytes"]),
             "mean_gpm_dram_bw_pct": bw_pct,
             "gpm_implied_dram_Bps": None if bw_pct is None or spec is None else bw_pct / 100 * spec,
+            "gpm_windows": gpm_windows, "gpm_partial_windows": gpm_partial,
             "mean_util_mem_busy_pct": _mean(g["util_mem_busy_pct"]),
-            "mean_gpm_sm_pct": _mean(g["gpm_sm_pct"]), "mean_gpm_tensor_pct": _mean(g["gpm_tensor_pct"]),
+            "mean_gpm_sm_pct": gpm["gpm_sm_pct"], "mean_gpm_tensor_pct": gpm["gpm_tensor_pct"],
             "mean_power_w": _mean(g["power_w"]), "peak_power_w": _max(g["power_w"]),
             "mean_clock_sm_mhz": _mean(g["clock_sm_mhz"]), "mean_clock_mem_mhz": _mean(g["clock_mem_mhz"]),
             "max_temperature_c": _max(g["temperature_c"]),

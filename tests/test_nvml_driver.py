@@ -331,6 +331,7 @@ def test_a_launch_stored_with_per_point_gpu_aggregates(driver, tmp_path):
         g = agg["gpu0"]
         assert g["samples"] >= 5 and g["peak_mem_used_bytes"] == mem
         assert g["mean_gpm_dram_bw_pct"] == pytest.approx(pct, abs=1e-6)
+        assert g["gpm_windows"] >= 2 and g["gpm_partial_windows"] is False
         assert g["gpm_implied_dram_Bps"] == pytest.approx(pct / 100 * H200_BPS)
         assert g["peak_engine_mem_bytes"] == 2 * GiB and g["throttled_seen"] is True
         assert agg["host"]["peak_rss_bytes"] > 0

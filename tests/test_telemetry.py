@@ -288,3 +288,31 @@ def test_stored_telemetry_checks_the_sampled_gpus_are_the_engines(tmp_path):
         rec = json.loads((tmp_path / "engines" / "e.json").read_text())
         assert rec["telemetry"]["device_match"].startswith(verdict)
     assert (tmp_path / "telemetry" / "e.parquet").is_file()
+
+
+def test_point_gpm_means_keep_to_windows_inside_the_point():
+    # GPM rows: each averages the window since the previous GPM row (gpm_window_s).
+    # The point starts at t=10. The row at t=10.1 covers 9.9..10.1, mostly the idle before.
+    rows = [{"t": t, "source": "nvml", "device": "gpu0", "gpm_dram_bw_pct": pct, "gpm_sm_pct": pct / 2,
+             "gpm_window_s": w} for t, pct, w in ((10.1, 5.0, 0.2), (10.2, 60.0, 0.1), (10.5, 80.0, 0.3))]
+    df = frame(rows)
+    spec = {"gpu0": {"spec_bandwidth_Bps": 4.8e12}}
+    agg = aggregate(df, spec, start=10.0)["gpu0"]
+    # Time-weighted over the two windows inside: (60×0.1 + 80×0.3) / 0.4 = 75.
+    assert agg["mean_gpm_dram_bw_pct"] == pytest.approx(75.0) and agg["mean_gpm_sm_pct"] == pytest.approx(37.5)
+    assert agg["gpm_windows"] == 2 and agg["gpm_partial_windows"] is False
+    assert agg["gpm_implied_dram_Bps"] == pytest.approx(3.6e12)
+    # Without the start every window counts (time-weighted): (5×0.2 + 60×0.1 + 80×0.3) / 0.6.
+    assert aggregate(df, spec)["gpu0"]["mean_gpm_dram_bw_pct"] == pytest.approx(31.0 / 0.6)
+    # A point too short for a whole window: the straddling ones, flagged.
+    short = aggregate(df[df["t"] == 10.1], spec, start=10.0)["gpu0"]
+    assert short["mean_gpm_dram_bw_pct"] == 5.0 and short["gpm_partial_windows"] is True
+
+
+def test_gpm_rows_carry_their_window_length():
+    src, _, clock = source([h100()])
+    clock.t += 0.25
+    row = src.sample()[0]
+    assert row["gpm_dram_bw_pct"] == 71.5 and row["gpm_window_s"] == pytest.approx(0.25)
+    clock.t += 0.05
+    assert src.sample()[0]["gpm_window_s"] is None  # no GPM value, no window
