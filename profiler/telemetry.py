@@ -194,13 +194,13 @@ def _gpm_means(g: pd.DataFrame, start: float | None) -> tuple[dict[str, float | 
     cols = ("gpm_dram_bw_pct", "gpm_sm_pct", "gpm_tensor_pct")
     rows = g.dropna(subset=["gpm_dram_bw_pct"])
     partial = False
-    if "gpm_window_s" in rows and start is not None and not rows.empty:
+    if start is not None and not rows.empty:  # frame() always has gpm_window_s (null in older data)
         inside = rows[rows["t"] - rows["gpm_window_s"].fillna(0.0) >= start - 1e-3]
         partial = inside.empty
         rows = rows if inside.empty else inside
     if rows.empty:
         return dict.fromkeys(cols), 0, False
-    w = rows["gpm_window_s"].fillna(1.0) if "gpm_window_s" in rows else pd.Series(1.0, index=rows.index)
+    w = rows["gpm_window_s"].fillna(1.0)
     means = {}
     for c in cols:
         v = rows[c].notna()

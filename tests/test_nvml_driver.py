@@ -8,7 +8,13 @@ a leaked GPM buffer, a call after shutdown, an entry point an older driver lacks
 """
 
 import ctypes
+import json
+import os
+import sys
 import time
+import types
+from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pynvml
@@ -16,7 +22,9 @@ import pytest
 from nvml_library import build, installed
 
 from profiler.nvml_source import NvmlSource, NvmlUnavailable
-from profiler.telemetry import Sampler
+from profiler.runner import store_telemetry
+from profiler.store import ResultsDir
+from profiler.telemetry import Sampler, open_sources
 
 GiB, MiB = 2**30, 2**20
 H200_BPS = 4.8e12  # analysis.catalog's H200 bandwidth: the fake's GPM peak, so % × spec = bytes/s
@@ -239,11 +247,7 @@ def test_gpu_sampler_benchmark_runs_end_to_end(driver, tmp_path, monkeypatch):
 
     Keeps the script from rotting between GPU sessions: phases, tagging, aggregates, files.
     """
-    import sys
-    import types
-    from pathlib import Path
-
-    import torch
+    import torch  # the real one, before sys.modules["torch"] is swapped
 
     class Event:
         def __init__(self, enable_timing=False):
@@ -287,14 +291,6 @@ def test_gpu_sampler_benchmark_runs_end_to_end(driver, tmp_path, monkeypatch):
 
 def test_a_launch_stored_with_per_point_gpu_aggregates(driver, tmp_path):
     """open_sources → Sampler → runner.store_telemetry, as a sweep runs them, over the real bindings."""
-    import json
-    import os
-    from types import SimpleNamespace
-
-    from profiler.runner import store_telemetry
-    from profiler.store import ResultsDir
-    from profiler.telemetry import open_sources
-
     uuid = "GPU-5e1f0c2a-9d3b-4c55-8e2f-0a1b2c3d4e5f"
     i = h200(driver, uuid=uuid, used=2 * GiB)
     driver.add_process(i, os.getpid(), 2 * GiB)  # the "engine" is this process
