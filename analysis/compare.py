@@ -132,7 +132,7 @@ def capacity_table(res: Results) -> pd.DataFrame:
         if fixed is None and g is not None and pd.notna(e.gpu_memory_utilization):
             reserve = default_reserve(a, max_num_batched_tokens=int(e.max_num_batched_tokens),
                                       max_num_seqs=int(e.max_num_seqs), tp=tp)
-            total = int(e.gpu_total_bytes) if pd.notna(e.gpu_total_bytes) else g.memory_bytes
+            total = int(e.device_memory_bytes) if pd.notna(e.device_memory_bytes) else g.memory_bytes
             row.update(predicted_kv_budget_bytes=kv_budget(total, float(e.gpu_memory_utilization),
                                                            weight_bytes(a, tp), reserve),
                        predicted_reserve_bytes=reserve.total, weights_bytes_predicted=weight_bytes(a, tp))

@@ -140,7 +140,7 @@ def _capacity(runs: list[Run], align: list[str]) -> pd.DataFrame:
             continue
         e["seqs_at_ref"] = [_seqs_at(b, bs, REFERENCE_CONTEXT) for b, bs in zip(e["num_gpu_blocks"], e["block_size"],
                                                                                 strict=True)]
-        total = e["gpu_total_bytes"] if "gpu_total_bytes" in e else pd.Series(np.nan, index=e.index)
+        total = e["device_memory_bytes"] if "device_memory_bytes" in e else pd.Series(np.nan, index=e.index)
         budget = e["kv_cache_memory_bytes"].fillna(e["available_kv_bytes"])
         e["kv_fraction_of_memory"] = budget / total
         keep = {"num_gpu_blocks": "num_blocks", "kv_cache_size_tokens": "kv_tokens",

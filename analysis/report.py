@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from analysis import claims as claims_mod
 from analysis import compare
 from analysis.fit import DecodeFit, calibration_dict
 from analysis.load import Results, load
+from analysis.units import fmt_bandwidth, fmt_bytes, fmt_ms, fmt_number, fmt_pct
 
 PAGE = (11.69, 8.27)  # A4 landscape, inches
 plt.rcParams.update({"pdf.fonttype": 42, "font.size": 9})  # embedded TrueType: text stays extractable
@@ -35,39 +35,8 @@ plt.rcParams.update({"pdf.fonttype": 42, "font.size": 9})  # embedded TrueType: 
 
 # --- formatting ----------------------------------------------------------------------------
 
-def fnum(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA:
-        return "—"
-    if isinstance(x, bool | np.bool_):
-        return "yes" if x else "no"
-    if isinstance(x, int | np.integer):
-        return f"{int(x):,}"
-    x = float(x)
-    if x == int(x) and abs(x) < 1e15:
-        return f"{int(x):,}"
-    return f"{x:,.{digits}g}" if abs(x) < 1e6 else f"{x:.3e}"
-
-
-def fpct(x: Any) -> str:
-    return "—" if x is None or pd.isna(x) else f"{100 * float(x):+.1f}%"
-
-
-def fbytes(x: Any) -> str:
-    if x is None or pd.isna(x):
-        return "—"
-    x = float(x)
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(x) >= scale:
-            return f"{x / scale:,.2f} {unit}"
-    return f"{x:,.0f} B"
-
-
-def fms(x: Any) -> str:
-    return "—" if x is None or pd.isna(x) else f"{1e3 * float(x):,.3f} ms"
-
-
-def fbw(x: Any) -> str:
-    return "—" if x is None or pd.isna(x) else f"{float(x) / 1e9:,.1f} GB/s"
+# One set of formatters for the CLI, the PDF and summary.md (analysis.units); short names for tables.
+fnum, fpct, fbytes, fms, fbw = fmt_number, fmt_pct, fmt_bytes, fmt_ms, fmt_bandwidth
 
 
 @dataclass

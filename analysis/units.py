@@ -1,38 +1,59 @@
-"""Human formatting of bytes, seconds and rates (tables say their units)."""
+"""Byte sizes in, human units out: the one place kvprof parses and formats quantities.
+
+Parsing is pydantic's ``ByteSize`` (``8GiB``, ``512 MiB``, ``16MB``, ``2000000000``:
+binary units are powers of 1024, decimal ones powers of 1000). Every table, plot
+label and message formats through the functions below, so a quantity reads the same
+in the CLI, the PDF and summary.md. Missing values (None, NaN, pd.NA) print as "—".
+"""
 
 from __future__ import annotations
 
-import re
+import math
+from typing import Any
 
-_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-             "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+import numpy as np
+import pandas as pd
+from pydantic import ByteSize, TypeAdapter, ValidationError
+
+_BYTE_SIZE = TypeAdapter(ByteSize)
+MISSING = "—"
 
 
 def parse_bytes(text: str | int) -> int:
-    """'8GiB', '512 MiB', '2e9', '4096' → bytes. Raises ValueError naming the input."""
-    if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([kKmMgGtT]i?)?[bB]?\s*", str(text))
-    if not m:
-        raise ValueError(f"{text!r} is not a byte count (examples: 8GiB, 512MiB, 2e9)")
-    value = float(m.group(1)) * _SUFFIXES[(m.group(2) or "").lower()]
-    if value != int(value):
-        raise ValueError(f"{text!r} is not a whole number of bytes")
-    return int(value)
+    """'8GiB', '512 MiB', '16MB', '4096' → bytes. Raises ValueError naming the input."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a byte count (examples: 8GiB, 512MiB, 16MB, 2000000000)")
+    try:
+        return int(_BYTE_SIZE.validate_python(text))
+    except ValidationError:
+        raise ValueError(f"{text!r} is not a byte count (examples: 8GiB, 512MiB, 16MB, 2000000000)") from None
 
 
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "—"
+def missing(x: Any) -> bool:
+    if x is None or x is pd.NA:
+        return True
+    try:
+        return bool(pd.isna(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt_bytes(n: Any) -> str:
+    """Binary units up to TiB, two decimals: '1.50 GiB', '512.00 MiB', '100 B'."""
+    if missing(n):
+        return MISSING
+    n = float(n)
     for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
             return f"{n / size:,.2f} {unit}"
     return f"{n:,.0f} B"
 
 
-def fmt_seconds(s: float | None) -> str:
-    if s is None:
-        return "—"
+def fmt_seconds(s: Any) -> str:
+    """A single duration in the unit that suits it: '1.500 s', '4.200 ms', '88.08 µs'."""
+    if missing(s):
+        return MISSING
+    s = float(s)
     if s >= 1:
         return f"{s:,.3f} s"
     if s >= 1e-3:
@@ -40,7 +61,34 @@ def fmt_seconds(s: float | None) -> str:
     return f"{s * 1e6:,.2f} µs"
 
 
-def fmt_count(n: float | None, digits: int = 0) -> str:
-    if n is None:
-        return "—"
-    return f"{n:,.{digits}f}"
+def fmt_ms(s: Any) -> str:
+    """Seconds as milliseconds (a table column keeps one unit): '4.200 ms'."""
+    return MISSING if missing(s) else f"{1e3 * float(s):,.3f} ms"
+
+
+def fmt_count(n: Any, digits: int = 0) -> str:
+    return MISSING if missing(n) else f"{float(n):,.{digits}f}"
+
+
+def fmt_number(x: Any, digits: int = 3) -> str:
+    """Whole numbers with thousands separators, others to `digits` significant digits; bools as yes/no."""
+    if missing(x) or (isinstance(x, float) and math.isnan(x)):
+        return MISSING
+    if isinstance(x, bool | np.bool_):
+        return "yes" if x else "no"
+    if isinstance(x, int | np.integer):
+        return f"{int(x):,}"
+    x = float(x)
+    if x == int(x) and abs(x) < 1e15:
+        return f"{int(x):,}"
+    return f"{x:,.{digits}g}" if abs(x) < 1e6 else f"{x:.3e}"
+
+
+def fmt_pct(x: Any) -> str:
+    """A signed fraction as a percentage: 0.031 → '+3.1%'."""
+    return MISSING if missing(x) else f"{100 * float(x):+.1f}%"
+
+
+def fmt_bandwidth(x: Any) -> str:
+    """Bytes per second in GB/s (decimal, as spec sheets quote bandwidth)."""
+    return MISSING if missing(x) else f"{float(x) / 1e9:,.1f} GB/s"

@@ -43,12 +43,11 @@ def read_capacity(llm: Any) -> dict[str, Any]:
     }
 
 
-def build_llm(model: str, engine_args: dict[str, Any]) -> Any:
+def build_llm(llm_kwargs: dict[str, Any]) -> Any:
+    """``vllm.LLM(**llm_kwargs)``, nothing added: the caller's kwargs are exactly what runs."""
     from vllm import LLM
 
-    args = {"load_format": "dummy", "skip_tokenizer_init": True, "disable_log_stats": False}
-    args.update(engine_args)
-    return LLM(model=model, **args)
+    return LLM(**llm_kwargs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,9 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", required=True, help="model directory holding config.json")
     ap.add_argument("--engine-args", default="{}", help="JSON object passed to vllm.LLM")
     ns = ap.parse_args(argv)
-    engine_args = json.loads(ns.engine_args)
+    kwargs = {"model": ns.model, "load_format": "dummy", "skip_tokenizer_init": True, "disable_log_stats": False}
+    kwargs.update(json.loads(ns.engine_args))
     t0 = time.perf_counter()
-    llm = build_llm(ns.model, engine_args)
+    llm = build_llm(kwargs)
     facts = read_capacity(llm)
     facts["startup_s"] = time.perf_counter() - t0
     import vllm

@@ -14,7 +14,6 @@ token) are timed directly and prefill is kept out of them.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import statistics
 import sys
@@ -25,9 +24,23 @@ from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
+from analysis.results_schema import (
+    BlockRoundingRow,
+    CapacityFacts,
+    DecodeMeasurements,
+    DecodePoint,
+    EngineRecord,
+    EngineSettings,
+    FailedPoint,
+    PhaseMarker,
+    PointSettings,
+    SaturationMeasurements,
+    SaturationPoint,
+)
 from profiler import vllm_metrics
 from profiler.capacity import read_capacity
-from profiler.store import ResultsDir, read_json
+from profiler.spec import EngineJob
+from profiler.store import ResultsDir
 
 
 def _quantiles(values: list[float]) -> tuple[float, float, float]:
@@ -113,12 +126,18 @@ class Driver:
             self.step()
 
 
-def measure_decode(driver: Driver, point: dict[str, Any]) -> dict[str, Any]:
-    c, p, o = point["concurrency"], point["prompt_len"], point["output_len"]
-    for _ in range(point["warmup"]):
+def measure_decode(driver: Driver, point: PointSettings) -> dict[str, Any]:
+    """One decode point: `warmup` unmeasured batches, then `repeats` measured ones.
+
+    The quantities (decode step, TTFT, TPOT, throughput) are defined on
+    :class:`analysis.results_schema.DecodeMeasurements`.
+    """
+    c, p, o = point.concurrency, point.prompt_len, point.output_len
+    assert c is not None
+    for _ in range(point.warmup):
         driver.run_batch(c, p, o)
     ttfts, tpots, e2es, step_medians, throughputs, all_steps = [], [], [], [], [], []
-    for _ in range(point["repeats"]):
+    for _ in range(point.repeats):
         r = driver.run_batch(c, p, o)
         for out in r["outputs"]:
             m = out.metrics
@@ -130,6 +149,8 @@ def measure_decode(driver: Driver, point: dict[str, Any]) -> dict[str, Any]:
             step_medians.append(statistics.median(r["decode_steps"]))
             all_steps.extend(r["decode_steps"])
         throughputs.append(c * o / r["wall_s"])
+    if not ttfts:  # kvprof's own failure, not vLLM's: no request finished
+        raise RuntimeError(f"no request finished in {point.repeats} repeats of {c} requests")
     tpot, tpot_p25, tpot_p75 = _quantiles(tpots) if tpots else (None, None, None)
     step, step_p25, step_p75 = _quantiles(all_steps) if all_steps else (None, None, None)
     return {
@@ -140,7 +161,7 @@ def measure_decode(driver: Driver, point: dict[str, Any]) -> dict[str, Any]:
         "decode_step_s": step,
         "decode_step_spread_s": None if step is None else step_p75 - step_p25,
         "decode_step_medians_s": step_medians,
-        "decode_steps_per_repeat": len(all_steps) / point["repeats"],
+        "decode_steps_per_repeat": len(all_steps) / point.repeats,
         "output_tokens_per_s": statistics.median(throughputs),
         # Decode steps run at contexts p+1 … p+o-1 (the first token comes from prefill).
         "mean_context": p + o / 2,
@@ -165,7 +186,7 @@ def measure_block_rounding(driver: Driver, num_blocks: int, block_size: int, max
     return rows
 
 
-def model_bandwidth(job: dict[str, Any], facts: dict[str, Any], point: dict[str, Any],
+def model_bandwidth(engine: EngineSettings, facts: CapacityFacts, point: PointSettings,
                     measured: dict[str, Any]) -> dict[str, Any]:
     """Achieved bandwidth without NVML: bytes the analytic model says one decode step
     reads (weights + every sequence's KV at the mean context) ÷ the measured step time."""
@@ -173,10 +194,10 @@ def model_bandwidth(job: dict[str, Any], facts: dict[str, Any], point: dict[str,
     from analysis.roofline import decode_step
 
     try:
-        arch, _ = resolve_model(job["engine"]["model_dir"])
-        step = decode_step(arch, batch=point["concurrency"], context=round(measured["mean_context"]),
-                           bandwidth_Bps=1.0, peak_flops=1.0, kv_cache_dtype=job["engine"]["kv_cache_dtype"],
-                           tp=facts["tensor_parallel_size"])
+        arch, _ = resolve_model(engine.model_dir)
+        step = decode_step(arch, batch=point.concurrency, context=round(measured["mean_context"]),
+                           bandwidth_Bps=1.0, peak_flops=1.0, kv_cache_dtype=engine.kv_cache_dtype,
+                           tp=facts.tensor_parallel_size)
     except Exception as exc:  # an architecture the model does not cover: say so, keep the timing
         return {"model_bytes_per_decode_step": None, "model_bandwidth_note": f"{type(exc).__name__}: {exc}"}
     t = measured.get("decode_step_s")
@@ -185,23 +206,23 @@ def model_bandwidth(job: dict[str, Any], facts: dict[str, Any], point: dict[str,
             "model_implied_bandwidth_Bps": step.bytes / t if t else None}
 
 
-def predicted_ceiling(job: dict[str, Any], facts: dict[str, Any], prompt_len: int, output_len: int) -> Any:
+def predicted_ceiling(engine: EngineSettings, facts: CapacityFacts, prompt_len: int, output_len: int) -> Any:
     """The analysis model's batch ceiling for this engine's real block count and block size."""
     from analysis.allocator import batch_ceiling, paged_capacity
     from analysis.catalog import resolve_model
 
-    arch, _ = resolve_model(job["engine"]["model_dir"])
-    cap = paged_capacity(arch, 0, block_size=facts["block_size"], max_model_len=facts["max_model_len"],
-                         max_num_batched_tokens=facts["max_num_batched_tokens"],
-                         kv_cache_dtype=job["engine"]["kv_cache_dtype"], tp=facts["tensor_parallel_size"],
-                         async_scheduling=facts["async_scheduling"])
-    cap = dataclasses.replace(cap, num_blocks=facts["num_gpu_blocks"])
-    return batch_ceiling(cap, prompt_len, output_len, facts["max_num_seqs"], facts["max_num_batched_tokens"],
-                         facts["async_scheduling"])
+    arch, _ = resolve_model(engine.model_dir)
+    cap = paged_capacity(arch, 0, block_size=facts.block_size, max_model_len=facts.max_model_len,
+                         max_num_batched_tokens=facts.max_num_batched_tokens,
+                         kv_cache_dtype=engine.kv_cache_dtype, tp=facts.tensor_parallel_size,
+                         async_scheduling=facts.async_scheduling)
+    cap = dataclasses.replace(cap, num_blocks=facts.num_gpu_blocks)
+    return batch_ceiling(cap, prompt_len, output_len, facts.max_num_seqs, facts.max_num_batched_tokens,
+                         facts.async_scheduling)
 
 
-def measure_saturation(driver: Driver, point: dict[str, Any], job: dict[str, Any],
-                       facts: dict[str, Any]) -> dict[str, Any]:
+def measure_saturation(driver: Driver, point: PointSettings, engine: EngineSettings,
+                       facts: CapacityFacts) -> dict[str, Any]:
     """One batch of `concurrency` requests at a fixed length, watched step by step.
 
     vLLM admits a request when its prompt fits, so past the ceiling requests are
@@ -210,9 +231,9 @@ def measure_saturation(driver: Driver, point: dict[str, Any], job: dict[str, Any
     """
     from analysis.allocator import saturation_levels
 
-    p, o = point["prompt_len"], point["output_len"]
-    pred = predicted_ceiling(job, facts, p, o)
-    c = point["concurrency"] or saturation_levels(pred.ceiling, [point["factor"]])[0]
+    p, o = point.prompt_len, point.output_len
+    pred = predicted_ceiling(engine, facts, p, o)
+    c = point.concurrency or saturation_levels(pred.ceiling, [point.factor])[0]
     before = driver.metrics()
     driver.add(c, p, o)
     timeline: list[list[float]] = []
@@ -230,7 +251,7 @@ def measure_saturation(driver: Driver, point: dict[str, Any], job: dict[str, Any
     preemptions = timeline[-1][4] if timeline else 0
     return {
         "concurrency": c,
-        "factor": point.get("factor"),
+        "factor": point.factor,
         "predicted": dataclasses.asdict(pred) | {"ceiling": pred.ceiling, "limited_by": pred.limited_by},
         "peak_running": int(peak_running),
         "peak_waiting": int(max(row[2] or 0 for row in timeline)),
@@ -248,90 +269,148 @@ def measure_saturation(driver: Driver, point: dict[str, Any], job: dict[str, Any
     }
 
 
+_KVPROF_DIRS = tuple(str(Path(m.__file__).resolve().parent) + os.sep
+                     for m in (sys.modules["profiler"], sys.modules["analysis"]))
+
+
+def _raised_by_kvprof(exc: BaseException) -> bool:
+    """True when the innermost frame outside the standard library is kvprof's own code
+    (``statistics.median([])`` called by kvprof is kvprof's failure, not vLLM's)."""
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    for filename in reversed(frames):
+        path = os.path.realpath(filename)
+        if path.startswith(_KVPROF_DIRS):
+            return True
+        if path.startswith(stdlib) and "site-packages" not in path:
+            continue
+        return False
+    return False
+
+
 def error_class(exc: BaseException) -> str:
+    """How a point or an engine failed.
+
+    * ``oom`` — out of memory, wherever it was raised;
+    * ``error`` — kvprof's own code failed (a bug: the traceback is in the record and the log);
+    * ``unsupported`` — vLLM (or a library under it) refused the configuration;
+    * ``crash`` — anything else the engine raised.
+    """
     text = f"{type(exc).__name__}: {exc}".lower()
     if "out of memory" in text or "outofmemory" in text:
         return "oom"
+    if _raised_by_kvprof(exc):
+        return "error"
     if isinstance(exc, ValueError | NotImplementedError) or "not supported" in text or "unsupported" in text:
         return "unsupported"
     return "crash"
 
 
-def run_job(job: dict[str, Any]) -> int:
-    store = ResultsDir(job["results_dir"])
-    engine_id = job["engine_id"]
-    base = {"engine_id": engine_id, "engine": job["engine"]}
+def _failure(exc: BaseException) -> dict[str, Any]:
+    tb = traceback.format_exc()
+    print(tb, file=sys.stderr, flush=True)  # the whole traceback in the engine's log
+    status = error_class(exc)
+    return {"status": status, "error_class": status, "message": f"{type(exc).__name__}: {exc}",
+            "traceback": tb[-4000:]}
+
+
+def run_job(job: EngineJob) -> int:
+    """Build the engine, record its capacity facts, run the phases, write each record as it is measured."""
+    store = ResultsDir(job.results_dir)
+    engine_id = job.engine_id
+    base = {"engine_id": engine_id, "engine": job.engine}
     # An earlier launch of this engine (a resume, a relaunch after a hung point) keeps its
     # telemetry history; this launch's own facts replace the rest.
-    prev = read_json(store.engine_path(engine_id)) or {}
-    if prev.get("telemetry"):
-        base["telemetry"] = prev["telemetry"]
+    prev = store.read_engine(engine_id)
     t0 = time.time()
+    common = {"id": engine_id, "engine": job.engine, "llm_kwargs": job.llm_kwargs, "started_at": t0,
+              "telemetry": prev.telemetry if prev else None}
     try:
         from profiler.capacity import build_llm
 
-        kwargs = dict(job["llm_kwargs"])
-        model = kwargs.pop("model")
-        llm = build_llm(model, kwargs)
+        llm = build_llm(job.llm_kwargs)
     except Exception as exc:  # the engine refused or crashed: record it on every point
-        message = f"{type(exc).__name__}: {exc}"
-        store.write_engine({"id": engine_id, "status": error_class(exc), "message": message,
-                            "started_at": t0, "traceback": traceback.format_exc()[-4000:], **base})
-        for p in job["points"]:
-            store.write_point({"id": p["id"], "status": error_class(exc), "error_class": error_class(exc),
-                               "message": message, **base, "point": p})
-        print(f"KVPROF_ENGINE_FAILED {message}", flush=True)
+        failure = _failure(exc)
+        store.write_engine(EngineRecord(**common, device_memory_bytes=_device_memory_bytes(),
+                                        **{k: failure[k] for k in ("status", "message", "traceback")}))
+        for p in job.points:
+            store.write_point(FailedPoint(id=p.id, **base, point=p, **failure))
+        print(f"KVPROF_ENGINE_FAILED {failure['message']}", flush=True)
         return 3
     startup_s = time.time() - t0
-    facts = read_capacity(llm)
+    facts = CapacityFacts(**read_capacity(llm))
     import torch
     import vllm
 
-    record = {"id": engine_id, "status": "ok", **base, "capacity": facts, "startup_s": startup_s,
-              "started_at": t0, "ready_at": time.time(), "vllm_version": vllm.__version__,
-              "torch_version": torch.__version__, "device": _device_name(), "cuda_uuids": _cuda_uuids(),
-              "phases": []}
+    record = EngineRecord(
+        **common, status="ok", capacity=facts, startup_s=startup_s, ready_at=time.time(),
+        vllm_version=vllm.__version__, torch_version=torch.__version__, device=_device_name(),
+        cuda_uuids=_cuda_uuids(), device_memory_bytes=_device_memory_bytes())
     store.write_engine(record)
     vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
-    driver = Driver(llm, vocab, job.get("seed", 0))
-    if "capacity" in job["phases"]:
+    driver = Driver(llm, vocab, job.seed)
+    if "capacity" in job.phases:
         start = time.time()
         engine_s = driver.engine_s
-        record["block_rounding"] = measure_block_rounding(
-            driver, facts["num_gpu_blocks"], facts["block_size"], facts["max_model_len"])
-        record["phases"].append({"phase": "capacity", "start": start, "end": time.time(),
-                                 "engine_s": driver.engine_s - engine_s})
+        record.block_rounding = [BlockRoundingRow(**r) for r in measure_block_rounding(
+            driver, facts.num_gpu_blocks, facts.block_size, facts.max_model_len)]
+        record.phases.append(PhaseMarker(phase="capacity", start=start, end=time.time(),
+                                         engine_s=driver.engine_s - engine_s))
         store.write_engine(record)
     warmed_saturation = False
-    for p in job["points"]:
-        if p["phase"] == "saturation" and not warmed_saturation:
+    for p in job.points:
+        if p.phase == "saturation" and not warmed_saturation:
             # Full-chunk prefills are new shapes after the decode points: compile/warm them
             # outside the measured batch so its throughput is steady state.
-            n = -(-facts["max_num_batched_tokens"] // p["prompt_len"]) + 1
-            driver.run_batch(min(n, facts["max_num_seqs"]), p["prompt_len"], 2)
+            n = -(-facts.max_num_batched_tokens // p.prompt_len) + 1
+            driver.run_batch(min(n, facts.max_num_seqs), p.prompt_len, 2)
             warmed_saturation = True
         start = time.time()
-        print(f"KVPROF_POINT_START {p['id']}", flush=True)
+        print(f"KVPROF_POINT_START {p.id}", flush=True)
         engine_s = driver.engine_s
+        rec: DecodePoint | SaturationPoint | FailedPoint
         try:
-            if p["phase"] == "saturation":
-                measured = measure_saturation(driver, p, job, facts)
+            if p.phase == "saturation":
+                measured = measure_saturation(driver, p, job.engine, facts)
+                measured["engine_s"] = driver.engine_s - engine_s
+                rec = SaturationPoint(id=p.id, status="ok", **base, point=p,
+                                      measurements=SaturationMeasurements(**measured))
             else:
                 measured = measure_decode(driver, p)
-                measured.update(model_bandwidth(job, facts, p, measured))
-            measured["engine_s"] = driver.engine_s - engine_s
-            rec = {"id": p["id"], "status": "ok", **base, "point": p, "measurements": measured}
+                measured.update(model_bandwidth(job.engine, facts, p, measured))
+                measured["engine_s"] = driver.engine_s - engine_s
+                rec = DecodePoint(id=p.id, status="ok", **base, point=p, measurements=DecodeMeasurements(**measured))
         except Exception as exc:
-            rec = {"id": p["id"], "status": error_class(exc), "error_class": error_class(exc),
-                   "message": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:],
-                   **base, "point": p}
+            rec = FailedPoint(id=p.id, **base, point=p, **_failure(exc))
             driver.drain()
-        rec["started_at"], rec["finished_at"] = start, time.time()
+        rec.started_at, rec.finished_at = start, time.time()
         store.write_point(rec)
-        print(f"KVPROF_POINT_DONE {p['id']} {rec['status']}", flush=True)
-    record["finished_at"] = time.time()
+        print(f"KVPROF_POINT_DONE {p.id} {rec.status}", flush=True)
+    record.finished_at = time.time()
     store.write_engine(record)
     return 0
+
+
+def _device_memory_bytes() -> int | None:
+    """The device's total memory as the platform reports it: cudaMemGetInfo's total on CUDA
+    (what vLLM multiplies by gpu_memory_utilization), the host's RAM on CPU."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.mem_get_info()[1])
+    except Exception:
+        pass
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:
+        return None
 
 
 def _cuda_uuids() -> list[str]:
@@ -364,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m profiler.engine JOB.json", file=sys.stderr)
         return 2
-    return run_job(json.loads(Path(argv[0]).read_text()))
+    return run_job(EngineJob.model_validate_json(Path(argv[0]).read_text()))
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from profiler.spec import EngineConfig, Plan, Point
-from profiler.store import ResultsDir, atomic_write_json, atomic_write_text, read_json
+from analysis.results_schema import EngineRecord, EngineTelemetry, ProcessTimes, StartupLog
+from profiler.spec import EngineConfig, EngineJob, Plan, Point
+from profiler.store import SCHEMA_VERSION, ResultsDir, atomic_write_text, read_json
 from profiler.vllm_log import parse_startup
 
 LOG_TAIL_CHARS = 4000
@@ -101,13 +102,10 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
     Timeouts restart at each sign of progress: ``engine_start_s`` until the engine
     is up, then ``point_s`` for the capacity phase and for each point.
     """
-    job = {
-        "results_dir": str(store.root), "engine_id": cfg.id, "engine": cfg.model_dump(), "seed": seed,
-        "phases": phases, "llm_kwargs": cfg.llm_kwargs(),
-        "points": [p.model_dump() | {"id": p.id} for p in points],
-    }
-    job_path = store.engines / f"{cfg.id}.job.json"
-    atomic_write_json(job_path, job)
+    job = EngineJob(results_dir=str(store.root), engine_id=cfg.id, engine=cfg, seed=seed, phases=phases,
+                    llm_kwargs=cfg.llm_kwargs(), points=points)
+    job_path = store.job_path(cfg.id)
+    atomic_write_text(job_path, job.model_dump_json(indent=2))
     log_path = store.logs / f"{cfg.id}.log"
     child: dict[str, int | None] = {"pid": None}
     sampler = _start_sampler(store, cfg, telemetry, lambda: child["pid"])  # its first sample is the baseline
@@ -127,15 +125,16 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
         try:
             while proc.poll() is None:
                 time.sleep(POLL_S)
-                rec = read_json(store.engine_path(cfg.id)) or {}
-                ready = ready or (rec.get("status") == "ok" and rec.get("started_at", 0) >= launched_at - 1)
+                rec = store.read_engine(cfg.id)
+                ready = ready or (rec is not None and rec.status == "ok"
+                                  and (rec.started_at or 0) >= launched_at - 1)
                 for p in points:
                     if p.id not in seen_done and store.point_status(p.id) is not None:
                         seen_done.add(p.id)
                         if on_point_done:
                             on_point_done(p)
                 current = next((p for p in points if p.id not in seen_done), None)
-                now_marker = (ready, len(rec.get("phases", [])), len(seen_done))
+                now_marker = (ready, len(rec.phases) if rec else 0, len(seen_done))
                 if now_marker != marker:
                     marker, last_progress = now_marker, time.monotonic()
                     if on_current:
@@ -186,34 +185,36 @@ def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at
     from profiler.telemetry import aggregate, tag_phases
 
     df = sampler.stop()
-    rec = read_json(store.engine_path(engine_id)) or {}
-    point_recs = [r for r in (read_json(store.point_path(p.id)) for p in points) if r]
-    df = tag_phases(df, rec, point_recs, launched_at)
-    info = rec.get("telemetry") or {"file": f"telemetry/{engine_id}.parquet", "launches": []}
-    df["launch"] = len(info["launches"])
+    rec = store.read_engine(engine_id)
+    if rec is None:  # _finish_engine_record always leaves one; a vanished file is a write failure
+        raise OSError(f"engine record {store.engine_path(engine_id)} is missing or unreadable")
+    point_recs = [r for r in (store.read_point(p.id) for p in points) if r is not None]
+    df = tag_phases(df, rec.model_dump(), [r.model_dump() | {"id": r.id} for r in point_recs], launched_at)
+    info = rec.telemetry or EngineTelemetry(file=f"telemetry/{engine_id}.parquet")
+    df["launch"] = len(info.launches)
     path = store.telemetry / f"{engine_id}.parquet"
-    if path.exists() and info["launches"]:
+    if path.exists() and info.launches:
         df = pd.concat([pd.read_parquet(path), df], ignore_index=True)
     atomic_write_bytes(path, df.to_parquet(index=False))
     if sampler.partial_path:
         sampler.partial_path.unlink(missing_ok=True)
     desc = sampler.describe()
     devices = {d["label"]: d for src in desc["sources"] for d in src.get("devices", [])}
-    info["launches"].append({"launched_at": launched_at, "samples": int((df["launch"] == df["launch"].max()).sum()),
-                             **desc})
-    info["unavailable"] = desc["unavailable"]
+    info.launches.append({"launched_at": launched_at, "samples": int((df["launch"] == df["launch"].max()).sum()),
+                          **desc})
+    info.unavailable = desc["unavailable"]
     sampled = [d["uuid"] for src in desc["sources"] for d in src.get("devices", [])]
-    if sampled and rec.get("cuda_uuids"):
+    if sampled and rec.cuda_uuids:
         # The engine saw these devices; NVML was asked for these. They must be the same GPUs.
-        used = rec["cuda_uuids"][: len(sampled)]
-        info["device_match"] = "ok" if used == sampled else f"MISMATCH: engine used {used}, sampled {sampled}"
-    rec["telemetry"] = info
+        used = rec.cuda_uuids[: len(sampled)]
+        info.device_match = "ok" if used == sampled else f"MISMATCH: engine used {used}, sampled {sampled}"
+    rec.telemetry = info
     store.write_engine(rec)
     for prec in point_recs:
-        mine = df[df["point_id"] == prec["id"]]
+        mine = df[df["point_id"] == prec.id]
         if mine.empty:
             continue
-        prec["telemetry"] = aggregate(mine, devices, start=prec.get("started_at"))
+        prec.telemetry = aggregate(mine, devices, start=prec.started_at)
         store.write_point(prec)
 
 
@@ -223,35 +224,39 @@ def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, 
     """Complete the engine record; give every unfinished point its fate. Returns the
     point the engine died on, if it died on one."""
     log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
-    rec = read_json(store.engine_path(cfg.id)) or {"id": cfg.id, "engine_id": cfg.id,
-                                                      "engine": cfg.model_dump(), "status": outcome}
-    rec["startup_log"] = parse_startup(log_text)
-    rec["returncode"] = returncode
-    rec["process"] = process  # the parent's view: spawn and exit times of the child
+    rec = store.read_engine(cfg.id)
+    if rec is None or (rec.started_at or 0) < process["launched_at"] - 1:
+        # This launch never wrote its record (it died first), or the record is an earlier launch's.
+        if outcome == "ok":
+            outcome = "crash"  # exited 0 without saying what it did: not a success
+        rec = EngineRecord(id=cfg.id, status=outcome, engine=cfg, llm_kwargs=cfg.llm_kwargs(),
+                           telemetry=rec.telemetry if rec else None,
+                           message=f"engine child ended with {outcome} (return code {returncode}) "
+                                   "before it wrote its record", log_tail=log_text[-LOG_TAIL_CHARS:])
+    rec.startup_log = StartupLog(**parse_startup(log_text))
+    rec.returncode = returncode
+    rec.process = ProcessTimes(**process)  # the parent's view: spawn and exit times of the child
     if outcome != "ok":
-        rec["status"] = outcome if rec.get("status") in (None, "ok") else rec["status"]
-        rec["log_tail"] = log_text[-LOG_TAIL_CHARS:]
+        rec.status = outcome if rec.status == "ok" else rec.status
+        rec.log_tail = log_text[-LOG_TAIL_CHARS:]
     store.write_engine(rec)
     if outcome == "ok":
         return None
     unfinished = [p for p in points if store.point_status(p.id) in (None, "corrupt")]
-    in_capacity = "capacity" in phases and not any(ph.get("phase") == "capacity" for ph in rec.get("phases", []))
+    in_capacity = "capacity" in phases and not any(ph.phase == "capacity" for ph in rec.phases)
     # Engine never came up: every point shares its failure. Up and died on a point:
     # that point failed, the ones after it were never tried.
     culprit = unfinished[0] if ready and unfinished and not in_capacity else None
     for p in unfinished:
-        base = {"id": p.id, "engine_id": cfg.id, "engine": cfg.model_dump(), "point": p.model_dump() | {"id": p.id}}
+        base = {"id": p.id, "engine_id": cfg.id, "engine": cfg, "point": p}
         if ready and p is not culprit:
             where = f"point {_point_label(culprit.id)}" if culprit else "the capacity phase"
-            store.write_point(base | {"status": ABORTED, "error_class": ABORTED,
-                                      "message": f"not run: the engine ended with {outcome} during {where}; "
-                                                 "a rerun of the sweep runs it"})
+            store.write_failure(base, ABORTED, f"not run: the engine ended with {outcome} during {where}; "
+                                               "a rerun of the sweep runs it")
             continue
-        store.write_point(base | {
-            "status": outcome, "error_class": outcome, "log_tail": _tail(log_path),
-            "message": (f"engine child ended with {outcome} (return code {returncode})"
-                        + ("" if ready else " before the engine was ready")),
-        })
+        store.write_failure(base, outcome, f"engine child ended with {outcome} (return code {returncode})"
+                                           + ("" if ready else " before the engine was ready"),
+                            log_tail=_tail(log_path))
     return culprit.id if culprit else None
 
 
@@ -266,10 +271,10 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
         if spec_text is not None:
             atomic_write_text(store.root / "spec.yaml", spec_text)
         store.update_manifest(
-            schema_version=1, name=plan.spec.name, spec_hash=_spec_hash(plan), status="running",
+            schema_version=SCHEMA_VERSION, name=plan.spec.name, spec_hash=_spec_hash(plan), status="running",
             started_at=time.time(), host=socket.gethostname(), platform=platform.platform(),
             kvprof_version=_version("kvprof"), python=platform.python_version(),
-            engines=[e.id for e in plan.engines], dropped=[d.model_dump() for d in plan.dropped],
+            engines=[e.id for e in plan.engines], dropped=plan.dropped,
         )
         if plan.spec.probe:
             run_probe_child(store, console)
@@ -282,8 +287,9 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
             points_task = progress.add_task("points", total=total, completed=outcome.points_skipped)
             for cfg in plan.engines:
                 pts = todo[cfg.id]
-                engine_done = read_json(store.engine_path(cfg.id)) or {}
-                needs_engine = bool(pts) or ("capacity" in plan.spec.phases and engine_done.get("status") != "ok")
+                engine_done = store.read_engine(cfg.id)
+                needs_engine = bool(pts) or ("capacity" in plan.spec.phases
+                                             and (engine_done is None or engine_done.status != "ok"))
                 if not needs_engine:
                     progress.advance(engines_task)
                     continue
@@ -309,9 +315,9 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
                 if status == "ok":
                     outcome.points_ok += 1
                 else:
-                    rec = read_json(store.point_path(p.id)) or {}
+                    rec = store.read_point(p.id)
                     outcome.points_failed.append({"id": p.id, "status": status or "missing",
-                                                  "message": rec.get("message", "")})
+                                                  "message": getattr(rec, "message", "") or ""})
         store.update_manifest(status="complete" if not outcome.points_failed else "complete_with_failures",
                               finished_at=time.time(), devices=_devices(store, plan),
                               engine_launches=outcome.engines_launched)
@@ -364,9 +370,9 @@ def run_probe_child(store: ResultsDir, console: Console) -> None:
 def _devices(store: ResultsDir, plan: Plan) -> list[str]:
     names = set()
     for e in plan.engines:
-        rec = read_json(store.engine_path(e.id)) or {}
-        if rec.get("device"):
-            names.add(rec["device"])
+        rec = store.read_engine(e.id)
+        if rec is not None and rec.device:
+            names.add(rec.device)
     return sorted(names)
 
 

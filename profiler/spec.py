@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from analysis.units import parse_bytes
+from analysis.results_schema import Dropped, EngineSettings, PointSettings
 
 PHASES = ("capacity", "decode", "saturation")
 
@@ -47,7 +47,7 @@ class EngineAxes(BaseModel):
     kv_cache_dtype: list[str] = ["auto"]
     max_num_seqs: list[int | None] = [None]
     gpu_memory_utilization: list[float | None] = [None]
-    kv_cache_memory_bytes: list[int | None] = [None]
+    kv_cache_memory_bytes: list[ByteSize | None] = [None]  # 16MiB, 8GiB, 16000000
     tensor_parallel_size: list[int] = [1]
     enable_prefix_caching: list[bool | None] = [None]
     max_num_batched_tokens: list[int | None] = [None]
@@ -58,11 +58,6 @@ class EngineAxes(BaseModel):
         if not isinstance(data, dict):
             return data
         return {k: _as_list(v) for k, v in data.items()}
-
-    @field_validator("kv_cache_memory_bytes", mode="before")
-    @classmethod
-    def _bytes(cls, v: Any) -> Any:
-        return [None if x is None else parse_bytes(x) for x in v] if isinstance(v, list) else v
 
     @field_validator("max_model_len", "block_size", "tensor_parallel_size")
     @classmethod
@@ -174,6 +169,10 @@ class SweepSpec(BaseModel):
     output_dir: str | None = None
     engine: EngineAxes = EngineAxes()
     engine_args: dict[str, Any] = {}
+    engine_args_sweep: list[dict[str, Any]] | dict[str, list[Any]] | None = Field(
+        None, description="vLLM engine arguments to sweep: a list of combinations (vLLM bench sweep's "
+                          "--serve-params form), or a mapping of argument → list of values (their product). "
+                          "Each combination is merged into engine_args and gives its own engines.")
     workload: WorkloadAxes = WorkloadAxes()
     saturation: SaturationAxes = SaturationAxes()
     phases: list[Literal["capacity", "decode", "saturation"]] = ["capacity", "decode"]
@@ -181,39 +180,58 @@ class SweepSpec(BaseModel):
     probe: bool = Field(True, description="run `kvprof probe` into the results directory before the engines")
     timeouts: Timeouts = Timeouts()
 
+    @field_validator("engine_args_sweep")
+    @classmethod
+    def _sweep_shape(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None:
+            return v
+        if isinstance(v, dict):
+            empty = [k for k, vals in v.items() if not vals]
+            if empty:
+                raise ValueError(f"{empty}: each swept argument needs at least one value")
+            keys = list(v)
+        else:
+            if not v:
+                raise ValueError("list at least one combination")
+            keys = sorted({k for combo in v for k in combo})
+        axes = [k for k in keys if k in EngineAxes.model_fields]
+        if axes:
+            raise ValueError(f"{axes} are kvprof engine axes: sweep them under engine: (allowed here: any other "
+                             f"vllm.LLM argument)")
+        both = sorted(set(info.data.get("engine_args") or {}) & set(keys))
+        if both:
+            raise ValueError(f"{both} also set in engine_args; set each argument in one place")
+        return v
+
+    def engine_arg_combinations(self) -> list[dict[str, Any]]:
+        """engine_args merged with each swept combination ([engine_args] when nothing is swept)."""
+        v = self.engine_args_sweep
+        if v is None:
+            return [dict(self.engine_args)]
+        if isinstance(v, dict):
+            combos = [dict(zip(v, values, strict=True)) for values in itertools.product(*v.values())]
+        else:
+            combos = [dict(c) for c in v]
+        return [self.engine_args | c for c in combos]
+
     def out_dir(self, override: str | Path | None = None) -> Path:
         return Path(override or self.output_dir or Path("reports") / self.name)
 
 
-class EngineConfig(BaseModel):
-    """One engine launch: everything passed to vllm.LLM."""
-
-    model_config = ConfigDict(frozen=True)
-
-    model_dir: str
-    weights: str
-    dtype: str
-    seed: int
-    max_model_len: int
-    block_size: int
-    kv_cache_dtype: str
-    max_num_seqs: int | None
-    gpu_memory_utilization: float | None
-    kv_cache_memory_bytes: int | None
-    tensor_parallel_size: int
-    enable_prefix_caching: bool | None
-    max_num_batched_tokens: int | None
-    engine_args: dict[str, Any] = {}
-
-    @property
-    def id(self) -> str:
-        slug = f"len{self.max_model_len}-bs{self.block_size}-{self.kv_cache_dtype}-tp{self.tensor_parallel_size}"
-        return f"{slug}-{_digest(self.model_dump())}"
+class EngineConfig(EngineSettings):
+    """One engine launch (the contract's EngineSettings) and how it becomes ``vllm.LLM`` arguments."""
 
     def llm_kwargs(self) -> dict[str, Any]:
-        """Arguments for vllm.LLM (spec's engine_args win, as documented)."""
+        """The exact keyword arguments for ``vllm.LLM`` (the spec's engine_args win, as documented).
+
+        The engine child passes these unchanged and records them (``llm_kwargs`` in the engine
+        record), so what ran is visible. Token ids go in and come out (``skip_tokenizer_init``):
+        kvprof never needs a tokenizer, with dummy or real weights.
+        """
         kw: dict[str, Any] = {
             "model": self.model_dir,
+            "load_format": "dummy" if self.weights == "dummy" else "auto",
+            "skip_tokenizer_init": True,
             "dtype": self.dtype,
             "seed": self.seed,
             "max_model_len": self.max_model_len,
@@ -222,8 +240,6 @@ class EngineConfig(BaseModel):
             "tensor_parallel_size": self.tensor_parallel_size,
             "disable_log_stats": False,
         }
-        if self.weights == "dummy":
-            kw.update(load_format="dummy", skip_tokenizer_init=True)
         optional = {
             "max_num_seqs": self.max_num_seqs,
             "gpu_memory_utilization": self.gpu_memory_utilization,
@@ -236,30 +252,21 @@ class EngineConfig(BaseModel):
         return kw
 
 
-class Point(BaseModel):
-    """One workload point inside an engine."""
+Point = PointSettings
 
-    model_config = ConfigDict(frozen=True)
 
+class EngineJob(BaseModel):
+    """What the sweep's parent tells one engine child (``jobs/<engine id>.json``; internal)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    results_dir: str
     engine_id: str
-    phase: Literal["decode", "saturation"]
-    concurrency: int | None  # None: the child sets it from `factor` × the engine's predicted ceiling
-    prompt_len: int
-    output_len: int
-    repeats: int
-    warmup: int
-    factor: float | None = None
-
-    @property
-    def id(self) -> str:
-        level = f"x{self.factor:g}" if self.concurrency is None else f"c{self.concurrency}"
-        return f"{self.engine_id}--{self.phase}-{level}-p{self.prompt_len}-o{self.output_len}"
-
-
-class Dropped(BaseModel):
-    engine_id: str
-    what: str
-    reason: str
+    engine: EngineSettings
+    seed: int
+    phases: list[str]
+    llm_kwargs: dict[str, Any]
+    points: list[PointSettings]
 
 
 class Plan(BaseModel):
@@ -271,10 +278,6 @@ class Plan(BaseModel):
     @property
     def num_points(self) -> int:
         return sum(len(p) for p in self.points.values())
-
-
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def yaml_lines(text: str) -> dict[tuple[Any, ...], int]:
@@ -358,27 +361,39 @@ def parse_spec(raw: dict[str, Any], source: str = "spec", lines: dict[tuple[Any,
         raise SpecError("\n".join(out)) from None
 
 
+def model_fingerprint(model_dir: Path, weights: str) -> str:
+    """sha256 of the model's config.json *contents* (canonical JSON), plus, with real weights,
+    the weight files' names and sizes: what identifies the model, wherever it is installed."""
+    config = json.loads((model_dir / "config.json").read_text())
+    content: dict[str, Any] = {"config": config}
+    if weights == "real":
+        content["weight_files"] = sorted(
+            (p.name, p.stat().st_size) for p in model_dir.iterdir()
+            if p.suffix in (".safetensors", ".bin", ".pt", ".gguf") or p.name.endswith(".index.json"))
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
 def expand(spec: SweepSpec) -> Plan:
-    """Cartesian product of the axes → engines (one launch each) and their points."""
+    """Cartesian product of the engine axes (every field of EngineAxes, and every swept
+    engine argument) → engines (one launch each) and their workload points."""
     from analysis.catalog import resolve_model
 
     _, model_dir = resolve_model(spec.model)
-    e = spec.engine
+    model_dir = Path(model_dir)
+    common = {"model_dir": str(model_dir), "model_sha256": model_fingerprint(model_dir, spec.weights),
+              "weights": spec.weights, "dtype": spec.dtype, "seed": spec.seed}
     engines: list[EngineConfig] = []
     points: dict[str, list[Point]] = {}
     dropped: list[Dropped] = []
-    axes = itertools.product(
-        e.max_model_len, e.block_size, e.kv_cache_dtype, e.max_num_seqs, e.gpu_memory_utilization,
-        e.kv_cache_memory_bytes, e.tensor_parallel_size, e.enable_prefix_caching, e.max_num_batched_tokens,
-    )
     w = spec.workload
-    for mml, bs, kvd, seqs, util, kvb, tp, prefix, mnbt in axes:
-        cfg = EngineConfig(
-            model_dir=str(model_dir), weights=spec.weights, dtype=spec.dtype, seed=spec.seed,
-            max_model_len=mml, block_size=bs, kv_cache_dtype=kvd, max_num_seqs=seqs,
-            gpu_memory_utilization=util, kv_cache_memory_bytes=kvb, tensor_parallel_size=tp,
-            enable_prefix_caching=prefix, max_num_batched_tokens=mnbt, engine_args=spec.engine_args,
-        )
+    names = list(EngineAxes.model_fields)
+    grid = itertools.product(itertools.product(*(getattr(spec.engine, n) for n in names)),
+                             spec.engine_arg_combinations())
+    for values, args in grid:
+        cfg = EngineConfig(**common, **dict(zip(names, values, strict=True)), engine_args=args)
+        mml, seqs = cfg.max_model_len, cfg.max_num_seqs
+        if cfg in engines:
+            continue  # a combination listed twice: one engine
         engines.append(cfg)
         pts: list[Point] = []
         if "decode" in spec.phases:

@@ -1,21 +1,34 @@
-"""The results directory (DESIGN.md §4, schema v1): atomic writes, lock, resume.
+"""The results directory on disk: atomic writes, lock, resume.
 
-Every file goes to a temporary name in the same directory, is fsynced, then
-renamed into place, so a crash never leaves a half-written record. A point
-whose record exists, parses and says "ok" is done; anything else is rerun.
+What each file holds is defined once, in :mod:`analysis.results_schema`; every
+record is written through those models here, so nothing off-contract reaches
+disk. Every file goes to a temporary name in the same directory, is fsynced,
+then renamed into place, so a crash never leaves a half-written record. A point
+whose record exists, follows the contract and says "ok" is done; anything else
+is rerun.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
-import tempfile
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+from analysis.results_schema import (
+    SCHEMA_VERSION,
+    EngineRecord,
+    FailedPoint,
+    Manifest,
+    ResultsError,
+    atomic_write_bytes,
+    load_point,
+)
+
+__all__ = ["SCHEMA_VERSION", "ResultsDir", "StoreError", "atomic_write_bytes", "atomic_write_json",
+           "atomic_write_text", "read_json"]
+
 LOCK_NAME = ".kvprof.lock"
 
 
@@ -25,21 +38,6 @@ class StoreError(RuntimeError):
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -61,13 +59,14 @@ class ResultsDir:
         self.engines = self.root / "engines"
         self.logs = self.root / "logs"
         self.telemetry = self.root / "telemetry"
+        self.jobs = self.root / "jobs"  # the engine children's instructions: kept apart from the records
         self.manifest = self.root / "manifest.json"
         self._locked = False
 
     def prepare(self) -> None:
         """Create the layout; fail early and clearly when the directory is not writable."""
         try:
-            for d in (self.root, self.points, self.engines, self.logs, self.telemetry):
+            for d in (self.root, self.points, self.engines, self.logs, self.telemetry, self.jobs):
                 d.mkdir(parents=True, exist_ok=True)
             probe = self.root / ".kvprof-write-probe"
             atomic_write_text(probe, "ok\n")
@@ -107,27 +106,62 @@ class ResultsDir:
     def engine_path(self, engine_id: str) -> Path:
         return self.engines / f"{engine_id}.json"
 
+    def job_path(self, engine_id: str) -> Path:
+        return self.jobs / f"{engine_id}.json"
+
+    def read_point(self, point_id: str) -> Any | None:
+        """The point's record, or None when missing or off-contract (a truncated write: rerun it)."""
+        path = self.point_path(point_id)
+        try:
+            return load_point(path)
+        except ResultsError:
+            return None
+
     def point_status(self, point_id: str) -> str | None:
-        """'ok', a failure status, 'corrupt', or None when never run."""
+        """'ok', a failure status, 'corrupt' (unreadable or off-contract), or None when never run."""
         path = self.point_path(point_id)
         if not path.exists():
             return None
-        rec = read_json(path)
-        if not isinstance(rec, dict) or "status" not in rec:
-            return "corrupt"
-        return rec["status"]
+        rec = self.read_point(point_id)
+        return "corrupt" if rec is None else rec.status
 
-    def write_point(self, record: dict[str, Any]) -> None:
-        atomic_write_json(self.point_path(record["id"]), record)
+    def read_engine(self, engine_id: str) -> EngineRecord | None:
+        """The engine's record, or None when missing or off-contract."""
+        path = self.engine_path(engine_id)
+        if not path.exists():
+            return None
+        try:
+            return EngineRecord.load_file(path)
+        except ResultsError:
+            return None
 
-    def write_engine(self, record: dict[str, Any]) -> None:
-        atomic_write_json(self.engine_path(record["id"]), record)
+    def write_point(self, record: Any) -> None:
+        """A DecodePoint, SaturationPoint or FailedPoint, validated again (fields may have been
+        assigned since it was built): nothing off-contract reaches disk."""
+        record = type(record).model_validate(record.model_dump(warnings=False))
+        record.save_file(self.point_path(record.id))
 
-    def update_manifest(self, **fields: Any) -> dict[str, Any]:
-        current = read_json(self.manifest) or {"schema_version": SCHEMA_VERSION}
-        current.update(fields)
-        atomic_write_json(self.manifest, current)
-        return current
+    def write_failure(self, base: dict[str, Any], status: str, message: str, **extra: Any) -> FailedPoint:
+        rec = FailedPoint(**base, status=status, error_class=status, message=message, **extra)
+        self.write_point(rec)
+        return rec
+
+    def write_engine(self, record: EngineRecord) -> None:
+        record = EngineRecord.model_validate(record.model_dump(warnings=False))
+        record.save_file(self.engine_path(record.id))
+
+    def read_manifest(self) -> Manifest | None:
+        if not self.manifest.exists():
+            return None
+        return Manifest.load_file(self.manifest)
+
+    def update_manifest(self, **fields: Any) -> Manifest:
+        """Merge `fields` into manifest.json (created on the first call, which must name the sweep)."""
+        current = self.read_manifest()
+        data = (current.model_dump() if current else {"schema_version": SCHEMA_VERSION}) | fields
+        manifest = Manifest.model_validate(data)
+        manifest.save_file(self.manifest)
+        return manifest
 
 
 def _alive(pid: int) -> bool:

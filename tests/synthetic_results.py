@@ -20,6 +20,15 @@ from analysis.allocator import batch_ceiling, paged_capacity
 from analysis.budget import default_reserve, kv_budget, vllm_default_batching
 from analysis.catalog import gpu, model_dir, resolve_model
 from analysis.params import weight_bytes
+from analysis.results_schema import (
+    SCHEMA_VERSION,
+    DecodePoint,
+    EngineRecord,
+    EngineSettings,
+    Manifest,
+    PointSettings,
+    SaturationPoint,
+)
 from analysis.roofline import decode_step
 
 GiB = 2**30
@@ -50,6 +59,11 @@ def _write(path: Path, obj: object) -> None:
     path.write_text(json.dumps(obj, indent=1, default=float))
 
 
+def _save(root: Path, kind: str, record: EngineRecord | DecodePoint | SaturationPoint) -> None:
+    """Through the results contract, as the profiler writes them."""
+    record.save_file(root / kind / f"{record.id}.json")
+
+
 def make_results(root: Path, inj: Injected | None = None) -> Injected:
     inj = inj or Injected()
     root = Path(root)
@@ -63,7 +77,10 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
     engines = []
     for mml in inj.max_model_lens:
         for dtype in inj.kv_dtypes:
-            eid = f"len{mml}-bs{inj.block_size}-{dtype}-tp1-synth"
+            settings = EngineSettings(model_dir=str(model_dir(inj.model)), model_sha256="synthetic", max_model_len=mml,
+                                      block_size=inj.block_size, kv_cache_dtype=dtype,
+                                      gpu_memory_utilization=inj.utilization)
+            eid = settings.id
             cap = paged_capacity(arch, true_budget, block_size=inj.block_size, max_model_len=mml,
                                  max_num_batched_tokens=mnbt, kv_cache_dtype=dtype, async_scheduling=True)
             blocks = cap.num_blocks if dtype == "auto" else int(cap.num_blocks * inj.fp8_capacity_factor)
@@ -75,12 +92,10 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
                          "used_blocks_measured": float(4 * -(-L // inj.block_size)),
                          "used_blocks_full_attention": 4 * -(-L // inj.block_size)}
                         for L in (inj.block_size + 1, 2 * inj.block_size, 3 * inj.block_size - 1)]
-            rec = {
-                "id": eid, "engine_id": eid, "status": "ok", "device": g.display, "vllm_version": "0.32.0",
-                "torch_version": "2.13.0+cu130", "startup_s": 95.0, "gpu_total_bytes": g.memory_bytes,
-                "engine": {"model_dir": str(model_dir(inj.model)), "block_size": inj.block_size, "max_model_len": mml,
-                           "kv_cache_dtype": dtype, "kv_cache_memory_bytes": None,
-                           "gpu_memory_utilization": inj.utilization, "tensor_parallel_size": 1},
+            rec = EngineRecord.model_validate({
+                "id": eid, "status": "ok", "device": g.display, "vllm_version": "0.32.0",
+                "torch_version": "2.13.0+cu130", "startup_s": 95.0, "device_memory_bytes": g.memory_bytes,
+                "engine": settings,
                 "capacity": {"num_gpu_blocks": blocks, "block_size": inj.block_size,
                              "kv_cache_size_tokens": int(conc * mml), "kv_cache_max_concurrency": conc,
                              "max_model_len": mml, "max_num_batched_tokens": mnbt, "max_num_seqs": max_seqs,
@@ -92,18 +107,18 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
                 "block_rounding": rounding,
                 "telemetry": {"unavailable": {}, "launches": [{"sources": [{
                     "backend": "nvml", "driver": "580.65.06 (synthetic)",
-                    "devices": [{"label": "gpu0", "name": g.display, "spec_bandwidth_Bps": g.bandwidth_Bps}]}]}]},
-            }
+                    "devices": [{"label": "gpu0", "name": g.display, "spec_bandwidth_Bps": g.bandwidth_Bps}]}]}],
+                    "file": f"telemetry/{eid}.parquet"},
+            })
             engines.append(eid)
-            _write(root / "engines" / f"{eid}.json", rec)
-            points = _decode_points(root, inj, arch, eid, mml, dtype, blocks, rng, g.bandwidth_Bps)
-            points += _saturation_points(root, inj, eid, cap, blocks, mnbt, max_seqs, arch, dtype)
+            _save(root, "engines", rec)
+            points = _decode_points(root, inj, arch, settings, mml, dtype, blocks, rng, g.bandwidth_Bps)
+            points += _saturation_points(root, inj, settings, cap, blocks, mnbt, max_seqs, arch, dtype)
             _telemetry(root, eid, inj, points, weights, g.memory_bytes)
-    _write(root / "manifest.json", {
-        "schema_version": 1, "name": "synthetic-h100", "synthetic": True, "status": "complete",
-        "started_at": 1.8e9, "finished_at": 1.8e9 + 3600, "host": "synthetic", "kvprof_version": "test",
-        "engines": engines, "engine_launches": len(engines), "injected": asdict(inj), "probe": "ok",
-    })
+    Manifest(schema_version=SCHEMA_VERSION, name="synthetic-h100", synthetic=True, status="complete",
+             started_at=1.8e9, finished_at=1.8e9 + 3600, host="synthetic", kvprof_version="test",
+             engines=engines, engine_launches=len(engines), injected=asdict(inj), probe="ok",
+             ).save_file(root / "manifest.json")
     _write(root / "probe.json", {"probe_version": 1, "device": g.display, "device_type": "cuda",
                                  "copy": {"bandwidth_Bps": {"median": 2.95e12, "p25": 2.94e12, "p75": 2.96e12}},
                                  "matmul_bf16": {"flops_per_s": {"median": 7.1e14}}, "decode_attention": []})
@@ -111,7 +126,8 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
     return inj
 
 
-def _decode_points(root, inj, arch, eid, mml, dtype, blocks, rng, spec_bw):
+def _decode_points(root, inj, arch, settings, mml, dtype, blocks, rng, spec_bw):
+    eid = settings.id
     out = []
     kv_tokens = blocks * inj.block_size
     for c in inj.concurrency:
@@ -122,25 +138,27 @@ def _decode_points(root, inj, arch, eid, mml, dtype, blocks, rng, spec_bw):
             step = decode_step(arch, batch=c, context=round(ctx), bandwidth_Bps=1.0, peak_flops=1.0,
                                kv_cache_dtype=dtype)
             t = (inj.overhead_s + step.bytes / inj.bandwidth_Bps) * (1 + inj.wobble * rng.uniform(-1, 1))
-            pid = f"{eid}--decode-c{c}-p{p}-o{inj.output_len}"
-            rec = {"id": pid, "engine_id": eid, "status": "ok", "started_at": 0.0, "finished_at": 1.0,
-                   "point": {"phase": "decode", "concurrency": c, "prompt_len": p, "output_len": inj.output_len,
-                             "repeats": 3, "warmup": 1},
-                   "measurements": {"ttft_s": 0.05 + p * 2e-5, "tpot_s": t * 1.01, "tpot_spread_s": t * 0.01,
-                                    "decode_step_s": t, "decode_step_spread_s": t * 0.004,
-                                    "output_tokens_per_s": c / t, "mean_context": ctx,
-                                    "model_bytes_per_decode_step": step.bytes,
-                                    "model_implied_bandwidth_Bps": step.bytes / t},
-                   "telemetry": {"gpu0": {"mean_gpm_dram_bw_pct": 100 * step.bytes / t / spec_bw,
-                                          "gpm_implied_dram_Bps": step.bytes / t, "samples": 20}}}
-            _write(root / "points" / f"{pid}.json", rec)
+            point = PointSettings(engine_id=eid, phase="decode", concurrency=c, prompt_len=p,
+                                  output_len=inj.output_len, repeats=3, warmup=1)
+            rec = DecodePoint.model_validate({
+                "id": point.id, "engine_id": eid, "engine": settings, "point": point, "status": "ok",
+                "started_at": 0.0, "finished_at": 1.0,
+                "measurements": {"ttft_s": 0.05 + p * 2e-5, "tpot_s": t * 1.01, "tpot_spread_s": t * 0.01,
+                                 "decode_step_s": t, "decode_step_spread_s": t * 0.004,
+                                 "output_tokens_per_s": c / t, "mean_context": ctx, "requests_measured": 3 * c,
+                                 "model_bytes_per_decode_step": step.bytes,
+                                 "model_implied_bandwidth_Bps": step.bytes / t},
+                "telemetry": {"gpu0": {"mean_gpm_dram_bw_pct": 100 * step.bytes / t / spec_bw,
+                                       "gpm_implied_dram_Bps": step.bytes / t, "samples": 20}}})
+            _save(root, "points", rec)
             out.append(rec)
     return out
 
 
-def _saturation_points(root, inj, eid, cap, blocks, mnbt, max_seqs, arch, dtype):
+def _saturation_points(root, inj, settings, cap, blocks, mnbt, max_seqs, arch, dtype):
     import dataclasses
 
+    eid = settings.id
     p, o = 3968, 129
     real = dataclasses.replace(cap, num_blocks=blocks)
     ceil = batch_ceiling(real, p, o, max_seqs, mnbt, async_scheduling=True)
@@ -156,10 +174,10 @@ def _saturation_points(root, inj, eid, cap, blocks, mnbt, max_seqs, arch, dtype)
             base = tput
         else:  # injected: throughput keeps rising past the full pool
             tput = base * (1 + inj.throughput_gain_past_ceiling * (f - 1))
-        pid = f"{eid}--saturation-x{f:g}-p{p}-o{o}"
-        rec = {"id": pid, "engine_id": eid, "status": "ok", "started_at": 0.0, "finished_at": 1.0,
-               "point": {"phase": "saturation", "concurrency": None, "factor": f, "prompt_len": p, "output_len": o,
-                         "repeats": 1, "warmup": 0},
+        point = PointSettings(engine_id=eid, phase="saturation", concurrency=None, factor=f, prompt_len=p,
+                              output_len=o, repeats=1, warmup=0)
+        rec = {"id": point.id, "engine_id": eid, "engine": settings, "status": "ok", "started_at": 0.0,
+               "finished_at": 1.0, "point": point,
                "measurements": {"concurrency": c, "factor": f,
                                 "predicted": asdict(ceil) | {"ceiling": ceil.ceiling, "limited_by": ceil.limited_by},
                                 "peak_running": running + (1 if c > ceil.ceiling else 0),
@@ -168,7 +186,8 @@ def _saturation_points(root, inj, eid, cap, blocks, mnbt, max_seqs, arch, dtype)
                                 "peak_kv_cache_usage_perc": min(1.0, c / max(ceil.ceiling, 1) * 0.97),
                                 "ran_together": c <= ceil.ceiling, "output_tokens": c * o,
                                 "output_tokens_per_s": tput}}
-        _write(root / "points" / f"{pid}.json", rec)
+        rec = SaturationPoint.model_validate(rec)
+        _save(root, "points", rec)
         out.append(rec)
     return out
 
@@ -178,7 +197,7 @@ def _telemetry(root: Path, eid: str, inj: Injected, points, weights: int, total:
     t = np.arange(n) * 0.1
     used = np.minimum(total * inj.utilization, weights + np.linspace(0, 1, n) * total * 0.7)
     df = pd.DataFrame({"t": t, "launch": 0, "source": "nvml", "device": "gpu0", "phase": "decode",
-                       "point_id": [points[i % len(points)]["id"] for i in range(n)] if points else None,
+                       "point_id": [points[i % len(points)].id for i in range(n)] if points else None,
                        "mem_used_bytes": used, "mem_total_bytes": float(total), "gpm_dram_bw_pct": 70.0,
                        "power_w": 600.0, "clock_sm_mhz": 1980.0, "throttled": False})
     path = root / "telemetry" / f"{eid}.parquet"

@@ -20,6 +20,7 @@ import pandas as pd
 import pynvml
 import pytest
 from nvml_library import build, installed
+from records import decode_point, engine_record
 
 from profiler.nvml_source import NvmlSource, NvmlUnavailable
 from profiler.runner import store_telemetry
@@ -303,18 +304,19 @@ def test_a_launch_stored_with_per_point_gpu_aggregates(driver, tmp_path):
     time.sleep(0.2)
     ready = time.time()
     points = []
-    for pid, pct, mem in (("p-low", 25.0, 60 * GiB), ("p-high", 75.0, 90 * GiB)):
+    loads = {}
+    for c, pct, mem in ((1, 25.0, 60 * GiB), (2, 75.0, 90 * GiB)):
         driver.set_load(i, H200_BPS, pct / 100 * H200_BPS, 0.5, 0.0)
         driver.set_memory_used(i, mem)
         time.sleep(0.3)  # the GPM window that straddles the change closes before the point starts
         start = time.time()
         time.sleep(0.5)
-        store.write_point({"id": pid, "status": "ok", "point": {"phase": "decode"}, "started_at": start,
-                           "finished_at": time.time()})
-        points.append(SimpleNamespace(id=pid))
+        rec = decode_point("e", concurrency=c, started_at=start, finished_at=time.time())
+        store.write_point(rec)
+        points.append(SimpleNamespace(id=rec.id))
+        loads[rec.id] = (pct, mem)
         time.sleep(0.1)  # a row is stamped before its reads: no state change right at a point's end
-    store.write_engine({"id": "e", "status": "ok", "started_at": launched, "ready_at": ready,
-                        "phases": [], "cuda_uuids": [uuid]})
+    store.write_engine(engine_record("e", started_at=launched, ready_at=ready, cuda_uuids=[uuid]))
     store_telemetry(store, "e", sampler, launched_at=launched, points=points)
 
     eng = json.loads((tmp_path / "engines" / "e.json").read_text())["telemetry"]
@@ -322,7 +324,7 @@ def test_a_launch_stored_with_per_point_gpu_aggregates(driver, tmp_path):
     gpu = eng["launches"][0]["sources"][0]
     assert gpu["devices"][0]["gpm"] is True and gpu["devices"][0]["spec_bandwidth_Bps"] == H200_BPS
     assert eng["unavailable"] == {} and eng["launches"][0]["errors"] == []
-    for pid, pct, mem in (("p-low", 25.0, 60 * GiB), ("p-high", 75.0, 90 * GiB)):
+    for pid, (pct, mem) in loads.items():
         agg = json.loads((tmp_path / "points" / f"{pid}.json").read_text())["telemetry"]
         g = agg["gpu0"]
         assert g["samples"] >= 5 and g["peak_mem_used_bytes"] == mem
@@ -332,5 +334,5 @@ def test_a_launch_stored_with_per_point_gpu_aggregates(driver, tmp_path):
         assert g["peak_engine_mem_bytes"] == 2 * GiB and g["throttled_seen"] is True
         assert agg["host"]["peak_rss_bytes"] > 0
     df = pd.read_parquet(tmp_path / "telemetry" / "e.parquet")
-    assert set(df["phase"]) >= {"baseline", "startup", "decode"} and set(df["point_id"].dropna()) == {"p-low", "p-high"}
+    assert set(df["phase"]) >= {"baseline", "startup", "decode"} and set(df["point_id"].dropna()) == set(loads)
     assert driver.refcount() == 0 and driver.live_samples() == 0

@@ -12,6 +12,7 @@ import pandas as pd
 import pynvml
 import pytest
 from fake_nvml import FakeNvml, GiB, a100, h100
+from records import engine_record
 
 from profiler.cpu_source import CpuSource
 from profiler.nvml_source import NvmlSource, NvmlUnavailable, resolve_visible
@@ -283,7 +284,7 @@ def test_stored_telemetry_checks_the_sampled_gpus_are_the_engines(tmp_path):
     store = ResultsDir(tmp_path)
     store.prepare()
     for uuid, verdict in (("GPU-a", "ok"), ("GPU-b", "MISMATCH")):
-        store.write_engine({"id": "e", "status": "ok", "started_at": 1.0, "ready_at": 2.0, "cuda_uuids": ["GPU-a"]})
+        store.write_engine(engine_record("e", started_at=1.0, ready_at=2.0, cuda_uuids=["GPU-a"]))
         store_telemetry(store, "e", Finished(uuid), launched_at=0.0, points=[])
         rec = json.loads((tmp_path / "engines" / "e.json").read_text())
         assert rec["telemetry"]["device_match"].startswith(verdict)

@@ -1,0 +1,644 @@
+"""The results directory contract: every file kvprof writes after a sweep, as pydantic models.
+
+One definition, used by the writer (the engine child and the sweep's parent), the
+loader (``analysis.load``), the synthetic test fixture and any outside tool (the
+JSON Schema exported from these models is ``analysis/results.schema.json``;
+``python -m analysis.results_schema`` rewrites it). A record that does not follow
+the contract is refused with the file and the field, never read as a silent "—".
+
+Layout of a results directory (schema version ``SCHEMA_VERSION``)::
+
+    manifest.json              Manifest: the sweep, its status, what ran where
+    spec.yaml                  the spec as the user wrote it
+    probe.json                 ``kvprof probe`` (copy bandwidth, matmul, attention)
+    engines/<engine id>.json   EngineRecord: vLLM's capacity facts, start-up log, phases
+    points/<point id>.json     PointRecord: DecodePoint | SaturationPoint | FailedPoint
+    telemetry/<engine id>.parquet   rows of TelemetrySample (columns below)
+    logs/<engine id>.log       the engine child's stdout and stderr
+    jobs/<engine id>.json      the engine child's instructions (internal, not a record)
+
+Ids are derived from content, never paths: an engine id is a readable slug of its
+main settings plus a digest of every setting and of the model's config.json
+*contents*, so the same spec gives the same ids in any checkout and a rerun resumes.
+
+Times are Unix seconds (wall clock) unless a name says otherwise; byte counts are
+bytes; rates are per second. Per-point measurements are defined on their models.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    computed_field,
+    model_validator,
+)
+
+SCHEMA_VERSION = 2
+# Version 1 directories have the same records without llm_kwargs, device_memory_bytes and
+# model_sha256 (all optional below), and keep the child's job files in engines/*.job.json.
+READABLE_VERSIONS = (1, 2)
+SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
+
+EngineStatus = Literal["ok", "oom", "unsupported", "crash", "timeout", "error"]
+# "aborted": never tried because its engine died on an earlier point; a plain rerun runs it.
+FailureStatus = Literal["oom", "unsupported", "crash", "timeout", "error", "aborted"]
+SweepStatus = Literal["running", "complete", "complete_with_failures", "interrupted", "write_failed"]
+
+
+class ResultsError(ValueError):
+    """A results directory or record that does not follow the contract (the message names file and field)."""
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temporary name in the same directory, fsync, rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def describe_errors(exc: ValidationError, limit: int = 5) -> str:
+    """pydantic's errors as 'field.path: what is wrong (got X)', one per problem."""
+    out = []
+    for e in exc.errors()[:limit]:
+        loc = ".".join(str(x) for x in e["loc"]) or "(whole record)"
+        msg = e["msg"].removeprefix("Value error, ")
+        got = e.get("input")
+        if e["type"] not in ("missing",) and not isinstance(got, dict | list):
+            msg += f" (got {got!r})"
+        out.append(f"{loc}: {msg}")
+    more = len(exc.errors()) - limit
+    return "; ".join(out) + (f"; and {more} more" if more > 0 else "")
+
+
+R = TypeVar("R", bound="Record")
+
+
+class Record(BaseModel):
+    """A JSON file of the results directory: read and written through the same model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @classmethod
+    def from_json_text(cls: type[R], text: str, source: str | Path) -> R:
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            raise ResultsError(f"{source}: does not follow the {cls.__name__} contract: "
+                               f"{describe_errors(exc)}") from None
+
+    @classmethod
+    def load_file(cls: type[R], path: str | Path) -> R:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        return cls.from_json_text(text, path)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2) + "\n"
+
+    def save_file(self, path: str | Path) -> None:
+        atomic_write_bytes(Path(path), self.to_json().encode())
+
+
+def digest(obj: Any, n: int = 8) -> str:
+    """A short content hash of a JSON-able object (key order does not matter)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+# --- what was asked for ----------------------------------------------------------------------------
+
+class EngineSettings(BaseModel):
+    """One engine launch as the spec asked for it (what kvprof passes to ``vllm.LLM``).
+
+    A new engine axis is a field here and in ``profiler.spec.EngineAxes``; the sweep's
+    product, the engine id, the loader's engine table and the records pick it up.
+    ``None`` means vLLM's own default.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_dir: str = Field(description="where the model's config.json (and weights) were on the machine that ran")
+    model_sha256: str | None = Field(None, description="sha256 of the config.json contents (ids hash this, not paths)")
+    weights: Literal["dummy", "real"] = "dummy"
+    dtype: str = "auto"
+    seed: int = 0
+    max_model_len: int
+    block_size: int
+    kv_cache_dtype: str = "auto"
+    max_num_seqs: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    tensor_parallel_size: int = 1
+    enable_prefix_caching: bool | None = None
+    max_num_batched_tokens: int | None = None
+    engine_args: dict[str, Any] = Field({}, description="passed to vllm.LLM verbatim (swept ones included)")
+
+    @property
+    def id(self) -> str:
+        """Readable slug + a digest of every setting but the path (the config's contents stand for it)."""
+        slug = f"len{self.max_model_len}-bs{self.block_size}-{self.kv_cache_dtype}-tp{self.tensor_parallel_size}"
+        content = self.model_dump(exclude={"model_dir"})
+        if self.model_sha256 is None:  # no contents known: the path is all there is
+            content["model_dir"] = self.model_dir
+        return f"{slug}-{digest(content)}"
+
+
+class PointSettings(BaseModel):
+    """One workload point inside an engine. Its id is derived from these fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engine_id: str
+    phase: Literal["decode", "saturation"]
+    concurrency: int | None = Field(description="requests submitted together; None: factor × predicted ceiling")
+    prompt_len: int
+    output_len: int
+    repeats: int
+    warmup: int
+    factor: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_stored_id(cls, data: Any) -> Any:
+        # Records store the id beside the fields; it must be the one the fields give.
+        if isinstance(data, dict) and "id" in data:
+            data = dict(data)
+            stored = data.pop("id")
+            expected = cls.model_validate(data).id
+            if stored != expected:
+                raise ValueError(f"id {stored!r} does not match its fields (expected {expected!r})")
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def id(self) -> str:
+        """``<engine id>--<phase>-c<concurrency>|x<factor>-p<prompt_len>-o<output_len>``."""
+        level = f"x{self.factor:g}" if self.concurrency is None else f"c{self.concurrency}"
+        return f"{self.engine_id}--{self.phase}-{level}-p{self.prompt_len}-o{self.output_len}"
+
+
+class Dropped(BaseModel):
+    """A grid combination that cannot run, with the reason (kept in the manifest)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine_id: str
+    what: str
+    reason: str
+
+
+# --- engine record -----------------------------------------------------------------------------------
+
+class CapacityFacts(BaseModel):
+    """What vLLM settled on, read from the live engine's config objects."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_gpu_blocks: int = Field(description="blocks in the KV pool (one is vLLM's null block)")
+    block_size: int
+    cache_dtype: str
+    kv_cache_size_tokens: int | None = None
+    kv_cache_max_concurrency: float | None = Field(None, description="vLLM's 'maximum concurrency' at max_model_len")
+    kv_cache_memory_bytes: int | None = None
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    async_scheduling: bool = False
+    enable_chunked_prefill: bool = True
+    tensor_parallel_size: int = 1
+    model_dtype: str
+
+
+class StartupLog(BaseModel):
+    """Numbers parsed from vLLM's start-up log (GiB values as bytes), with the lines they came from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    log_kv_cache_tokens: int | None = None
+    log_max_concurrency_len: int | None = None
+    log_max_concurrency: float | None = None
+    model_loading_bytes: int | None = None
+    available_kv_bytes: int | None = Field(None, description="'Available KV cache memory', rounded to 0.01 GiB")
+    cuda_graph_estimate_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+    weights_bytes_logged: int | None = None
+    peak_activation_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    explicit_kv_bytes: int | None = None
+    raw_lines: dict[str, str] = {}
+
+
+class PhaseMarker(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    phase: str
+    start: float
+    end: float
+    engine_s: float = Field(description="seconds spent inside vLLM calls during the phase")
+
+
+class BlockRoundingRow(BaseModel):
+    """KV usage read between scheduler steps while `requests` sequences of `length` tokens are held."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    length: int
+    requests: int
+    kv_cache_usage_perc: float | None
+    used_blocks_measured: float | None = Field(description="usage × (num_gpu_blocks − 1)")
+    used_blocks_full_attention: int = Field(description="requests × ceil(length / block_size)")
+
+
+class ProcessTimes(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    launched_at: float
+    exited_at: float
+
+
+class EngineTelemetry(BaseModel):
+    """Where the engine's samples are and what could not be sampled (signal → reason)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str
+    launches: list[dict[str, Any]] = Field([], description="per launch: the sampler's sources, devices, errors")
+    unavailable: dict[str, str] = {}
+    device_match: str | None = Field(None, description="'ok' when NVML sampled the GPUs the engine used")
+
+
+class EngineRecord(Record):
+    """``engines/<id>.json``: one engine launch and what vLLM reported about it."""
+
+    id: str
+    status: EngineStatus
+    engine: EngineSettings
+    llm_kwargs: dict[str, Any] | None = Field(None, description="the keyword arguments vllm.LLM really got")
+    message: str | None = None
+    traceback: str | None = None
+    log_tail: str | None = None
+    started_at: float | None = None
+    ready_at: float | None = None
+    finished_at: float | None = None
+    startup_s: float | None = None
+    capacity: CapacityFacts | None = None
+    vllm_version: str | None = None
+    torch_version: str | None = None
+    device: str | None = Field(None, description="torch's device name, or 'CPU (<processor>)'")
+    device_memory_bytes: int | None = Field(
+        None, description="total memory of the engine's device as its platform reports it: cudaMemGetInfo's total "
+                          "on CUDA (what vLLM's gpu_memory_utilization multiplies), the host's RAM on CPU")
+    cuda_uuids: list[str] = []
+    phases: list[PhaseMarker] = []
+    block_rounding: list[BlockRoundingRow] = []
+    startup_log: StartupLog | None = None
+    returncode: int | None = None
+    process: ProcessTimes | None = None
+    telemetry: EngineTelemetry | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EngineRecord:
+        if self.status == "ok" and self.capacity is None:
+            raise ValueError("status ok needs the capacity facts")
+        if self.status != "ok" and not (self.message or self.log_tail):
+            raise ValueError(f"status {self.status} needs a message or a log tail saying why")
+        return self
+
+
+# --- point records -----------------------------------------------------------------------------------
+
+class DecodeMeasurements(BaseModel):
+    """A decode point: `concurrency` requests added at once, run to completion `repeats` times.
+
+    * **decode step** — the wall time of one engine scheduler step in which every request
+      of the batch already has its first token (prefill is kept out): one token for each
+      sequence. ``decode_step_s`` is the median over all such steps of all repeats.
+    * **TTFT** — vLLM's ``first_token_latency`` per request: from its arrival to its first
+      token, queueing and prefill included. Median over requests.
+    * **TPOT** — per request ``(last_token_ts − first_token_ts) / (output tokens − 1)``:
+      the mean time between its tokens after the first. Median over requests.
+    * **throughput** — ``concurrency × output_len`` ÷ the batch's wall time, median over repeats.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_s: float
+    tpot_s: float | None
+    tpot_spread_s: float | None = Field(None, description="interquartile range of TPOT over requests")
+    e2e_s: float | None = Field(None, description="median request latency, arrival to last token")
+    decode_step_s: float | None
+    decode_step_spread_s: float | None = Field(None, description="interquartile range of decode steps")
+    decode_step_medians_s: list[float] = Field([], description="median decode step of each repeat")
+    decode_steps_per_repeat: float | None = None
+    output_tokens_per_s: float
+    mean_context: float = Field(description="prompt_len + output_len / 2: mean KV length during decode")
+    requests_measured: int
+    model_bytes_per_decode_step: float | None = Field(None, description="weights + KV bytes the analytic model says "
+                                                                        "one decode step reads")
+    model_weight_bytes_per_decode_step: float | None = None
+    model_kv_bytes_per_decode_step: float | None = None
+    model_implied_bandwidth_Bps: float | None = Field(None, description="model bytes ÷ measured decode step")
+    model_bandwidth_note: str | None = None
+    engine_s: float | None = Field(None, description="seconds inside vLLM calls during the point")
+
+
+class PredictedCeiling(BaseModel):
+    """The analysis model's batch ceiling for the engine's real block count (analysis.allocator)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    ceiling: int
+    limited_by: str
+    vllm_reported: float = Field(description="what vLLM's own 'maximum concurrency' arithmetic implies")
+
+
+class SaturationMeasurements(BaseModel):
+    """One batch at a fixed length, past the predicted ceiling, watched step by step."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int
+    factor: float | None = None
+    predicted: PredictedCeiling
+    peak_running: int
+    peak_waiting: int = 0
+    preemptions: int
+    preempted_requests: int
+    peak_kv_cache_usage_perc: float
+    ran_together: bool = Field(description="every request decoded at once, no preemption")
+    output_tokens: int
+    output_tokens_per_s: float | None = Field(description="generated tokens ÷ time inside engine steps")
+    engine_step_s: float | None = None
+    wall_s: float | None = None
+    steps: int | None = None
+    timeline_columns: list[str] = []
+    timeline: list[list[float | None]] = []
+    engine_s: float | None = None
+
+
+class GpuPointTelemetry(BaseModel):
+    """NVML aggregates of one GPU over a point's samples (null: not available, never zero)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    samples: int
+    peak_mem_used_bytes: float | None = None
+    mean_mem_used_bytes: float | None = None
+    peak_engine_mem_bytes: float | None = None
+    mean_gpm_dram_bw_pct: float | None = None
+    gpm_implied_dram_Bps: float | None = None
+    gpm_windows: int | None = None
+    gpm_partial_windows: bool | None = None
+    mean_util_mem_busy_pct: float | None = None
+    mean_gpm_sm_pct: float | None = None
+    mean_gpm_tensor_pct: float | None = None
+    mean_power_w: float | None = None
+    peak_power_w: float | None = None
+    mean_clock_sm_mhz: float | None = None
+    mean_clock_mem_mhz: float | None = None
+    max_temperature_c: float | None = None
+    throttled_seen: bool | None = None
+
+
+class HostPointTelemetry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    samples: int
+    peak_rss_bytes: float | None = None
+    mean_rss_bytes: float | None = None
+    mean_cpu_pct: float | None = None
+    peak_sys_mem_used_bytes: float | None = None
+
+
+class _PointBase(Record):
+    id: str
+    engine_id: str
+    engine: EngineSettings
+    point: PointSettings
+    started_at: float | None = None
+    finished_at: float | None = None
+    telemetry: dict[str, HostPointTelemetry | GpuPointTelemetry] | None = Field(
+        None, description="device label ('gpu0' …, 'host') → aggregates over the point's samples")
+
+    @model_validator(mode="after")
+    def _ids(self) -> _PointBase:
+        if self.point.id != self.id:
+            raise ValueError(f"id {self.id!r} is not the point's id {self.point.id!r}")
+        if self.point.engine_id != self.engine_id:
+            raise ValueError(f"engine_id {self.engine_id!r} is not the point's engine {self.point.engine_id!r}")
+        return self
+
+
+class DecodePoint(_PointBase):
+    """``points/<id>.json`` of a decode point that ran."""
+
+    status: Literal["ok"]
+    measurements: DecodeMeasurements
+
+    @model_validator(mode="after")
+    def _phase(self) -> DecodePoint:
+        if self.point.phase != "decode":
+            raise ValueError(f"decode measurements on a {self.point.phase} point")
+        return self
+
+
+class SaturationPoint(_PointBase):
+    """``points/<id>.json`` of a saturation point that ran."""
+
+    status: Literal["ok"]
+    measurements: SaturationMeasurements
+
+    @model_validator(mode="after")
+    def _phase(self) -> SaturationPoint:
+        if self.point.phase != "saturation":
+            raise ValueError(f"saturation measurements on a {self.point.phase} point")
+        return self
+
+
+class FailedPoint(_PointBase):
+    """``points/<id>.json`` of a point that did not produce measurements, and why."""
+
+    status: FailureStatus
+    error_class: FailureStatus
+    message: str
+    traceback: str | None = None
+    log_tail: str | None = None
+
+
+def _point_kind(v: Any) -> str:
+    get = v.get if isinstance(v, dict) else lambda k, d=None: getattr(v, k, d)
+    if get("status") != "ok":
+        return "failed"
+    point = get("point") or {}
+    phase = point.get("phase") if isinstance(point, dict) else getattr(point, "phase", None)
+    return "saturation" if phase == "saturation" else "decode"
+
+
+PointRecord = Annotated[
+    Annotated[DecodePoint, Tag("decode")] | Annotated[SaturationPoint, Tag("saturation")]
+    | Annotated[FailedPoint, Tag("failed")],
+    Discriminator(_point_kind),
+]
+POINT_RECORD: TypeAdapter[DecodePoint | SaturationPoint | FailedPoint] = TypeAdapter(PointRecord)
+
+
+def load_point(path: str | Path, text: str | None = None) -> DecodePoint | SaturationPoint | FailedPoint:
+    """A point record, whichever kind, or ResultsError naming the file and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text() if text is None else text
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return POINT_RECORD.validate_json(text)
+    except ValidationError as exc:
+        raise ResultsError(f"{path}: does not follow the point record contract: {describe_errors(exc)}") from None
+
+
+# --- manifest ----------------------------------------------------------------------------------------
+
+class Manifest(Record):
+    """``manifest.json``: the sweep as a whole. Rewritten as the sweep goes (status, launches)."""
+
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    status: SweepStatus
+    spec_hash: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    host: str | None = None
+    platform: str | None = None
+    kvprof_version: str | None = None
+    python: str | None = None
+    engines: list[str] = []
+    dropped: list[Dropped] = []
+    probe: str | None = Field(None, description="'ok', or why the probe did not run")
+    probe_wall_s: float | None = None
+    devices: list[str] = []
+    engine_launches: int | None = None
+    write_error: str | None = None
+    synthetic: bool = Field(False, description="generated by a test helper, not measured")
+    injected: dict[str, Any] | None = Field(None, description="a synthetic directory's injected parameters")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version(cls, data: Any) -> Any:
+        # First: another version's fields would only produce confusing errors.
+        version = data.get("schema_version", SCHEMA_VERSION) if isinstance(data, dict) else SCHEMA_VERSION
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"results schema version {version!r}; this kvprof reads versions "
+                             f"{', '.join(map(str, READABLE_VERSIONS))}")
+        return data
+
+
+# --- telemetry -------------------------------------------------------------------------------------
+
+class TelemetrySample(BaseModel):
+    """One row of ``telemetry/<engine id>.parquet``: one device (or the host) at one instant.
+
+    Signals a source cannot give are null, never zero; why is in the engine record's
+    ``telemetry.unavailable``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    t: float = Field(description="Unix time the row was sampled")
+    launch: int = Field(description="engine launch index (a relaunch after a hang appends)")
+    source: Literal["nvml", "cpu"] = Field(description="the sampler source: nvml, or cpu for the host")
+    device: str = Field(description="'gpu0' … in the engine's CUDA order, or 'host'")
+    phase: str = Field(description="baseline, startup, capacity, decode, saturation, idle, …")
+    point_id: str | None = None
+    mem_used_bytes: float | None = None
+    mem_total_bytes: float | None = None
+    mem_reserved_bytes: float | None = None
+    mem_free_bytes: float | None = None
+    util_gpu_pct: float | None = None
+    util_mem_busy_pct: float | None = None
+    gpm_dram_bw_pct: float | None = Field(None, description="GPM DRAM bandwidth utilisation over gpm_window_s")
+    gpm_sm_pct: float | None = None
+    gpm_tensor_pct: float | None = None
+    power_w: float | None = None
+    clock_sm_mhz: float | None = None
+    clock_mem_mhz: float | None = None
+    clocks_event_reasons: int | None = None
+    throttled: bool | None = None
+    temperature_c: float | None = None
+    engine_mem_bytes: float | None = Field(None, description="memory NVML attributes to the engine's processes")
+    gpm_window_s: float | None = None
+    rss_bytes: float | None = Field(None, description="the engine's process-tree resident memory")
+    cpu_pct: float | None = None
+    sys_mem_used_bytes: float | None = None
+    sys_mem_available_bytes: float | None = None
+    sys_mem_total_bytes: float | None = None
+    sys_cpu_pct: float | None = None
+
+
+TELEMETRY_COLUMNS = tuple(TelemetrySample.model_fields)
+TELEMETRY_REQUIRED = tuple(k for k, f in TelemetrySample.model_fields.items() if f.is_required())
+
+
+def check_telemetry_columns(path: str | Path, columns: list[str]) -> None:
+    """A telemetry file's columns against the contract (ResultsError naming the column)."""
+    unknown = [c for c in columns if c not in TELEMETRY_COLUMNS]
+    missing = [c for c in TELEMETRY_REQUIRED if c not in columns]
+    if unknown or missing:
+        parts = ([f"unknown column(s) {unknown}"] if unknown else []) + (
+            [f"missing column(s) {missing}"] if missing else [])
+        raise ResultsError(f"{path}: does not follow the TelemetrySample contract: {'; '.join(parts)}")
+
+
+# --- JSON Schema --------------------------------------------------------------------------------------
+
+def json_schema() -> dict[str, Any]:
+    """One JSON Schema document with a definition per file kind."""
+    from pydantic.json_schema import models_json_schema
+
+    _, defs = models_json_schema(
+        [(Manifest, "serialization"), (EngineRecord, "serialization"), (DecodePoint, "serialization"),
+         (SaturationPoint, "serialization"), (FailedPoint, "serialization"), (TelemetrySample, "serialization")],
+        title="kvprof results directory",
+    )
+    defs["description"] = (
+        f"kvprof results directory, schema version {SCHEMA_VERSION}. manifest.json is Manifest, "
+        "engines/<id>.json EngineRecord, points/<id>.json one of DecodePoint, SaturationPoint, FailedPoint "
+        "(FailedPoint when status is not 'ok', else by point.phase), telemetry/<id>.parquet has the columns "
+        "of TelemetrySample. Generated from analysis/results_schema.py; do not edit.")
+    defs["schema_version"] = SCHEMA_VERSION
+    return defs
+
+
+def json_schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # python -m analysis.results_schema: rewrite the exported schema
+    SCHEMA_FILE.write_text(json_schema_text())
+    print(f"wrote {SCHEMA_FILE}")
