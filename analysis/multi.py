@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.allocator import cdiv
+from analysis.allocator import cdiv, sequences_that_fit
 from analysis.compare import rel
 from analysis.load import LoadError, Results, load
 from analysis.report import Analysis, analyse
@@ -129,7 +129,8 @@ def compare_runs(dirs: list[str | Path], labels: list[str] | None = None) -> Com
 def _seqs_at(num_blocks: float, block_size: float, length: int) -> float | None:
     if pd.isna(num_blocks) or pd.isna(block_size):
         return None
-    return float((int(num_blocks) - 1) // cdiv(length, int(block_size)))
+    # Full-attention blocks per sequence; the pool's null block is left out (sequences_that_fit).
+    return float(sequences_that_fit(int(num_blocks), cdiv(length, int(block_size))))
 
 
 def _capacity(runs: list[Run], align: list[str]) -> pd.DataFrame:
