@@ -163,7 +163,11 @@ def plan_cmd(
         arch, _ = catalog.resolve_model(model)
         gpu_spec, gpu_note = catalog.resolve_gpu(gpu) if gpu else (None, None)
         if probe:
-            gpu_spec = catalog.from_probe(json.loads(probe.read_text()))
+            try:
+                probe_facts = json.loads(probe.read_text())
+            except ValueError as exc:
+                raise PlanError(f"--probe {probe}: not JSON ({exc}) — rerun `kvprof probe --out {probe}`") from None
+            gpu_spec = catalog.from_probe(probe_facts, f"--probe {probe}")
         inputs = PlanInputs(
             kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
             tensor_parallel_size=tp, gpu_memory_utilization=gpu_memory_utilization,

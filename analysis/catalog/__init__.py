@@ -7,11 +7,11 @@ entries in ``gpus.yaml``.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import re
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -96,22 +96,26 @@ def gpus() -> dict[str, GPU]:
     return {name: GPU(name=name, **fields) for name, fields in raw.items()}
 
 
-def from_probe(probe: dict) -> GPU:
+def from_probe(probe: Any, source: str = "probe file") -> GPU:
     """A device described by `kvprof probe`: its measured copy bandwidth and bf16 matmul rate
-    as the ceilings; memory from the catalog for a known GPU, else the host's."""
-    bw = probe["copy"]["bandwidth_Bps"]["median"]
-    flops = probe["matmul_bf16"]["flops_per_s"]["median"]
+    as the ceilings, and the total memory the probe recorded (device memory on a GPU, the
+    host's RAM on a CPU). A file without those facts is refused with what to do about it."""
+
+    def need(*path: str) -> float:
+        v: Any = probe
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+            raise ValueError(f"{source}: {'.'.join(path)} is {'missing' if v is None else repr(v)}, not a positive "
+                             f"number — rerun `kvprof probe --out FILE` (this kvprof reads probe_version 2)")
+        return v
+
+    bw = need("copy", "bandwidth_Bps", "median")
+    flops = need("matmul_bf16", "flops_per_s", "median")
+    memory = int(need("memory_total_bytes"))
     name = str(probe.get("device", "probed device"))
     is_cpu = probe.get("device_type") == "cpu"
-    memory_mib = None
-    if not is_cpu:
-        with contextlib.suppress(UnknownName):
-            memory_mib = gpu(name).memory_mib
-    if memory_mib is None:
-        import psutil
-
-        memory_mib = psutil.virtual_memory().total // 2**20
-    return GPU(name=f"probe: {name}", display=name, memory_mib=memory_mib, bandwidth_tbs=bw / 1e12,
+    return GPU(name=f"probe: {name}", display=name, memory_mib=memory // 2**20, bandwidth_tbs=bw / 1e12,
                bf16_tflops=flops / 1e12, cpu=is_cpu)
 
 
