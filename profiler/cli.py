@@ -190,6 +190,7 @@ def plan_cmd(
         from profiler.store import atomic_write_json
 
         atomic_write_json(save, {"kind": PLAN_KIND, "created_at": time.time(), "model": model,
+                                 "architecture": arch.model_dump(mode="json"),
                                  "gpu": gpu, "probe": str(probe) if probe else None,
                                  "calibration": str(calibration) if calibration else None,
                                  "inputs": inputs.model_dump(), "prediction": result})
