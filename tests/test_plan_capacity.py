@@ -39,15 +39,15 @@ def plan_json(*args: str) -> dict:
 def test_sequences_that_fit_at_context_leave_out_the_null_block(context, blocks_per_seq, fit):
     p = plan_json(*TINY, "--context", str(context), "--batch", str(fit + 1))
     assert p["kv_bytes_per_token"] == 1024 and p["bytes_per_block"] == 32_768 and p["num_blocks"] == 512
-    assert p["blocks_per_sequence_at_context"] == blocks_per_seq
     assert p["kv_full_batch"] == fit
     assert p["batch_fits"] is False  # fit + 1 sequences do not
+    assert p["blocks_per_sequence_at_context"] == blocks_per_seq
     assert plan_json(*TINY, "--context", str(context), "--batch", str(fit))["batch_fits"] is True
 
 
 def test_plan_at_context_and_batch_ceiling_agree():
     """`--context T` is a sequence holding T positions of KV: the batch ceiling of prompt + output − 1 = T."""
-    p = plan_json(*TINY, "--context", "512")
+    p = plan_json(*TINY, "--context", "512", "--batch", "31")
     arch, _ = resolve_model("tiny-llama-gqa")
     cap = paged_capacity(arch, 16 * MiB, block_size=32, max_model_len=1024, max_num_batched_tokens=4096)
     # 448 + 65 − 1 = 512 positions (the last generated token is never fed back): the tiny-cpu saturation phase.
@@ -60,9 +60,10 @@ def test_sliding_window_sequences_at_context_use_the_admission_worst_case():
     # 8 MiB / 16,384 = 512 blocks. Sliding window 64, CPU chunk 4096 (vLLM's CPU default max_num_batched_tokens):
     # a sequence of 100 tokens is admitted for cdiv(min(64 − 1 + 4096, 100), 32) + 1 = 4 + 1 = 5 blocks.
     p = plan_json("--model", "tiny-mistral-swa", "--kv-cache-memory-bytes", "8MiB", "--block-size", "32",
-                  "--max-model-len", "1024", "--context", "100")
-    assert (p["num_blocks"], p["blocks_per_sequence_at_context"]) == (512, 5)
+                  "--max-model-len", "1024", "--context", "100", "--batch", "1")
+    assert p["num_blocks"] == 512
     assert p["kv_full_batch"] == 102  # 511 // 5 = 102 (510 ≤ 511)
+    assert p["blocks_per_sequence_at_context"] == 5
 
 
 def test_context_longer_than_max_model_len_is_refused():
