@@ -14,7 +14,10 @@ for decoder models whose attention layers share one page size:
   sliding → ``cdiv(min(window − 1 + in_flight_tokens, max_model_len), block_size) + 1``
   where ``in_flight_tokens = max_num_batched_tokens × (2 with async scheduling)``;
 * ``max_concurrency = num_blocks / Σ_groups blocks_per_request`` and the logged
-  ``KV cache size = int(max_concurrency × max_model_len)`` tokens.
+  ``KV cache size = int(max_concurrency × max_model_len)`` tokens;
+* the block pool keeps one block out as the null block (``vllm/v1/core/block_pool.py``),
+  so sequences that really fit together are counted from ``num_blocks − 1``
+  (:func:`sequences_that_fit`, the only place that division is done).
 
 Layouts vLLM builds for mixed page sizes (packed groups, padding) are not modelled
 and raise :class:`NotModelled`.
@@ -27,6 +30,8 @@ from math import ceil
 
 from analysis.architecture import Architecture
 from analysis.kv import layer_kv_bytes_per_token
+
+NULL_BLOCKS = 1  # BlockPool pops one block off the free queue as its null block at start-up
 
 
 class NotModelled(ValueError):
@@ -163,7 +168,18 @@ def blocks_for_sequence(length: int, block_size: int) -> int:
 
 def usage_fraction(used_blocks: int, num_blocks: int) -> float:
     """vLLM's ``kv_cache_usage_perc``: used ÷ (num_blocks − 1); one block is the null block."""
-    return used_blocks / (num_blocks - 1)
+    return used_blocks / (num_blocks - NULL_BLOCKS)
+
+
+def sequences_that_fit(num_blocks: int, blocks_per_sequence: int) -> int:
+    """Sequences of ``blocks_per_sequence`` blocks each that a pool of ``num_blocks`` holds together.
+
+    vLLM keeps one block out of the pool as the null block, so only ``num_blocks − 1``
+    are ever handed to requests. Every count of "sequences that fit" goes through here.
+    """
+    if blocks_per_sequence <= 0:
+        raise ValueError(f"blocks_per_sequence must be positive, got {blocks_per_sequence}")
+    return max(0, (num_blocks - NULL_BLOCKS) // blocks_per_sequence)
 
 
 @dataclass(frozen=True)
@@ -186,25 +202,34 @@ class BatchCeiling:
         return "kv_cache" if self.max_num_seqs is None or self.kv_limit <= self.max_num_seqs else "max_num_seqs"
 
 
+def kv_ceiling(cap: PagedCapacity, tokens: int, max_num_seqs: int | None, max_num_batched_tokens: int,
+               async_scheduling: bool = False) -> BatchCeiling:
+    """Sequences that each hold ``tokens`` KV positions and fit together in the pool ``cap`` describes.
+
+    Full-attention groups hold ``ceil(tokens / block_size)`` blocks per sequence;
+    sliding-window groups are counted with vLLM's admission worst case.
+    """
+    if tokens <= 0:
+        raise ValueError(f"a sequence must hold at least one token of KV, got {tokens}")
+    in_flight = max_num_batched_tokens * (2 if async_scheduling else 1)
+    per_seq = sum(blocks_per_request(g.kind, g.window, cap.block_size, tokens, in_flight) for g in cap.groups)
+    return BatchCeiling(tokens=tokens, blocks_per_sequence=per_seq, usable_blocks=cap.num_blocks - NULL_BLOCKS,
+                        kv_limit=sequences_that_fit(cap.num_blocks, per_seq), max_num_seqs=max_num_seqs,
+                        vllm_reported=cap.num_blocks / per_seq)
+
+
 def batch_ceiling(cap: PagedCapacity, prompt_len: int, output_len: int, max_num_seqs: int | None,
                   max_num_batched_tokens: int, async_scheduling: bool = False) -> BatchCeiling:
     """Sequences of ``prompt_len + output_len`` that fit together in the pool ``cap`` describes.
 
     The last generated token is never fed back, so a sequence holds at most
-    ``prompt_len + output_len − 1`` KV positions. Full-attention groups hold
-    ``ceil(tokens / block_size)`` blocks; sliding-window groups are counted with
-    vLLM's admission worst case. vLLM admits on prompt blocks only, so requests past
-    this ceiling are admitted and later preempted (or queue behind ``max_num_seqs``).
+    ``prompt_len + output_len − 1`` KV positions (:func:`kv_ceiling` at that length).
+    vLLM admits on prompt blocks only, so requests past this ceiling are admitted
+    and later preempted (or queue behind ``max_num_seqs``).
     """
     if prompt_len <= 0 or output_len <= 0:
         raise ValueError(f"prompt_len and output_len must be positive, got {prompt_len}, {output_len}")
-    tokens = prompt_len + output_len - 1
-    in_flight = max_num_batched_tokens * (2 if async_scheduling else 1)
-    per_seq = sum(blocks_per_request(g.kind, g.window, cap.block_size, tokens, in_flight) for g in cap.groups)
-    usable = cap.num_blocks - 1
-    return BatchCeiling(tokens=tokens, blocks_per_sequence=per_seq, usable_blocks=usable,
-                        kv_limit=max(0, usable // per_seq), max_num_seqs=max_num_seqs,
-                        vllm_reported=cap.num_blocks / per_seq)
+    return kv_ceiling(cap, prompt_len + output_len - 1, max_num_seqs, max_num_batched_tokens, async_scheduling)
 
 
 def saturation_levels(ceiling: int, factors: list[float]) -> list[int]:

@@ -9,6 +9,7 @@ normalised where that means something (per GPU, fraction of memory, MBU).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.allocator import cdiv
-from analysis.compare import rel
+from analysis.allocator import batch_ceiling, cdiv, paged_capacity, sequences_that_fit
+from analysis.architecture import Architecture
+from analysis.catalog import UnknownName, gpu, resolve_model
+from analysis.compare import architecture, rel
 from analysis.load import LoadError, Results, load
 from analysis.report import Analysis, analyse
 
@@ -129,7 +132,8 @@ def compare_runs(dirs: list[str | Path], labels: list[str] | None = None) -> Com
 def _seqs_at(num_blocks: float, block_size: float, length: int) -> float | None:
     if pd.isna(num_blocks) or pd.isna(block_size):
         return None
-    return float((int(num_blocks) - 1) // cdiv(length, int(block_size)))
+    # Full-attention blocks per sequence; the pool's null block is left out (sequences_that_fit).
+    return float(sequences_that_fit(int(num_blocks), cdiv(length, int(block_size))))
 
 
 def _capacity(runs: list[Run], align: list[str]) -> pd.DataFrame:
@@ -189,6 +193,73 @@ def _fits(runs: list[Run]) -> pd.DataFrame:
                      "roofline_spec_median_abs_error": med_err, "roofline_probe_median_abs_error": med_err_probe,
                      "claims_hold": verdicts.get("holds", 0), "claims_diverge": verdicts.get("diverges", 0)})
     return pd.DataFrame(rows)
+
+
+# Architecture facts named first when a plan's model and a run's model differ (all facts are compared).
+_ARCH_LABELS = {"num_layers": "layers", "num_kv_heads": "kv heads", "head_dim": "head_dim",
+                "hidden_size": "hidden size", "num_heads": "heads", "vocab_size": "vocab",
+                "intermediate_size": "intermediate size", "torch_dtype": "dtype", "sliding_window": "sliding window"}
+
+
+def _plan_architecture(saved: dict[str, Any], plan_path: str | Path) -> Architecture:
+    """The architecture the plan was made for: stored in the plan, else its --model resolved again."""
+    try:
+        if saved.get("architecture") is not None:
+            return Architecture.model_validate(saved["architecture"])
+        return resolve_model(saved["model"])[0]
+    except (ValueError, OSError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CompareError(f"{plan_path}: cannot read the plan's model {saved.get('model')!r} ({why}); "
+                           "save the plan again with this kvprof") from None
+
+
+def _facts(a: Architecture) -> dict[str, Any]:
+    return a.model_dump(exclude={"name"})
+
+
+def _same_model(plan_arch: Architecture, res: Results, plan_path: str | Path,
+                results_dir: str | Path) -> pd.DataFrame:
+    """The run's engines whose model has the plan's architecture (by config facts, not by name or path)."""
+    e = res.engines
+    if e.empty:
+        raise CompareError(f"{results_dir}: no engine records — nothing measured to check the plan against")
+    keys = e[["model_dir", "model"]].dropna(how="all").drop_duplicates()
+    same, others = [], []
+    for model_dir, model in keys.itertuples(index=False):
+        run_arch = architecture(model_dir, model)
+        if run_arch is None:
+            raise CompareError(f"{results_dir}: the run's model {model_dir or model} cannot be read here (no "
+                               f"config.json at that path, not a catalog name), so the plan for {plan_arch.name} "
+                               "cannot be checked against it")
+        (same if _facts(run_arch) == _facts(plan_arch) else others).append((model_dir, run_arch))
+    if not same:
+        model_dir, run_arch = others[0]
+        pf, rf = _facts(plan_arch), _facts(run_arch)
+        order = [*_ARCH_LABELS, *(k for k in pf if k not in _ARCH_LABELS)]  # the KV-deciding facts first
+        diff = [f"{_ARCH_LABELS.get(k, k)} {pf[k]} vs {rf[k]}" for k in order if pf[k] != rf[k]]
+        raise CompareError(f"{plan_path} is a plan for {plan_arch.name} but {results_dir} measured {run_arch.name} "
+                           f"({model_dir}): different architectures ({'; '.join(diff[:5])})")
+    same_dirs = {d for d, _ in same}
+    return e[[d in same_dirs for d in e["model_dir"]]]
+
+
+def _same_gpu(p: dict[str, Any], e: pd.DataFrame, plan_path: str | Path, results_dir: str | Path) -> None:
+    """A plan made from a GPU spec sheet must be checked on that GPU (when the run's device is known)."""
+    if not p.get("gpu") or str(p["gpu"]).startswith("probe:"):
+        return
+    names = e["gpu_name"].where(e["gpu_name"].notna(), e["device"]) if "gpu_name" in e else e["device"]
+    for device in sorted({d for d in names.dropna().tolist() if d}):
+        if str(device).startswith("CPU"):
+            ran_on = None
+        else:
+            try:
+                ran_on = gpu(str(device)).name
+            except UnknownName:
+                continue  # not in the catalog: nothing to hold the plan's GPU against
+        if ran_on != p["gpu"]:
+            raise CompareError(f"{plan_path} is a plan for GPU {p['gpu']} but {results_dir} ran on {device}"
+                               + (f" ({ran_on})" if ran_on else "")
+                               + " — plan it for that device (--gpu, or --probe with the run's probe.json)")
 
 
 def _shared_decode_ratio(cmp: Comparison, base: str, other: str) -> float | None:
@@ -256,9 +327,11 @@ def check_plan(plan_path: str | Path, results_dir: str | Path) -> pd.DataFrame:
         res = load(results_dir)
     except LoadError as exc:
         raise CompareError(str(exc)) from None
-    a = analyse(res)
     p, inputs = saved["prediction"], saved["inputs"]
-    e = res.engines
+    plan_arch = _plan_architecture(saved, plan_path)
+    e = _same_model(plan_arch, res, plan_path, results_dir)
+    _same_gpu(p, e, plan_path, results_dir)
+    a = analyse(res)
     match = e[(e["block_size"] == p["block_size"]) & (e["max_model_len"] == p["max_model_len"])
               & (e["kv_cache_dtype"] == p["kv_cache_dtype"])
               & (e["tensor_parallel_size"].fillna(1) == p["tensor_parallel_size"])]
@@ -285,11 +358,21 @@ def check_plan(plan_path: str | Path, results_dir: str | Path) -> pd.DataFrame:
     add("KV cache tokens", p["kv_cache_tokens"], eng["kv_cache_size_tokens"])
     add("max concurrency at max_model_len", p["max_concurrency"], eng["kv_cache_max_concurrency"])
     sat = a.saturation[a.saturation["engine_id"] == eng["engine_id"]] if not a.saturation.empty else a.saturation
-    if p.get("kv_full_batch") is not None and not sat.empty:
-        ran = sat[sat["ran_together"].astype(bool)]
-        add(f"sequences of {p['context']:,} tokens that fit", p["kv_full_batch"],
-            ran["concurrency"].max() if not ran.empty else None,
-            f"saturation measured at {int(sat['prompt_len'].iloc[0] + sat['output_len'].iloc[0]):,} tokens")
+    if p.get("num_blocks") is not None and not sat.empty:
+        # The plan's pool, asked the saturation phase's question: sequences of its length that fit together.
+        cap = dataclasses.replace(
+            paged_capacity(plan_arch, 0, block_size=p["block_size"], max_model_len=p["max_model_len"],
+                           max_num_batched_tokens=p["max_num_batched_tokens"], kv_cache_dtype=p["kv_cache_dtype"],
+                           tp=p["tensor_parallel_size"], async_scheduling=p["async_scheduling"]),
+            num_blocks=p["num_blocks"])
+        for (prompt, output), s in sat.groupby(["prompt_len", "output_len"]):
+            c = batch_ceiling(cap, int(prompt), int(output), p["max_num_seqs"], p["max_num_batched_tokens"],
+                              p["async_scheduling"])
+            ran = s[s["ran_together"].astype(bool)]
+            add(f"sequences of {c.tokens:,} KV tokens that fit together", c.ceiling,
+                ran["concurrency"].max() if not ran.empty else None,
+                f"saturation: prompt {int(prompt):,} + output {int(output):,} − 1 tokens, largest batch that ran "
+                f"without preemption; limited by {c.limited_by}")
     if p.get("decode_step_s") is not None and not a.decode.empty:
         d = a.decode[(a.decode["engine_id"] == eng["engine_id"]) & (a.decode["concurrency"] == p.get("batch"))]
         if not d.empty:
@@ -302,3 +385,70 @@ def check_plan(plan_path: str | Path, results_dir: str | Path) -> pd.DataFrame:
         else:
             add("decode step time (s)", p["decode_step_s"], None, f"no decode point at batch {p.get('batch')}")
     return pd.DataFrame(rows)
+
+
+# Architecture facts named first when a plan's model and a run's model differ (all facts are compared).
+_ARCH_LABELS = {"num_layers": "layers", "num_kv_heads": "kv heads", "head_dim": "head_dim",
+                "hidden_size": "hidden size", "num_heads": "heads", "vocab_size": "vocab",
+                "intermediate_size": "intermediate size", "torch_dtype": "dtype", "sliding_window": "sliding window"}
+
+
+def _plan_architecture(saved: dict[str, Any], plan_path: str | Path) -> Architecture:
+    """The architecture the plan was made for: stored in the plan, else its --model resolved again."""
+    try:
+        if saved.get("architecture") is not None:
+            return Architecture.model_validate(saved["architecture"])
+        return resolve_model(saved["model"])[0]
+    except (ValueError, OSError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CompareError(f"{plan_path}: cannot read the plan's model {saved.get('model')!r} ({why}); "
+                           "save the plan again with this kvprof") from None
+
+
+def _facts(a: Architecture) -> dict[str, Any]:
+    return a.model_dump(exclude={"name"})
+
+
+def _same_model(plan_arch: Architecture, res: Results, plan_path: str | Path,
+                results_dir: str | Path) -> pd.DataFrame:
+    """The run's engines whose model has the plan's architecture (by config facts, not by name or path)."""
+    e = res.engines
+    if e.empty:
+        raise CompareError(f"{results_dir}: no engine records — nothing measured to check the plan against")
+    keys = e[["model_dir", "model"]].dropna(how="all").drop_duplicates()
+    same, others = [], []
+    for model_dir, model in keys.itertuples(index=False):
+        run_arch = architecture(model_dir, model)
+        if run_arch is None:
+            raise CompareError(f"{results_dir}: the run's model {model_dir or model} cannot be read here (no "
+                               f"config.json at that path, not a catalog name), so the plan for {plan_arch.name} "
+                               "cannot be checked against it")
+        (same if _facts(run_arch) == _facts(plan_arch) else others).append((model_dir, run_arch))
+    if not same:
+        model_dir, run_arch = others[0]
+        pf, rf = _facts(plan_arch), _facts(run_arch)
+        order = [*_ARCH_LABELS, *(k for k in pf if k not in _ARCH_LABELS)]  # the KV-deciding facts first
+        diff = [f"{_ARCH_LABELS.get(k, k)} {pf[k]} vs {rf[k]}" for k in order if pf[k] != rf[k]]
+        raise CompareError(f"{plan_path} is a plan for {plan_arch.name} but {results_dir} measured {run_arch.name} "
+                           f"({model_dir}): different architectures ({'; '.join(diff[:5])})")
+    same_dirs = {d for d, _ in same}
+    return e[[d in same_dirs for d in e["model_dir"]]]
+
+
+def _same_gpu(p: dict[str, Any], e: pd.DataFrame, plan_path: str | Path, results_dir: str | Path) -> None:
+    """A plan made from a GPU spec sheet must be checked on that GPU (when the run's device is known)."""
+    if not p.get("gpu") or str(p["gpu"]).startswith("probe:"):
+        return
+    names = e["gpu_name"].where(e["gpu_name"].notna(), e["device"]) if "gpu_name" in e else e["device"]
+    for device in sorted({d for d in names.dropna().tolist() if d}):
+        if str(device).startswith("CPU"):
+            ran_on = None
+        else:
+            try:
+                ran_on = gpu(str(device)).name
+            except UnknownName:
+                continue  # not in the catalog: nothing to hold the plan's GPU against
+        if ran_on != p["gpu"]:
+            raise CompareError(f"{plan_path} is a plan for GPU {p['gpu']} but {results_dir} ran on {device}"
+                               + (f" ({ran_on})" if ran_on else "")
+                               + " — plan it for that device (--gpu, or --probe with the run's probe.json)")

@@ -3,6 +3,15 @@
 Every capacity question gets two answers side by side: the ideal arithmetic of
 the seed documents (contiguous bytes ÷ budget) and what vLLM's paged allocator
 does (whole blocks, worst-case reservation per request, hybrid groups).
+
+``context`` (``--context T``) is the KV a sequence holds: T token positions of
+every layer. "Sequences that fit" (``kv_full_batch``) counts sequences of T
+positions that the block pool holds together, less vLLM's null block — the same
+count as the batch ceiling of a request with ``prompt_len + output_len − 1 = T``.
+
+Without a GPU or a fixed KV budget the plan answers what needs neither (bytes per
+token and per sequence, weights, block sizes) and leaves every budget-dependent
+number ``None``.
 """
 
 from __future__ import annotations
@@ -11,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from analysis.allocator import paged_capacity
+from analysis.allocator import kv_ceiling, paged_capacity
 from analysis.architecture import Architecture
 from analysis.budget import Reserve, default_reserve, kv_budget, vllm_default_batching
 from analysis.catalog import GPU
@@ -92,8 +101,6 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     if a.max_position_embeddings and mml > a.max_position_embeddings:
         raise PlanError(f"max_model_len {mml} exceeds the model's max_position_embeddings "
                         f"{a.max_position_embeddings}")
-    if gpu is None and inputs.kv_cache_memory_bytes is None:
-        raise PlanError("give --gpu, or fix the KV budget with --kv-cache-memory-bytes")
     on_gpu = gpu is not None and not gpu.cpu
     default_mnbt, default_seqs = vllm_default_batching(
         gpu.memory_bytes if on_gpu else None, gpu.name if on_gpu else "")
@@ -102,12 +109,17 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else on_gpu
 
     weights = weight_bytes(a, tp)
+    context = inputs.context or mml
+    if context > mml:
+        raise PlanError(f"--context {context} exceeds max_model_len {mml}: vLLM refuses a sequence that long "
+                        "(raise --max-model-len)")
     reserve: Reserve | None = None
+    budget: int | None = None
+    budget_source: str | None = None
     if inputs.kv_cache_memory_bytes is not None:
         budget = inputs.kv_cache_memory_bytes
         budget_source = "kv_cache_memory_bytes"
-    else:
-        assert gpu is not None
+    elif gpu is not None:
         if inputs.reserve_bytes is not None or (calibration and calibration.reserve_bytes is not None):
             fixed = inputs.reserve_bytes if inputs.reserve_bytes is not None else calibration.reserve_bytes
             reserve = Reserve(activation_bytes=fixed, non_torch_bytes=0, cuda_graph_bytes=0,
@@ -124,11 +136,13 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
                 f"{inputs.gpu_memory_utilization:.2f} × {gpu.memory_bytes / 2**30:.1f} GiB"
             )
 
-    paged = paged_capacity(a, budget, block_size=inputs.block_size, max_model_len=mml,
+    # Block layout does not depend on the budget; counts of blocks and sequences do (None without one).
+    paged = paged_capacity(a, budget or 0, block_size=inputs.block_size, max_model_len=mml,
                            max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype,
                            tp=tp, async_scheduling=async_sched)
-    context = inputs.context or mml
-    ideal = ideal_capacity(a, budget, mml, inputs.kv_cache_dtype, tp)
+    known = budget is not None
+    ideal = ideal_capacity(a, budget or 0, mml, inputs.kv_cache_dtype, tp)
+    at_context = kv_ceiling(paged, context, None, mnbt, async_sched)
     params = count_params(a)
     out: dict[str, Any] = {
         "model": a.name,
@@ -151,26 +165,24 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         "kv_budget_source": budget_source,
         "reserve": reserve.model_dump() if reserve else None,
         "bytes_per_block": paged.bytes_per_block,
-        "num_blocks": paged.num_blocks,
+        "num_blocks": paged.num_blocks if known else None,
         "kv_cache_groups": [
             {"kind": g.kind, "layers": len(g.layers), "window": g.window,
              "blocks_per_request": g.blocks_per_request} for g in paged.groups
         ],
         "blocks_per_request": paged.blocks_per_request,
-        "kv_cache_tokens": paged.kv_cache_tokens,
-        "max_concurrency": paged.max_concurrency,
-        "ideal_kv_cache_tokens": ideal.tokens,
-        "ideal_max_concurrency": ideal.max_concurrency,
+        "kv_cache_tokens": paged.kv_cache_tokens if known else None,
+        "max_concurrency": paged.max_concurrency if known else None,
+        "ideal_kv_cache_tokens": ideal.tokens if known else None,
+        "ideal_max_concurrency": ideal.max_concurrency if known else None,
         "context": context,
+        "blocks_per_sequence_at_context": at_context.blocks_per_sequence,
+        # Sequences of `context` tokens the pool holds together (null block excluded).
+        "kv_full_batch": at_context.kv_limit if known else None,
     }
     if inputs.batch:
-        blocks_at_context = paged_capacity(
-            a, budget, block_size=inputs.block_size, max_model_len=context,
-            max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype, tp=tp,
-            async_scheduling=async_sched).blocks_per_request
-        out["kv_full_batch"] = paged.num_blocks // blocks_at_context
         out["batch"] = inputs.batch
-        out["batch_fits"] = inputs.batch <= out["kv_full_batch"]
+        out["batch_fits"] = inputs.batch <= out["kv_full_batch"] if known else None
     if gpu is not None:
         out.update(_latency(a, inputs, gpu, context, calibration))
     return out

@@ -109,10 +109,9 @@ def _plan_table(p: dict[str, Any]) -> Table:
     groups = ", ".join(f"{g['kind']}×{g['layers']}:{g['blocks_per_request']}" for g in p["kv_cache_groups"])
     row("blocks reserved per request", "", f"{p['blocks_per_request']:,} ({groups})")
     row("KV cache tokens", fmt_count(p["ideal_kv_cache_tokens"]), fmt_count(p["kv_cache_tokens"]))
-    row(f"max concurrency @ {p['max_model_len']:,} tok", f"{p['ideal_max_concurrency']:.2f}x",
-        f"{p['max_concurrency']:.2f}x")
-    if "kv_full_batch" in p:
-        row(f"batch that fills the pool @ {p['context']:,} tok", "", fmt_count(p["kv_full_batch"]))
+    row(f"max concurrency @ {p['max_model_len']:,} tok", *(
+        "—" if p[k] is None else f"{p[k]:.2f}x" for k in ("ideal_max_concurrency", "max_concurrency")))
+    row(f"sequences of {p['context']:,} tok that fit (null block excluded)", "", fmt_count(p["kv_full_batch"]))
     if p.get("crossover_context") is not None:
         row("crossover context t* (KV read = weight read)", fmt_count(p["crossover_context"]))
     if "ridge_point" in p:
@@ -162,9 +161,13 @@ def plan_cmd(
         if gpu and probe:
             raise PlanError("give --gpu or --probe, not both")
         arch, _ = catalog.resolve_model(model)
-        gpu_spec = catalog.gpu(gpu) if gpu else None
+        gpu_spec, gpu_note = catalog.resolve_gpu(gpu) if gpu else (None, None)
         if probe:
-            gpu_spec = catalog.from_probe(json.loads(probe.read_text()))
+            try:
+                probe_facts = json.loads(probe.read_text())
+            except ValueError as exc:
+                raise PlanError(f"--probe {probe}: not JSON ({exc}) — rerun `kvprof probe --out {probe}`") from None
+            gpu_spec = catalog.from_probe(probe_facts, f"--probe {probe}")
         inputs = PlanInputs(
             kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
             tensor_parallel_size=tp, gpu_memory_utilization=gpu_memory_utilization,
@@ -176,6 +179,8 @@ def plan_cmd(
         )
         cal = Calibration.model_validate_json(calibration.read_text()) if calibration else None
         result = make_plan(arch, inputs, gpu_spec, cal)
+        if gpu_note:
+            result["gpu_note"] = gpu_note
     except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
         raise fail(_one_line(exc)) from None
     if save:
@@ -185,13 +190,19 @@ def plan_cmd(
         from profiler.store import atomic_write_json
 
         atomic_write_json(save, {"kind": PLAN_KIND, "created_at": time.time(), "model": model,
+                                 "architecture": arch.model_dump(mode="json"),
                                  "gpu": gpu, "probe": str(probe) if probe else None,
                                  "calibration": str(calibration) if calibration else None,
                                  "inputs": inputs.model_dump(), "prediction": result})
     if json_out:
         print(json.dumps(result, indent=2))
         return
+    if gpu_note:
+        err.print(f"note: {gpu_note}", highlight=False)
     console.print(_plan_table(result))
+    if result["kv_budget_bytes"] is None:
+        console.print("no KV budget: give --gpu (or --probe) or --kv-cache-memory-bytes for blocks, "
+                      "concurrency and sequences that fit", highlight=False)
     if result.get("calibration_source"):
         console.print(f"calibrated with {result['calibration_source']}")
     if result.get("reserve"):

@@ -5,7 +5,10 @@
 * bf16 matmul FLOP rate — square matmuls;
 * decode attention — one query per sequence against a KV cache (torch SDPA, GQA
   8 KV heads × 128, one layer), over context lengths and batch sizes, reported as
-  time and the KV bytes read per second.
+  time and the KV bytes read per second;
+* the device's total memory (``memory_total_bytes``) — on a GPU the total
+  ``torch.cuda.mem_get_info`` reports (what vLLM multiplies by
+  gpu_memory_utilization), on a CPU the host's total RAM (``memory_source`` says which).
 
 On a GPU timings come from CUDA events; on a CPU from perf_counter. Each
 measurement is warmed up, repeated, and reported as median with p25/p75.
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2  # 2: memory_total_bytes, memory_source
 
 
 def _quantiles(xs: list[float]) -> dict[str, float]:
@@ -107,6 +110,15 @@ def decode_attention(torch: Any, dev: Any, timer: Timer, batches: list[int], con
     return rows
 
 
+def device_memory(torch: Any, dev: Any) -> tuple[int, str]:
+    """Total memory of the device the probe ran on, and where the number came from."""
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev)[1]), "cuda device total (torch.cuda.mem_get_info)"
+    import psutil
+
+    return int(psutil.virtual_memory().total), "host RAM (psutil.virtual_memory().total)"
+
+
 def run_probe(device: str = "auto", quick: bool = False) -> dict[str, Any]:
     import torch
 
@@ -122,9 +134,11 @@ def run_probe(device: str = "auto", quick: bool = False) -> dict[str, Any]:
     cfg = sizes(cuda, quick)
     timer = Timer(torch, dev)
     t0 = time.perf_counter()
+    memory_total, memory_source = device_memory(torch, dev)
     result = {
         "probe_version": PROBE_VERSION, "device": name, "device_type": dev.type, "torch_version": torch.__version__,
         "host": platform.node(), "quick": quick, "measured_at": time.time(),
+        "memory_total_bytes": memory_total, "memory_source": memory_source,
         "torch_threads": torch.get_num_threads(),
         "copy": copy_bandwidth(torch, dev, timer, cfg["copy_bytes"], cfg["warmup"], cfg["repeats"]),
         "matmul_bf16": matmul_flops(torch, dev, timer, cfg["matmul_n"], cfg["warmup"], cfg["repeats"]),

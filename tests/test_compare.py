@@ -32,8 +32,18 @@ def test_synthetic_gpus_compare_with_capacity_ratios_from_engine_facts(h100_h200
     cmp = compare_runs([a, b], ["h100", "h200"])
     assert cmp.differing_facts["device"] == ["NVIDIA H100 SXM 80GB", "NVIDIA H200 141GB"]
     assert cmp.align_on == ["model", "max_model_len", "block_size", "kv_cache_dtype"]
-    for row in cmp.capacity.to_dict("records"):
-        assert row["kv_tokens h200/h100"] == row["kv_tokens[h200]"] / row["kv_tokens[h100]"]
+    rows = cmp.capacity.to_dict("records")
+    assert len(rows) == 2  # max_model_len 8192 × kv dtype auto, fp8: the same four axes in both runs
+    for row in rows:
+        # Ratios of the engine facts each run recorded, read here from the engine files themselves.
+        eid = f"len{row['max_model_len']}-bs{row['block_size']}-{row['kv_cache_dtype']}-tp1-synth"
+        h100, h200 = (json.loads((d / "engines" / f"{eid}.json").read_text())["capacity"] for d in (a, b))
+        assert row["kv_tokens[h100]"] == h100["kv_cache_size_tokens"]
+        assert row["kv_tokens h200/h100"] == h200["kv_cache_size_tokens"] / h100["kv_cache_size_tokens"]
+        assert row["num_blocks h200/h100"] == h200["num_gpu_blocks"] / h100["num_gpu_blocks"]
+        # Sequences of 32,768 tokens: 32768 / 16 = 2,048 blocks each, from the pool less vLLM's null block.
+        for label, facts in (("h100", h100), ("h200", h200)):
+            assert row[f"seqs_at_32K[{label}]"] == (facts["num_gpu_blocks"] - 1) // 2048
     assert any("h200 is faster by" in line for line in cmp.verdict)
     res = runner.invoke(app, ["compare", str(a), str(b), "--labels", "h100,h200", "--out", str(tmp_path), "--json"])
     assert res.exit_code == 0, res.output

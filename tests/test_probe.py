@@ -1,7 +1,9 @@
 """`kvprof probe` on the CPU (the GPU variant is in test_gpu_telemetry.py)."""
 
 import json
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from profiler.cli import app
@@ -10,7 +12,7 @@ from profiler.probe import run_probe
 
 def test_probe_measures_copy_matmul_and_decode_attention():
     r = run_probe("cpu", quick=True)
-    assert r["device_type"] == "cpu" and r["probe_version"] == 1
+    assert r["device_type"] == "cpu" and r["probe_version"] == 2
     copy = r["copy"]
     assert copy["bytes_moved"] == 2 * 128 * 2**20  # read + written
     assert 1e8 < copy["bandwidth_Bps"]["median"] < 1e13
@@ -31,3 +33,13 @@ def test_probe_cli_json_and_bad_device(tmp_path):
     assert json.loads(res.stdout)["copy"]["bytes_moved"] == json.loads(out.read_text())["copy"]["bytes_moved"]
     bad = runner.invoke(app, ["probe", "--device", "tpu"])
     assert bad.exit_code == 2 and "--device tpu" in bad.output
+
+
+@pytest.mark.skipif(not Path("/proc/meminfo").exists(), reason="needs Linux /proc/meminfo")
+def test_cpu_probe_records_the_host_ram_as_its_memory():
+    r = run_probe("cpu", quick=True)
+    # The kernel's MemTotal (kB = KiB) is the host's total RAM.
+    kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+               if line.startswith("MemTotal:"))
+    assert r["memory_total_bytes"] == kib * 1024
+    assert r["memory_source"].startswith("host RAM")

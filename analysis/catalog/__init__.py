@@ -7,10 +7,11 @@ entries in ``gpus.yaml``.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
+import re
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,6 +39,7 @@ class GPU(BaseModel):
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float | None = Field(None, gt=0)
     nvml_names: tuple[str, ...] = ()
+    default_for: tuple[str, ...] = ()  # short names that mean this part ("h100" → h100-sxm)
     cpu: bool = False  # a CPU described by a probe (vLLM's CPU defaults apply)
 
     @property
@@ -94,33 +96,58 @@ def gpus() -> dict[str, GPU]:
     return {name: GPU(name=name, **fields) for name, fields in raw.items()}
 
 
-def from_probe(probe: dict) -> GPU:
+def from_probe(probe: Any, source: str = "probe file") -> GPU:
     """A device described by `kvprof probe`: its measured copy bandwidth and bf16 matmul rate
-    as the ceilings; memory from the catalog for a known GPU, else the host's."""
-    bw = probe["copy"]["bandwidth_Bps"]["median"]
-    flops = probe["matmul_bf16"]["flops_per_s"]["median"]
+    as the ceilings, and the total memory the probe recorded (device memory on a GPU, the
+    host's RAM on a CPU). A file without those facts is refused with what to do about it."""
+
+    def need(*path: str) -> float:
+        v: Any = probe
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+            raise ValueError(f"{source}: {'.'.join(path)} is {'missing' if v is None else repr(v)}, not a positive "
+                             f"number — rerun `kvprof probe --out FILE` (this kvprof reads probe_version 2)")
+        return v
+
+    bw = need("copy", "bandwidth_Bps", "median")
+    flops = need("matmul_bf16", "flops_per_s", "median")
+    memory = int(need("memory_total_bytes"))
     name = str(probe.get("device", "probed device"))
     is_cpu = probe.get("device_type") == "cpu"
-    memory_mib = None
-    if not is_cpu:
-        with contextlib.suppress(UnknownName):
-            memory_mib = gpu(name).memory_mib
-    if memory_mib is None:
-        import psutil
-
-        memory_mib = psutil.virtual_memory().total // 2**20
-    return GPU(name=f"probe: {name}", display=name, memory_mib=memory_mib, bandwidth_tbs=bw / 1e12,
+    return GPU(name=f"probe: {name}", display=name, memory_mib=memory // 2**20, bandwidth_tbs=bw / 1e12,
                bf16_tflops=flops / 1e12, cpu=is_cpu)
 
 
-def gpu(name: str) -> GPU:
-    """Look a GPU up by catalog key or by an NVML device name ("NVIDIA H200")."""
+def resolve_gpu(name: str) -> tuple[GPU, str | None]:
+    """A GPU by catalog key, NVML device name ("NVIDIA H200") or short name ("h100"),
+    and a note saying which part a short name was taken to mean (None when exact)."""
     table = gpus()
-    key = name.lower()
+    key = name.strip().lower()
     if key in table:
-        return table[key]
-    # Longest match wins: "NVIDIA L4" is a substring of "NVIDIA L40S".
-    matches = [(len(n), e) for e in table.values() for n in e.nvml_names if n.lower() in key]
+        return table[key], None
+    by_display = [e for e in table.values() if e.display.lower() == key]
+    if by_display:
+        return by_display[0], None
+    family = sorted(n for n in table if n.startswith(key + "-"))
+    for e in table.values():
+        if key in e.default_for:
+            others = [n for n in family if n != e.name]
+            return e, (f"gpu {name!r} taken as {e.name} ({e.display})"
+                       + (f"; give {' or '.join(others)} for the other parts" if others else ""))
+    # Whole words only ("H200" is not the GH200); longest match wins.
+    matches = [(len(n), e) for e in table.values() for n in e.nvml_names
+               if re.search(rf"(?<![a-z0-9]){re.escape(n.lower())}(?![a-z0-9])", key)]
     if matches:
-        return max(matches, key=lambda m: m[0])[1]
+        return max(matches, key=lambda m: m[0])[1], None
+    if len(family) == 1:
+        e = table[family[0]]
+        return e, f"gpu {name!r} taken as {e.name} ({e.display})"
+    if family:
+        raise UnknownName(f"gpu {name!r} is ambiguous: give one of {', '.join(family)}")
     raise _unknown("gpu", name, sorted(table))
+
+
+def gpu(name: str) -> GPU:
+    """Look a GPU up by catalog key, NVML device name or short name (see :func:`resolve_gpu`)."""
+    return resolve_gpu(name)[0]
