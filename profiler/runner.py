@@ -345,8 +345,10 @@ PROBE_TIMEOUT_S = 600
 def run_probe_child(store: ResultsDir, console: Console) -> None:
     """`kvprof probe` into the results directory, once (a resumed sweep keeps the first)."""
     path = store.root / "probe.json"
-    if (read_json(path) or {}).get("probe_version"):
-        return
+    from profiler.probe import PROBE_VERSION
+
+    if ((read_json(path) or {}).get("probe_version") or 0) >= PROBE_VERSION:
+        return  # an older probe (no device memory) is measured again
     console.print("probing copy bandwidth, matmul FLOP/s and decode attention …", highlight=False)
     log_path = store.logs / "probe.log"
     t0 = time.monotonic()

