@@ -65,10 +65,12 @@ class Driver:
         self.engine_s = 0.0  # wall time spent inside vLLM calls (the harness's overhead is the rest)
 
     def prompt(self, n: int) -> dict[str, list[int]]:
+        """`n` random token ids as a prompt."""
         # Distinct random tokens: no accidental prefix-cache hits between requests.
         return {"prompt_token_ids": self.rng.integers(1, self.vocab - 1, size=n).tolist()}
 
     def add(self, n_requests: int, prompt_len: int, output_len: int) -> list[str]:
+        """Add requests (greedy, EOS ignored, exactly `output_len` tokens each); returns their ids."""
         from vllm import SamplingParams
 
         params = SamplingParams(max_tokens=output_len, ignore_eos=True, detokenize=False, temperature=0.0)
@@ -84,6 +86,7 @@ class Driver:
         return ids
 
     def step(self) -> tuple[float, list[Any]]:
+        """One engine scheduler step: (its wall time, the outputs it returned)."""
         t = time.perf_counter()
         outs = self.engine.step()
         dt = time.perf_counter() - t

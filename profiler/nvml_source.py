@@ -1,6 +1,6 @@
 """NVML telemetry: per-device memory, utilisation, GPM bandwidth, power, clocks, throttling.
 
-Written against ``pynvml`` from the ``nvidia-ml-py`` package (DESIGN.md §7). The
+Written against ``pynvml`` from the ``nvidia-ml-py`` package (ARCHITECTURE.md §6). The
 module is injected (``NvmlSource(nvml=...)``) so tests drive every branch with a
 fake that raises the real ``pynvml.NVMLError_*`` classes.
 

@@ -61,6 +61,7 @@ class Timer:
 
 
 def sizes(cuda: bool, quick: bool) -> dict[str, Any]:
+    """Problem sizes: large enough on a GPU to reach its ceilings, small on a CPU."""
     if cuda and not quick:
         return {"copy_bytes": 2 * 2**30, "matmul_n": 8192, "batches": [1, 8, 32, 128],
                 "contexts": [1024, 4096, 16384], "warmup": 5, "repeats": 20}
@@ -72,6 +73,7 @@ def sizes(cuda: bool, quick: bool) -> dict[str, Any]:
 
 
 def copy_bandwidth(torch: Any, dev: Any, timer: Timer, nbytes: int, warmup: int, repeats: int) -> dict[str, Any]:
+    """Device-to-device copy of `nbytes`: bandwidth = 2 × nbytes (read + write) ÷ time."""
     src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
     src.fill_(1)
     dst = torch.empty_like(src)
@@ -82,6 +84,7 @@ def copy_bandwidth(torch: Any, dev: Any, timer: Timer, nbytes: int, warmup: int,
 
 
 def matmul_flops(torch: Any, dev: Any, timer: Timer, n: int, warmup: int, repeats: int) -> dict[str, Any]:
+    """bf16 n×n matmul: 2·n³ FLOPs ÷ time."""
     a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
     secs = timer.time(lambda: a @ b, warmup, repeats)
@@ -92,6 +95,7 @@ def matmul_flops(torch: Any, dev: Any, timer: Timer, n: int, warmup: int, repeat
 
 def decode_attention(torch: Any, dev: Any, timer: Timer, batches: list[int], contexts: list[int], warmup: int,
                      repeats: int, heads: int = 32, kv_heads: int = 8, head_dim: int = 128) -> list[dict[str, Any]]:
+    """One decode step of GQA attention (SDPA) per (batch, context): the KV bytes it reads ÷ time."""
     import torch.nn.functional as F
 
     rows = []
@@ -120,6 +124,10 @@ def device_memory(torch: Any, dev: Any) -> tuple[int, str]:
 
 
 def run_probe(device: str = "auto", quick: bool = False) -> dict[str, Any]:
+    """Measure this machine's ceilings (copy bandwidth, bf16 matmul, decode attention, device memory).
+
+    Timed with CUDA events on a GPU, perf_counter on a CPU; medians and quartiles over repeats.
+    """
     import torch
 
     if device == "auto":

@@ -37,6 +37,7 @@ class WriteFailed(RuntimeError):
 
 @dataclass
 class SweepOutcome:
+    """What a sweep did: engines launched, points ok / failed (id, status, message) / done before."""
     engines_launched: int = 0
     points_ok: int = 0
     points_failed: list[dict[str, str]] = field(default_factory=list)  # id, status, message
@@ -56,6 +57,8 @@ ABORTED = "aborted"
 
 
 def pending_points(store: ResultsDir, points: list[Point], retry_failed: bool) -> list[Point]:
+    """Points still to run: never run, off-contract (a truncated write) or aborted; failed ones
+    only with ``retry_failed``. A point whose record says ok is never run again."""
     todo = []
     for p in points:
         status = store.point_status(p.id)
@@ -85,6 +88,7 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 @dataclass
 class EngineRun:
+    """How one engine child ended."""
     outcome: str  # "ok", "timeout", "crash", or the child's own error class
     ready: bool  # the engine came up (its record says ok) before the outcome
     failed_point: str | None = None
@@ -262,6 +266,12 @@ def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, 
 
 def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console: Console | None = None,
               spec_text: str | None = None) -> SweepOutcome:
+    """Run every engine of ``plan`` into ``out_dir`` (locked for the duration), resuming what is done.
+
+    Writes the manifest (status running → complete / complete_with_failures / interrupted /
+    write_failed), the probe, and one child per engine with pending points. Ctrl-C marks the
+    manifest interrupted and returns; a failed write raises :class:`WriteFailed`.
+    """
     console = console or Console(stderr=True)
     store = ResultsDir(out_dir)
     store.prepare()
@@ -437,6 +447,7 @@ def estimate_seconds(plan: Plan, startup_s: float = 25.0, step_s: float = 0.02) 
 
 
 def dump_plan(plan: Plan) -> str:
+    """The plan as JSON: engines with their settings and point ids, dropped combinations, ETA."""
     return json.dumps({
         "engines": [e.model_dump() | {"id": e.id, "points": [p.id for p in plan.points[e.id]]}
                     for e in plan.engines],

@@ -94,6 +94,8 @@ class EngineAxes(BaseModel):
 
 
 class WorkloadAxes(BaseModel):
+    """What runs inside one engine: every (concurrency, prompt_len, output_len) is a decode point."""
+
     model_config = ConfigDict(extra="forbid")
 
     concurrency: list[int] = [1]
@@ -141,7 +143,7 @@ class SaturationAxes(BaseModel):
 
 
 class TelemetrySpec(BaseModel):
-    """The parent's sampler (DESIGN.md §7)."""
+    """The parent's sampler (ARCHITECTURE.md §6)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -152,6 +154,8 @@ class TelemetrySpec(BaseModel):
 
 
 class Timeouts(BaseModel):
+    """Seconds without progress before a child is killed: until the engine is up, then per point."""
+
     model_config = ConfigDict(extra="forbid")
 
     engine_start_s: float = Field(900, gt=0)
@@ -159,6 +163,8 @@ class Timeouts(BaseModel):
 
 
 class SweepSpec(BaseModel):
+    """A sweep spec (YAML): the model, engine axes, workload axes, phases and how to run them."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -270,6 +276,8 @@ class EngineJob(BaseModel):
 
 
 class Plan(BaseModel):
+    """A spec expanded: one EngineConfig per engine launch, its points, and what was dropped and why."""
+
     spec: SweepSpec
     engines: list[EngineConfig]
     points: dict[str, list[Point]]  # engine id → points
@@ -335,6 +343,7 @@ def load_spec(path: str | Path) -> SweepSpec:
 
 
 def parse_spec(raw: dict[str, Any], source: str = "spec", lines: dict[tuple[Any, ...], int] | None = None) -> SweepSpec:
+    """Validate a parsed spec; SpecError lists every problem as ``SOURCE:LINE: field: what (allowed)``."""
     import difflib
 
     from pydantic import ValidationError

@@ -53,6 +53,8 @@ def read_json(path: Path) -> Any | None:
 
 
 class ResultsDir:
+    """One results directory: its layout (analysis.results_schema), records in and out, the lock."""
+
     def __init__(self, root: str | Path):
         self.root = Path(root)
         self.points = self.root / "points"

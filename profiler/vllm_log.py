@@ -1,4 +1,4 @@
-"""Parse vLLM's start-up log lines into numbers (every variant seen, DESIGN.md §6).
+"""Parse vLLM's start-up log lines into numbers (every variant seen, ARCHITECTURE.md §6).
 
 The raw lines are kept beside the parsed values: a format change in a new vLLM
 release then shows up as a missing number with its line still on record.
