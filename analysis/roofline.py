@@ -1,4 +1,4 @@
-"""Decode and prefill rooflines (DESIGN.md §5).
+"""Decode and prefill rooflines (ARCHITECTURE.md §5).
 
     T_step ≥ max(bytes / bandwidth, FLOPs / peak)
     bytes  = weight bytes read (active experts only) + Σ_sequences KV bytes at their context
