@@ -308,7 +308,9 @@ def error_class(exc: BaseException) -> str:
         return "oom"
     if _raised_by_kvprof(exc):
         return "error"
-    if isinstance(exc, ValueError | NotImplementedError) or "not supported" in text or "unsupported" in text:
+    # vLLM 0.32 validates with its own VLLMValidationError(VLLMClientError), which is no ValueError.
+    refused = {c.__name__ for c in type(exc).__mro__} & {"VLLMClientError", "ValueError", "NotImplementedError"}
+    if refused or "not supported" in text or "unsupported" in text:
         return "unsupported"
     return "crash"
 

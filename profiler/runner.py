@@ -22,9 +22,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from analysis.results_schema import EngineRecord, EngineTelemetry, ProcessTimes, StartupLog
+from analysis.results_schema import EngineRecord, EngineTelemetry, ProcessTimes, ResultsError, StartupLog
 from profiler.spec import EngineConfig, EngineJob, Plan, Point
-from profiler.store import SCHEMA_VERSION, ResultsDir, atomic_write_text, read_json
+from profiler.store import SCHEMA_VERSION, ResultsDir, StoreError, atomic_write_text, read_json
 from profiler.vllm_log import parse_startup
 
 LOG_TAIL_CHARS = 4000
@@ -275,6 +275,7 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
     console = console or Console(stderr=True)
     store = ResultsDir(out_dir)
     store.prepare()
+    _check_resumable(store)
     store.lock()
     outcome = SweepOutcome()
     try:
@@ -347,6 +348,19 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
         with contextlib.suppress(OSError):
             store.unlock()
     return outcome
+
+
+def _check_resumable(store: ResultsDir) -> None:
+    """An existing manifest must be this kvprof's contract: another schema's engine ids differ,
+    so a rerun would not resume it but write a second set of engines beside the first."""
+    try:
+        existing = store.read_manifest()
+    except ResultsError as exc:
+        raise StoreError(f"{exc}; choose another --out") from None
+    if existing is not None and existing.schema_version != SCHEMA_VERSION:
+        raise StoreError(f"{store.root} holds results of schema version {existing.schema_version}; this kvprof writes "
+                         f"version {SCHEMA_VERSION} with other engine ids, so it cannot resume them: choose another "
+                         f"--out (kvprof report still reads the old directory)")
 
 
 PROBE_TIMEOUT_S = 600

@@ -56,8 +56,14 @@ def test_kvprofs_own_failure_is_an_error_not_unsupported():
 def test_vllms_refusal_is_unsupported():
     from vllm import SamplingParams
 
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(Exception) as err:  # vLLM 0.32 raises VLLMValidationError, which is no ValueError
         SamplingParams(n=0)  # vLLM's own validation
+    assert type(err.value).__name__ == "VLLMValidationError"
+    assert engine.error_class(err.value) == "unsupported"
+    with pytest.raises(ValueError) as err:
+        from vllm.config import CacheConfig
+
+        CacheConfig(block_size=-1)  # a pydantic ValidationError raised inside vLLM's config
     assert engine.error_class(err.value) == "unsupported"
 
 
@@ -114,3 +120,29 @@ def test_real_weights_load_and_what_ran_is_recorded(tmp_path):
     assert record["llm_kwargs"]["load_format"] == "auto"
     for path in (out / "results" / "points").glob("*.json"):
         assert json.loads(path.read_text())["status"] == "unsupported"
+
+
+@pytest.mark.vllm
+def test_an_engine_argument_swept_from_the_spec_reaches_vllm(tmp_path):
+    """engine_args_sweep: vLLM's num_gpu_blocks_override at 64 and 128 → two engines whose
+    pools vLLM itself reports as 64 and 128 blocks (the 16 MiB budget holds 512 of 32 tokens)."""
+    from analysis.load import load
+
+    raw = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
+    raw.update(phases=["capacity"], probe=False, telemetry={"enabled": False},
+               engine_args_sweep={"num_gpu_blocks_override": [64, 128]},
+               timeouts={"engine_start_s": 300, "point_s": 300})
+    raw["engine"].update(max_model_len=1024, block_size=32)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "results"
+    res = _sweep(spec, out)
+    assert res.returncode == 0, res.stdout + res.stderr
+    engines = load(out).engines.set_index("engine_arg_num_gpu_blocks_override")
+    assert sorted(engines.index) == [64, 128]
+    for blocks in (64, 128):
+        assert engines.loc[blocks, "num_gpu_blocks"] == blocks
+    for path in (out / "engines").glob("*.json"):
+        rec = json.loads(path.read_text())
+        assert rec["llm_kwargs"]["num_gpu_blocks_override"] == rec["capacity"]["num_gpu_blocks"]
+    assert not list((out / "engines").glob("*.job.json")) and len(list((out / "jobs").glob("*.json"))) == 2

@@ -217,3 +217,19 @@ def test_engine_args_sweep_mistakes_are_named(sweep, message):
 
 def test_results_error_is_what_callers_catch():
     assert LoadError is ResultsError and issubclass(ResultsError, ValueError)
+
+
+def test_a_sweep_refuses_to_resume_another_schemas_directory(tmp_path):
+    # Version 1 hashed paths into engine ids: resuming would write a second set of engines beside the first.
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "manifest.json").write_text(json.dumps({"schema_version": 1, "name": "tiny-cpu", "status": "complete"}))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
+    res = runner.invoke(app, ["sweep", str(spec), "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert "schema version 1" in res.output and "choose another --out" in res.output
+    assert not list((out / "engines").glob("*.json"))  # nothing started
+    (out / "manifest.json").write_text("{")  # unreadable: named, not a traceback
+    res = runner.invoke(app, ["sweep", str(spec), "--out", str(out)])
+    assert res.exit_code == 2 and "manifest.json" in res.output and "Traceback" not in res.output
