@@ -20,9 +20,9 @@ import pandas as pd
 from analysis.allocator import batch_ceiling, cdiv, paged_capacity, sequences_that_fit
 from analysis.architecture import Architecture
 from analysis.catalog import UnknownName, gpu, resolve_model
-from analysis.compare import architecture, rel
 from analysis.load import LoadError, Results, load
 from analysis.report import Analysis, analyse
+from analysis.theory_vs_measured import architecture, rel
 
 ALIGN_AXES = ["model", "max_model_len", "block_size", "kv_cache_dtype"]
 SETTING_AXES = ["kv_cache_memory_bytes", "gpu_memory_utilization", "tensor_parallel_size", "max_num_seqs",

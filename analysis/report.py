@@ -24,7 +24,7 @@ import seaborn as sns
 from matplotlib.backends.backend_pdf import PdfPages
 
 from analysis import claims as claims_mod
-from analysis import compare
+from analysis import theory_vs_measured as tvm
 from analysis.fit import DecodeFit, calibration_dict
 from analysis.load import Results, load
 from analysis.units import fmt_bandwidth, fmt_bytes, fmt_ms, fmt_number, fmt_pct
@@ -64,7 +64,7 @@ def _fmt(df: pd.DataFrame, spec: dict[str, tuple[str, Any]]) -> pd.DataFrame:
 @dataclass
 class Analysis:
     res: Results
-    ceilings: compare.Ceilings
+    ceilings: tvm.Ceilings
     capacity: pd.DataFrame
     decode: pd.DataFrame
     fit: DecodeFit | None
@@ -77,16 +77,16 @@ class Analysis:
 
 
 def analyse(res: Results) -> Analysis:
-    ce = compare.Ceilings.of(res)
-    cap = compare.capacity_table(res)
-    dec = compare.decode_table(res, ce)
-    f = compare.fit(dec, ce)
-    dec = compare.with_fit(dec, f)
-    rnd = compare.rounding_table(res)
-    sat = compare.saturation_table(res)
-    a = Analysis(res=res, ceilings=ce, capacity=cap, decode=dec, fit=f, crossover=compare.measured_crossover(dec, f),
+    ce = tvm.Ceilings.of(res)
+    cap = tvm.capacity_table(res)
+    dec = tvm.decode_table(res, ce)
+    f = tvm.fit(dec, ce)
+    dec = tvm.with_fit(dec, f)
+    rnd = tvm.rounding_table(res)
+    sat = tvm.saturation_table(res)
+    a = Analysis(res=res, ceilings=ce, capacity=cap, decode=dec, fit=f, crossover=tvm.measured_crossover(dec, f),
                  rounding=rnd, saturation=sat, claims=claims_mod.check_all(cap, dec, rnd, sat, f),
-                 divergences=compare.divergences(cap, dec, rnd))
+                 divergences=tvm.divergences(cap, dec, rnd))
     a.tables = build_tables(a)
     return a
 
@@ -148,7 +148,7 @@ def build_tables(a: Analysis) -> dict[str, Table]:
         "predicted_crossover": ("predicted t*", fnum), "measured_crossover": ("measured t*", fnum),
         "rel_error": ("error", fpct)}),
         note="Measured t* = (intercept − fitted overhead) / slope of step time vs context at that batch.")
-    eff = compare.kv_dtype_effect(a.decode)
+    eff = tvm.kv_dtype_effect(a.decode)
     if not eff.empty:
         t["kv_dtype"] = Table("fp8 vs 16-bit KV cache: decode step time, predicted vs measured", _fmt(eff, {
             "max_model_len": ("max len", fnum), "concurrency": ("batch", fnum), "prompt_len": ("prompt", fnum),
