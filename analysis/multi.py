@@ -21,7 +21,7 @@ from analysis.allocator import batch_ceiling, cdiv, paged_capacity, sequences_th
 from analysis.architecture import Architecture
 from analysis.catalog import UnknownName, gpu, resolve_model
 from analysis.load import LoadError, Results, load
-from analysis.report import Analysis, analyse
+from analysis.pipeline import Analysis, analyse
 from analysis.theory_vs_measured import architecture, rel
 
 ALIGN_AXES = ["model", "max_model_len", "block_size", "kv_cache_dtype"]

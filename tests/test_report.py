@@ -8,7 +8,8 @@ from synthetic_results import GiB, Injected, make_results
 from typer.testing import CliRunner
 
 from analysis.load import LoadError, load
-from analysis.report import analyse, build_report
+from analysis.pipeline import analyse
+from analysis.report import build_report
 from profiler.cli import app
 
 runner = CliRunner()
