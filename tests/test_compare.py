@@ -10,7 +10,7 @@ import yaml
 from synthetic_results import Injected, make_results
 from typer.testing import CliRunner
 
-from analysis.multi import compare_runs
+from analysis.run_comparison import compare_runs
 from profiler.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,5 @@
-"""compare.pdf and compare.md for several runs, in the single-run report's style."""
+"""Rendering of the multi-run comparison: compare.pdf and compare.md for a ``Comparison`` of several runs,
+in the single-run report's style."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.backends.backend_pdf import PdfPages
 
-from analysis.multi import REFERENCE_CONTEXT, Comparison
 from analysis.pdf_pages import PAGE, Table, fbw, fms, fnum, format_columns, fpct, save_page, table_page, text_page
+from analysis.run_comparison import REFERENCE_CONTEXT, Comparison
 
 
 def tables(cmp: Comparison) -> dict[str, Table]:
@@ -104,9 +105,3 @@ def build_comparison(cmp: Comparison, out_dir: str | Path, pdf_path: str | Path 
     parts += [t[k].markdown() for k in ("differs", "capacity", "throughput", "fits", "only") if k in t]
     md.write_text("\n".join(parts))
     return {"pdf": pdf_path, "markdown": md}
-
-
-def plan_check_markdown(df: pd.DataFrame, plan_path: Path, results_dir: Path) -> str:
-    table = format_columns(df, {"quantity": ("quantity", str), "predicted": ("predicted", fnum),
-                                "measured": ("measured", fnum), "rel_error": ("error", fpct), "note": ("note", str)})
-    return f"# Plan {plan_path} vs measured {results_dir}\n\n" + table.to_markdown(index=False) + "\n"
