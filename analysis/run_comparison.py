@@ -3,9 +3,11 @@ axes they share, with what differs between them and a verdict on which run is be
 
 Runs are aligned on the engine axes they share. An axis whose values are disjoint
 between runs (block size 32 in one, 64 in the other) is a *differing axis*: it is
-named, and the runs are aligned on the remaining axes. Run-level facts (GPU,
-driver, vLLM, model) that differ are named too. Quantities on different GPUs are
-normalised where that means something (per GPU, fraction of memory, MBU).
+named, and the runs are aligned on the remaining axes. Every other engine setting
+of the results contract, and every engine argument, whose values differ is named
+as well. Run-level facts (GPU, driver, vLLM, model) that differ are named too.
+Quantities on different GPUs are normalised where that means something (per GPU,
+fraction of memory, MBU).
 """
 
 from __future__ import annotations
@@ -20,10 +22,18 @@ import pandas as pd
 from analysis.allocator import cdiv, sequences_that_fit
 from analysis.load import LoadError, Results, load
 from analysis.pipeline import Analysis, analyse
+from analysis.results_schema import EngineSettings
 
 ALIGN_AXES = ["model", "max_model_len", "block_size", "kv_cache_dtype"]
-SETTING_AXES = ["kv_cache_memory_bytes", "gpu_memory_utilization", "tensor_parallel_size", "max_num_seqs",
-                "max_num_batched_tokens"]
+# Engine settings that are not comparison axes: model_dir (a path on the machine that ran) and model_sha256 (its
+# config's digest) — the model is compared as an alignment axis and a run fact; seed, dtype and weights say how the
+# model was loaded and sampled, not how the KV cache was set up.
+NOT_AXES = {"model_dir", "model_sha256", "seed", "dtype", "weights"}
+# Every other engine setting of the results contract is compared, so a new engine axis needs no edit here;
+# engine_args is compared argument by argument (the engine table's engine_arg_<name> columns).
+SETTING_AXES = [name for name in EngineSettings.model_fields
+                if name not in NOT_AXES and name not in ALIGN_AXES and name != "engine_args"]
+ENGINE_ARG_PREFIX = "engine_arg_"
 RUN_FACTS = ["device", "driver", "vllm_version", "torch_version", "model"]
 REFERENCE_CONTEXT = 32768
 
@@ -58,6 +68,21 @@ class Comparison:
 
 def _values(df: pd.DataFrame, col: str) -> list[Any]:
     return sorted({v for v in df[col].dropna().tolist()}, key=str) if col in df else []
+
+
+def _setting_column(e: pd.DataFrame, axis: str) -> str:
+    """The engine table's column for a setting axis: its own name where the table has one (the value vLLM
+    settled on, e.g. max_num_seqs from the capacity facts), else ``requested_<name>``; an engine argument's
+    column is its axis name."""
+    if axis.startswith(ENGINE_ARG_PREFIX) or axis in e:
+        return axis
+    return f"requested_{axis}"
+
+
+def _setting_axes(engines: list[pd.DataFrame]) -> list[str]:
+    """SETTING_AXES, then every engine argument any run passed (engine_arg_<name>), sorted."""
+    args = sorted({c for e in engines for c in e.columns if c.startswith(ENGINE_ARG_PREFIX)})
+    return [*SETTING_AXES, *args]
 
 
 def _run_facts(run: Run) -> dict[str, Any]:
@@ -103,8 +128,8 @@ def compare_runs(dirs: list[str | Path], labels: list[str] | None = None) -> Com
             differing[axis] = [sorted(s, key=str) for s in sets]
         else:
             differing[axis] = [sorted(s, key=str) for s in sets]
-    for axis in SETTING_AXES:
-        sets = [set(_values(e, axis)) for e in engines]
+    for axis in _setting_axes(engines):
+        sets = [set(_values(e, _setting_column(e, axis))) for e in engines]
         if not all(s == sets[0] for s in sets):
             differing[axis] = [sorted(s, key=str) for s in sets]
     facts = [_run_facts(r) for r in runs]
