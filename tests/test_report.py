@@ -8,7 +8,8 @@ from synthetic_results import GiB, Injected, make_results
 from typer.testing import CliRunner
 
 from analysis.load import LoadError, load
-from analysis.report import analyse, build_report
+from analysis.pipeline import analyse
+from analysis.report import build_report
 from profiler.cli import app
 
 runner = CliRunner()
@@ -144,3 +145,30 @@ def test_poor_fit_is_flagged():
 
     f = fit_decode([1e6, 2e6, 3e6, 4e6, 5e6], [0.0031, 0.0050, 0.0029, 0.0052, 0.0030])
     assert f.r2 < 0.5 and "poor fit" in f.note
+
+
+def test_one_registered_page_reaches_the_pdf_and_the_summary_in_registry_order(tmp_path, monkeypatch):
+    from analysis import report
+    from analysis.pdf_pages import text_page
+
+    make_results(tmp_path, Injected(max_model_lens=(8192,), kv_dtypes=("auto",), telemetry_samples_per_engine=50))
+    names = [p.name for p in report.PAGES]
+    assert len(set(names)) == len(names)
+    before = build_report(tmp_path, tmp_path / "before.pdf")
+    pages_before = pdf_text(before["pdf"]).count("\f")
+    # Table pages appear in the PDF and in summary.md in the registry's order.
+    a = analyse(load(tmp_path))
+    titles = [a.tables[n].title for n in names if n in a.tables and n != "failed"]
+    text, summary = pdf_text(before["pdf"]), before["summary"].read_text()
+    assert [text.index(t) for t in titles] == sorted(text.index(t) for t in titles)
+    assert [summary.index(f"### {t}") for t in titles] == sorted(summary.index(f"### {t}") for t in titles)
+
+    extra = report.ReportPage("extra", lambda pdf, a: text_page(pdf, "An extra page", [("Extra", ["one entry"])]),
+                              lambda a: ["## An extra page\n"])
+    at = names.index("claims")
+    monkeypatch.setattr(report, "PAGES", [*report.PAGES[:at], extra, *report.PAGES[at:]])
+    written = build_report(tmp_path)
+    text, summary = pdf_text(written["pdf"]), written["summary"].read_text()
+    assert text.count("\f") == pages_before + 1
+    assert text.index("Crossover: context") < text.index("An extra page") < text.index(a.tables["claims"].title)
+    assert summary.index("### Crossover") < summary.index("## An extra page") < summary.index("### The seeds' claims")

@@ -1,5 +1,5 @@
-"""Theory beside practice, per engine and per point: each quantity with its
-prediction, measurement, absolute and relative error.
+"""Single-run theory vs measured: per engine and per point, each quantity's prediction beside its
+measurement with absolute and relative error (capacity, saturation, block rounding, decode, fit, divergences).
 
 Predictions come from the analytic model (analysis.kv, allocator, roofline,
 budget); measurements from a loaded results directory. Nothing is recomputed

@@ -1,4 +1,5 @@
-"""compare.pdf and compare.md for several runs, in the single-run report's style."""
+"""Rendering of the multi-run comparison: compare.pdf and compare.md for a ``Comparison`` of several runs,
+in the single-run report's style."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.backends.backend_pdf import PdfPages
 
-from analysis.multi import REFERENCE_CONTEXT, Comparison
-from analysis.report import PAGE, Table, _fmt, _table_page, _text_page, fbw, fms, fnum, fpct, save_page
+from analysis.pdf_pages import PAGE, Table, fbw, fms, fnum, format_columns, fpct, save_page, table_page, text_page
+from analysis.run_comparison import REFERENCE_CONTEXT, Comparison
 
 
 def tables(cmp: Comparison) -> dict[str, Table]:
@@ -24,10 +25,10 @@ def tables(cmp: Comparison) -> dict[str, Table]:
         spec[f"kv_fraction_of_memory[{r}]"] = (f"KV share of memory {r}", lambda x: fpct(x).lstrip("+"))
     for r in runs[1:]:
         spec[f"kv_tokens {r}/{runs[0]}"] = (f"tokens {r}/{runs[0]}", lambda x: fnum(x, 4))
-    t["capacity"] = Table("KV capacity per aligned engine configuration", _fmt(cmp.capacity, spec),
+    t["capacity"] = Table("KV capacity per aligned engine configuration", format_columns(cmp.capacity, spec),
                           note="Aligned on the axes the runs share; ratios are measured engine facts (vLLM's "
                                "kv_cache_size_tokens) of each run over the first.")
-    t["fits"] = Table("Fitted decode efficiency and divergence from theory per run", _fmt(cmp.fits, {
+    t["fits"] = Table("Fitted decode efficiency and divergence from theory per run", format_columns(cmp.fits, {
         "run": ("run", str), "bw_eff_Bps": ("BW_eff", fbw), "mbu_spec": ("MBU vs spec", fpct),
         "mbu_probe": ("MBU vs probe", fpct), "overhead_s": ("overhead", fms), "r2": ("R²", lambda x: fnum(x, 3)),
         "roofline_spec_median_abs_error": ("roofline (spec) |error|", fpct),
@@ -35,7 +36,7 @@ def tables(cmp: Comparison) -> dict[str, Table]:
         "claims_hold": ("claims hold", fnum), "claims_diverge": ("claims diverge", fnum)}))
     if not cmp.throughput.empty:
         wide = cmp.throughput.pivot(index="concurrency", columns="run", values="tokens_per_s_per_gpu").reset_index()
-        t["throughput"] = Table("Decode throughput per GPU (median over contexts)", _fmt(
+        t["throughput"] = Table("Decode throughput per GPU (median over contexts)", format_columns(
             wide, {"concurrency": ("batch", fnum)} | {r: (f"tokens/s/GPU {r}", fnum) for r in runs}))
     diff = [{"what": k, **{r.label: str(v) for r, v in zip(cmp.runs, vals, strict=True)}}
             for k, vals in {**cmp.differing_facts, **cmp.differing_axes}.items()]
@@ -87,16 +88,16 @@ def build_comparison(cmp: Comparison, out_dir: str | Path, pdf_path: str | Path 
                   f"{int((r.res.points['status'] == 'ok').sum()) if not r.res.points.empty else 0} points ok)"
                   + ("  [SYNTHETIC]" if r.res.synthetic else "") for r in cmp.runs]
     with PdfPages(pdf_path) as pdf:
-        _text_page(pdf, "kvprof compare — " + " vs ".join(r.label for r in cmp.runs),
-                   [("Runs", runs_lines), ("Which is better, and by how much", cmp.verdict)])
-        _table_page(pdf, t["differs"])
-        _table_page(pdf, t["capacity"])
+        text_page(pdf, "kvprof compare — " + " vs ".join(r.label for r in cmp.runs),
+                  [("Runs", runs_lines), ("Which is better, and by how much", cmp.verdict)])
+        table_page(pdf, t["differs"])
+        table_page(pdf, t["capacity"])
         _plots(pdf, cmp)
         if "throughput" in t:
-            _table_page(pdf, t["throughput"])
-        _table_page(pdf, t["fits"])
+            table_page(pdf, t["throughput"])
+        table_page(pdf, t["fits"])
         if not t["only"].frame.empty:
-            _table_page(pdf, t["only"])
+            table_page(pdf, t["only"])
     md = out_dir / "compare.md"
     parts = ["# kvprof compare — " + " vs ".join(r.label for r in cmp.runs) + "\n",
              "## Runs\n\n" + "\n".join(f"- {x}" for x in runs_lines) + "\n",
@@ -104,9 +105,3 @@ def build_comparison(cmp: Comparison, out_dir: str | Path, pdf_path: str | Path 
     parts += [t[k].markdown() for k in ("differs", "capacity", "throughput", "fits", "only") if k in t]
     md.write_text("\n".join(parts))
     return {"pdf": pdf_path, "markdown": md}
-
-
-def plan_check_markdown(df: pd.DataFrame, plan_path: Path, results_dir: Path) -> str:
-    table = _fmt(df, {"quantity": ("quantity", str), "predicted": ("predicted", fnum), "measured": ("measured", fnum),
-                      "rel_error": ("error", fpct), "note": ("note", str)})
-    return f"# Plan {plan_path} vs measured {results_dir}\n\n" + table.to_markdown(index=False) + "\n"
