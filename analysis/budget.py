@@ -41,6 +41,8 @@ class Reserve(BaseModel):
 
 def default_reserve(a: Architecture, *, max_num_batched_tokens: int, max_num_seqs: int,
                     tp: int = 1, enforce_eager: bool = False) -> Reserve:
+    """A heuristic of vLLM's non-KV reserve: activations of one max_num_batched_tokens step plus
+    the sampler's fp32 logits, non-torch memory, CUDA graphs (none with enforce_eager)."""
     s = a.weight_dtype_bytes
     q_kv = (a.num_heads + 2 * a.num_kv_heads) * a.head_dim // tp
     inter = (a.moe.expert_intermediate_size * a.moe.experts_per_token if a.moe

@@ -133,6 +133,7 @@ def throughput_flat_past_full_pool(sat: pd.DataFrame, tol: float = 0.10) -> dict
 
 def check_all(cap: pd.DataFrame, dec: pd.DataFrame, rounding: pd.DataFrame, sat: pd.DataFrame,
               fit: DecodeFit | None) -> pd.DataFrame:
+    """Every claim of the seed documents with its verdict (holds / diverges / untestable) and evidence."""
     return pd.DataFrame([
         linear_past_crossover(dec),
         batching_amortises_weights(dec, fit),

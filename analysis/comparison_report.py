@@ -80,6 +80,7 @@ def _plots(pdf: PdfPages, cmp: Comparison) -> None:
 
 
 def build_comparison(cmp: Comparison, out_dir: str | Path, pdf_path: str | Path | None = None) -> dict[str, Path]:
+    """Write compare.pdf and compare.md for a comparison; return their paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     pdf_path = Path(pdf_path) if pdf_path else out_dir / "compare.pdf"

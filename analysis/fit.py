@@ -23,6 +23,9 @@ class FitError(ValueError):
 
 @dataclass
 class DecodeFit:
+    """step time = step_overhead_s + bytes / effective_bandwidth_Bps (+ FLOPs / effective_flops),
+    fitted over a run's decode points, with R² and leave-one-out relative errors."""
+
     effective_bandwidth_Bps: float | None
     step_overhead_s: float
     effective_flops: float | None

@@ -89,6 +89,7 @@ class IdealCapacity:
 
 def ideal_capacity(a: Architecture, kv_budget_bytes: int, length: int,
                    kv_cache_dtype: str = "auto", tp: int = 1) -> IdealCapacity:
+    """The textbook answer: budget ÷ contiguous bytes per sequence of `length` tokens (no blocks)."""
     per_token = kv_bytes_per_token(a, kv_cache_dtype, tp)
     per_seq = kv_bytes_per_sequence(a, length, kv_cache_dtype, tp)
     return IdealCapacity(

@@ -32,6 +32,8 @@ __all__ = ["SCHEMA_VERSION", "LoadError", "Results", "load"]
 
 @dataclass
 class Results:
+    """A loaded results directory: the validated records as tables (and the records themselves)."""
+
     root: Path
     manifest: dict[str, Any]
     spec_text: str | None

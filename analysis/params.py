@@ -70,6 +70,7 @@ def _mlp_params(hidden: int, inter: int, gated: bool, bias: bool) -> int:
 
 
 def count_params(a: Architecture) -> ParamCount:
+    """Total and active (per token, MoE) parameter counts from the config alone."""
     h = a.hidden_size
     embedding = a.vocab_size * h + a.learned_position_embeddings * h
     lm_head = 0 if a.tie_word_embeddings else a.vocab_size * h

@@ -23,6 +23,8 @@ from analysis.pdf_pages import Table, fbw, fbytes, fms, fnum, format_columns, fp
 
 @dataclass
 class Analysis:
+    """One run analysed: every theory-vs-measured table, the fit, the claims, and their formatted tables."""
+
     res: Results
     ceilings: tvm.Ceilings
     capacity: pd.DataFrame
@@ -37,6 +39,8 @@ class Analysis:
 
 
 def analyse(res: Results) -> Analysis:
+    """Set a loaded run's measurements beside the analytic model: capacity, decode (with the fit),
+    crossover, block rounding, saturation, the seeds' claims and the largest divergences."""
     ce = tvm.Ceilings.of(res)
     cap = tvm.capacity_table(res)
     dec = tvm.decode_table(res, ce)
@@ -52,6 +56,7 @@ def analyse(res: Results) -> Analysis:
 
 
 def build_tables(a: Analysis) -> dict[str, Table]:
+    """The report's tables as formatted strings, built once for the PDF and summary.md alike."""
     t: dict[str, Table] = {}
     t["capacity"] = Table("KV capacity: the allocator model vs vLLM", format_columns(a.capacity, {
         "engine_id": ("engine", str), "block_size": ("block", fnum), "max_model_len": ("max len", fnum),
@@ -201,6 +206,7 @@ def setup_lines(a: Analysis) -> list[str]:
 # --- outputs beside the report ------------------------------------------------------------------
 
 def calibration(a: Analysis) -> dict[str, Any]:
+    """calibration.json for `kvprof plan --calibration`: the fitted decode model and the measured reserve."""
     e = a.res.engines.iloc[0]
     cap = a.capacity
     reserve = None

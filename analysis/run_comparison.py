@@ -44,6 +44,8 @@ class CompareError(ValueError):
 
 @dataclass
 class Run:
+    """One results directory under its label, analysed."""
+
     label: str
     analysis: Analysis
 
@@ -54,6 +56,9 @@ class Run:
 
 @dataclass
 class Comparison:
+    """Several runs aligned on the engine axes they share: capacity ratios, decode throughput per GPU,
+    each run's fit, what differs, and the verdict in plain sentences."""
+
     runs: list[Run]
     align_on: list[str]
     differing_axes: dict[str, list[Any]]  # axis → each run's values
@@ -96,6 +101,7 @@ def _run_facts(run: Run) -> dict[str, Any]:
 
 
 def compare_runs(dirs: list[str | Path], labels: list[str] | None = None) -> Comparison:
+    """Load, analyse and align several results directories (CompareError when they cannot be compared)."""
     if len(dirs) < 2:
         raise CompareError("give at least two results directories")
     labels = labels or [Path(d).name for d in dirs]
