@@ -11,6 +11,7 @@ from pdf_checks import page_ink, pdf_text, summary_cells
 from analysis.allocator import batch_ceiling, paged_capacity
 from analysis.catalog import resolve_model
 from profiler.spec import expand, load_spec
+from profiler.store import ResultsDir
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,10 @@ def test_results_directory_layout(tiny_sweep):
     for e in plan.engines:
         assert (out / "engines" / f"{e.id}.json").is_file()
         assert (out / "logs" / f"{e.id}.log").is_file()
-    assert not list(out.rglob("*.tmp")) and not (out / ".kvprof.lock").exists()
+    assert not list(out.rglob("*.tmp"))
+    free = ResultsDir(out)
+    free.lock()  # the finished sweep let go of the directory
+    free.unlock()
     # The probe ran first, into the results directory.
     assert manifest["probe"] == "ok"
     probe = json.loads((out / "probe.json").read_text())
