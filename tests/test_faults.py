@@ -260,7 +260,7 @@ def test_killed_engine_loses_one_point_and_rerun_resumes(tmp_path):
     retry = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out), "--retry-failed"], cwd=ROOT,
                            capture_output=True, text=True, timeout=900)
     row.exits.append(retry.returncode)
-    row.ok_after, row.orphans = ok_points(out), crash_orphans + orphans(out)
+    row.ok_after, row.orphans = ok_points(out), sorted({*crash_orphans, *orphans(out)})
     row.detail = (f"point recorded as {after_crash.get(crashed.id, {}).get('status')}; "
                   f"rerun ran {sum(after_rerun[p.id]['status'] == 'ok' for p in rest)}/{len(rest)} never-tried "
                   f"points, --retry-failed the rest")
@@ -318,7 +318,7 @@ def test_ctrl_c_kills_children_keeps_points_and_resumes(tmp_path):
     again = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out)], cwd=ROOT, capture_output=True,
                            text=True, timeout=900)
     row.exits.append(again.returncode)
-    row.ok_after, row.orphans = ok_points(out), interrupted_orphans + orphans(out)
+    row.ok_after, row.orphans = ok_points(out), sorted({*interrupted_orphans, *orphans(out)})
     row.detail = f"{len(ok_interrupted)} points kept at the interrupt, rerun finished the rest"
     assert row.survived, (row.summary(), stderr[-3000:], again.stderr[-3000:])
     assert manifest["status"] == "interrupted"
@@ -417,7 +417,7 @@ def test_disk_full_at_a_write_says_what_was_saved(tmp_path, monkeypatch):
     free.unlock()
     outcome = run_sweep(plan, out)  # space is back: resume
     row.exits.append("complete" if not outcome.points_failed and not outcome.interrupted else "failed")
-    row.ok_after, row.orphans = ok_points(out), failed_orphans + orphans(out)
+    row.ok_after, row.orphans = ok_points(out), sorted({*failed_orphans, *orphans(out)})
     row.detail = "clear error naming the file and what was saved; resumed"
     assert row.survived, row.summary()
     assert "No space left on device" in msg and f"Saved so far: {len(saved)} of {plan.num_points} points ok" in msg
