@@ -94,6 +94,9 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
         too_many = [t for t in e.tensor_parallel_size if gpus is not None and t > gpus]
         if too_many:
             add(("engine", "tensor_parallel_size"), f"{too_many} needs more GPUs than the {gpus} NVML sees")
+    empty_phases = _empty_phases(spec, plan)
+    for _, loc, message in empty_phases:
+        add(loc, message)
     arch, _ = resolve_model(plan.engines[0].model_dir) if plan.engines else (None, None)
     seen: set[tuple[int, int, int, str, int]] = set()
     for cfg in plan.engines:
@@ -116,11 +119,46 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
                     f"{need:,} B ({cap.blocks_per_request} blocks of {cap.bytes_per_block:,} B), or a shorter "
                     f"max_model_len")
         wanted = {"decode", "saturation"} & set(spec.phases)
-        if wanted and not plan.points[cfg.id]:
+        # Said once per phase above when no engine runs it: per engine it would only repeat that.
+        if wanted and not plan.points[cfg.id] and not wanted <= {phase for phase, _, _ in empty_phases}:
             reasons = sorted({d.reason for d in plan.dropped if d.engine_id == cfg.id})
             add(("workload",), f"engine max_model_len={cfg.max_model_len} block_size={cfg.block_size} has no "
                                f"runnable point: {'; '.join(reasons[:3])}")
     return list(dict.fromkeys(problems))  # engines differing only in kv dtype repeat the same problem
+
+
+def _empty_phases(spec: SweepSpec, plan: Plan) -> list[tuple[str, tuple[str, str], str]]:
+    """Each phase in `phases` whose every point was dropped on every engine, as (phase, field, what
+    is wrong): the axis that rules it out, its values, the limit and what is allowed."""
+    problems: list[tuple[str, tuple[str, str], str]] = []
+    ran = {p.phase for pts in plan.points.values() for p in pts}
+    allowed = "(allowed: prompt_len + output_len ≤ max_model_len)"
+    mmls = sorted({e.max_model_len for e in plan.engines})
+    w = spec.workload
+    if "decode" in spec.phases and "decode" not in ran and plan.engines:
+        fits = [e for e in plan.engines if min(w.prompt_len) + min(w.output_len) <= e.max_model_len]
+        if not fits:
+            axis = "output_len" if min(w.output_len) > min(w.prompt_len) else "prompt_len"
+            problems.append(("decode", ("workload", axis),
+                             f"phase decode has no runnable point: prompt_len {w.prompt_len} + output_len "
+                             f"{w.output_len} > max_model_len {mmls} on every engine {allowed}"))
+        else:  # the lengths fit somewhere, but wherever they do every concurrency is over max_num_seqs
+            seqs = sorted({e.max_num_seqs for e in fits if e.max_num_seqs is not None})
+            problems.append(("decode", ("workload", "concurrency"),
+                             f"phase decode has no runnable point: concurrency {w.concurrency} > max_num_seqs "
+                             f"{seqs} on every engine where prompt_len + output_len fit in max_model_len "
+                             f"(allowed: concurrency ≤ max_num_seqs)"))
+    sat = spec.saturation
+    if "saturation" in spec.phases and "saturation" not in ran and plan.engines:
+        if sat.prompt_len is not None:
+            axis, prompts = ("prompt_len" if sat.prompt_len > sat.output_len else "output_len"), f"[{sat.prompt_len}]"
+        else:
+            axis = "output_len"
+            prompts = f"{sorted({m // 2 for m in mmls})} (max_model_len // 2, the default)"
+        problems.append(("saturation", ("saturation", axis),
+                         f"phase saturation has no runnable point: prompt_len {prompts} + output_len "
+                         f"[{sat.output_len}] > max_model_len {mmls} on every engine {allowed}"))
+    return problems
 
 
 def validate(path: str | Path, platform: str | None = None) -> tuple[SweepSpec, Plan]:

@@ -10,6 +10,7 @@ is rerun.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -63,7 +64,7 @@ class ResultsDir:
         self.telemetry = self.root / "telemetry"
         self.jobs = self.root / "jobs"  # the engine children's instructions: kept apart from the records
         self.manifest = self.root / "manifest.json"
-        self._locked = False
+        self._lock_fd: int | None = None
 
     def prepare(self) -> None:
         """Create the layout; fail early and clearly when the directory is not writable."""
@@ -78,28 +79,47 @@ class ResultsDir:
 
     # -- lock ------------------------------------------------------------------
     def lock(self) -> None:
-        """Take the directory for this process; refuse if a live sweep holds it."""
+        """Take the directory for this process; refuse if a live sweep holds it.
+
+        The lock is the kernel's (flock on LOCK_NAME), held until `unlock` or this
+        process's death, so a sweep killed by anything frees the directory and no
+        "stale" judgement is ever made. The file's content, this holder's pid and
+        host, only words the refusal; the file is never deleted or replaced, since
+        a lock on a deleted inode would no longer exclude a sweep that opens the path.
+        """
         path = self.root / LOCK_NAME
-        while True:
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = read_json(path) or {}
-                pid = holder.get("pid")
-                if isinstance(pid, int) and holder.get("host") == socket.gethostname() and _alive(pid):
-                    raise StoreError(f"{self.root} is in use by a running sweep (pid {pid}); "
-                                     "wait for it or choose another --out") from None
-                path.unlink(missing_ok=True)  # stale: its holder is gone
-                continue
-            os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot create the lock file {path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            who = _holder(fd)
             os.close(fd)
-            self._locked = True
-            return
+            raise StoreError(f"{self.root} is in use by a running sweep ({who}); "
+                             "wait for it or choose another --out") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode(), 0)
+        except OSError as exc:
+            os.close(fd)  # releases the lock
+            raise StoreError(f"cannot write the lock file {path}: {exc.strerror or exc}") from None
+        self._lock_fd = fd
 
     def unlock(self) -> None:
-        if self._locked:
-            (self.root / LOCK_NAME).unlink(missing_ok=True)
-            self._locked = False
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is None:
+            return
+        try:
+            os.ftruncate(fd, 0)  # the next holder's pid must not be read as ours meanwhile
+        except OSError:
+            pass
+        finally:
+            os.close(fd)  # releases the lock
 
     # -- records ---------------------------------------------------------------
     def point_path(self, point_id: str) -> Path:
@@ -166,11 +186,29 @@ class ResultsDir:
         return manifest
 
 
-def _alive(pid: int) -> bool:
+def _holder(fd: int) -> str:
+    """Who holds the lock on fd's file: "pid N on HOST" from the file, or from /proc/locks
+    while the holder has not written the file yet."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        holder = json.loads(os.pread(fd, 4096, 0))
+    except (OSError, ValueError):
+        holder = None
+    if isinstance(holder, dict) and isinstance(holder.get("pid"), int):
+        return f"pid {holder['pid']} on {holder.get('host') or 'an unknown host'}"
+    pid = _flock_owner(fd)
+    return f"pid {pid} on {socket.gethostname()}" if pid else "pid unknown"
+
+
+def _flock_owner(fd: int) -> int | None:
+    """The pid holding an flock on fd's file, from Linux's /proc/locks (None elsewhere)."""
+    st = os.fstat(fd)
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    for line in table.splitlines():
+        fields = line.split()  # "1: FLOCK  ADVISORY  WRITE 4621 fe:00:2146449 0 EOF"; "->" marks a waiter
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == ident and fields[4].isdigit():
+            return int(fields[4])
+    return None

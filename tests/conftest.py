@@ -31,18 +31,24 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """The fault-injection table: faults injected, survived, points lost."""
+    """The fault-injection table: each fault, what the test observed, and whether the sweep survived it."""
     try:
-        from fault_log import FAULTS
+        from fault_log import FAULTS, _n
     except ImportError:
         return
     if not FAULTS:
         return
     tr = terminalreporter
     tr.section("fault injection")
-    tr.write_line(f"{'fault':<58} {'survived':>8} {'points lost':>11}  detail")
-    for f in FAULTS:
-        tr.write_line(f"{f['fault']:<58} {'yes' if f['survived'] else 'NO':>8} {f['points_lost']:>11}  {f['detail']}")
-    lost = sum(f["points_lost"] for f in FAULTS)
-    tr.write_line(f"{len(FAULTS)} faults injected, {sum(f['survived'] for f in FAULTS)} survived, "
-                  f"{lost} points lost")
+    rows = [(f.fault, f"{','.join(map(str, f.exits)) or '-'} ({','.join(map(str, f.want_exits))})", _n(f.ok_before),
+             f"{_n(f.ok_after)} ({f.want_ok_after})", "?" if f.orphans is None else str(len(f.orphans)),
+             "?" if f.lost is None else str(f.lost), "yes" if f.survived else "NO", f.detail) for f in FAULTS]
+    head = ("fault", "exits (want)", "ok before", "ok after (want)", "orphans", "lost", "survived", "detail")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
+    for r in [head, *rows]:
+        cells = [r[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(r[1:-1], widths[1:], strict=True))]
+        tr.write_line("  ".join([*cells, r[-1]]))
+    lost = sum(f.lost or 0 for f in FAULTS)
+    unknown = sum(f.lost is None for f in FAULTS)
+    tr.write_line(f"{len(FAULTS)} faults injected, {sum(f.survived for f in FAULTS)} survived, {lost} points lost"
+                  + (f" ({unknown} not observed to the end)" if unknown else ""))

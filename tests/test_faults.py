@@ -4,22 +4,32 @@ The faults come from outside, as they would in production: SIGSTOP freezes the
 engine child's process group mid-point (a hang), SIGKILL kills the child (the
 OOM killer, a segfault), SIGINT is Ctrl-C, a truncated record is a crash during a
 write, a full disk is a failing write. Nothing in the product knows it is being
-tested. Each test records its fault in fault_log; the table prints at the end.
+tested. Each test opens its row in fault_log before the fault and fills in what it
+observed; the table prints at the end.
+
+No test races the sweep: a fault that must strike mid-point is injected only while
+the engine child's whole process group is stopped (every thread in state T) with a
+point in flight, i.e. logged as started and with no record on disk. From then on
+that point cannot finish and the sweep cannot end before the test acts.
 """
 
+import contextlib
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 from fault_log import record
 
-from profiler.spec import expand, load_spec
+from profiler.spec import EngineConfig, Plan, Point, expand, load_spec
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,103 +55,225 @@ def start_sweep(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def engine_child_when_point_starts(out: Path, engine_id: str, timeout: float = 300) -> int:
-    """The engine child's pid, once its log says the first point started."""
-    log = out / "logs" / f"{engine_id}.log"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log.exists() and "KVPROF_POINT_START" in log.read_text(errors="replace"):
-            found = subprocess.run(["pgrep", "-f", f"profiler.engine {out}/engines/{engine_id}"],
-                                   capture_output=True, text=True).stdout.split()
-            if found:
-                return int(found[0])
-        time.sleep(0.1)
-    raise AssertionError(f"engine {engine_id} never started a point")
+def _ere(text: str) -> str:
+    """text as a literal in a POSIX extended regular expression (pgrep's)."""
+    return re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", text)
+
+
+def engine_children(out: Path, engine_id: str = "") -> list[int]:
+    """Live engine children of this results directory (of one engine if given), by command line.
+
+    The engine child runs `python -m profiler.engine <out>/jobs/<id>.json`.
+    """
+    found = subprocess.run(["pgrep", "-f", f"profiler\\.engine {_ere(str(out))}/.*{_ere(engine_id)}"],
+                           capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found]
+
+
+def orphans(out: Path, grace_s: float = 5) -> list[int]:
+    """Engine children still alive once the sweep is over. One the parent just SIGKILLed may take
+    a moment to vanish on a busy machine; an orphan never does, so waiting cannot hide one."""
+    deadline = time.monotonic() + grace_s
+    while (left := engine_children(out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_engines(tmp_path):
+    """Whatever a failing test leaves running under its tmp_path is killed, by pid."""
+    yield
+    for pid in engine_children(tmp_path):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def ok_points(out: Path) -> dict[str, dict]:
+    """Point id → measurements of every record on disk whose status is ok."""
+    ok = {}
+    for p in (out / "points").glob("*.json"):
+        try:
+            rec = json.loads(p.read_text())
+        except ValueError:
+            continue  # a truncated record is not an ok point
+        if rec.get("status") == "ok":
+            ok[rec["id"]] = rec["measurements"]
+    return ok
 
 
 def records(out: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in (out / "points").glob("*.json")}
 
 
-def no_engine_children(out: Path) -> bool:
-    return subprocess.run(["pgrep", "-f", f"profiler.engine {out}"], capture_output=True).stdout.strip() == b""
+def _group_states(pgid: int) -> list[str]:
+    """The state letter of every thread of every process in the process group."""
+    states = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            if int(stat[stat.rindex(")") + 2:].split()[2]) != pgid:
+                continue
+            tasks = list((proc / "task").iterdir())
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        for task in tasks:
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue
+            states.append(stat[stat.rindex(")") + 2])
+    return states
+
+
+def _stopped(pgid: int, timeout: float = 60) -> bool:
+    """True once every thread in the group is stopped, twice in a row (so none was being created);
+    False if the group is exiting (a zombie or nothing left): it was caught too late."""
+    deadline, stable = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline:
+        states = _group_states(pgid)
+        if not states or any(s in "ZX" for s in states):
+            return False
+        stable = stable + 1 if all(s in "Tt" for s in states) else 0
+        if stable == 2:
+            return True
+        time.sleep(0.01)
+    raise AssertionError(f"process group {pgid} did not stop within {timeout} s of SIGSTOP")
+
+
+def _started(out: Path, engine_id: str) -> set[str]:
+    log = out / "logs" / f"{engine_id}.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return set(re.findall(r"^KVPROF_POINT_START (\S+)$", text, re.M))
+
+
+@dataclass
+class Frozen:
+    pid: int  # the engine child; its process group is stopped
+    engine: EngineConfig
+    point: Point  # in flight: logged as started, no record on disk
+    ok_before: dict[str, dict]  # ok on disk while the group is stopped
+
+
+def freeze_mid_point(proc: subprocess.Popen, out: Path, plan: Plan, accept=lambda frozen: True,
+                     timeout: float = 600) -> Frozen:
+    """Stop an engine child's process group while one of its points is in flight and `accept` agrees.
+
+    Nothing in the group runs once it is stopped, so what is on disk then stays as it is: the
+    point in flight cannot finish, and the sweep, which waits for that child, cannot end. A stop
+    that lands between points, in the child's exit, or where `accept` declines is undone (SIGCONT)
+    and tried again.
+    """
+    def in_flight(pid: int, engine: EngineConfig) -> Frozen | None:
+        started = _started(out, engine.id)
+        flight = [p for p in plan.points[engine.id]
+                  if p.id in started and not (out / "points" / f"{p.id}.json").exists()]
+        frozen = Frozen(pid, engine, flight[0], ok_points(out)) if flight else None
+        return frozen if frozen and accept(frozen) else None
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the sweep ended before a point could be frozen in flight"
+        for engine in plan.engines:
+            for pid in engine_children(out, engine.id):
+                if not in_flight(pid, engine):
+                    continue  # not now (while running, this look is only a hint; the one below decides)
+                try:
+                    if os.getpgid(pid) != pid:
+                        continue  # not the child itself (a worker it forked)
+                    os.killpg(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    continue
+                if _stopped(pid) and (frozen := in_flight(pid, engine)):
+                    return frozen
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGCONT)
+        time.sleep(0.1)
+    raise AssertionError(f"no point could be frozen in flight within {timeout} s")
+
+
+def with_ok_before_and_points_after(plan: Plan):
+    """Accept a point with at least one ok point before it and one of its engine's points after it."""
+    return lambda f: bool(f.ok_before) and f.point != plan.points[f.engine.id][-1]
 
 
 def test_hung_point_times_out_alone_and_the_rest_still_run(tmp_path):
-    spec = small_spec(tmp_path, point_s=30)  # points take ~2 s alone; 30 s leaves room on a busy machine
+    # Points take 2-3 s on 2 busy cores; a 60 s limit on the points that run on leaves them 20× that.
+    spec = small_spec(tmp_path, point_s=60)
     plan = expand(load_spec(spec))
-    first, second = plan.engines[0], plan.engines[1]
     out = tmp_path / "out"
+    row = record("engine hangs mid-point (SIGSTOP on its process group)", [1], plan.num_points - 1)
     proc = start_sweep(spec, out)
-    os.killpg(engine_child_when_point_starts(out, first.id), signal.SIGSTOP)  # the engine hangs
-    assert not (out / "points" / f"{plan.points[first.id][0].id}.json").exists(), "froze too late"
+    frozen = freeze_mid_point(proc, out, plan, with_ok_before_and_points_after(plan))  # the engine hangs
+    row.ok_before = frozen.ok_before
     stdout, stderr = proc.communicate(timeout=900)
-    assert proc.returncode == 1, stderr[-3000:]  # a point failed; the sweep finished
+    row.exits.append(proc.returncode)
+    row.ok_after, row.orphans = ok_points(out), orphans(out)
     recs = records(out)
-    hung = plan.points[first.id][0]
+    hung, hung_engine = frozen.point, frozen.engine
+    row.detail = (f"point recorded as {recs.get(hung.id, {}).get('status')}, "
+                  f"{json.loads((out / 'manifest.json').read_text()).get('engine_launches')} engine launches")
+    assert row.survived, (row.summary(), stderr[-3000:])
+    assert proc.returncode == 1, stderr[-3000:]  # a point failed; the sweep finished
     assert recs[hung.id]["status"] == "timeout"
     assert "timeout" in stdout and hung.id in stdout
-    # The points after the hung one ran on a relaunched engine; the next engine was untouched.
-    for p in plan.points[first.id][1:] + plan.points[second.id]:
-        assert recs[p.id]["status"] == "ok", recs[p.id].get("message")
+    # The points after the hung one ran on a relaunched engine; the other engines were untouched.
+    for e in plan.engines:
+        for p in plan.points[e.id]:
+            if p != hung:
+                assert recs[p.id]["status"] == "ok", recs[p.id].get("message")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["engine_launches"] == len(plan.engines) + 1
     assert manifest["status"] == "complete_with_failures"
     # Both launches of the hung engine keep their telemetry.
     import pandas as pd
 
-    engine = json.loads((out / "engines" / f"{first.id}.json").read_text())
+    engine = json.loads((out / "engines" / f"{hung_engine.id}.json").read_text())
     assert len(engine["telemetry"]["launches"]) == 2
-    assert set(pd.read_parquet(out / "telemetry" / f"{first.id}.parquet")["launch"]) == {0, 1}
-    assert no_engine_children(out)
-    record("engine hangs mid-point (SIGSTOP on its process group)", True, 0,
-           "point recorded as timeout, engine relaunched for the rest, no orphans")
+    assert set(pd.read_parquet(out / "telemetry" / f"{hung_engine.id}.parquet")["launch"]) == {0, 1}
 
 
 def test_killed_engine_loses_one_point_and_rerun_resumes(tmp_path):
     spec = small_spec(tmp_path)
     plan = expand(load_spec(spec))
-    first, second = plan.engines[0], plan.engines[1]
     out = tmp_path / "out"
+    row = record("engine child killed mid-point (SIGKILL)", [1, 1, 0], plan.num_points)
     proc = start_sweep(spec, out)
-    os.kill(engine_child_when_point_starts(out, first.id), signal.SIGKILL)
-    assert not (out / "points" / f"{plan.points[first.id][0].id}.json").exists(), "killed too late"
+    frozen = freeze_mid_point(proc, out, plan, with_ok_before_and_points_after(plan))
+    row.ok_before = frozen.ok_before
+    os.kill(frozen.pid, signal.SIGKILL)  # the child dies with the point in flight
     _, stderr = proc.communicate(timeout=900)
-    assert proc.returncode == 1, stderr[-3000:]
-    recs = records(out)
-    crashed, *rest = plan.points[first.id]
-    assert recs[crashed.id]["status"] == "crash"
-    assert "KVPROF_POINT_START" in recs[crashed.id]["log_tail"]  # the log tail came with it
-    assert all(recs[p.id]["status"] == "aborted" for p in rest)  # never tried
-    assert all(recs[p.id]["status"] == "ok" for p in plan.points[second.id])  # the sweep went on
-    assert no_engine_children(out)
+    row.exits.append(proc.returncode)
+    crash_orphans = orphans(out)  # checked now: a left-over child would run its points out and exit
+    after_crash = records(out)
+    crashed = frozen.point
+    mine = plan.points[frozen.engine.id]
+    rest = mine[mine.index(crashed) + 1:]
 
     # A plain rerun runs the never-tried points, not the failed one; --retry-failed runs that too.
     again = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out)], cwd=ROOT, capture_output=True,
                            text=True, timeout=900)
-    assert again.returncode == 1
-    recs = records(out)
-    assert recs[crashed.id]["status"] == "crash" and all(recs[p.id]["status"] == "ok" for p in rest)
-    assert json.loads((out / "manifest.json").read_text())["engine_launches"] == 1
+    row.exits.append(again.returncode)
+    after_rerun = records(out)
+    rerun_launches = json.loads((out / "manifest.json").read_text())["engine_launches"]
     retry = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out), "--retry-failed"], cwd=ROOT,
                            capture_output=True, text=True, timeout=900)
-    assert retry.returncode == 0, retry.stderr[-3000:]
-    assert all(r["status"] == "ok" for r in records(out).values())
+    row.exits.append(retry.returncode)
+    row.ok_after, row.orphans = ok_points(out), sorted({*crash_orphans, *orphans(out)})
+    row.detail = (f"point recorded as {after_crash.get(crashed.id, {}).get('status')}; "
+                  f"rerun ran {sum(after_rerun[p.id]['status'] == 'ok' for p in rest)}/{len(rest)} never-tried "
+                  f"points, --retry-failed the rest")
+    assert row.survived, (row.summary(), stderr[-3000:], again.stderr[-3000:], retry.stderr[-3000:])
+
+    assert after_crash[crashed.id]["status"] == "crash"
+    assert f"KVPROF_POINT_START {crashed.id}" in after_crash[crashed.id]["log_tail"]  # the log tail came with it
+    assert rest and all(after_crash[p.id]["status"] == "aborted" for p in rest)  # never tried
+    others = [p for e in plan.engines if e != frozen.engine for p in plan.points[e.id]]
+    assert all(after_crash[p.id]["status"] == "ok" for p in others)  # the sweep went on
+    assert after_rerun[crashed.id]["status"] == "crash" and all(after_rerun[p.id]["status"] == "ok" for p in rest)
+    assert rerun_launches == 1
     assert len(records(out)) == plan.num_points
-    record("engine child killed mid-point (SIGKILL)", True, 0,
-           "point recorded as crash with log tail; rerun resumed, --retry-failed reran it")
-
-
-def ok_records(out: Path) -> dict[str, str]:
-    ok = {}
-    for p in (out / "points").glob("*.json"):
-        text = p.read_text()
-        try:
-            if json.loads(text)["status"] == "ok":
-                ok[p.name] = text
-        except ValueError:
-            continue  # a truncated record is not an ok point
-    return ok
 
 
 def test_vllm_refusing_a_configuration_is_recorded_as_unsupported(tmp_path):
@@ -153,88 +285,105 @@ def test_vllm_refusing_a_configuration_is_recorded_as_unsupported(tmp_path):
     text["workload"].update(concurrency=[1], output_len=8)
     spec.write_text(yaml.safe_dump(text))
     out = tmp_path / "out"
+    row = record("vLLM refuses the engine configuration", [1], 0)
+    row.ok_before = ok_points(out)
     proc = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out)], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
-    assert proc.returncode == 1
+    row.exits.append(proc.returncode)
+    row.ok_after, row.orphans = ok_points(out), orphans(out)
     (rec,) = records(out).values()
+    row.detail = f"recorded as {rec['status']} with vLLM's message"
+    assert row.survived, (row.summary(), proc.stderr[-3000:])
     assert rec["status"] == "unsupported" and rec["error_class"] == "unsupported"
     assert "max_num_batched_tokens (256) is smaller than max_model_len (1024)" in rec["message"]
-    engine = json.loads(next(p for p in (out / "engines").glob("*.json") if not p.name.endswith(".job.json"))
-                        .read_text())
+    (engine,) = (json.loads((out / "engines" / f"{e.id}.json").read_text()) for e in expand(load_spec(spec)).engines)
     assert engine["status"] == "unsupported"
-    record("vLLM refuses the engine configuration", True, 0, "recorded as unsupported with vLLM's message")
 
 
 def test_ctrl_c_kills_children_keeps_points_and_resumes(tmp_path):
     spec = small_spec(tmp_path)
     plan = expand(load_spec(spec))
     out = tmp_path / "out"
+    row = record("Ctrl-C in the parent (SIGINT)", [130, 0], plan.num_points)
     proc = start_sweep(spec, out)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and not ok_records(out):
-        time.sleep(0.2)
+    # The child is stopped with a point in flight: the sweep is still running when Ctrl-C comes.
+    frozen = freeze_mid_point(proc, out, plan, accept=lambda f: bool(f.ok_before))
+    row.ok_before = frozen.ok_before
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=120)
-    assert proc.returncode == 130
-    assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
-    before = ok_records(out)
-    assert before and all(json.loads(t)["status"] == "ok" for t in before.values())
-    assert no_engine_children(out)
+    _, stderr = proc.communicate(timeout=120)
+    row.exits.append(proc.returncode)
+    interrupted_orphans = orphans(out)  # the interrupted parent must have taken its children down
+    manifest = json.loads((out / "manifest.json").read_text())
+    ok_interrupted = ok_points(out)
     again = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out)], cwd=ROOT, capture_output=True,
                            text=True, timeout=900)
-    assert again.returncode == 0, again.stderr[-3000:]
-    after = ok_records(out)
-    lost = sum(1 for name, text in before.items() if after.get(name) != text)
-    assert lost == 0 and len(after) == plan.num_points
-    record("Ctrl-C in the parent (SIGINT)", True, lost,
-           f"{len(before)} points kept, children killed, rerun finished the rest")
+    row.exits.append(again.returncode)
+    row.ok_after, row.orphans = ok_points(out), sorted({*interrupted_orphans, *orphans(out)})
+    row.detail = f"{len(ok_interrupted)} points kept at the interrupt, rerun finished the rest"
+    assert row.survived, (row.summary(), stderr[-3000:], again.stderr[-3000:])
+    assert manifest["status"] == "interrupted"
+    assert ok_interrupted == frozen.ok_before  # the point in flight was not recorded as anything
 
 
 def test_truncated_point_record_is_detected_and_rerun(tmp_path):
     spec = small_spec(tmp_path)
     plan = expand(load_spec(spec))
     out = tmp_path / "out"
+    row = record("point record truncated (crash during a write)", [0], plan.num_points)
     first = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out), "--no-report"], cwd=ROOT,
                            capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     victim = out / "points" / f"{plan.points[plan.engines[1].id][1].id}.json"
     victim.write_text(victim.read_text()[:57])  # a crash mid-write on a filesystem without atomic rename
-    others = {n: t for n, t in ok_records(out).items() if n != victim.name}
+    row.ok_before = ok_points(out)
     again = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out), "--no-report"], cwd=ROOT,
                            capture_output=True, text=True, timeout=900)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert json.loads(victim.read_text())["status"] == "ok"  # rerun, complete again
-    after = ok_records(out)
-    lost = sum(1 for name, text in others.items() if after.get(name) != text)
-    assert lost == 0
-    assert json.loads((out / "manifest.json").read_text())["engine_launches"] == 1  # only its engine
-    record("point record truncated (crash during a write)", True, lost, "detected on resume, that point rerun")
+    row.exits.append(again.returncode)
+    row.ok_after, row.orphans = ok_points(out), orphans(out)
+    launches = json.loads((out / "manifest.json").read_text())["engine_launches"]
+    row.detail = f"detected on resume, that point rerun ({launches} engine launch)"
+    assert row.survived, (row.summary(), again.stderr[-3000:])
+    assert victim.stem not in row.ok_before and json.loads(victim.read_text())["status"] == "ok"  # rerun
+    assert launches == 1  # only its engine
 
 
-def test_unwritable_output_and_second_sweep_refused_before_any_engine(tmp_path):
+def test_unwritable_output_is_refused_before_any_engine(tmp_path):
     spec = small_spec(tmp_path)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    res = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(blocker / "out")], cwd=ROOT,
+    out = blocker / "out"
+    row = record("output directory not writable", [2], 0)
+    row.ok_before = {}
+    res = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2 and "is not writable" in res.stderr and "Traceback" not in res.stderr
-    record("output directory not writable", True, 0, "clear error, exit 2, nothing started")
+    row.exits.append(res.returncode)
+    row.ok_after, row.orphans = ok_points(out), orphans(out)
+    row.detail = "clear error, nothing started"
+    assert row.survived, (row.summary(), res.stderr[-3000:])
+    assert "is not writable" in res.stderr and "Traceback" not in res.stderr
 
+
+def test_second_sweep_on_a_running_sweeps_directory_is_refused(tmp_path):
+    spec = small_spec(tmp_path)
+    plan = expand(load_spec(spec))
     out = tmp_path / "held"
-    out.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
-        import socket
-
-        (out / ".kvprof.lock").write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname()}))
-        res = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out)], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120)
-        assert res.returncode == 2 and f"pid {holder.pid}" in res.stderr
-        assert not list(out.glob("points/*.json"))
-    finally:
-        holder.kill()
-        holder.wait()
-    record("second sweep on a held results directory", True, 0, "refused with the holder's pid")
+    row = record("second sweep on a held results directory", [2, 0], plan.num_points)
+    first = start_sweep(spec, out)
+    frozen = freeze_mid_point(first, out, plan)  # the first sweep is provably still running
+    row.ok_before = frozen.ok_before
+    second = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    row.exits.append(second.returncode)
+    children = engine_children(out)
+    os.killpg(frozen.pid, signal.SIGCONT)  # the first sweep goes on and finishes
+    _, stderr = first.communicate(timeout=900)
+    row.exits.append(first.returncode)
+    row.ok_after, row.orphans = ok_points(out), orphans(out)
+    holder = re.search(r"in use by a running sweep \(pid (\d+) on (\S+)\)", second.stderr)
+    row.detail = f"refused, naming pid {holder and holder[1]}; the running sweep finished undisturbed"
+    assert row.survived, (row.summary(), second.stderr[-3000:], stderr[-3000:])
+    assert holder and int(holder[1]) == first.pid and holder[2] == socket.gethostname(), second.stderr
+    assert children == [frozen.pid]  # the second sweep started no engine
 
 
 def test_disk_full_at_a_write_says_what_was_saved(tmp_path, monkeypatch):
@@ -246,6 +395,7 @@ def test_disk_full_at_a_write_says_what_was_saved(tmp_path, monkeypatch):
     spec_path = small_spec(tmp_path)
     plan = expand(load_spec(spec_path))
     out = tmp_path / "out"
+    row = record("disk full at a write (ENOSPC)", ["WriteFailed", "complete"], plan.num_points)
     real = store.atomic_write_bytes
 
     def full_disk(path, data):
@@ -256,15 +406,20 @@ def test_disk_full_at_a_write_says_what_was_saved(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "atomic_write_bytes", full_disk)
     with pytest.raises(WriteFailed) as info:
         run_sweep(plan, out)
+    row.exits.append(type(info.value).__name__)
     msg = str(info.value)
-    saved = ok_records(out)
+    row.ok_before = saved = ok_points(out)
+    failed_orphans = orphans(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    monkeypatch.setattr(store, "atomic_write_bytes", real)
+    free = store.ResultsDir(out)
+    free.lock()  # the failed sweep let go of the directory
+    free.unlock()
+    outcome = run_sweep(plan, out)  # space is back: resume
+    row.exits.append("complete" if not outcome.points_failed and not outcome.interrupted else "failed")
+    row.ok_after, row.orphans = ok_points(out), sorted({*failed_orphans, *orphans(out)})
+    row.detail = "clear error naming the file and what was saved; resumed"
+    assert row.survived, row.summary()
     assert "No space left on device" in msg and f"Saved so far: {len(saved)} of {plan.num_points} points ok" in msg
     assert len(saved) == len(plan.points[plan.engines[0].id])  # the first engine's points are on disk
-    assert json.loads((out / "manifest.json").read_text())["status"] == "write_failed"
-    assert not (out / ".kvprof.lock").exists() and no_engine_children(out)
-    monkeypatch.setattr(store, "atomic_write_bytes", real)
-    run_sweep(plan, out)  # space is back: resume
-    after = ok_records(out)
-    lost = sum(1 for name, text in saved.items() if name not in after)
-    assert lost == 0 and len(after) == plan.num_points
-    record("disk full at a write (ENOSPC)", True, lost, "clear error naming the file and what was saved; resumed")
+    assert manifest["status"] == "write_failed"

@@ -3,7 +3,8 @@
 Fixed seed and a bounded number of examples, so CI runs the same inputs every time.
 """
 
-import contextlib
+import re
+from pathlib import Path
 
 import yaml
 from hypothesis import HealthCheck, given, seed, settings
@@ -61,14 +62,57 @@ def test_any_spec_validates_or_fails_cleanly(tmp_path_factory, spec):
     assert plan.engines  # a valid spec always has something to run
 
 
+TINY_LINES = (Path(__file__).resolve().parents[1] / "sweeps" / "tiny-cpu.yaml").read_text().splitlines()
+
+
+def _edit(lines: list[str], dropped: set[int], at: int, inserted: str) -> str:
+    kept = [line for i, line in enumerate(lines) if i not in dropped]
+    return "\n".join([*kept[:at], inserted, *kept[at:]])
+
+
+# Random text rarely parses; the shipped spec with a few lines dropped and a fragment inserted often
+# does, and often validates, so both outcomes below are exercised.
+spec_texts = st.one_of(
+    st.text(max_size=200),
+    st.builds(_edit, st.just(TINY_LINES), st.sets(st.integers(0, len(TINY_LINES) - 1), max_size=3),
+              st.integers(0, len(TINY_LINES)),
+              st.one_of(st.just(""), st.text(max_size=30),
+                        st.sampled_from(["  prompt_len: 10000000", "  concurrency: [100]", "phases: [saturation]",
+                                         "  max_num_seqs: 1", "  output_len: 5000", "  block_size: 48"]))),
+)
+
+
 @seed(20261129)
 @FUZZ
-@given(text=st.text(max_size=200))
+@given(text=spec_texts)
 def test_any_text_as_a_spec_fails_cleanly_or_validates(tmp_path_factory, text):
     path = tmp_path_factory.mktemp("fz") / "spec.yaml"
     path.write_text(text)
-    with contextlib.suppress(SpecError):
-        validate(path, platform="cpu")
+    try:
+        spec, plan = validate(path, platform="cpu")  # any other exception fails the test
+    except SpecError as exc:
+        problems = str(exc).splitlines()
+        assert problems, "an error must say something"
+        # Each problem: the file (and line), then what is wrong. (A YAML syntax error carries YAML's own
+        # context lines after its first.)
+        shown = problems[:1] if problems[0].startswith(f"{path}: not valid YAML: ") else problems
+        for line in shown:
+            assert re.match(rf"{re.escape(str(path))}(:\d+)?: \S", line), line
+        return
+    # Accepted: every point runs as documented, and every phase asked for has points.
+    engines = {e.id: e for e in plan.engines}
+    assert engines and all(e.block_size % 32 == 0 for e in plan.engines)  # the CPU backend's rule
+    points = [p for pts in plan.points.values() for p in pts]
+    assert len({p.id for p in points}) == len(points)
+    for p in points:
+        e = engines[p.engine_id]
+        assert p.prompt_len + p.output_len <= e.max_model_len
+        assert p.phase in spec.phases
+        if p.phase == "decode":
+            assert e.max_num_seqs is None or p.concurrency <= e.max_num_seqs
+    assert {"decode", "saturation"} & set(spec.phases) <= {p.phase for p in points}
+    if {"decode", "saturation"} & set(spec.phases):
+        assert all(plan.points[e.id] for e in plan.engines)
 
 
 def _opt(name, strategy):

