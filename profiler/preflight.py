@@ -17,7 +17,7 @@ from typing import Any
 from analysis.allocator import NotModelled, paged_capacity
 from analysis.budget import vllm_default_batching
 from analysis.catalog import resolve_model
-from profiler.spec import Plan, SpecError, SweepSpec, _line, expand
+from profiler.spec import WEIGHT_SUFFIXES, Plan, SpecError, SweepSpec, _line, expand
 
 CPU_BLOCK_MULTIPLE = 32
 
@@ -78,6 +78,11 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
         problems.append(f"{source}{f':{line}' if line else ''}: {'.'.join(map(str, loc))}: {message}")
 
     e = spec.engine
+    if spec.weights == "real" and plan.engines:
+        model_dir = Path(plan.engines[0].model_dir)
+        if not any(p.suffix in WEIGHT_SUFFIXES for p in model_dir.iterdir()):
+            add(("weights",), f"real, but {model_dir} holds no checkpoint (no {', '.join(WEIGHT_SUFFIXES)} file); "
+                              "allowed: dummy (the default: the config alone), or a model directory with its weights")
     if platform == "cpu":
         bad = [b for b in e.block_size if b % CPU_BLOCK_MULTIPLE]
         if bad:

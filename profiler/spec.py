@@ -19,6 +19,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationInfo, fie
 from analysis.results_schema import Dropped, EngineSettings, PointSettings
 
 PHASES = ("capacity", "decode", "saturation")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")  # checkpoint files vLLM loads
 
 
 class SpecError(ValueError):
@@ -335,8 +336,11 @@ def load_spec(path: str | Path) -> SweepSpec:
         raw = yaml.safe_load(text)
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    except yaml.YAMLError as exc:  # one line: where, and what the parser says
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        what = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise SpecError(f"{path}{where}: not valid YAML: {what}") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: a sweep spec is a YAML mapping (name:, model:, engine:, workload:)")
     return parse_spec(raw, source=str(path), lines=yaml_lines(text))
@@ -378,7 +382,7 @@ def model_fingerprint(model_dir: Path, weights: str) -> str:
     if weights == "real":
         content["weight_files"] = sorted(
             (p.name, p.stat().st_size) for p in model_dir.iterdir()
-            if p.suffix in (".safetensors", ".bin", ".pt", ".gguf") or p.name.endswith(".index.json"))
+            if p.suffix in WEIGHT_SUFFIXES or p.name.endswith(".index.json"))
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 

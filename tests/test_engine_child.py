@@ -41,6 +41,17 @@ def test_llm_kwargs_follow_the_weights_setting():
         assert kw["model"] == cfg.model_dir
 
 
+def test_real_weights_without_a_checkpoint_are_refused_before_any_engine(tmp_path):
+    from typer.testing import CliRunner
+
+    from profiler.cli import app
+
+    spec = _spec("tiny-llama-gqa", "real", tmp_path)  # the catalog holds configs only
+    res = CliRunner().invoke(app, ["validate", str(spec)])
+    assert res.exit_code == 2, res.output
+    assert "weights: real, but" in res.output and "holds no checkpoint" in res.output
+
+
 def test_kvprofs_own_failure_is_an_error_not_unsupported():
     # statistics.quantiles([]) raises a ValueError inside the standard library, called by kvprof:
     # that is kvprof's failure, not vLLM refusing a configuration.

@@ -61,9 +61,11 @@ def test_all_problems_are_reported_at_once():
 
 def test_load_spec_file_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: [unclosed")
-    with pytest.raises(SpecError, match="not valid YAML"):
+    bad.write_text("model: tiny-llama-gqa\nname: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML") as err:
         load_spec(bad)
+    # One line: the file, the line the parser stopped at (the end of line 2, i.e. line 3), what it says.
+    assert str(err.value) == f"{bad}:3: not valid YAML: expected ',' or ']', but got '<stream end>'"
     with pytest.raises(SpecError, match="cannot read"):
         load_spec(tmp_path / "missing.yaml")
     good = tmp_path / "good.yaml"
