@@ -233,3 +233,11 @@ def test_a_sweep_refuses_to_resume_another_schemas_directory(tmp_path):
     (out / "manifest.json").write_text("{")  # unreadable: named, not a traceback
     res = runner.invoke(app, ["sweep", str(spec), "--out", str(out)])
     assert res.exit_code == 2 and "manifest.json" in res.output and "Traceback" not in res.output
+
+
+def test_every_engine_axis_is_an_engine_setting():
+    # expand() builds engines from EngineAxes' fields by name: an axis is added in these two models only.
+    from analysis.results_schema import EngineSettings
+    from profiler.spec import EngineAxes
+
+    assert set(EngineAxes.model_fields) <= set(EngineSettings.model_fields)
