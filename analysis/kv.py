@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from analysis.architecture import Architecture, dtype_bytes
 
 KV_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# What vLLM 0.32's CacheDType accepts of these (exact, case-sensitive): a sweep passes one to vLLM.
+VLLM_KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+KV_DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16"}
 _FP8 = {"fp8", "fp8_e4m3", "fp8_e5m2"}
 
 

@@ -97,6 +97,7 @@ def _engine_row(rec: EngineRecord) -> dict[str, Any]:
         "torch_version": rec.torch_version,
         "startup_s": rec.startup_s,
         "message": rec.message,
+        "tested_vllm_version": rec.engine_mode.tested_vllm_version if rec.engine_mode else None,
     }
     for name in EngineSettings.model_fields:
         if name == "engine_args":

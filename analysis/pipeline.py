@@ -178,6 +178,15 @@ def headline(a: Analysis) -> list[str]:
     return lines
 
 
+def _untested(e: pd.DataFrame) -> str:
+    """Names a vLLM release kvprof is not tested with (its driver and log parser may not fit it)."""
+    from analysis.results_schema import TESTED_VLLM_VERSIONS
+
+    if "tested_vllm_version" not in e or not (e["tested_vllm_version"] == False).any():  # noqa: E712
+        return ""
+    return f" (NOT a version kvprof is tested with: {', '.join(TESTED_VLLM_VERSIONS)})"
+
+
 def setup_lines(a: Analysis) -> list[str]:
     m, e = a.res.manifest, a.res.engines
     first = e.iloc[0] if not e.empty else {}
@@ -186,7 +195,7 @@ def setup_lines(a: Analysis) -> list[str]:
         return first.get(k) if hasattr(first, "get") else None
 
     started = m.get("started_at")
-    when = dt.datetime.fromtimestamp(started, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if started else "—"
+    when = dt.datetime.fromtimestamp(started, dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if started else "—"
     probe = a.res.probe or {}
     pts = a.res.points
     ok = int((pts["status"] == "ok").sum()) if not pts.empty else 0
@@ -195,7 +204,8 @@ def setup_lines(a: Analysis) -> list[str]:
         f"Model: {get('model')}  ·  KV dtypes: {', '.join(sorted(map(str, e['kv_cache_dtype'].dropna().unique())))}"
         if not e.empty else "Model: —",
         f"Device: {get('gpu_name') or get('device')}  ·  driver {get('driver') or '—'}  ·  host {m.get('host')}",
-        f"vLLM {get('vllm_version')}  ·  torch {get('torch_version')}  ·  kvprof {m.get('kvprof_version')}",
+        f"vLLM {get('vllm_version')}{_untested(e)}  ·  torch {get('torch_version')}  ·  "
+        f"kvprof {m.get('kvprof_version')}",
         f"Engines: {len(e)}  ·  points: {ok} ok of {len(pts)}  ·  engine launches: {m.get('engine_launches')}",
         f"Ceilings: spec {fbw(a.ceilings.spec_bandwidth_Bps)}, probe copy {fbw(a.ceilings.probe_bandwidth_Bps)}, "
         f"probe bf16 matmul {fnum((a.ceilings.probe_flops or float('nan')) / 1e12)} TFLOP/s"

@@ -48,6 +48,9 @@ from pydantic import (
 )
 
 SCHEMA_VERSION = 2
+# The vLLM releases kvprof's engine driver and log parser are tested with; a record of any other
+# version says so (EngineMode.tested_vllm_version) and the report names it.
+TESTED_VLLM_VERSIONS = ("0.32.0",)
 # Version 1 directories have the same records without llm_kwargs, device_memory_bytes and
 # model_sha256 (all optional below), and keep the child's job files in engines/*.job.json.
 READABLE_VERSIONS = (1, 2)
@@ -159,13 +162,18 @@ class EngineSettings(BaseModel):
     tensor_parallel_size: int = 1
     enable_prefix_caching: bool | None = None
     max_num_batched_tokens: int | None = None
+    async_scheduling: bool | None = Field(None, description="None: the platform's default (on for CUDA, off on CPU)")
     engine_args: dict[str, Any] = Field({}, description="passed to vllm.LLM verbatim (swept ones included)")
 
     @property
     def id(self) -> str:
-        """Readable slug + a digest of every setting but the path (the config's contents stand for it)."""
+        """Readable slug + a digest of every setting but the path (the config's contents stand for it).
+
+        Settings left to vLLM's default (None) are not hashed, so adding a new axis to this model
+        keeps every existing id: results written before it still resume.
+        """
         slug = f"len{self.max_model_len}-bs{self.block_size}-{self.kv_cache_dtype}-tp{self.tensor_parallel_size}"
-        content = self.model_dump(exclude={"model_dir"})
+        content = self.model_dump(exclude={"model_dir"}, exclude_none=True)
         if self.model_sha256 is None:  # no contents known: the path is all there is
             content["model_dir"] = self.model_dir
         return f"{slug}-{digest(content)}"
@@ -235,6 +243,22 @@ class CapacityFacts(BaseModel):
     enable_chunked_prefill: bool = True
     tensor_parallel_size: int = 1
     model_dtype: str
+
+
+class EngineMode(BaseModel):
+    """How the engine really ran: the choices vLLM made that change what a measurement means."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vllm_version: str
+    tested_vllm_version: bool = Field(description="a vLLM version kvprof is tested with (TESTED_VLLM_VERSIONS)")
+    async_scheduling: bool = Field(description="scheduling overlapped with execution (outputs arrive a step late)")
+    model_runner: str | None = Field(None, description="'v2' with vLLM's V2 model runner, else 'v1'")
+    cudagraph_mode: str | None = None
+    compilation_mode: str | None = None
+    enforce_eager: bool | None = None
+    multiprocessing: bool = Field(description="engine core in its own process (VLLM_ENABLE_V1_MULTIPROCESSING)")
+    platform: str | None = Field(None, description="vLLM's platform: cuda, cpu, …")
 
 
 class StartupLog(BaseModel):
@@ -320,6 +344,7 @@ class EngineRecord(Record):
     phases: list[PhaseMarker] = []
     block_rounding: list[BlockRoundingRow] = []
     startup_log: StartupLog | None = None
+    engine_mode: EngineMode | None = None
     returncode: int | None = None
     process: ProcessTimes | None = None
     telemetry: EngineTelemetry | None = None

@@ -43,6 +43,39 @@ def read_capacity(llm: Any) -> dict[str, Any]:
     }
 
 
+def read_engine_mode(llm: Any) -> dict[str, Any]:
+    """How the engine runs (analysis.results_schema.EngineMode): the vLLM choices that change what
+    a step time means — async scheduling, the model runner, CUDA graphs, compilation, processes."""
+    import vllm
+
+    from analysis.results_schema import TESTED_VLLM_VERSIONS
+
+    cfg = llm.llm_engine.vllm_config
+    cc = getattr(cfg, "compilation_config", None)
+
+    def name(x: Any) -> str | None:
+        return None if x is None else str(getattr(x, "name", x))
+
+    try:
+        from vllm.platforms import current_platform
+
+        platform = str(getattr(current_platform, "device_type", "") or type(current_platform).__name__)
+    except Exception:
+        platform = None
+    return {
+        "vllm_version": vllm.__version__,
+        "tested_vllm_version": vllm.__version__ in TESTED_VLLM_VERSIONS,
+        "async_scheduling": bool(getattr(cfg.scheduler_config, "async_scheduling", False)),
+        "model_runner": None if not hasattr(cfg, "use_v2_model_runner") else
+        ("v2" if cfg.use_v2_model_runner else "v1"),
+        "cudagraph_mode": name(getattr(cc, "cudagraph_mode", None)),
+        "compilation_mode": name(getattr(cc, "mode", None)),
+        "enforce_eager": getattr(cfg.model_config, "enforce_eager", None),
+        "multiprocessing": os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "1",
+        "platform": platform,
+    }
+
+
 def build_llm(llm_kwargs: dict[str, Any]) -> Any:
     """``vllm.LLM(**llm_kwargs)``, nothing added: the caller's kwargs are exactly what runs."""
     from vllm import LLM

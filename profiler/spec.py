@@ -52,6 +52,7 @@ class EngineAxes(BaseModel):
     tensor_parallel_size: list[int] = [1]
     enable_prefix_caching: list[bool | None] = [None]
     max_num_batched_tokens: list[int | None] = [None]
+    async_scheduling: list[bool | None] = [None]  # None: the platform's default (CUDA on, CPU off)
 
     @model_validator(mode="before")
     @classmethod
@@ -86,11 +87,24 @@ class EngineAxes(BaseModel):
     @field_validator("kv_cache_dtype")
     @classmethod
     def _kv_dtypes(cls, v: list[str]) -> list[str]:
-        from analysis.kv import KV_DTYPES
+        """vLLM's own names (its CacheDType is case-sensitive and knows no bf16/fp16)."""
+        from analysis.kv import KV_DTYPE_ALIASES, VLLM_KV_DTYPES
 
-        bad = [x for x in v if x.lower() not in KV_DTYPES]
+        if not v:
+            raise ValueError("must list at least one value")
+        bad = [x for x in v if x not in VLLM_KV_DTYPES]
         if bad:
-            raise ValueError(f"{bad} not allowed; use one of {', '.join(KV_DTYPES)}")
+            hint = {x: KV_DTYPE_ALIASES.get(x.lower(), x.lower()) for x in bad}
+            hint = {x: h for x, h in hint.items() if h in VLLM_KV_DTYPES}
+            raise ValueError(f"{bad} not allowed" + (f" (vLLM's name: {', '.join(hint.values())})" if hint else "")
+                             + f"; use one of {', '.join(VLLM_KV_DTYPES)}")
+        return v
+
+    @field_validator("enable_prefix_caching", "async_scheduling")
+    @classmethod
+    def _not_empty(cls, v: list[Any]) -> list[Any]:
+        if not v:
+            raise ValueError("must list at least one value (null: vLLM's default)")
         return v
 
 
@@ -253,6 +267,7 @@ class EngineConfig(EngineSettings):
             "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
             "enable_prefix_caching": self.enable_prefix_caching,
             "max_num_batched_tokens": self.max_num_batched_tokens,
+            "async_scheduling": self.async_scheduling,
         }
         kw.update({k: v for k, v in optional.items() if v is not None})
         kw.update(self.engine_args)

@@ -52,6 +52,7 @@ class Injected:
     prompt_lens: tuple[int, ...] = (512, 2048, 6144, 8192, 12288, 16384, 20480, 30000)
     output_len: int = 128
     telemetry_samples_per_engine: int = 2000
+    vllm_version: str = "0.32.0"
 
 
 def _write(path: Path, obj: object) -> None:
@@ -93,7 +94,11 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
                          "used_blocks_full_attention": 4 * -(-L // inj.block_size)}
                         for L in (inj.block_size + 1, 2 * inj.block_size, 3 * inj.block_size - 1)]
             rec = EngineRecord.model_validate({
-                "id": eid, "status": "ok", "device": g.display, "vllm_version": "0.32.0",
+                "id": eid, "status": "ok", "device": g.display, "vllm_version": inj.vllm_version,
+                "engine_mode": {"vllm_version": inj.vllm_version, "tested_vllm_version": inj.vllm_version == "0.32.0",
+                                "async_scheduling": True, "model_runner": "v2", "cudagraph_mode": "FULL_AND_PIECEWISE",
+                                "compilation_mode": "VLLM_COMPILE", "enforce_eager": False, "multiprocessing": True,
+                                "platform": "cuda"},
                 "torch_version": "2.13.0+cu130", "startup_s": 95.0, "device_memory_bytes": g.memory_bytes,
                 "engine": settings,
                 "capacity": {"num_gpu_blocks": blocks, "block_size": inj.block_size,

