@@ -294,11 +294,13 @@ class BlockRoundingRow(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    length: int
+    length: int = Field(description="prompt tokens of each sequence")
+    kv_positions: int | None = Field(None, description="KV positions each sequence held when the usage was read: "
+                                                       "length, or length + 1 under async scheduling (None: length)")
     requests: int
     kv_cache_usage_perc: float | None
     used_blocks_measured: float | None = Field(description="usage × (num_gpu_blocks − 1)")
-    used_blocks_full_attention: int = Field(description="requests × ceil(length / block_size)")
+    used_blocks_full_attention: int = Field(description="requests × ceil(kv_positions / block_size)")
 
 
 class ProcessTimes(BaseModel):

@@ -176,15 +176,19 @@ def saturation_table(res: Results) -> pd.DataFrame:
 
 
 def rounding_table(res: Results) -> pd.DataFrame:
-    """KV blocks measured for sequences of known lengths vs n · ceil(L / block_size)."""
+    """KV blocks measured for sequences holding a known number of KV positions vs n · ceil(positions / block_size).
+
+    The positions are the prompt length, plus the in-flight decode token's slot under async scheduling.
+    """
     r = res.block_rounding
     if r.empty:
         return r
     r = r.copy()
-    r["blocks_predicted"] = r["requests"] * np.ceil(r["length"] / r["block_size"]).astype(int)
+    positions = r["kv_positions"].fillna(r["length"]) if "kv_positions" in r else r["length"]
+    r["blocks_predicted"] = r["requests"] * np.ceil(positions / r["block_size"]).astype(int)
     r["blocks_error"] = r["used_blocks_measured"] - r["blocks_predicted"]
-    # Tokens of KV space a sequence holds beyond its length: must stay below one block.
-    r["waste_tokens_per_sequence"] = r["used_blocks_measured"] * r["block_size"] / r["requests"] - r["length"]
+    # Tokens of KV space a sequence holds beyond its positions: must stay below one block.
+    r["waste_tokens_per_sequence"] = r["used_blocks_measured"] * r["block_size"] / r["requests"] - positions
     r["waste_below_one_block"] = r["waste_tokens_per_sequence"] < r["block_size"]
     return r[["engine_id", "block_size", "length", "requests", "used_blocks_measured", "blocks_predicted",
               "blocks_error", "waste_tokens_per_sequence", "waste_below_one_block"]]

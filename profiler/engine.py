@@ -53,12 +53,21 @@ def _quantiles(values: list[float]) -> tuple[float, float, float]:
 
 
 class Driver:
-    """Runs batches of requests step by step on one engine."""
+    """Runs batches of requests step by step on one engine.
 
-    def __init__(self, llm: Any, vocab_size: int, seed: int):
+    Under async scheduling (vLLM's default on CUDA) ``LLMEngine.step`` runs
+    ``EngineCore.step_with_batch_queue``: each call queues the next batch and returns the
+    outputs of the one queued a call earlier, and the host's work between calls overlaps
+    the GPU's. A decode step is then the interval between two consecutive calls that
+    returned outputs (one batch completing after the other), not one call's duration,
+    which leaves out the overlap. Without async scheduling a call is a whole step.
+    """
+
+    def __init__(self, llm: Any, vocab_size: int, seed: int, async_scheduling: bool = False):
         import numpy as np
 
         self.llm = llm
+        self.async_scheduling = async_scheduling
         self.engine = llm.llm_engine
         self.rng = np.random.default_rng(seed)
         self.vocab = vocab_size
@@ -108,9 +117,11 @@ class Driver:
         finished: dict[str, Any] = {}
         decode_steps: list[float] = []
         n_steps = 0
+        last_output_at: float | None = None  # when the last call that returned outputs ended
         while self.engine.has_unfinished_requests():
             all_started_before = len(started) == concurrency
             dt, outs = self.step()
+            ended = time.perf_counter()
             n_steps += 1
             for out in outs:
                 if out.outputs and out.outputs[0].token_ids:
@@ -118,7 +129,12 @@ class Driver:
                 if out.finished:
                     finished[out.request_id] = out
             if all_started_before:
-                decode_steps.append(dt)
+                if not self.async_scheduling:
+                    decode_steps.append(dt)
+                elif outs and last_output_at is not None:
+                    decode_steps.append(ended - last_output_at)  # one batch completing after the other
+            if outs:
+                last_output_at = ended
         return {"wall_s": time.perf_counter() - t0, "steps": n_steps, "decode_steps": decode_steps,
                 "outputs": list(finished.values())}
 
@@ -174,19 +190,31 @@ def measure_decode(driver: Driver, point: PointSettings) -> dict[str, Any]:
 
 
 def measure_block_rounding(driver: Driver, num_blocks: int, block_size: int, max_model_len: int,
-                           n_requests: int = 4) -> list[dict[str, Any]]:
-    """KV usage for sequences of known lengths, read between scheduler steps."""
+                           async_scheduling: bool = False, n_requests: int = 4) -> list[dict[str, Any]]:
+    """KV usage for sequences of known lengths, read between scheduler steps.
+
+    Each request asks for two tokens; the usage is read once every request has its first
+    token, from the scheduler stats that came with it. Without async scheduling that is the
+    call that ran the prefill: each sequence holds its `length` prompt positions. Under async
+    scheduling the stats arrive a call later and already count the slot of the decode step
+    scheduled in that call (``Scheduler.make_stats`` runs after ``schedule`` in
+    ``step_with_batch_queue``): `length` + 1 positions. ``kv_positions`` says which.
+    """
     rows = []
     lengths = sorted({min(L, max_model_len - 2) for L in (block_size + 1, 2 * block_size, 3 * block_size - 1)})
     for length in lengths:
-        driver.add(n_requests, length, 2)
-        driver.step()  # prefill: every request now holds `length` tokens
+        ids = set(driver.add(n_requests, length, 2))
+        started: set[str] = set()
+        while started < ids and driver.engine.has_unfinished_requests():
+            _, outs = driver.step()
+            started |= {o.request_id for o in outs if o.outputs and o.outputs[0].token_ids}
         usage = driver.kv_usage()
         driver.drain()
+        positions = length + (1 if async_scheduling else 0)
         used = None if usage is None else usage * (num_blocks - 1)
-        rows.append({"length": length, "requests": n_requests, "kv_cache_usage_perc": usage,
-                     "used_blocks_measured": used,
-                     "used_blocks_full_attention": n_requests * -(-length // block_size)})
+        rows.append({"length": length, "kv_positions": positions, "requests": n_requests,
+                     "kv_cache_usage_perc": usage, "used_blocks_measured": used,
+                     "used_blocks_full_attention": n_requests * -(-positions // block_size)})
     return rows
 
 
@@ -359,12 +387,12 @@ def run_job(job: EngineJob) -> int:
         engine_mode=EngineMode(**read_engine_mode(llm)))
     store.write_engine(record)
     vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
-    driver = Driver(llm, vocab, job.seed)
+    driver = Driver(llm, vocab, job.seed, async_scheduling=facts.async_scheduling)
     if "capacity" in job.phases:
         start = time.time()
         engine_s = driver.engine_s
         record.block_rounding = [BlockRoundingRow(**r) for r in measure_block_rounding(
-            driver, facts.num_gpu_blocks, facts.block_size, facts.max_model_len)]
+            driver, facts.num_gpu_blocks, facts.block_size, facts.max_model_len, facts.async_scheduling)]
         record.phases.append(PhaseMarker(phase="capacity", start=start, end=time.time(),
                                          engine_s=driver.engine_s - engine_s))
         store.write_engine(record)
