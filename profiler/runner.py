@@ -411,8 +411,9 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def dry_run_table(plan: Plan) -> Any:
-    """The plan as a rich table with the analytic capacity prediction per engine."""
+def dry_run_table(plan: Plan, platform: str | None = None) -> Any:
+    """The plan as a rich table with the analytic capacity prediction per engine (scheduler
+    settings the spec leaves unset take vLLM's defaults for ``platform``: this machine's by default)."""
     from rich.table import Table
 
     from analysis.allocator import paged_capacity
@@ -431,19 +432,20 @@ def dry_run_table(plan: Plan) -> Any:
         blocks = conc = ceiling = "—"
         budget = cfg.kv_cache_memory_bytes
         if budget is not None and arch is not None:
-            from analysis.budget import vllm_default_batching
+            from profiler.preflight import async_scheduling, detect_platform, scheduler_defaults
 
-            mnbt = cfg.max_num_batched_tokens or vllm_default_batching(None)[0]
+            on = platform or detect_platform()
+            mnbt, seqs = scheduler_defaults(cfg, on)
             cap = paged_capacity(arch, budget, block_size=cfg.block_size, max_model_len=cfg.max_model_len,
                                  max_num_batched_tokens=mnbt, kv_cache_dtype=cfg.kv_cache_dtype,
-                                 tp=cfg.tensor_parallel_size)
+                                 tp=cfg.tensor_parallel_size, async_scheduling=async_scheduling(cfg, on))
             blocks, conc = f"{cap.num_blocks:,}", f"{cap.max_concurrency:.2f}x"
             if sat:
                 from analysis.allocator import batch_ceiling
 
                 p = sat.prompt_len or cfg.max_model_len // 2
                 if p + sat.output_len <= cfg.max_model_len:
-                    c = batch_ceiling(cap, p, sat.output_len, cfg.max_num_seqs, mnbt)
+                    c = batch_ceiling(cap, p, sat.output_len, seqs, mnbt, async_scheduling(cfg, on))
                     ceiling = f"{c.ceiling} @ {p + sat.output_len:,} tok"
         row = [cfg.id, str(cfg.max_model_len), str(cfg.block_size), cfg.kv_cache_dtype,
                "—" if budget is None else f"{budget / 2**20:,.0f} MiB", str(len(plan.points[cfg.id])), blocks, conc]
