@@ -16,7 +16,7 @@ number ``None``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -55,6 +55,7 @@ class PlanInputs(BaseModel):
     max_num_batched_tokens: int | None = Field(None, gt=0)
     max_num_seqs: int | None = Field(None, gt=0)
     async_scheduling: bool | None = None
+    entry_point: Literal["llm", "serve"] = "llm"  # whose scheduler defaults: the offline LLM class, or vllm serve
     enforce_eager: bool = False
     reserve_bytes: int | None = Field(None, ge=0)
     batch: int | None = Field(None, gt=0)
@@ -103,7 +104,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
                         f"{a.max_position_embeddings}")
     on_gpu = gpu is not None and not gpu.cpu
     default_mnbt, default_seqs = vllm_default_batching(
-        gpu.memory_bytes if on_gpu else None, gpu.name if on_gpu else "")
+        gpu.memory_bytes if on_gpu else None, gpu.name if on_gpu else "", inputs.entry_point,
+        world_size=inputs.tensor_parallel_size)
     mnbt = inputs.max_num_batched_tokens or default_mnbt
     max_num_seqs = inputs.max_num_seqs or default_seqs
     async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else on_gpu

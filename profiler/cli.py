@@ -149,6 +149,9 @@ def plan_cmd(
     async_scheduling: Annotated[bool | None, typer.Option(
         "--async-scheduling/--no-async-scheduling", help="Default: on for GPUs, off for CPU.")] = None,
     enforce_eager: Annotated[bool, typer.Option(help="No CUDA graphs (no graph memory reserved).")] = False,
+    entry_point: Annotated[str, typer.Option(
+        "--entry-point", help="Whose scheduler defaults: llm (offline LLM class, as kvprof sweeps) or serve "
+                              "(vllm serve).")] = "llm",
     calibration: Annotated[Path | None, typer.Option(help="calibration.json from a measured sweep.")] = None,
     probe: Annotated[Path | None, typer.Option(
         help="probe.json from `kvprof probe`: use this machine's measured ceilings instead of --gpu.")] = None,
@@ -173,7 +176,7 @@ def plan_cmd(
             tensor_parallel_size=tp, gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes) if kv_cache_memory_bytes else None,
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-            async_scheduling=async_scheduling, enforce_eager=enforce_eager,
+            async_scheduling=async_scheduling, enforce_eager=enforce_eager, entry_point=entry_point,
             reserve_bytes=parse_bytes(reserve_bytes) if reserve_bytes else None,
             batch=batch, context=context, prompt_len=prompt_len,
         )

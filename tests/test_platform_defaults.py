@@ -91,3 +91,17 @@ def test_dry_run_for_another_platform(tmp_path):
     assert "31.27x" in cpu.output and "15.94x" in cuda.output
     res = runner.invoke(app, ["sweep", str(spec), "--platform", "cuda"])
     assert res.exit_code == 2 and "with --dry-run" in res.output
+
+
+def test_plan_takes_the_entry_points_defaults():
+    import json
+
+    # H100 SXM (81,559 MiB ≥ 70 GiB, not an A100): offline LLM 16,384 tokens a step, vllm serve 8,192.
+    for entry, mnbt in (("llm", 16384), ("serve", 8192)):
+        res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--entry-point", entry,
+                                  "--json"])
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.stdout)
+        assert out["max_num_batched_tokens"] == mnbt and out["max_num_seqs"] == 1024
+    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--entry-point", "offline"])
+    assert res.exit_code == 2 and "entry_point" in res.output
