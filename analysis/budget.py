@@ -17,6 +17,8 @@ sweep has calibrated them (``kvprof plan --calibration``), and overridable:
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.architecture import Architecture
@@ -58,10 +60,15 @@ def default_reserve(a: Architecture, *, max_num_batched_tokens: int, max_num_seq
 
 def kv_budget(memory_bytes: int, gpu_memory_utilization: float, weights_bytes: int,
               reserve: Reserve) -> int:
-    """KV bytes per GPU; negative means the model does not fit at all."""
+    """KV bytes per GPU; negative means the model does not fit at all.
+
+    vLLM requests ``ceil(total × gpu_memory_utilization)`` (vllm/v1/worker/utils.py ``request_memory``),
+    where total is cudaMemGetInfo's total after device set-up — an engine record's
+    ``device_memory_bytes`` — not the spec sheet's or NVML's.
+    """
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    return int(memory_bytes * gpu_memory_utilization) - weights_bytes - reserve.total
+    return math.ceil(memory_bytes * gpu_memory_utilization) - weights_bytes - reserve.total
 
 
 ENTRY_POINTS = ("llm", "serve")

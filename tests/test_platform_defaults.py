@@ -105,3 +105,14 @@ def test_plan_takes_the_entry_points_defaults():
         assert out["max_num_batched_tokens"] == mnbt and out["max_num_seqs"] == 1024
     res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--entry-point", "offline"])
     assert res.exit_code == 2 and "entry_point" in res.output
+
+
+def test_the_requested_memory_is_rounded_up_as_vllm_does():
+    from analysis.budget import Reserve, kv_budget
+
+    none = Reserve(activation_bytes=0, non_torch_bytes=0, cuda_graph_bytes=0, source="test")
+    # request_memory: math.ceil(total × utilization) — 11 × 0.5 = 5.5 → 6 bytes, not 5.
+    assert kv_budget(11, 0.5, 0, none) == 6
+    # An H100 as cudaMemGetInfo reports it (79.18 GiB; NVML says 79.6): 0.9 of it, rounded up.
+    total = 85_017_853_952
+    assert kv_budget(total, 0.9, 0, none) == 76_516_068_557  # 76,516,068,556.8 → …557
