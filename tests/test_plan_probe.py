@@ -48,8 +48,8 @@ def test_probe_memory_wins_over_the_catalog_for_a_known_gpu(tmp_path):
     # An H200 probed as a 1g.18gb MIG slice: the slice's memory, not the 141 GB of the spec sheet.
     path = probe_file(tmp_path, device="NVIDIA H200", memory_total_bytes=18 * GiB, memory_source="cuda device total")
     p = plan("--probe", path, "--gpu-memory-utilization", "0.9")
-    # int(18 GiB × 0.9) = int(17,394,617,548.8) = 17,394,617,548
-    assert p["kv_budget_bytes"] == 17_394_617_548 - TINY_WEIGHTS - 1_073_741_824
+    # vLLM requests ceil(18 GiB × 0.9) = ceil(17,394,617,548.8) = 17,394,617,549
+    assert p["kv_budget_bytes"] == 17_394_617_549 - TINY_WEIGHTS - 1_073_741_824
 
 
 def test_cpu_probe_plans_with_the_host_ram_it_recorded(tmp_path):
@@ -58,8 +58,8 @@ def test_cpu_probe_plans_with_the_host_ram_it_recorded(tmp_path):
     p = plan("--probe", path)
     # vLLM's CPU defaults: no async scheduling, max_num_batched_tokens 4096, max_num_seqs 256.
     assert (p["async_scheduling"], p["max_num_batched_tokens"], p["max_num_seqs"]) == (False, 4096, 256)
-    # int(64 GiB × 0.9) = int(61,847,529,062.4) = 61,847,529,062
-    assert p["kv_budget_bytes"] == 61_847_529_062 - TINY_WEIGHTS - 1_073_741_824
+    # ceil(64 GiB × 0.9) = ceil(61,847,529,062.4) = 61,847,529,063
+    assert p["kv_budget_bytes"] == 61_847_529_063 - TINY_WEIGHTS - 1_073_741_824
 
 
 @pytest.mark.parametrize("fields, message", [
