@@ -81,6 +81,18 @@ SETTINGS_COLUMNS = {  # engine settings that keep their own column name in the e
     "kv_cache_dtype", "kv_cache_memory_bytes", "gpu_memory_utilization", "tensor_parallel_size"}
 
 
+def _mode_text(m: Any) -> str:
+    """How vLLM ran an engine, in one line (the report's environment table)."""
+    parts = [f"async scheduling {'on' if m.async_scheduling else 'off'}",
+             f"engine core {'in its own process' if m.multiprocessing else 'in-process'}"]
+    named = (("model runner", m.model_runner), ("CUDA graphs", m.cudagraph_mode),
+             ("compilation", m.compilation_mode), ("platform", m.platform))
+    parts += [f"{label} {value}" for label, value in named if value is not None]
+    if m.enforce_eager:
+        parts.append("eager")
+    return ", ".join(parts)
+
+
 def _engine_row(rec: EngineRecord) -> dict[str, Any]:
     """One engine: every requested setting (``requested_<name>``, and the ones in SETTINGS_COLUMNS
     under their own name), each swept or fixed engine argument (``engine_arg_<name>``), vLLM's
@@ -98,6 +110,7 @@ def _engine_row(rec: EngineRecord) -> dict[str, Any]:
         "startup_s": rec.startup_s,
         "message": rec.message,
         "tested_vllm_version": rec.engine_mode.tested_vllm_version if rec.engine_mode else None,
+        "engine_mode": _mode_text(rec.engine_mode) if rec.engine_mode else None,
     }
     for name in EngineSettings.model_fields:
         if name == "engine_args":

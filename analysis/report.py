@@ -259,6 +259,7 @@ def _environment(a: Analysis) -> Table:
         rows += [("vLLM", ", ".join(sorted(map(str, e["vllm_version"].dropna().unique())))),
                  ("torch", ", ".join(sorted(map(str, e["torch_version"].dropna().unique())))),
                  ("device", ", ".join(sorted(map(str, e["device"].dropna().unique())))),
+                 ("engine mode", "; ".join(sorted(map(str, e["engine_mode"].dropna().unique()))) or "—"),
                  ("telemetry unavailable", "; ".join(sorted(set(e["telemetry_unavailable"].dropna()))) or "—")]
     pts = a.res.points
     failed = 0 if pts.empty else int((pts["status"] != "ok").sum())

@@ -83,3 +83,14 @@ def test_the_gpu_extra_pins_the_tested_vllm_and_python_is_truthful():
         meta = metadata("vllm")
     vllm_floor = next(p for p in meta["Requires-Python"].split(",") if p.startswith(">="))
     assert project["requires-python"] == vllm_floor
+
+
+def test_the_report_says_how_vllm_ran(tmp_path):
+    from analysis.report import build_report
+
+    root = tmp_path / "run"
+    make_results(root, Injected(max_model_lens=(8192,), telemetry_samples_per_engine=10))
+    summary = build_report(root)["summary"].read_text()
+    # The synthetic engines' engine_mode, as the environment table words it.
+    assert ("async scheduling on, engine core in its own process, model runner v2, "
+            "CUDA graphs FULL_AND_PIECEWISE, compilation VLLM_COMPILE, platform cuda") in summary
