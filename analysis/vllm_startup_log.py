@@ -15,7 +15,8 @@ How a log is read
   ``(RayWorkerWrapper pid=…)``, ``(Worker_TP1 pid=…)``, ``(EngineCore_DP0 pid=…)``) is
   the prefix that names the rank. A line that does not start a record continues the
   one before it (a blank line ends a record): a terminal that wrapped a long line, even
-  inside a number, is joined back without adding anything.
+  inside a number, is joined back without adding anything. The header itself (prefix,
+  level, timestamp) must stand on one line — true at any terminal width of 80 or more.
 * Units are vLLM's own, binary: its code divides by 2**30 and prints "GB" or "GiB",
   by 2**20 for "MB" (0.5.x "Loading model weights took … MB"). Values are bytes.
 
