@@ -193,6 +193,9 @@ def _gib(field: str):
 PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
     ("engine_config", re.compile(r"Initializing an? (?:V[01] )?LLM engine \(v([^)\s]+)\) with config: ?(.*)"),
      _h_engine),
+    # ≤ 0.3: "Initializing an LLM engine with config: model=…" (no version)
+    ("engine_config_unversioned", re.compile(r"Initializing an? LLM engine with config: ?(.*)"),
+     lambda m: _config_pairs(m.group(1))),
     ("api_server_version", re.compile(r"vLLM API server version v?([0-9][\w.+-]*)"),
      lambda m: {"vllm_version": m.group(1)}),
     ("namespace_args", re.compile(r"\bargs: Namespace\((.*)\)?"), lambda m: _config_pairs(m.group(1))),

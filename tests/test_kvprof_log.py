@@ -107,6 +107,17 @@ def test_prediction_llama3_8b_profile_table():
     assert abs(pred["weights_bytes"] - int(14.96 * G)) < 0.01 * G
 
 
+def test_prediction_llama31_8b_weights_on_l40s():
+    """Llama-3.1-8B-Instruct on an L40S (vllm PR #17122): 8,030,261,248 parameters × 2 B = 14.958 GiB;
+    vLLM's "Model loading took 14.9889 GiB" counts 32 MiB more than the parameters (buffers loaded with them).
+    The log states no KV budget, so no block prediction."""
+    out = _log_json(FIXTURES / "v1_llama31_8b_l40s_kv_size.log", "--model", "llama-3.1-8b")
+    pred = out["predicted"]
+    assert pred["weights_bytes"] == 8_030_261_248 * 2
+    assert 0 < out["weights_bytes"] - pred["weights_bytes"] < 0.05 * G
+    assert pred["num_gpu_blocks"] is None and pred["max_model_len"] == 32768
+
+
 def test_no_prediction_for_a_model_not_in_the_catalog():
     out = _log_json(FIXTURES / "v0.24.0_qwen36_35b_rtx5090.log")
     assert "predicted" not in out

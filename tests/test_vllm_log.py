@@ -30,6 +30,30 @@ EXPECTED: dict[str, dict] = {
         "model_loading_bytes": int(14737.2578 * M),  # "Loading model weights took 14737.2578 MB"
         "log_num_gpu_blocks": 7877,
     },
+    "v0.3_opt125m_engine_line_without_version.log": {
+        "model": "facebook/opt-125m", "dtype": "float16", "max_model_len": 2048, "tensor_parallel_size": 1,
+        "kv_cache_dtype": "auto",
+        "model_loading_bytes": int(244.61 * M),  # ">> INFO … Loading model weights took 244.61 MB"
+        "log_num_gpu_blocks": 76240,
+    },
+    "v0.7.3_granite_k8s_namespace_args.log": {
+        "vllm_version": "0.7.3", "model": "ibm-granite/granite-3.0-2b-base", "dtype": "auto",
+        "kv_cache_dtype": "auto", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.9,  # the Namespace
+        "model_loading_bytes": int(4.7196 * G), "log_num_gpu_blocks": 7124,
+        "log_max_concurrency_len": 4096, "log_max_concurrency": 27.83, "max_model_len": 4096,
+        "cuda_graph_bytes": int(0.59 * G),  # "Graph capturing finished in 23 secs, took 0.59 GiB"
+    },
+    "v1_llama31_8b_l40s_kv_size.log": {
+        "model_loading_bytes": int(14.9889 * G), "model_loading_seconds": 3.652170,
+        "log_kv_cache_tokens": 158656, "log_max_concurrency_len": 32768, "log_max_concurrency": 4.84,
+        "max_model_len": 32768,
+    },
+    "llama32_11b_vision_h100_cuda_blocks.log": {
+        "total_gpu_memory_bytes": int(79.22 * G), "gpu_memory_utilization": 0.90,
+        "requested_memory_bytes": int(71.29 * G), "weights_bytes_logged": int(19.86 * G),
+        "non_torch_bytes": int(0.16 * G), "peak_activation_bytes": int(36.63 * G),
+        "available_kv_bytes": int(14.65 * G), "log_num_gpu_blocks": 6001,
+    },
     "llama405b_fp8_8xh100_ranks.log": {
         "model_loading_bytes": int(57.7520 * G),  # "Loading model weights took 57.7520 GB", every rank
     },
@@ -155,10 +179,10 @@ def test_profiler_import_path_is_the_same_parser():
 
 def test_versions_and_gpus_covered():
     versions = {v["vllm_version"] for v in EXPECTED.values() if v.get("vllm_version")}
-    assert {"0.5.3.post1", "0.6.3.post1", "0.24.0"} <= versions
+    assert {"0.5.3.post1", "0.6.3.post1", "0.7.3", "0.24.0"} <= versions
     gpus = {line.removeprefix("# gpu: ") for p in FIXTURES.glob("*.log") for line in p.read_text().splitlines()
             if line.startswith("# gpu: ")}
-    assert len(gpus) >= 4
+    assert len(gpus) >= 6  # A100, H100 (twice), L40S, RTX 4060, RTX 5090, GB10
 
 
 # --- robustness: the same log, damaged the ways published logs are --------------------
