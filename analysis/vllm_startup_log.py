@@ -198,6 +198,11 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
      lambda m: _config_pairs(m.group(1))),
     ("api_server_version", re.compile(r"vLLM API server version v?([0-9][\w.+-]*)"),
      lambda m: {"vllm_version": m.group(1)}),
+    # ≥ 0.11 (entrypoints/serve/utils/api_utils.py log_version_and_model): the logo, or its plain form
+    ("logo_version", re.compile(r"[█▀▄]\s+version v?([0-9][\w.+-]*)"), lambda m: {"vllm_version": m.group(1)}),
+    ("logo_model", re.compile(r"[█▀▄]\s+model\s+(\S+)"), lambda m: {"model": m.group(1)}),
+    ("server_version", re.compile(r"vLLM server version v?([0-9][\w.+-]*), serving model (\S+)"),
+     lambda m: {"vllm_version": m.group(1), "model": m.group(2)}),
     ("namespace_args", re.compile(r"\bargs: Namespace\((.*)\)?"), lambda m: _config_pairs(m.group(1))),
     ("non_default_args", re.compile(r"non-default args: (\{.*)"), lambda m: _dict_args(m.group(1))),
     ("max_model_len", re.compile(r"Using max model len (\d+)"), lambda m: {"max_model_len": int(m.group(1))}),

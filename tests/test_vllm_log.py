@@ -123,6 +123,10 @@ EXPECTED: dict[str, dict] = {
     "docker_timestamps_cuda_graph_estimate.log": {
         "cuda_graph_estimate_bytes": int(0.44 * G), "available_kv_bytes": int(37.99 * G),
     },
+    "v0.18.0_docker_compose_logo_qwen3_8b_gguf.log": {
+        "vllm_version": "0.18.0", "model": "/models/unsloth/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf",
+        "max_model_len": 16384, "gpu_memory_utilization": 0.79, "kv_cache_dtype": "fp8", "max_num_seqs": 16,
+    },
     "v0.24.0_qwen36_35b_rtx5090.log": {
         "available_kv_bytes": int(5.98 * G), "log_kv_cache_tokens": 567978,
         "log_max_concurrency_len": 131072, "log_max_concurrency": 4.33,
@@ -179,7 +183,7 @@ def test_profiler_import_path_is_the_same_parser():
 
 def test_versions_and_gpus_covered():
     versions = {v["vllm_version"] for v in EXPECTED.values() if v.get("vllm_version")}
-    assert {"0.5.3.post1", "0.6.3.post1", "0.7.3", "0.24.0"} <= versions
+    assert {"0.5.3.post1", "0.6.3.post1", "0.7.3", "0.18.0", "0.24.0"} <= versions
     gpus = {line.removeprefix("# gpu: ") for p in FIXTURES.glob("*.log") for line in p.read_text().splitlines()
             if line.startswith("# gpu: ")}
     assert len(gpus) >= 6  # A100, H100 (twice), L40S, RTX 4060, RTX 5090, GB10
@@ -280,6 +284,25 @@ def test_vllm_032_wordings():
     StartupLog(**p)
 
 
+def test_vllm_032_version_line_without_the_logo():
+    # entrypoints/serve/utils/api_utils.py with VLLM_DISABLE_LOG_LOGO: "vLLM server version %s, serving model %s"
+    p = parse_startup("(APIServer pid=1) INFO 11-30 10:00:00 [api_utils.py:327] vLLM server version 0.32.0, "
+                      "serving model meta-llama/Llama-3.1-8B-Instruct")
+    assert p["vllm_version"] == "0.32.0" and p["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_vllm_032_coloured_logo():
+    # api_utils.py's logo template with the colour formatter's codes (bold, orange, blue, reset)
+    w, o, b, r = "\033[1m", "\033[93m", "\033[94m", "\033[0m"
+    prefix = "(APIServer pid=1) INFO 11-30 10:00:00 [api_utils.py:352] "
+    logo = (f"{prefix}\n{prefix}       {w}█     █     █▄   ▄█{r}\n"
+            f"{prefix} {o}▄▄{r} {b}▄█{r} {w}█     █     █ ▀▄▀ █{r}  version {w}0.32.0{r}\n"
+            f"{prefix}  {o}█{r}{b}▄█▀{r} {w}█     █     █     █{r}  model   {w}Qwen/Qwen3-8B{r}\n"
+            f"{prefix}   {b}▀▀{r}  {w}▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀{r}\n")
+    p = parse_startup(logo)
+    assert p["vllm_version"] == "0.32.0" and p["model"] == "Qwen/Qwen3-8B"
+
+
 def test_vllm_032_explicit_kv_cache_memory():
     # gpu_worker.py, kv_cache_memory_bytes given: "Initial free memory %s GiB, reserved %s GiB memory for KV Cache …"
     line = ("(EngineCore pid=7) INFO 11-30 10:00:21 [gpu_worker.py:659] Initial free memory 78.52 GiB, reserved "
@@ -302,6 +325,8 @@ def test_vllm_032_source_still_prints_these_wordings():
                    "Desired GPU memory utilization is ", "config with `--kv-cache-memory=",
                    "GiB, reserved {format_gib(kv_cache_memory_bytes)} GiB memory for "):
         assert needle in worker, needle
+    api = (root / "entrypoints/serve/utils/api_utils.py").read_text()
+    assert "vLLM server version %s, serving model %s" in api and "version ${w}%s${r}" in api
     for needle in ("Model loading took %s GiB memory and %.6f seconds", "Estimated CUDA graph memory: %.2f GiB total",
                    "Graph capturing finished in %.0f secs, took %.2f GiB"):
         assert needle in runner, needle
