@@ -277,6 +277,15 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
     ("explicit_kv", re.compile(rf"Explicitly set \({_NUM}/{_NUM}\) GiB for KV cache"), _gib("explicit_kv_bytes")),
 ]
 
+# Every pattern above needs one of these words; a record with none (request logs, progress bars) is skipped
+# without trying the patterns, which keeps a long server log fast to read.
+_ANY = re.compile("|".join(re.escape(w) for w in (
+    "took", "KV cache size", "KV cache memory", "KV Cache", "blocks:", "LLM engine", "version", "args:",
+    "Maximum concurrency", "max model len", "max_num_batched_tokens=", "Actual usage", "kv-cache-memory",
+    "total_gpu_memory", "gpu_memory_utilization", "the current vLLM instance", "available_kv_cache_memory",
+    "weights take", "non_torch_memory", "activation peak", "Memory profiling", "CUDA graph", "Free memory on device",
+    "Desired GPU memory", "GiB for", "kv cache memory in use", "Explicitly set", "Initial free memory", "█")))
+
 # Fields that a value from the engine configuration describes (kept once, never per rank).
 _SETTINGS = {"vllm_version", "model", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len",
              "max_num_batched_tokens", "max_num_seqs", "block_size", "dtype", "kv_cache_dtype"}
@@ -288,6 +297,8 @@ def parse_startup(text: str) -> dict[str, Any]:
     (``rank_values``). The keys are those of ``analysis.results_schema.StartupLog``."""
     seen: dict[str, list[tuple[str, Any, str]]] = {}
     for label, message, raw in records(text):
+        if not _ANY.search(message):
+            continue
         for _name, pattern, handler in PATTERNS:
             m = pattern.search(message)
             if not m:

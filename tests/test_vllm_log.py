@@ -333,6 +333,14 @@ def test_vllm_032_source_still_prints_these_wordings():
     assert '"Maximum concurrency for %s tokens per request: %.2fx"' in kv and '"%s KV cache size: %s tokens, "' in kv
 
 
+def test_a_long_server_log_reads_the_start_up_and_nothing_after():
+    """A server's periodic stats ("GPU KV cache usage: …") are not start-up numbers."""
+    start = _text("v0.7.3_granite_k8s_namespace_args.log")
+    stats = ("INFO 02-26 19:00:00 loggers.py:123] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: "
+             "12.3 tokens/s, Running: 1 reqs, GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n")
+    assert parse_startup(start + stats * 20000) == parse_startup(start)
+
+
 def test_not_a_vllm_log_gives_nothing():
     p = parse_startup("hello\nworld\n# GPU\n")
     assert set(p) == {"raw_lines", "rank_values"}
