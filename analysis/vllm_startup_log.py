@@ -15,7 +15,8 @@ How a log is read
   ``(RayWorkerWrapper pid=…)``, ``(Worker_TP1 pid=…)``, ``(EngineCore_DP0 pid=…)``) is
   the prefix that names the rank. A line that does not start a record continues the
   one before it (a blank line ends a record): a terminal that wrapped a long line, even
-  inside a number, is joined back without adding anything. The header itself (prefix,
+  inside a number, is joined back without adding anything (progress bars, uvicorn and
+  torch-rank lines never continue a record). The header itself (prefix,
   level, timestamp) must stand on one line — true at any terminal width of 80 or more.
 * Units are vLLM's own, binary: its code divides by 2**30 and prints "GB" or "GiB",
   by 2**20 for "MB" (0.5.x "Loading model weights took … MB"). Values are bytes.
@@ -67,6 +68,13 @@ def _strip(line: str) -> str:
     return line
 
 
+# Lines that stand alone even without a vLLM header: uvicorn, torch ranks, progress bars, a bare rank prefix.
+# They never continue a wrapped record (so "# GPU blocks: 7124" + a "100%|…" bar stays 7124).
+_STANDALONE = re.compile(r"^\s*(?:INFO:|WARNING:|ERROR:|DEBUG:|\[rank\d|\(\w+(?: rank=\d+)? pid=\d+\)|"
+                         r"Loading \w+ checkpoint shards|Capturing CUDA graph|Processed prompts|Adding requests)"
+                         r"|\d+%\||\d+/\d+ \[\d\d:\d\d|it/s\]|s/it\]")
+
+
 def records(text: str) -> list[tuple[str, str, str]]:
     """(rank label, message, raw record) per vLLM record; wrapped lines joined back."""
     out: list[list[str]] = []  # [label, message, raw]
@@ -85,7 +93,7 @@ def records(text: str) -> list[tuple[str, str, str]]:
             rank = _RANK.search(prefix)
             out.append([rank.group(1) if rank else "main", message, line.strip()])
             open_record = True
-        elif open_record:  # a wrapped line: joined exactly as it stands
+        elif open_record and not _STANDALONE.search(line):  # a wrapped line: joined exactly as it stands
             out[-1][1] += line
             out[-1][2] += "\n" + line
         else:

@@ -219,6 +219,13 @@ def test_a_number_cut_by_the_terminal():
     assert p["peak_activation_bytes"] == int(1.42 * G) and p["available_kv_bytes"] == int(-1.05 * G)
 
 
+def test_a_progress_bar_after_a_number_does_not_continue_it():
+    text = ("INFO 02-26 18:57:55 kv_cache_utils.py:522] # GPU blocks: 7124\n"
+            "100%|██████████| 35/35 [00:16<00:00,  2.18it/s]\n"
+            "INFO:     Started server process [1]\n")
+    assert parse_startup(text)["log_num_gpu_blocks"] == 7124
+
+
 def test_ray_worker_prefixes_and_a_driver_line():
     driver = "INFO 07-18 12:26:29 distributed_gpu_executor.py:57] # GPU blocks: 464716, # CPU blocks: 16384\n"
     ray = ("(RayWorkerWrapper pid=310) INFO 07-18 12:26:26 model_runner.py:1071] Loading model weights took 1.9028 GB\n"
