@@ -269,15 +269,38 @@ class StartupLog(BaseModel):
     log_kv_cache_tokens: int | None = None
     log_max_concurrency_len: int | None = None
     log_max_concurrency: float | None = None
+    log_num_gpu_blocks: int | None = Field(None, description="'# GPU blocks' / '# cuda blocks' (V0, V1 0.7)")
     model_loading_bytes: int | None = None
+    model_loading_seconds: float | None = None
     available_kv_bytes: int | None = Field(None, description="'Available KV cache memory', rounded to 0.01 GiB")
     cuda_graph_estimate_bytes: int | None = None
     cuda_graph_bytes: int | None = None
     weights_bytes_logged: int | None = None
-    peak_activation_bytes: int | None = None
+    peak_activation_bytes: int | None = Field(
+        None, description="0.32: transient peak plus the CUDA-graph estimate it applied ('for peak activation')")
     non_torch_bytes: int | None = None
+    consumed_bytes: int | None = Field(None, description="0.32 'consumed memory (weights + non-torch)'")
     explicit_kv_bytes: int | None = None
+    total_gpu_memory_bytes: int | None = Field(None, description="device memory as CUDA reports it (total_gpu_memory)")
+    requested_memory_bytes: int | None = Field(None, description="total × gpu_memory_utilization")
+    initial_free_memory_bytes: int | None = None
+    kv_cache_memory_requested_limit_bytes: int | None = Field(
+        None, description="the reusable --kv-cache-memory=N that fits the requested memory")
+    kv_cache_memory_gpu_limit_bytes: int | None = Field(
+        None, description="the reusable --kv-cache-memory=N that fills the GPU")
+    vllm_version: str | None = None
+    model: str | None = None
+    tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    block_size: int | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
     raw_lines: dict[str, str] = {}
+    rank_values: dict[str, dict[str, int | float]] = Field(
+        {}, description="field → {rank: value}, only where tensor-parallel ranks logged different values")
 
 
 class PhaseMarker(BaseModel):

@@ -1,0 +1,353 @@
+"""The start-up log parser on published vLLM logs (tests/fixtures/vllm_logs/, each with its source).
+
+Every expected number is copied from the log text, with the unit conversion written out
+(vLLM's "GB" and "GiB" are both bytes / 2**30 in its code, "MB" bytes / 2**20); none is
+computed by the parser. The 0.32 wordings, which no published log here carries yet, are
+checked on lines built from the format strings in vLLM 0.32's source (named beside each).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from analysis.results_schema import StartupLog
+from analysis.vllm_startup_log import parse_startup, records
+from profiler.vllm_log import parse_startup as profiler_parse_startup
+
+FIXTURES = Path(__file__).parent / "fixtures" / "vllm_logs"
+G = 2**30  # vLLM prints bytes / 2**30 as "GiB" and as "GB"
+M = 2**20  # ... and bytes / 2**20 as "MB" (0.5.x)
+
+# fixture → {StartupLog field: value as the log states it}
+EXPECTED: dict[str, dict] = {
+    "v0.5.3_qwen7b_mb_units.log": {
+        "vllm_version": "0.5.3.post1", "model": "./models/Qwen-7B-Chat", "dtype": "bfloat16",
+        "max_model_len": 32768, "tensor_parallel_size": 1, "kv_cache_dtype": "auto",
+        "model_loading_bytes": int(14737.2578 * M),  # "Loading model weights took 14737.2578 MB"
+        "log_num_gpu_blocks": 7877,
+    },
+    "v0.3_opt125m_engine_line_without_version.log": {
+        "model": "facebook/opt-125m", "dtype": "float16", "max_model_len": 2048, "tensor_parallel_size": 1,
+        "kv_cache_dtype": "auto",
+        "model_loading_bytes": int(244.61 * M),  # ">> INFO … Loading model weights took 244.61 MB"
+        "log_num_gpu_blocks": 76240,
+    },
+    "v0.7.3_granite_k8s_namespace_args.log": {
+        "vllm_version": "0.7.3", "model": "ibm-granite/granite-3.0-2b-base", "dtype": "auto",
+        "kv_cache_dtype": "auto", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.9,  # the Namespace
+        "model_loading_bytes": int(4.7196 * G), "log_num_gpu_blocks": 7124,
+        "log_max_concurrency_len": 4096, "log_max_concurrency": 27.83, "max_model_len": 4096,
+        "cuda_graph_bytes": int(0.59 * G),  # "Graph capturing finished in 23 secs, took 0.59 GiB"
+    },
+    "v1_llama31_8b_l40s_kv_size.log": {
+        "model_loading_bytes": int(14.9889 * G), "model_loading_seconds": 3.652170,
+        "log_kv_cache_tokens": 158656, "log_max_concurrency_len": 32768, "log_max_concurrency": 4.84,
+        "max_model_len": 32768,
+    },
+    "llama32_11b_vision_h100_cuda_blocks.log": {
+        "total_gpu_memory_bytes": int(79.22 * G), "gpu_memory_utilization": 0.90,
+        "requested_memory_bytes": int(71.29 * G), "weights_bytes_logged": int(19.86 * G),
+        "non_torch_bytes": int(0.16 * G), "peak_activation_bytes": int(36.63 * G),
+        "available_kv_bytes": int(14.65 * G), "log_num_gpu_blocks": 6001,
+    },
+    "llama405b_fp8_8xh100_ranks.log": {
+        "model_loading_bytes": int(57.7520 * G),  # "Loading model weights took 57.7520 GB", every rank
+    },
+    "llama31_8b_tp8_ranks_gpu_blocks.log": {
+        "model_loading_bytes": int(1.9028 * G), "log_num_gpu_blocks": 464716,
+        "log_max_concurrency_len": 131072, "log_max_concurrency": 56.73, "max_model_len": 131072,
+    },
+    "torchserve_prefixed_gpu_blocks.log": {
+        "model_loading_bytes": int(7.5122 * G), "log_num_gpu_blocks": 61913,
+    },
+    "v0.6.3.post1_phi35_vision_hard_wrapped.log": {
+        "vllm_version": "0.6.3.post1", "model": "microsoft/Phi-3.5-vision-instruct", "dtype": "bfloat16",
+        "max_model_len": 4096, "tensor_parallel_size": 1, "kv_cache_dtype": "auto",
+        "model_loading_bytes": int(7.9324 * G), "log_num_gpu_blocks": 2153,
+        "log_max_concurrency_len": 4096, "log_max_concurrency": 8.41,
+        "cuda_graph_bytes": None,  # "Graph capturing finished in 10 secs." states no size
+    },
+    "meta_llama3_8b_profiling_table.log": {
+        "total_gpu_memory_bytes": int(79.22 * G), "gpu_memory_utilization": 0.90,
+        "requested_memory_bytes": int(71.29 * G), "weights_bytes_logged": int(14.96 * G),
+        "non_torch_bytes": int(1.79 * G), "peak_activation_bytes": int(1.26 * G),
+        "available_kv_bytes": int(53.29 * G),
+    },
+    "v1_llama70b_w8a8_gpu_blocks.log": {
+        "model_loading_bytes": int(67.7229 * G), "log_num_gpu_blocks": 1381,
+        "log_max_concurrency_len": 2048, "log_max_concurrency": 10.79, "max_model_len": 2048,
+    },
+    "qwen25_7b_rtx4060_negative_kv.log": {
+        "model_loading_bytes": int(5.2032 * G), "total_gpu_memory_bytes": int(8.00 * G),
+        "gpu_memory_utilization": 0.70, "requested_memory_bytes": int(5.60 * G),
+        "weights_bytes_logged": int(5.20 * G), "non_torch_bytes": int(0.03 * G),
+        "peak_activation_bytes": int(1.42 * G), "available_kv_bytes": int(-1.05 * G),
+        "log_num_gpu_blocks": 0, "log_max_concurrency_len": 4096, "log_max_concurrency": 0.00,
+        "max_model_len": 4096,  # vLLM's "Maximum concurrency for L tokens" states max_model_len
+    },
+    "llama2_7b_k8s_boxed.log": {
+        "total_gpu_memory_bytes": int(79.19 * G), "gpu_memory_utilization": 0.90,
+        "requested_memory_bytes": int(71.27 * G), "weights_bytes_logged": int(12.55 * G),
+        "non_torch_bytes": int(0.16 * G), "peak_activation_bytes": int(2.38 * G),
+        "available_kv_bytes": int(56.18 * G), "log_num_gpu_blocks": 7191,
+    },
+    "v0.8.3_qwen25vl72b_4xa100_ranks_differ.log": {  # rank 0 = the line without a worker prefix
+        "total_gpu_memory_bytes": int(39.38 * G), "gpu_memory_utilization": 0.95,
+        "requested_memory_bytes": int(37.41 * G), "weights_bytes_logged": int(34.43 * G),
+        "non_torch_bytes": int(0.43 * G), "peak_activation_bytes": int(2.51 * G),
+        "available_kv_bytes": int(0.04 * G),
+    },
+    "vllmworker_rank_boxed_model_loading.log": {
+        "model_loading_bytes": int(11.4384 * G), "model_loading_seconds": 5.338305,  # rank=0's line
+    },
+    "dp_docker_timestamps_kv_memory_hint.log": {
+        "cuda_graph_bytes": int(-9.96 * G),  # "took -9.96 GiB" and "-9.96 GiB for CUDAGraph memory"
+        "initial_free_memory_bytes": int(176.17 * G), "total_gpu_memory_bytes": int(178.35 * G),
+        "gpu_memory_utilization": 0.9, "requested_memory_bytes": int(160.52 * G),
+        "weights_bytes_logged": int(60.79 * G), "peak_activation_bytes": int(13.33 * G),
+        "non_torch_bytes": int(10.96 * G),
+        "kv_cache_memory_requested_limit_bytes": 91539781222, "kv_cache_memory_gpu_limit_bytes": 108345741312,
+        "available_kv_bytes": int(75.44 * G),  # "Current kv cache memory in use is 75.44 GiB"
+    },
+    "worker_tp0_model_loading_memory_and_seconds.log": {
+        "model_loading_bytes": int(12.66 * G), "model_loading_seconds": 31.657031,
+    },
+    "tp2_worker_ranks_cuda_graph_estimate_differ.log": {
+        "cuda_graph_estimate_bytes": int(4.38 * G),  # Worker_TP0's
+        "available_kv_bytes": int(25.46 * G),
+    },
+    "docker_timestamps_cuda_graph_estimate.log": {
+        "cuda_graph_estimate_bytes": int(0.44 * G), "available_kv_bytes": int(37.99 * G),
+    },
+    "v0.18.0_docker_compose_logo_qwen3_8b_gguf.log": {
+        "vllm_version": "0.18.0", "model": "/models/unsloth/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf",
+        "max_model_len": 16384, "gpu_memory_utilization": 0.79, "kv_cache_dtype": "fp8", "max_num_seqs": 16,
+    },
+    "v0.24.0_qwen36_35b_rtx5090.log": {
+        "available_kv_bytes": int(5.98 * G), "log_kv_cache_tokens": 567978,
+        "log_max_concurrency_len": 131072, "log_max_concurrency": 4.33,
+        "vllm_version": "0.24.0", "model": "~/.cache/huggingface/qwen3.6-35b-a3b-nvfp4", "dtype": "bfloat16",
+        "max_model_len": 131072, "kv_cache_dtype": "fp8", "max_num_batched_tokens": 8192, "max_num_seqs": 1,
+    },
+    "gb10_cuda_graph_pool_actual_estimated.log": {
+        "cuda_graph_bytes": int(-0.19 * G), "cuda_graph_estimate_bytes": int(2.43 * G),
+    },
+}
+
+# Ranks that printed different numbers: every rank's value is kept.
+RANK_VALUES: dict[str, dict] = {
+    "v0.8.3_qwen25vl72b_4xa100_ranks_differ.log": {
+        "non_torch_bytes": {"VllmWorkerProcess pid=126555": int(0.34 * G), "main": int(0.43 * G),
+                            "VllmWorkerProcess pid=126553": int(0.38 * G)},
+        "available_kv_bytes": {"VllmWorkerProcess pid=126555": int(0.13 * G), "main": int(0.04 * G),
+                               "VllmWorkerProcess pid=126553": int(0.09 * G)},
+    },
+    "tp2_worker_ranks_cuda_graph_estimate_differ.log": {
+        "cuda_graph_estimate_bytes": {"Worker_TP1 pid=646936": int(4.30 * G), "Worker_TP0 pid=646817": int(4.38 * G)},
+    },
+}
+
+
+def _text(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_every_fixture_is_expected_and_has_its_source():
+    names = sorted(p.name for p in FIXTURES.glob("*.log"))
+    assert names == sorted(EXPECTED), "every fixture needs its expected numbers here"
+    for name in names:
+        header = _text(name).splitlines()[0]
+        assert re.fullmatch(r"# source: https://\S+", header), name
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_fixture_values(name):
+    parsed = parse_startup(_text(name))
+    for field, value in EXPECTED[name].items():
+        assert parsed.get(field) == value, (name, field)
+        if value is not None:
+            assert parsed["raw_lines"][field], (name, field)
+    assert parsed["rank_values"] == RANK_VALUES.get(name, {}), name
+    found = {k for k, v in parsed.items() if v is not None and k not in ("raw_lines", "rank_values")}
+    assert found == {k for k, v in EXPECTED[name].items() if v is not None}, name  # nothing unexpected either
+    StartupLog(**parsed)  # the engine record takes it as it is (extra="forbid")
+
+
+def test_profiler_import_path_is_the_same_parser():
+    assert profiler_parse_startup is parse_startup
+
+
+def test_versions_and_gpus_covered():
+    versions = {v["vllm_version"] for v in EXPECTED.values() if v.get("vllm_version")}
+    assert {"0.5.3.post1", "0.6.3.post1", "0.7.3", "0.18.0", "0.24.0"} <= versions
+    gpus = {line.removeprefix("# gpu: ") for p in FIXTURES.glob("*.log") for line in p.read_text().splitlines()
+            if line.startswith("# gpu: ")}
+    assert len(gpus) >= 6  # A100, H100 (twice), L40S, RTX 4060, RTX 5090, GB10
+
+
+# --- robustness: the same log, damaged the ways published logs are --------------------
+
+def test_ansi_colour_codes():
+    plain = _text("v0.8.3_qwen25vl72b_4xa100_ranks_differ.log")
+    coloured = re.sub(r"^\((VllmWorkerProcess pid=\d+)\)", "\x1b[1;36m(\\1)\x1b[0;0m", plain, flags=re.M)
+    coloured = coloured.replace("INFO ", "\x1b[32mINFO\x1b[0m ")
+    shipped = re.sub(r"^\((VllmWorkerProcess pid=\d+)\)", "#033[1;36m(\\1)#033[0;0m", plain, flags=re.M)
+    assert "\x1b[" in coloured and "#033[" in shipped
+    for text in (coloured, shipped):
+        assert parse_startup(text) | {"raw_lines": {}} == parse_startup(plain) | {"raw_lines": {}}
+
+
+@pytest.mark.parametrize(("width", "numbers_cut"), [(80, 0), (83, 4), (120, 4), (166, 4)])
+def test_terminal_wrapped_lines_even_inside_numbers(width, numbers_cut):
+    plain = _text("v0.8.3_qwen25vl72b_4xa100_ranks_differ.log")
+    wrapped = "\n".join(line[i:i + width] for line in plain.splitlines() for i in range(0, max(len(line), 1), width))
+    assert len(re.findall(r"[\d.]\n[\d.]", wrapped)) == numbers_cut  # a number cut in two at the line end
+    got, want = parse_startup(wrapped), parse_startup(plain)
+    for field in EXPECTED["v0.8.3_qwen25vl72b_4xa100_ranks_differ.log"]:
+        assert got[field] == want[field], (width, field)
+    assert got["rank_values"] == want["rank_values"]
+
+
+def test_a_number_cut_by_the_terminal():
+    text = ("INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTor\n"
+            "ch activation peak memory takes 1.4\n2GiB; the rest of the memory reserved for KV Cache is -1.05GiB.\n")
+    p = parse_startup(text)
+    assert p["peak_activation_bytes"] == int(1.42 * G) and p["available_kv_bytes"] == int(-1.05 * G)
+
+
+def test_a_progress_bar_after_a_number_does_not_continue_it():
+    text = ("INFO 02-26 18:57:55 kv_cache_utils.py:522] # GPU blocks: 7124\n"
+            "100%|██████████| 35/35 [00:16<00:00,  2.18it/s]\n"
+            "INFO:     Started server process [1]\n")
+    assert parse_startup(text)["log_num_gpu_blocks"] == 7124
+
+
+def test_ray_worker_prefixes_and_a_driver_line():
+    driver = "INFO 07-18 12:26:29 distributed_gpu_executor.py:57] # GPU blocks: 464716, # CPU blocks: 16384\n"
+    ray = ("(RayWorkerWrapper pid=310) INFO 07-18 12:26:26 model_runner.py:1071] Loading model weights took 1.9028 GB\n"
+           "INFO 07-18 12:26:27 model_runner.py:1071] Loading model weights took 1.9028 GB\n")
+    p = parse_startup(ray + driver)
+    assert p["model_loading_bytes"] == int(1.9028 * G) and p["log_num_gpu_blocks"] == 464716
+    assert p["raw_lines"]["model_loading_bytes"].startswith("INFO")  # rank 0 (the driver) preferred
+    assert p["rank_values"] == {}
+    labels = [r[0] for r in records(ray)]
+    assert labels == ["RayWorkerWrapper pid=310", "main"]
+
+
+# --- vLLM 0.32's wordings (format strings in the installed source, values chosen here) -----
+
+V032_LINES = (
+    # v1/engine/core.py: "Initializing a V1 LLM engine (v%s) with config: %s" (VllmConfig.__str__)
+    "(EngineCore pid=4242) INFO 11-30 10:00:00 [core.py:134] Initializing a V1 LLM engine (v0.32.0) with config: "
+    "model='meta-llama/Llama-3.1-8B-Instruct', speculative_config=None, tokenizer='meta-llama/Llama-3.1-8B-Instruct', "
+    "skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, tokenizer_revision=None, trust_remote_code=False, "
+    "dtype=torch.bfloat16, max_seq_len=8192, download_dir=None, load_format=auto, tensor_parallel_size=1, "
+    "pipeline_parallel_size=1, data_parallel_size=1, kv_cache_dtype=auto, device_config=cuda\n"
+    # v1/worker/gpu_model_runner.py: "Model loading took %s GiB memory and %.6f seconds"
+    "(EngineCore pid=4242) INFO 11-30 10:00:10 [gpu_model_runner.py:5150] Model loading took 14.99 GiB memory "
+    "and 9.123456 seconds\n"
+    # "Estimated CUDA graph memory: %.2f GiB total"
+    "(EngineCore pid=4242) INFO 11-30 10:00:20 [gpu_model_runner.py:6475] Estimated CUDA graph memory: 0.61 GiB total\n"
+    # v1/worker/gpu_worker.py: "Available KV cache memory: %s GiB"
+    "(EngineCore pid=4242) INFO 11-30 10:00:21 [gpu_worker.py:760] Available KV cache memory: 53.27 GiB\n"
+    # v1/core/kv_cache_utils.py: "%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: %.2fx"
+    "(EngineCore pid=4242) INFO 11-30 10:00:21 [kv_cache_utils.py:2328] GPU KV cache size: 436,384 tokens, "
+    "Maximum concurrency for 8,192 tokens per request: 53.27x\n"
+    # gpu_model_runner.py: "Graph capturing finished in %.0f secs, took %.2f GiB"
+    "(EngineCore pid=4242) INFO 11-30 10:00:40 [gpu_model_runner.py:6582] Graph capturing finished in 12 secs, "
+    "took 0.55 GiB\n"
+    # gpu_worker.py: "CUDA graph pool memory: %s GiB (actual), %s GiB (estimated), difference: %s GiB (%.1f%%)."
+    "(EngineCore pid=4242) INFO 11-30 10:00:40 [gpu_worker.py:972] CUDA graph pool memory: 0.55 GiB (actual), "
+    "0.61 GiB (estimated), difference: 0.06 GiB (10.9%).\n"
+    # gpu_worker.py compile_or_warm_up_model: the "Free memory on device …" message
+    "(EngineCore pid=4242) INFO 11-30 10:00:40 [gpu_worker.py:1030] Free memory on device (78.52/79.19 GiB) on "
+    "startup. Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is 15.45 GiB for consumed memory "
+    "(weights + non-torch), 2.55 GiB for peak activation, and 0.55 GiB for CUDAGraph memory. Replace "
+    "gpu_memory_utilization config with `--kv-cache-memory=56813551616` (52.91 GiB) to fit into requested memory, or "
+    "`--kv-cache-memory=64687857664` (60.24 GiB) to fully utilize gpu memory. Current kv cache memory in use is "
+    "53.27 GiB.\n"
+)
+
+
+def test_vllm_032_wordings():
+    p = parse_startup(V032_LINES)
+    assert p["vllm_version"] == "0.32.0" and p["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert p["max_model_len"] == 8192 and p["tensor_parallel_size"] == 1 and p["dtype"] == "bfloat16"
+    assert p["model_loading_bytes"] == int(14.99 * G) and p["model_loading_seconds"] == 9.123456
+    assert p["available_kv_bytes"] == int(53.27 * G)
+    assert p["log_kv_cache_tokens"] == 436384 and p["log_max_concurrency"] == 53.27
+    assert p["log_max_concurrency_len"] == 8192
+    assert p["cuda_graph_bytes"] == int(0.55 * G) and p["cuda_graph_estimate_bytes"] == int(0.61 * G)
+    assert p["initial_free_memory_bytes"] == int(78.52 * G) and p["total_gpu_memory_bytes"] == int(79.19 * G)
+    assert p["gpu_memory_utilization"] == 0.9 and p["requested_memory_bytes"] == int(71.27 * G)
+    assert p["consumed_bytes"] == int(15.45 * G) and p["peak_activation_bytes"] == int(2.55 * G)
+    assert p["kv_cache_memory_requested_limit_bytes"] == 56813551616
+    assert p["kv_cache_memory_gpu_limit_bytes"] == 64687857664
+    assert "weights_bytes_logged" not in p  # 0.32 logs weights + non-torch together
+    StartupLog(**p)
+
+
+def test_vllm_032_version_line_without_the_logo():
+    # entrypoints/serve/utils/api_utils.py with VLLM_DISABLE_LOG_LOGO: "vLLM server version %s, serving model %s"
+    p = parse_startup("(APIServer pid=1) INFO 11-30 10:00:00 [api_utils.py:327] vLLM server version 0.32.0, "
+                      "serving model meta-llama/Llama-3.1-8B-Instruct")
+    assert p["vllm_version"] == "0.32.0" and p["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_vllm_032_coloured_logo():
+    # api_utils.py's logo template with the colour formatter's codes (bold, orange, blue, reset)
+    w, o, b, r = "\033[1m", "\033[93m", "\033[94m", "\033[0m"
+    prefix = "(APIServer pid=1) INFO 11-30 10:00:00 [api_utils.py:352] "
+    logo = (f"{prefix}\n{prefix}       {w}█     █     █▄   ▄█{r}\n"
+            f"{prefix} {o}▄▄{r} {b}▄█{r} {w}█     █     █ ▀▄▀ █{r}  version {w}0.32.0{r}\n"
+            f"{prefix}  {o}█{r}{b}▄█▀{r} {w}█     █     █     █{r}  model   {w}Qwen/Qwen3-8B{r}\n"
+            f"{prefix}   {b}▀▀{r}  {w}▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀{r}\n")
+    p = parse_startup(logo)
+    assert p["vllm_version"] == "0.32.0" and p["model"] == "Qwen/Qwen3-8B"
+
+
+def test_vllm_032_explicit_kv_cache_memory():
+    # gpu_worker.py, kv_cache_memory_bytes given: "Initial free memory %s GiB, reserved %s GiB memory for KV Cache …"
+    line = ("(EngineCore pid=7) INFO 11-30 10:00:21 [gpu_worker.py:659] Initial free memory 78.52 GiB, reserved "
+            "20.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling.")
+    p = parse_startup(line)
+    assert p["available_kv_bytes"] == int(20.0 * G) and p["initial_free_memory_bytes"] == int(78.52 * G)
+
+
+def test_vllm_032_source_still_prints_these_wordings():
+    """Where vLLM is installed (not imported), its source still holds the format strings used above."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("vllm not installed")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    worker = (root / "v1/worker/gpu_worker.py").read_text()
+    runner = (root / "v1/worker/gpu_model_runner.py").read_text()
+    kv = (root / "v1/core/kv_cache_utils.py").read_text()
+    for needle in ("Available KV cache memory: %s GiB", "CUDA graph pool memory: %s GiB (actual), %s GiB (estimated)",
+                   "GiB for consumed memory (weights + non-torch), ", "GiB for CUDAGraph memory. Replace",
+                   "Desired GPU memory utilization is ", "config with `--kv-cache-memory=",
+                   "GiB, reserved {format_gib(kv_cache_memory_bytes)} GiB memory for "):
+        assert needle in worker, needle
+    api = (root / "entrypoints/serve/utils/api_utils.py").read_text()
+    assert "vLLM server version %s, serving model %s" in api and "version ${w}%s${r}" in api
+    for needle in ("Model loading took %s GiB memory and %.6f seconds", "Estimated CUDA graph memory: %.2f GiB total",
+                   "Graph capturing finished in %.0f secs, took %.2f GiB"):
+        assert needle in runner, needle
+    assert '"Maximum concurrency for %s tokens per request: %.2fx"' in kv and '"%s KV cache size: %s tokens, "' in kv
+
+
+def test_a_long_server_log_reads_the_start_up_and_nothing_after():
+    """A server's periodic stats ("GPU KV cache usage: …") are not start-up numbers."""
+    start = _text("v0.7.3_granite_k8s_namespace_args.log")
+    stats = ("INFO 02-26 19:00:00 loggers.py:123] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: "
+             "12.3 tokens/s, Running: 1 reqs, GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%\n")
+    assert parse_startup(start + stats * 20000) == parse_startup(start)
+
+
+def test_not_a_vllm_log_gives_nothing():
+    p = parse_startup("hello\nworld\n# GPU\n")
+    assert set(p) == {"raw_lines", "rank_values"}
