@@ -125,7 +125,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         if inputs.reserve_bytes is not None or (calibration and calibration.reserve_bytes is not None):
             fixed = inputs.reserve_bytes if inputs.reserve_bytes is not None else calibration.reserve_bytes
             reserve = Reserve(activation_bytes=fixed, non_torch_bytes=0, cuda_graph_bytes=0,
-                              source="--reserve-bytes" if inputs.reserve_bytes is not None else "calibration")
+                              source="--reserve-bytes" if inputs.reserve_bytes is not None
+                              else f"calibration: {calibration.source}" if calibration.source else "calibration")
         else:
             reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
                                       tp=tp, enforce_eager=inputs.enforce_eager)

@@ -175,6 +175,8 @@ def test_log_as_plan_calibration_reproduces_the_logged_kv_budget(tmp_path):
     assert p["num_blocks"] == 7191
     reserve = (int(71.27 * G) - int(12.55 * G) - int(56.18 * G)) + int((81559 * 2**20 - int(79.19 * G)) * 0.9)
     assert p["reserve"]["activation_bytes"] == reserve
+    # The plan names where its reserve came from: this saved log.
+    assert p["reserve"]["source"].startswith(f"calibration: vLLM start-up log {saved}")
 
 
 def test_a_log_without_a_reserve_cannot_calibrate(tmp_path):
