@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from analysis import catalog
@@ -37,7 +38,7 @@ EXIT_WRITE_FAILED = 3
 
 def fail(message: str) -> typer.Exit:
     """Print one clear error line and return the exit to raise."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -438,7 +439,7 @@ def _validated(spec_path: Path, platform: str | None = None) -> tuple[Any, Any]:
         return validate(spec_path, platform)
     except SpecError as exc:
         for line in str(exc).splitlines():
-            err.print(f"[bold red]error:[/] {line}", highlight=False)
+            err.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
@@ -509,7 +510,7 @@ def sweep_cmd(
     except StoreError as exc:
         raise fail(str(exc)) from None
     except WriteFailed as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(EXIT_WRITE_FAILED) from None
     t = Table(title=f"sweep {spec.name}")
     t.add_column("points ok", justify="right")

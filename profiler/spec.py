@@ -201,6 +201,17 @@ class SweepSpec(BaseModel):
     probe: bool = Field(True, description="run `kvprof probe` into the results directory before the engines")
     timeouts: Timeouts = Timeouts()
 
+    @field_validator("engine_args_sweep", mode="before")
+    @classmethod
+    def _sweep_form(cls, v: Any) -> Any:
+        """One message for either form (pydantic would report both branches of the union)."""
+        lists = isinstance(v, dict) and all(isinstance(x, list) for x in v.values())
+        combos = isinstance(v, list) and all(isinstance(x, dict) for x in v)
+        if v is not None and not (lists or combos):
+            raise ValueError(f"got {v!r}; give a list of combinations ([{{enforce_eager: true}}, …]) or a "
+                             "mapping of argument → list of values ({enforce_eager: [true, false]})")
+        return v
+
     @field_validator("engine_args_sweep")
     @classmethod
     def _sweep_shape(cls, v: Any, info: ValidationInfo) -> Any:

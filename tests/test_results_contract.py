@@ -201,7 +201,9 @@ def test_engine_args_sweep_as_vllm_style_combinations():
 
 @pytest.mark.parametrize("sweep,message", [
     ({"block_size": [32, 64]}, "kvprof engine axes: sweep them under engine:"),
-    ({"enforce_eager": True}, "Input should be a valid list"),
+    ({"enforce_eager": True}, "give a list of combinations ([{enforce_eager: true}, …]) or a mapping of argument → "
+                              "list of values ({enforce_eager: [true, false]})"),
+    ([5], "got [5]; give a list of combinations"),
     ({"enforce_eager": []}, "needs at least one value"),
     ([], "at least one combination"),
 ])
@@ -252,3 +254,14 @@ def test_a_new_axis_left_at_its_default_keeps_existing_ids():
     base = {"model_dir": "/m", "model_sha256": "a" * 64, "max_model_len": 1024, "block_size": 32}
     assert WithNewAxis(**base).id == EngineSettings(**base).id
     assert WithNewAxis(**base, some_new_vllm_setting=4).id != EngineSettings(**base).id
+
+
+def test_a_wrongly_shaped_sweep_is_one_error_line_with_its_brackets(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((ROOT / "sweeps" / "tiny-cpu.yaml").read_text() + "engine_args_sweep: 5\n")
+    res = runner.invoke(app, ["validate", str(spec)])
+    assert res.exit_code == 2
+    lines = [x for x in res.output.splitlines() if x.startswith("error:")]
+    assert len(lines) == 1  # not one line per branch of the union
+    # The CLI prints messages as text: square brackets in them are not taken for rich markup.
+    assert "{enforce_eager: [true, false]}" in " ".join(res.output.split())
