@@ -432,18 +432,13 @@ def run_job(job: EngineJob) -> int:
 
 def _device_memory_bytes() -> int | None:
     """The device's total memory as the platform reports it: cudaMemGetInfo's total on CUDA
-    (what vLLM multiplies by gpu_memory_utilization), the host's RAM on CPU."""
+    (what vLLM multiplies by gpu_memory_utilization), the host's RAM on CPU — as the probe records it."""
     try:
         import torch
 
-        if torch.cuda.is_available():
-            return int(torch.cuda.mem_get_info()[1])
-    except Exception:
-        pass
-    try:
-        import psutil
+        from profiler.probe import device_memory
 
-        return int(psutil.virtual_memory().total)
+        return device_memory(torch, torch.device("cuda" if torch.cuda.is_available() else "cpu"))[0]
     except Exception:
         return None
 

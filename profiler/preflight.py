@@ -56,24 +56,32 @@ def cpu_runs_fp8_kv() -> bool:
 
 
 @cache
+def _nvml_gpus() -> tuple[int, int, str] | None:
+    """(GPU count, GPU 0's total memory, its name) as NVML sees them; None without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            name = pynvml.nvmlDeviceGetName(handle)
+            return (count, int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+                    name.decode() if isinstance(name, bytes) else name)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
 def platform_device(platform: str) -> tuple[int | None, str]:
     """The device vLLM will size its defaults by: (total memory, name) of GPU 0 through NVML on
     CUDA — (0, "") when NVML cannot say, as vLLM counts a device it cannot query — and
     (None, "") for the CPU backend."""
     if platform == "cpu":
         return None, ""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            name = pynvml.nvmlDeviceGetName(handle)
-            return int(pynvml.nvmlDeviceGetMemoryInfo(handle).total), name.decode() if isinstance(name, bytes) else name
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return 0, ""
+    gpus = _nvml_gpus()
+    return (0, "") if gpus is None else (gpus[1], gpus[2])
 
 
 def scheduler_defaults(cfg: Any, platform: str) -> tuple[int, int]:
@@ -90,16 +98,8 @@ def async_scheduling(cfg: Any, platform: str) -> bool:
 
 
 def _gpu_count() -> int | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return None
+    gpus = _nvml_gpus()
+    return None if gpus is None else gpus[0]
 
 
 def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...], int],
