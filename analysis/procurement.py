@@ -13,7 +13,7 @@ vLLM replica of ``tp`` GPUs, planned by :func:`analysis.plan.make_plan`:
 * the decode step at that batch and tokens/s per GPU = batch / step / tp.
 
 Rows that fit come first, by GPUs needed (fewest first), then tokens/s per GPU (most first);
-rows that do not fit follow in the order asked, each with its reason: tp does not divide
+rows that do not fit follow in the order asked (GPU, then tp), each with its reason: tp does not divide
 the attention heads (vLLM's ``num_attention_heads % tp == 0``) or the KV heads (split evenly,
 or replicated evenly when tp exceeds them), the weights (with vLLM's reserve) exceed the
 GPU's memory, not even one sequence of T tokens fits, or even batch 1 misses the TPOT SLO.
@@ -38,6 +38,7 @@ from analysis.architecture import Architecture
 from analysis.catalog import GPU
 from analysis.kv import kv_heads_per_rank
 from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
+from analysis.units import fmt_seconds
 
 Reason = Literal["heads", "weights", "one_sequence", "tpot_slo"]
 LimitedBy = Literal["concurrency", "kv_cache", "max_num_seqs", "tpot_slo"]
@@ -233,7 +234,7 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
         one, _ = at_batch(1)
         if one > tpot_slo_s:
             f.reason_kind, f.reason = "tpot_slo", (
-                f"even batch 1 steps in {one * 1e3:.3f} ms, over the TPOT SLO of {tpot_slo_s * 1e3:.3f} ms")
+                f"even batch 1 steps in {fmt_seconds(one)}, over the TPOT SLO of {fmt_seconds(tpot_slo_s)}")
             return f
         lo, hi = 1, cap  # largest batch whose step meets the SLO (the step grows with the batch)
         while lo < hi:
@@ -260,24 +261,26 @@ def procurement(a: Architecture, base: PlanInputs, gpus: Sequence[GPU], tps: Seq
         raise PlanError(f"--concurrency {concurrency}: give at least one sequence")
     if tpot_slo_s is not None and not tpot_slo_s > 0:
         raise PlanError(f"--tpot-slo {tpot_slo_s}: must be positive")
-    rows: list[ProcurementRow] = []
+    inputs = {tp: base.model_copy(update={"tensor_parallel_size": tp, "context": context, "batch": None})
+              for tp in tps}
+    heads = {tp: heads_reason(a, tp) for tp in tps}
     for tp in tps:
-        inputs = base.model_copy(update={"tensor_parallel_size": tp, "context": context, "batch": None})
-        why = heads_reason(a, tp)
-        if why is None:
-            make_plan(a, inputs)  # raises on inputs no GPU can fix (context past max_model_len, …)
-        for gpu in gpus:
+        if heads[tp] is None:
+            make_plan(a, inputs[tp])  # raises on inputs no GPU can fix (context past max_model_len, …)
+    rows: list[ProcurementRow] = []
+    for gpu in gpus:
+        cal, note = transfer_calibration(calibration(gpu), gpu) if calibration is not None else (None, None)
+        for tp in tps:
             common = {"rank": None, "gpu": gpu.name, "gpu_display": gpu.display or gpu.name,
                       "tensor_parallel_size": tp, "context": context, "concurrency": concurrency,
                       "tpot_slo_s": tpot_slo_s}
-            if why is not None:
-                rows.append(ProcurementRow(**common, **_Figures(reason_kind="heads", reason=why).model_dump()))
+            if heads[tp] is not None:
+                rows.append(ProcurementRow(**common, **_Figures(reason_kind="heads", reason=heads[tp]).model_dump()))
                 continue
-            spec = _evaluate(a, inputs, gpu, concurrency, tpot_slo_s, None)
+            spec = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, None)
             row = ProcurementRow(**common, **spec.model_dump())
-            if calibration is not None:
-                cal, note = transfer_calibration(calibration(gpu), gpu)
-                c = _evaluate(a, inputs, gpu, concurrency, tpot_slo_s, cal)
+            if cal is not None:
+                c = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, cal)
                 row = row.model_copy(update={
                     "fits": c.fits, "reason_kind": c.reason_kind,
                     "reason": c.reason and (c.reason if not spec.fits else f"calibrated: {c.reason}"),

@@ -312,7 +312,8 @@ def _procurement_table(model: str, rows: list[Any]) -> Table:
             "batch", "decode step", "tok/s/GPU"]
     if cal:
         cols += ["KV budget (cal)", "fit (cal)", "GPUs (cal)", "step (cal)", "tok/s/GPU (cal)"]
-    cols.append("does not fit because")
+    if not all(r.fits for r in rows):
+        cols.append("does not fit because")
     for c in cols:
         t.add_column(c, justify="left" if c in ("GPU", "does not fit because") else "right",
                      overflow="fold")
@@ -332,7 +333,8 @@ def _procurement_table(model: str, rows: list[Any]) -> Table:
             cells += [fmt_bytes(r.calibrated_kv_budget_bytes), fmt_count(r.calibrated_sequences_fit),
                       fmt_count(r.calibrated_gpus_needed), fmt_ms(r.calibrated_decode_step_s),
                       tok(r.calibrated_tokens_per_s_per_gpu)]
-        cells.append(escape(r.reason or ""))
+        if len(cols) > len(cells):
+            cells.append(escape(r.reason or ""))
         t.add_row(*cells)
     return t
 
