@@ -38,7 +38,7 @@ from analysis.architecture import Architecture
 from analysis.catalog import GPU
 from analysis.kv import kv_heads_per_rank
 from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
-from analysis.units import fmt_seconds
+from analysis.units import fmt_bytes, fmt_seconds
 
 Reason = Literal["heads", "weights", "one_sequence", "tpot_slo"]
 LimitedBy = Literal["concurrency", "kv_cache", "max_num_seqs", "tpot_slo"]
@@ -218,8 +218,9 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
     f.sequences_fit = fit = plan["kv_full_batch"]
     if fit == 0:
         f.reason_kind, f.reason = "one_sequence", (
-            f"not one sequence of {plan['context']:,} tokens fits: it needs {per_seq:,} blocks, the KV budget "
-            f"of {plan['kv_budget_bytes'] / 2**30:.2f} GiB holds {max(usable, 0):,} of {plan['bytes_per_block']:,} B")
+            f"one sequence of {plan['context']:,} tokens needs {per_seq:,} blocks "
+            f"({fmt_bytes(per_seq * plan['bytes_per_block'])}); the {fmt_bytes(plan['kv_budget_bytes'])} KV budget "
+            f"holds {max(usable, 0):,} after vLLM's null block")
         return f
 
     def at_batch(b: int) -> tuple[float, str]:

@@ -264,8 +264,8 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
             if value is not None:
                 raise PlanError(f"{flag} does not go with the procurement table: {why}")
         if concurrency is None:
-            raise PlanError("a GPU or tp list makes the procurement table: give --concurrency N "
-                            "(sequences of --context tokens to hold at once)")
+            raise PlanError("the procurement table (GPU or tp lists, --tpot-slo) needs --concurrency N "
+                            "(the sequences of --context tokens to hold at once)")
         if gpu and probe:
             raise PlanError("give --gpu or --probe, not both")
         if not gpu and not probe:

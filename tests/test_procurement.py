@@ -97,7 +97,7 @@ def test_not_one_sequence_fits():
     rows = table(*TINY[:3], "1MiB", *TINY[4:], "--gpu", "h100-sxm", "--tp", "1")
     (r,) = rows
     assert (r["fits"], r["reason_kind"], r["sequences_fit"], r["rank"]) == (False, "one_sequence", 0, None)
-    assert "needs 64 blocks" in r["reason"] and "holds 63" in r["reason"]
+    assert "needs 64 blocks (1.00 MiB); the 1.00 MiB KV budget holds 63 after vLLM's null block" in r["reason"]
 
 
 def test_tpot_slo_caps_the_batch_per_replica_or_rules_a_row_out():
@@ -245,7 +245,7 @@ def test_bad_procurement_input_is_one_line_and_exit_2(args, message):
 
 def test_a_list_without_concurrency_asks_for_it():
     result = runner.invoke(app, ["plan", *TINY[:-2], "--gpu", "h100-sxm,h200"])
-    assert result.exit_code == 2 and "give --concurrency N" in result.output
+    assert result.exit_code == 2 and "needs --concurrency N" in result.output
 
 
 def test_calibration_from_a_device_outside_the_catalog_is_refused(tmp_path):
