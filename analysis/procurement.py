@@ -220,7 +220,7 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
         f.reason_kind, f.reason = "one_sequence", (
             f"one sequence of {plan['context']:,} tokens needs {per_seq:,} blocks "
             f"({fmt_bytes(per_seq * plan['bytes_per_block'])}); the {fmt_bytes(plan['kv_budget_bytes'])} KV budget "
-            f"holds {max(usable, 0):,} after vLLM's null block")
+            f"holds {max(usable, 0):,} (null block excluded)")
         return f
 
     def at_batch(b: int) -> tuple[float, str]:

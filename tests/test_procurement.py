@@ -97,7 +97,7 @@ def test_not_one_sequence_fits():
     rows = table(*TINY[:3], "1MiB", *TINY[4:], "--gpu", "h100-sxm", "--tp", "1")
     (r,) = rows
     assert (r["fits"], r["reason_kind"], r["sequences_fit"], r["rank"]) == (False, "one_sequence", 0, None)
-    assert "needs 64 blocks (1.00 MiB); the 1.00 MiB KV budget holds 63 after vLLM's null block" in r["reason"]
+    assert "needs 64 blocks (1.00 MiB); the 1.00 MiB KV budget holds 63 (null block excluded)" in r["reason"]
 
 
 def test_tpot_slo_caps_the_batch_per_replica_or_rules_a_row_out():
