@@ -20,7 +20,8 @@ from rich.table import Table
 from analysis import catalog
 from analysis.architecture import UnsupportedArchitecture
 from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
-from analysis.units import fmt_bytes, fmt_count, fmt_seconds, parse_bytes
+from analysis.procurement import parse_gpu_list, parse_seconds, parse_tp_list, procurement
+from analysis.units import fmt_bytes, fmt_count, fmt_ms, fmt_seconds, parse_bytes
 
 app = typer.Typer(
     name="kvprof",
@@ -131,14 +132,17 @@ def _plan_table(p: dict[str, Any]) -> Table:
 @app.command("plan")
 def plan_cmd(
     model: Annotated[str, typer.Option("--model", "-m", help="Catalog name, model directory or config.json.")],
-    gpu: Annotated[str | None, typer.Option(help="GPU catalog name (see `kvprof gpus`).")] = None,
+    gpu: Annotated[str | None, typer.Option(
+        help="GPU catalog name (see `kvprof gpus`); a comma list or `all` (every data-centre GPU) for the "
+             "procurement table.")] = None,
     kv_cache_memory_bytes: Annotated[str | None, typer.Option(
         help="Fix the KV budget per GPU exactly (e.g. 8GiB), as vLLM's kv_cache_memory_bytes.")] = None,
     gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of GPU memory vLLM may use.")] = 0.9,
     max_num_batched_tokens: Annotated[int | None, typer.Option(
         help="vLLM scheduler token budget per step (default: vLLM's for the device).")] = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="vLLM max_num_seqs (default: vLLM's).")] = None,
-    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
+    tp: Annotated[str, typer.Option("--tp", help="Tensor-parallel size; a comma list (1,2,4,8) for the "
+                                                 "procurement table.")] = "1",
     kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
     block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
     max_model_len: Annotated[int | None, typer.Option(help="Longest request (default: the model's).")] = None,
@@ -158,9 +162,40 @@ def plan_cmd(
         help="probe.json from `kvprof probe`: use this machine's measured ceilings instead of --gpu.")] = None,
     save: Annotated[Path | None, typer.Option(
         help="Store the prediction and its inputs (JSON) for `kvprof check-plan` once it is measured.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    concurrency: Annotated[int | None, typer.Option(
+        help="Sequences of --context tokens to hold at once: gives the procurement table.")] = None,
+    tpot_slo: Annotated[str | None, typer.Option(
+        help="Procurement table: decode-step ceiling per replica, seconds or with a unit (50ms).")] = None,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON object (the procurement table: a list of rows).")] = False,
 ):
-    """Predict KV capacity and decode latency for a model on a GPU."""
+    """Predict KV capacity and decode latency for a model on a GPU.
+
+    With a list of GPUs or tensor-parallel sizes, or --concurrency N: the procurement table. Each
+    GPU × tp is one vLLM replica of tp GPUs, planned as above: its KV budget per GPU and the share
+    of it N sequences of --context tokens need, the sequences that fit per replica, replicas =
+    ceil(N / fit) and GPUs needed = replicas × tp, the decode step at ceil(N / replicas) sequences
+    per replica and tokens/s per GPU. With --tpot-slo a replica holds no more sequences than meet
+    it. Order: configurations that fit first, by GPUs needed (fewest first), then tokens/s per GPU
+    (most first); then those that do not, with the reason (tp does not divide the heads, weights,
+    not one sequence fits, SLO). With --calibration the calibrated figures stand beside the
+    spec-sheet ones and decide fit and order. --json: a list of rows (keys:
+    analysis.procurement.ProcurementRow).
+    """
+    try:
+        tps = parse_tp_list(tp)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if (gpu is not None and ("," in gpu or gpu.strip().lower() == "all")) or len(tps) > 1 \
+            or concurrency is not None or tpot_slo is not None:
+        _procurement_cmd(model, gpu, probe, tps, concurrency, tpot_slo, context, calibration, save, json_out,
+                         dict(kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
+                              gpu_memory_utilization=gpu_memory_utilization,
+                              kv_cache_memory_bytes=kv_cache_memory_bytes, reserve_bytes=reserve_bytes,
+                              max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                              async_scheduling=async_scheduling, enforce_eager=enforce_eager,
+                              entry_point=entry_point, batch=batch, prompt_len=prompt_len))
+        return
     try:
         if gpu and probe:
             raise PlanError("give --gpu or --probe, not both")
@@ -174,7 +209,7 @@ def plan_cmd(
             gpu_spec = catalog.from_probe(probe_facts, f"--probe {probe}")
         inputs = PlanInputs(
             kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
-            tensor_parallel_size=tp, gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tps[0], gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes) if kv_cache_memory_bytes else None,
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
             async_scheduling=async_scheduling, enforce_eager=enforce_eager, entry_point=entry_point,
@@ -215,6 +250,93 @@ def plan_cmd(
             f"reserve ({r['source']}): activations {fmt_bytes(r['activation_bytes'])}, non-torch "
             f"{fmt_bytes(r['non_torch_bytes'])}, CUDA graphs {fmt_bytes(r['cuda_graph_bytes'])}",
             highlight=False)
+
+
+def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[int], concurrency: int | None,
+                     tpot_slo: str | None, context: int | None, calibration: Path | None, save: Path | None,
+                     json_out: bool, settings: dict[str, Any]) -> None:
+    """`kvprof plan` with GPU or tp lists, or --concurrency: the ranked procurement table."""
+    try:
+        for flag, value, why in (
+                ("--save", save, "`kvprof check-plan` takes one configuration: give one --gpu and one --tp"),
+                ("--batch", settings.pop("batch"), "each row's batch follows from --concurrency"),
+                ("--prompt-len", settings.pop("prompt_len"), "the table plans decode only")):
+            if value is not None:
+                raise PlanError(f"{flag} does not go with the procurement table: {why}")
+        if concurrency is None:
+            raise PlanError("the procurement table (GPU or tp lists, --tpot-slo) needs --concurrency N "
+                            "(the sequences of --context tokens to hold at once)")
+        if gpu and probe:
+            raise PlanError("give --gpu or --probe, not both")
+        if not gpu and not probe:
+            raise PlanError("the procurement table needs GPUs: --gpu h100-sxm,h200,b200 or --gpu all")
+        arch, _ = catalog.resolve_model(model)
+        if probe:
+            try:
+                gpus = [(catalog.from_probe(json.loads(probe.read_text()), f"--probe {probe}"), None)]
+            except ValueError as exc:
+                raise PlanError(f"--probe {probe}: {_one_line(exc)}") from None
+        else:
+            gpus = parse_gpu_list(gpu)
+        for key in ("kv_cache_memory_bytes", "reserve_bytes"):
+            settings[key] = parse_bytes(settings[key]) if settings[key] else None
+        base = PlanInputs(**settings)
+        slo = parse_seconds(tpot_slo) if tpot_slo is not None else None
+        cal_for = (lambda g: _load_calibration(calibration, g)) if calibration else None
+        ctx = context or make_plan(arch, base).get("max_model_len")
+        rows = procurement(arch, base, [g for g, _ in gpus], tps, concurrency=concurrency, context=ctx,
+                           tpot_slo_s=slo, calibration=cal_for)
+    except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
+        raise fail(_one_line(exc)) from None
+    if json_out:
+        print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+        return
+    for _, note in gpus:
+        if note:
+            err.print(f"note: {note}", highlight=False)
+    console.print(_procurement_table(arch.name, rows))
+    console.print("order: configurations that fit, by GPUs needed (fewest first), then tokens/s per GPU "
+                  "(most first); GPUs needed = replicas × tp, replicas = ceil(N / sequences that fit)"
+                  + (", calibrated figures decide" if calibration else ""), highlight=False)
+    for note in dict.fromkeys(r.calibration_note for r in rows if r.calibration_note):
+        console.print(f"calibrated with {note}", highlight=False)
+
+
+def _procurement_table(model: str, rows: list[Any]) -> Table:
+    first = rows[0]
+    cal = any(r.calibration_note for r in rows)
+    title = (f"kvprof plan — {model}: {first.concurrency:,} sequences of {first.context:,} tokens"
+             + (f", TPOT ≤ {fmt_seconds(first.tpot_slo_s)}" if first.tpot_slo_s else ""))
+    t = Table(title=title)
+    cols = ["#", "GPU", "tp", "weights/GPU", "KV budget/GPU", "N×T needs", "fit @T", "replicas", "GPUs",
+            "batch", "decode step", "tok/s/GPU"]
+    if cal:
+        cols += ["KV budget (cal)", "fit (cal)", "GPUs (cal)", "step (cal)", "tok/s/GPU (cal)"]
+    if not all(r.fits for r in rows):
+        cols.append("does not fit because")
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("GPU", "does not fit because") else "right",
+                     overflow="fold")
+
+    def pct(x: float | None) -> str:
+        return "—" if x is None else f"{100 * x:,.0f}%"
+
+    def tok(x: float | None) -> str:
+        return "—" if x is None else f"{x:,.0f} tok/s"
+
+    for r in rows:
+        cells = [str(r.rank) if r.rank else "—", r.gpu, str(r.tensor_parallel_size), fmt_bytes(r.weight_bytes),
+                 fmt_bytes(r.kv_budget_bytes), pct(r.kv_fraction_needed), fmt_count(r.sequences_fit),
+                 fmt_count(r.replicas), fmt_count(r.gpus_needed), fmt_count(r.batch), fmt_ms(r.decode_step_s),
+                 tok(r.tokens_per_s_per_gpu)]
+        if cal:
+            cells += [fmt_bytes(r.calibrated_kv_budget_bytes), fmt_count(r.calibrated_sequences_fit),
+                      fmt_count(r.calibrated_gpus_needed), fmt_ms(r.calibrated_decode_step_s),
+                      tok(r.calibrated_tokens_per_s_per_gpu)]
+        if len(cols) > len(cells):
+            cells.append(escape(r.reason or ""))
+        t.add_row(*cells)
+    return t
 
 
 def _load_calibration(path: Path, gpu_spec: Any) -> Calibration:

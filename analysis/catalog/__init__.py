@@ -11,7 +11,7 @@ import difflib
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,6 +41,8 @@ class GPU(BaseModel):
     nvml_names: tuple[str, ...] = ()
     default_for: tuple[str, ...] = ()  # short names that mean this part ("h100" → h100-sxm)
     cpu: bool = False  # a CPU described by a probe (vLLM's CPU defaults apply)
+    # The market the part is sold into (every catalog entry states it; a probed device has none).
+    segment: Literal["datacenter", "workstation", "consumer"] | None = None
 
     @property
     def memory_bytes(self) -> int:

@@ -1,0 +1,308 @@
+"""The procurement table: which GPU × tensor-parallel size holds N sequences of T tokens, and at what cost.
+
+Every row is one configuration (a catalog GPU and a tensor-parallel size ``tp``), one
+vLLM replica of ``tp`` GPUs, planned by :func:`analysis.plan.make_plan`:
+
+* KV headroom: the KV budget per GPU and the fraction of its usable blocks (the null
+  block excluded) that N sequences of T tokens would take on one replica;
+* sequences that fit: sequences of T tokens one replica holds together (``kv_full_batch``),
+  capped by vLLM's ``max_num_seqs`` — and, with a TPOT SLO, by the largest batch whose
+  predicted decode step meets it;
+* replicas = ceil(N / that cap), GPUs needed = replicas × tp, each replica decoding
+  batch = ceil(N / replicas) sequences (equal to min(N, cap) when one replica holds them all);
+* the decode step at that batch and tokens/s per GPU = batch / step / tp.
+
+Rows that fit come first, by GPUs needed (fewest first), then tokens/s per GPU (most first);
+rows that do not fit follow in the order asked (GPU, then tp), each with its reason: tp does not divide
+the attention heads (vLLM's ``num_attention_heads % tp == 0``) or the KV heads (split evenly,
+or replicated evenly when tp exceeds them), the weights (with vLLM's reserve) exceed the
+GPU's memory, not even one sequence of T tokens fits, or even batch 1 misses the TPOT SLO.
+
+With a calibration the same figures are computed again with it (measured reserve, fitted
+bandwidth, FLOP/s and step overhead) and set beside the spec-sheet ones; whether a row fits
+and the ranking then follow the calibrated figures. A calibration measured on one catalog GPU
+is carried to another by the spec-sheet ratio of bandwidth (and of FLOP/s).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis import catalog
+from analysis.architecture import Architecture
+from analysis.catalog import GPU
+from analysis.kv import kv_heads_per_rank
+from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
+from analysis.units import fmt_bytes, fmt_seconds
+
+Reason = Literal["heads", "weights", "one_sequence", "tpot_slo"]
+LimitedBy = Literal["concurrency", "kv_cache", "max_num_seqs", "tpot_slo"]
+
+_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
+_DURATION = re.compile(r"^\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*(s|ms|us|µs)?\s*$")
+
+
+def parse_seconds(text: str) -> float:
+    """'0.05', '50ms', '50 ms', '800us', '1.5s' → seconds. Raises ValueError naming the input."""
+    m = _DURATION.match(text)
+    try:
+        value = float(m.group(1)) * _SECONDS[m.group(2) or "s"] if m else None
+    except ValueError:
+        value = None
+    if value is None:
+        raise ValueError(f"{text!r} is not a duration: give seconds (0.05) or a number with s, ms or us (50ms)")
+    if not value > 0:
+        raise ValueError(f"{text!r}: a duration must be positive")
+    return value
+
+
+def parse_tp_list(text: str) -> list[int]:
+    """'1,2,4,8' → [1, 2, 4, 8] (duplicates dropped, order kept)."""
+    out: list[int] = []
+    for part in text.split(","):
+        p = part.strip()
+        if not p.isdigit() or int(p) < 1:
+            raise ValueError(f"--tp {text!r}: {p!r} is not a positive integer (give one size or a comma list: 1,2,4,8)")
+        if int(p) not in out:
+            out.append(int(p))
+    return out
+
+
+def datacenter_gpus() -> list[GPU]:
+    """Every catalog GPU whose segment is datacenter, in catalog order (what ``--gpu all`` means)."""
+    return [g for g in catalog.gpus().values() if g.segment == "datacenter"]
+
+
+def parse_gpu_list(text: str) -> list[tuple[GPU, str | None]]:
+    """'h100-sxm,h200' or 'all' → catalog GPUs with the note a short name earns (duplicates dropped)."""
+    out: list[tuple[GPU, str | None]] = []
+    for part in text.split(","):
+        name = part.strip()
+        if not name:
+            raise ValueError(f"--gpu {text!r}: an empty name (give catalog names separated by commas, or all)")
+        found = [(g, None) for g in datacenter_gpus()] if name.lower() == "all" else [catalog.resolve_gpu(name)]
+        out.extend(f for f in found if f[0].name not in {g.name for g, _ in out})
+    return out
+
+
+class ProcurementRow(BaseModel):
+    """One configuration of the procurement table (byte counts per GPU; `calibrated_*` with a calibration)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int | None = Field(description="1 = the best fitting configuration; None when it does not fit")
+    gpu: str = Field(description="catalog name")
+    gpu_display: str
+    tensor_parallel_size: int
+    context: int = Field(description="tokens of KV each sequence holds (T)")
+    concurrency: int = Field(description="sequences to hold at once (N)")
+    tpot_slo_s: float | None = Field(description="decode-step (time per output token) ceiling, seconds")
+    fits: bool
+    reason_kind: Reason | None = Field(description="why it does not fit: heads, weights, one_sequence, tpot_slo")
+    reason: str | None
+    weight_bytes: int | None
+    kv_budget_bytes: int | None
+    kv_bytes_per_sequence: int | None = Field(description="KV one sequence of T tokens takes on one GPU")
+    kv_fraction_needed: float | None = Field(
+        description="blocks N sequences of T need ÷ usable blocks (num_blocks − 1) of one replica; > 1: more replicas")
+    sequences_fit: int | None = Field(description="sequences of T tokens one replica's KV pool holds together")
+    max_num_seqs: int | None
+    replicas: int | None
+    gpus_needed: int | None = Field(description="replicas × tensor_parallel_size")
+    batch: int | None = Field(description="sequences each replica decodes together: ceil(N / replicas)")
+    batch_limited_by: LimitedBy | None = Field(
+        description="what capped a replica's sequences: concurrency (N fits on one), kv_cache, max_num_seqs, tpot_slo")
+    decode_step_s: float | None
+    decode_bound: str | None
+    tokens_per_s_per_gpu: float | None = Field(description="batch / decode step / tensor_parallel_size")
+    calibration_note: str | None = None
+    calibrated_kv_budget_bytes: int | None = None
+    calibrated_kv_fraction_needed: float | None = None
+    calibrated_sequences_fit: int | None = None
+    calibrated_replicas: int | None = None
+    calibrated_gpus_needed: int | None = None
+    calibrated_batch: int | None = None
+    calibrated_decode_step_s: float | None = None
+    calibrated_tokens_per_s_per_gpu: float | None = None
+
+
+class _Figures(BaseModel):
+    """One evaluation of a configuration (spec sheet or calibrated)."""
+
+    fits: bool = False
+    reason_kind: Reason | None = None
+    reason: str | None = None
+    weight_bytes: int | None = None
+    kv_budget_bytes: int | None = None
+    kv_bytes_per_sequence: int | None = None
+    kv_fraction_needed: float | None = None
+    sequences_fit: int | None = None
+    max_num_seqs: int | None = None
+    replicas: int | None = None
+    gpus_needed: int | None = None
+    batch: int | None = None
+    batch_limited_by: LimitedBy | None = None
+    decode_step_s: float | None = None
+    decode_bound: str | None = None
+    tokens_per_s_per_gpu: float | None = None
+
+
+def heads_reason(a: Architecture, tp: int) -> str | None:
+    """Why vLLM refuses this tensor-parallel size for the model, or None.
+
+    vLLM 0.32 ``ModelConfig.verify_with_parallel_config``: ``num_attention_heads % tp == 0``;
+    ``QKVParallelLinear``: KV heads split evenly (``n_kv % tp == 0``) or, when tp ≥ n_kv,
+    replicated evenly (``tp % n_kv == 0``)."""
+    if a.num_heads % tp:
+        return (f"tp={tp} does not divide the {a.num_heads} attention heads "
+                "(vLLM requires num_attention_heads % tp == 0)")
+    try:
+        kv_heads_per_rank(a, tp)
+    except ValueError as exc:
+        return f"tp={tp}: {exc} (vLLM splits KV heads evenly, or replicates them evenly when tp exceeds them)"
+    return None
+
+
+def transfer_calibration(cal: Calibration, gpu: GPU) -> tuple[Calibration, str]:
+    """The calibration for rows on ``gpu``, and a note saying how it was applied.
+
+    A calibration names the device it was measured on (``device``: an NVML name from a sweep).
+    Measured on another catalog GPU, its fitted bandwidth and FLOP/s are scaled by the spec-sheet
+    ratio (same fraction of peak); the step overhead and reserve are carried over as measured."""
+    source = cal.source or "calibration"
+    rates = cal.effective_bandwidth_Bps or cal.effective_flops
+    device = (cal.model_extra or {}).get("device")
+    if not rates:
+        return cal, source
+    if not device:
+        return cal, f"{source} (names no device: applied as measured)"
+    try:
+        measured, _ = catalog.resolve_gpu(str(device))
+    except catalog.UnknownName:
+        raise PlanError(f"calibration {source}: measured on {device!r}, which is not a catalog GPU; its rates "
+                        "cannot be carried to other GPUs (use it with --gpu of that device alone)") from None
+    if measured.name == gpu.name:
+        return cal, source
+    scaled = cal.model_copy(update={
+        "effective_bandwidth_Bps": cal.effective_bandwidth_Bps and
+        cal.effective_bandwidth_Bps * gpu.bandwidth_Bps / measured.bandwidth_Bps,
+        "effective_flops": cal.effective_flops and cal.effective_flops * gpu.peak_flops() / measured.peak_flops(),
+    })
+    return scaled, f"{source}; measured on {measured.name}, rates scaled by spec-sheet ratio to {gpu.name}"
+
+
+def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, tpot_slo_s: float | None,
+              cal: Calibration | None) -> _Figures:
+    tp = inputs.tensor_parallel_size
+    try:
+        plan = make_plan(a, inputs, gpu, cal)
+    except PlanError as exc:  # inputs were checked without a GPU: only the budget can fail here
+        # "M does not fit on G at tp=N: weights … exceed …" → the part after the configuration it names
+        return _Figures(reason_kind="weights", reason=re.sub(r"^.* at tp=\d+: ", "", str(exc)))
+    f = _Figures(weight_bytes=plan["weight_bytes"], kv_budget_bytes=plan["kv_budget_bytes"],
+                 kv_bytes_per_sequence=plan["kv_bytes_per_sequence"], max_num_seqs=plan["max_num_seqs"])
+    if inputs.kv_cache_memory_bytes is not None and plan["weight_bytes"] + plan["kv_budget_bytes"] > gpu.memory_bytes:
+        f.reason_kind, f.reason = "weights", (
+            f"weights {plan['weight_bytes'] / 2**30:.1f} GiB + the fixed KV budget "
+            f"{plan['kv_budget_bytes'] / 2**30:.1f} GiB exceed {gpu.name}'s "
+            f"{gpu.memory_bytes / 2**30:.1f} GiB at tp={tp}")
+        return f
+    usable = plan["num_blocks"] - 1
+    per_seq = plan["blocks_per_sequence_at_context"]
+    f.kv_fraction_needed = concurrency * per_seq / usable if usable > 0 else None
+    f.sequences_fit = fit = plan["kv_full_batch"]
+    if fit == 0:
+        f.reason_kind, f.reason = "one_sequence", (
+            f"one sequence of {plan['context']:,} tokens needs {per_seq:,} blocks "
+            f"({fmt_bytes(per_seq * plan['bytes_per_block'])}); the {fmt_bytes(plan['kv_budget_bytes'])} KV budget "
+            f"holds {max(usable, 0):,} (null block excluded)")
+        return f
+
+    def at_batch(b: int) -> tuple[float, str]:
+        """The decode step at batch b and what bounds it (calibrated when the calibration has rates)."""
+        p = make_plan(a, inputs.model_copy(update={"batch": b}), gpu, cal)
+        if "calibrated_decode_step_s" in p:
+            return p["calibrated_decode_step_s"], p["calibrated_decode_bound"]
+        return p["decode_step_s"], p["decode_bound"]
+
+    cap, limited = (fit, "kv_cache") if fit <= plan["max_num_seqs"] else (plan["max_num_seqs"], "max_num_seqs")
+    if tpot_slo_s is not None:
+        one, _ = at_batch(1)
+        if one > tpot_slo_s:
+            f.reason_kind, f.reason = "tpot_slo", (
+                f"even batch 1 steps in {fmt_seconds(one)}, over the TPOT SLO of {fmt_seconds(tpot_slo_s)}")
+            return f
+        lo, hi = 1, cap  # largest batch whose step meets the SLO (the step grows with the batch)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if at_batch(mid)[0] <= tpot_slo_s else (lo, mid - 1)
+        if lo < cap:
+            cap, limited = lo, "tpot_slo"
+    f.replicas = math.ceil(concurrency / cap)
+    f.gpus_needed = f.replicas * tp
+    f.batch = math.ceil(concurrency / f.replicas)
+    f.batch_limited_by = "concurrency" if f.replicas == 1 else limited
+    f.decode_step_s, f.decode_bound = at_batch(f.batch)
+    f.tokens_per_s_per_gpu = f.batch / f.decode_step_s / tp
+    f.fits = True
+    return f
+
+
+def procurement(a: Architecture, base: PlanInputs, gpus: Sequence[GPU], tps: Sequence[int], *,
+                concurrency: int, context: int, tpot_slo_s: float | None = None,
+                calibration: Callable[[GPU], Calibration] | None = None) -> list[ProcurementRow]:
+    """Every GPU × tp, ranked (see the module docstring). ``base`` holds the settings shared by all rows
+    (dtype, block size, utilization, a fixed KV budget …); ``calibration`` gives a GPU's calibration."""
+    if concurrency < 1:
+        raise PlanError(f"--concurrency {concurrency}: give at least one sequence")
+    if tpot_slo_s is not None and not tpot_slo_s > 0:
+        raise PlanError(f"--tpot-slo {tpot_slo_s}: must be positive")
+    inputs = {tp: base.model_copy(update={"tensor_parallel_size": tp, "context": context, "batch": None})
+              for tp in tps}
+    heads = {tp: heads_reason(a, tp) for tp in tps}
+    for tp in tps:
+        if heads[tp] is None:
+            make_plan(a, inputs[tp])  # raises on inputs no GPU can fix (context past max_model_len, …)
+    rows: list[ProcurementRow] = []
+    for gpu in gpus:
+        cal, note = transfer_calibration(calibration(gpu), gpu) if calibration is not None else (None, None)
+        for tp in tps:
+            common = {"rank": None, "gpu": gpu.name, "gpu_display": gpu.display or gpu.name,
+                      "tensor_parallel_size": tp, "context": context, "concurrency": concurrency,
+                      "tpot_slo_s": tpot_slo_s}
+            if heads[tp] is not None:
+                rows.append(ProcurementRow(**common, **_Figures(reason_kind="heads", reason=heads[tp]).model_dump()))
+                continue
+            spec = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, None)
+            row = ProcurementRow(**common, **spec.model_dump())
+            if cal is not None:
+                c = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, cal)
+                row = row.model_copy(update={
+                    "fits": c.fits, "reason_kind": c.reason_kind,
+                    "reason": c.reason and (c.reason if not spec.fits else f"calibrated: {c.reason}"),
+                    "calibration_note": note,
+                    **{f"calibrated_{k}": getattr(c, k) for k in (
+                        "kv_budget_bytes", "kv_fraction_needed", "sequences_fit", "replicas", "gpus_needed",
+                        "batch", "decode_step_s", "tokens_per_s_per_gpu")},
+                })
+            rows.append(row)
+    return rank_rows(rows)
+
+
+def _ranking_figures(r: ProcurementRow) -> tuple[int, float]:
+    cal = r.calibration_note is not None
+    gpus = r.calibrated_gpus_needed if cal else r.gpus_needed
+    tps = r.calibrated_tokens_per_s_per_gpu if cal else r.tokens_per_s_per_gpu
+    return gpus or 0, tps or 0.0
+
+
+def rank_rows(rows: Sequence[ProcurementRow]) -> list[ProcurementRow]:
+    """Fitting rows first, by GPUs needed (fewest first) then tokens/s per GPU (most first); then the rest
+    in the order given. Figures are the calibrated ones when the row has a calibration."""
+    fitting = sorted((r for r in rows if r.fits), key=lambda r: (_ranking_figures(r)[0], -_ranking_figures(r)[1]))
+    return [r.model_copy(update={"rank": i + 1}) for i, r in enumerate(fitting)] + [r for r in rows if not r.fits]
