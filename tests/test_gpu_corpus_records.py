@@ -64,6 +64,7 @@ MISSING_CATALOG_MODELS = {
     "mistral-small-3.1-24b": "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
     "mistral-small-3.1-24b-w8a8": "RedHatAI/Mistral-Small-3.1-24B-Instruct-2503-quantized.w8a8",
     "qwen2.5-72b": "Qwen/Qwen2.5-72B-Instruct",
+    "qwen2-7b": "Qwen/Qwen2-7B-Instruct",
 }
 
 # Records whose excerpt the parser does not fully read, with the reason (the parser is not changed here).
