@@ -162,14 +162,20 @@ class Architecture(BaseModel):
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
 
-    def with_quantization(self, name: str | None) -> Architecture:
-        """This architecture as vLLM runs it with ``--quantization NAME`` (None: as the checkpoint says)."""
-        if name is None:
+    def with_quantization(self, name: str | None, gpu: str | None = None,
+                          vllm_version: str | None = None) -> Architecture:
+        """This architecture as vLLM runs it with ``--quantization NAME`` (None: as the checkpoint
+        says) on ``gpu`` (a catalog GPU name: some kernels pad per device)."""
+        scheme = self.quantization
+        if name is not None:
+            try:
+                scheme = scheme_for_override(name, scheme)
+            except QuantizationError as exc:
+                raise UnsupportedArchitecture(f"{self.name}: {exc}") from None
+        if scheme is not None:
+            scheme = scheme.for_device(gpu, vllm_version)
+        if scheme == self.quantization:
             return self
-        try:
-            scheme = scheme_for_override(name, self.quantization)
-        except QuantizationError as exc:
-            raise UnsupportedArchitecture(f"{self.name}: {exc}") from None
         return self.model_copy(update={"quantization": scheme})
 
     def is_moe_layer(self, index: int) -> bool:

@@ -166,7 +166,8 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
 
 
 def _mlp_matrices(prefix: str, hidden: int, inter: int, gated: bool) -> list[Matrix]:
-    mats = [Matrix(f"{prefix}.up_proj", "linear", inter, hidden), Matrix(f"{prefix}.down_proj", "linear", hidden, inter)]
+    mats = [Matrix(f"{prefix}.up_proj", "linear", inter, hidden),
+            Matrix(f"{prefix}.down_proj", "linear", hidden, inter)]
     if gated:
         mats.insert(0, Matrix(f"{prefix}.gate_proj", "linear", inter, hidden))
     return mats
@@ -227,6 +228,26 @@ def weight_breakdown(a: Architecture, tp: int = 1) -> WeightBytes:
 def weight_bytes(a: Architecture, tp: int = 1) -> int:
     """Bytes of all weights held per GPU (tensor-parallel shards split evenly)."""
     return round(weight_breakdown(a, tp).total / tp)
+
+
+def rotary_cache_bytes(a: Architecture) -> int:
+    """vLLM's RoPE ``cos_sin_cache``: positions × rotary dim in the model dtype, on every GPU.
+
+    ``RotaryEmbedding.__init__`` (``layers/rotary_embedding/base.py``) registers it as a
+    buffer while the model is built, so "Model loading took X GiB" counts it beside the
+    weights; ``get_rope`` caches one instance per configuration, so the model holds
+    one. 32 MiB for Llama 3.1 (131,072 × 128 × 2), 0.24 GiB for Mistral-Nemo's
+    1,024,000 positions. Not part of :func:`weight_bytes`.
+    """
+    if not a.max_position_embeddings or a.learned_position_embeddings:
+        return 0
+    rotary_dim = a.mla.qk_rope_head_dim if a.mla else a.head_dim
+    return a.max_position_embeddings * rotary_dim * a.weight_dtype_bytes
+
+
+def model_loading_bytes(a: Architecture, tp: int = 1) -> int:
+    """What vLLM's "Model loading took X GiB" counts per GPU: weights and the RoPE cache."""
+    return weight_bytes(a, tp) + rotary_cache_bytes(a)
 
 
 def expected_experts_touched(num_experts: int, top_k: int, batch: int) -> float:

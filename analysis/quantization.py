@@ -106,6 +106,10 @@ class QuantScheme(BaseModel):
             one += ((2 if gated else 1) * intermediate + hidden) * dtype_bytes
         return num_experts * one
 
+    def for_device(self, gpu: str | None, vllm_version: str | None = None) -> QuantScheme:
+        """The scheme as vLLM lays it out on ``gpu`` (a catalog GPU name); most layouts do not depend on it."""
+        return self
+
     def describe(self) -> str:
         return self.method
 
@@ -293,16 +297,37 @@ class Mxfp4(QuantScheme):
     are bf16. Every ``LinearBase`` (attention, the router) gets
     ``UnquantizedLinearMethod``, so attention, router, embeddings and lm_head stay
     bf16. The expert kernel pads the hidden and intermediate sizes
-    (``fused_moe/oracle/mxfp4.py`` ``mxfp4_round_up_hidden_size_and_intermediate_size``):
-    Marlin (Ampere, Hopper without triton_kernels) and FlashInfer TRT-LLM (Blackwell)
-    round intermediate to 128 and hidden to 256; the Triton kernels on Hopper round
-    intermediate to 64 only. ``hidden_multiple`` / ``intermediate_multiple`` hold that
-    choice (defaults: Marlin / TRT-LLM, vLLM's common path for gpt-oss).
+    (``fused_moe/oracle/mxfp4.py`` ``mxfp4_round_up_hidden_size_and_intermediate_size``),
+    so the bytes depend on the kernel (``kernel``, see :func:`mxfp4_kernel`):
+
+    - ``marlin``: weight-only Marlin (GPUs without FP4 units: Ampere, Ada, and Hopper
+      up to vLLM 0.10.1, whose log warns "Weight-only FP4 compression will be used
+      leveraging the Marlin kernel"); FlashInfer TRT-LLM on Blackwell pads the same
+      way. Intermediate to a multiple of 128, hidden to 256.
+    - ``triton``: triton_kernels' matmul_ogs on Hopper (vLLM logs "Using Triton
+      backend"). vLLM rounds intermediate to 64 and the Hopper swizzled layout
+      (``_swizzle_mxfp4``) pads the other dimension to 256; modelled as hidden to 256,
+      which for gpt-oss (hidden = intermediate = 2880) is the same bytes either way.
+      Inferred from vLLM 0.14.1's logged 64.38 GiB for gpt-oss-120b, not read off the
+      triton_kernels source.
     """
 
     method: ClassVar[str] = "mxfp4"
-    hidden_multiple: int = 256
-    intermediate_multiple: int = 128
+    kernel: Literal["marlin", "triton"] = "triton"
+
+    @property
+    def hidden_multiple(self) -> int:
+        return 256
+
+    @property
+    def intermediate_multiple(self) -> int:
+        return 128 if self.kernel == "marlin" else 64
+
+    def for_device(self, gpu: str | None, vllm_version: str | None = None) -> Mxfp4:
+        return self.model_copy(update={"kernel": mxfp4_kernel(gpu, vllm_version)})
+
+    def describe(self) -> str:
+        return f"mxfp4 ({self.kernel})"
 
     def quantizes(self, name: str, kind: ModuleKind) -> bool:
         return kind == "expert"
@@ -330,6 +355,25 @@ class Mxfp4(QuantScheme):
                 math.ceil(intermediate / self.intermediate_multiple) * self.intermediate_multiple)
 
 
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+def mxfp4_kernel(gpu: str | None, vllm_version: str | None = None) -> Literal["marlin", "triton"]:
+    """The MoE kernel vLLM runs mxfp4 experts with on a catalog GPU.
+
+    Hopper (h100*, h200) runs triton_kernels from vLLM 0.10.2 on (0.10.1 still chose
+    Marlin there, issue 23278's log); Blackwell's TRT-LLM kernel pads like Marlin, and
+    GPUs without FP4 (A100, L40S, L4) run Marlin. An unknown GPU is taken as Hopper.
+    """
+    name = (gpu or "h100").lower()
+    if not (name.startswith("h100") or name.startswith("h200")):
+        return "marlin"
+    if vllm_version and _version(vllm_version) < (0, 10, 2):
+        return "marlin"
+    return "triton"
+
+
 class BitsAndBytes(QuantScheme):
     """bitsandbytes (vLLM 0.10 ``bitsandbytes.py``; quant states live on the GPU).
 
@@ -351,10 +395,8 @@ class BitsAndBytes(QuantScheme):
         if self.bits == 8:
             return n + FP32 * out_features
         blocks = math.ceil(n / self.blocksize)
-        if self.double_quant:
-            absmax = blocks + FP32 * math.ceil(blocks / 256) + FP32 * 256
-        else:
-            absmax = FP32 * blocks
+        # double quantization: a uint8 per block, a float32 per 256 blocks, a 256-entry float32 code book
+        absmax = blocks + FP32 * (math.ceil(blocks / 256) + 256) if self.double_quant else FP32 * blocks
         return n / 2 + absmax
 
     def describe(self) -> str:
