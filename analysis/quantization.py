@@ -124,6 +124,8 @@ class Fp8(QuantScheme):
     ``block``: one ``weight_scale_inv`` per ``weight_block_size`` tile (DeepSeek / Qwen3
     FP8, ``Fp8LinearMethod.create_weights``). A static activation scheme adds one
     float32 ``input_scale``. ``ignore`` is the checkpoint's ``ignored_layers``.
+    Meta's ``fbgemm_fp8`` checkpoints (``fbgemm_fp8.py``) are per-channel FP8 with float32
+    row scales, leaving ``modules_to_not_convert`` in 16 bits.
     Also vLLM's online ``--quantization fp8`` of a bf16 checkpoint
     (``online/fp8.py`` ``Fp8PerTensorOnlineLinearMethod``): every ``LinearBase`` and
     the MoE experts, per-tensor; lm_head, embeddings and routers stay bf16.
@@ -407,7 +409,7 @@ SCHEMES: dict[str, type[QuantScheme]] = {
     cls.method: cls for cls in (Fp8, CompressedTensors, Awq, Gptq, Mxfp4, BitsAndBytes)
 }
 # Names vLLM accepts for the same layout (``--quantization`` values and quant_method spellings).
-_ALIASES = {"awq_marlin": "awq", "auto_awq": "awq", "gptq_marlin": "gptq", "auto_gptq": "gptq",
+_ALIASES = {"fbgemm_fp8": "fp8", "awq_marlin": "awq", "auto_awq": "awq", "gptq_marlin": "gptq", "auto_gptq": "gptq",
             "gpt_oss_mxfp4": "mxfp4", "compressed_tensors": "compressed-tensors", "bnb": "bitsandbytes"}
 
 
@@ -440,6 +442,9 @@ def _from_hf(cfg: dict[str, Any]) -> QuantScheme:
     if method not in SCHEMES:
         raise QuantizationError(f"quantization_config.quant_method {raw_method!r} is not modelled; "
                                 f"known: {', '.join(SCHEMES)}")
+    if raw_method.lower() == "fbgemm_fp8":
+        return Fp8(strategy="channel",
+                   ignore=_tuple(cfg.get("modules_to_not_convert"), "modules_to_not_convert"))
     if method == "fp8":
         block = cfg.get("weight_block_size")
         if block is not None and (not isinstance(block, list) or len(block) != 2):
