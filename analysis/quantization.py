@@ -505,9 +505,11 @@ def scheme_for_override(name: str, checkpoint: QuantScheme | None) -> QuantSchem
     ``fp8`` on an unquantized checkpoint is vLLM's online dynamic FP8 (per-tensor,
     every linear layer and the MoE experts); on an FP8 checkpoint it is that
     checkpoint's scheme. ``bitsandbytes`` on an unquantized checkpoint is vLLM's
-    in-flight 4-bit quantization (the loader's ``quantize_4bit``, blocksize 64,
-    nf4, no double quantization). The other names read the checkpoint's own config
-    and are refused without one. ``none`` drops the checkpoint's scheme.
+    in-flight 4-bit quantization (``model_loader/bitsandbytes_loader.py``
+    ``_unquantized_generator``: ``quantize_4bit(compress_statistics=True,
+    quant_type="nf4")``, bitsandbytes' default blocksize 64, double quantization).
+    The other names read the checkpoint's own config and are refused without one.
+    ``none`` drops the checkpoint's scheme.
     """
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in OVERRIDES:
@@ -522,6 +524,6 @@ def scheme_for_override(name: str, checkpoint: QuantScheme | None) -> QuantSchem
     if key == "fp8":
         return Fp8(strategy="tensor", online=True)
     if key == "bitsandbytes":
-        return BitsAndBytes(bits=4, quant_type="nf4")
+        return BitsAndBytes(bits=4, quant_type="nf4", double_quant=True)
     raise QuantizationError(f"--quantization {name} needs the checkpoint's quantization_config "
                             "(group size, bits, ignored layers); this config.json has none")

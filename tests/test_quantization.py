@@ -233,7 +233,9 @@ def test_override_errors():
 def test_in_flight_bitsandbytes_override():
     a, _ = resolve_model("llama-3.1-8b")
     q = a.with_quantization("bitsandbytes")
-    layer = sum(o * i // 2 + 4 * (o * i // 64) for o, i in LLAMA8B_LINEARS)
+    # vLLM's loader: quantize_4bit(compress_statistics=True, quant_type="nf4"), blocksize 64:
+    # uint8 absmax per 64 values, float32 per 256 blocks, a 256-entry float32 code book
+    layer = sum(o * i // 2 + o * i // 64 + 4 * -(-(o * i // 64) // 256) + 4 * 256 for o, i in LLAMA8B_LINEARS)
     assert weight_bytes(q) == 32 * layer + 2 * LLAMA8B_EMBED * 2 + LLAMA8B_NORMS * 2
 
 
