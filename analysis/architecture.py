@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from analysis.quantization import QuantizationError, QuantScheme, scheme_for_override, scheme_from_config
+from analysis.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
 
 LayerType = Literal["full_attention", "sliding_attention"]
 
@@ -118,7 +118,7 @@ class Architecture(BaseModel):
     moe: MoE | None = None
     mla: MLA | None = None
     # The checkpoint's weight quantization (config.json quantization_config), or an override.
-    quantization: QuantScheme | None = None
+    quantization: AnyScheme | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Architecture:

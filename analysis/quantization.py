@@ -24,7 +24,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -64,7 +64,7 @@ class QuantScheme(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    method: ClassVar[str] = "none"
+    method: str
     ignore: tuple[str, ...] = Field((), description="modules the checkpoint leaves unquantized")
     lm_head_quantized: bool = False
 
@@ -131,7 +131,7 @@ class Fp8(QuantScheme):
     the MoE experts, per-tensor; lm_head, embeddings and routers stay bf16.
     """
 
-    method: ClassVar[str] = "fp8"
+    method: Literal["fp8"] = "fp8"
     strategy: Literal["tensor", "channel", "block"] = "tensor"
     weight_block_size: tuple[int, int] | None = None
     static_activations: bool = False
@@ -183,7 +183,7 @@ class CompressedTensors(QuantScheme):
     Asymmetric 8-bit int adds an int32 ``azp``-style zero point per channel (negligible).
     """
 
-    method: ClassVar[str] = "compressed-tensors"
+    method: Literal["compressed-tensors"] = "compressed-tensors"
     groups: tuple[tuple[tuple[str, ...], WeightArgs], ...]
 
     def _args(self, name: str, kind: ModuleKind) -> WeightArgs | None:
@@ -247,7 +247,7 @@ class Awq(QuantScheme):
     the ``lm_head`` flag.
     """
 
-    method: ClassVar[str] = "awq"
+    method: Literal["awq"] = "awq"
     bits: int = 4
     group_size: int = 128
     zero_point: bool = True
@@ -273,7 +273,7 @@ class Gptq(QuantScheme):
     keeps ``g_idx`` and its sort permutation, two int32 per input column.
     """
 
-    method: ClassVar[str] = "gptq"
+    method: Literal["gptq"] = "gptq"
     bits: int = 4
     group_size: int = 128
     desc_act: bool = False
@@ -314,7 +314,7 @@ class Mxfp4(QuantScheme):
       triton_kernels source.
     """
 
-    method: ClassVar[str] = "mxfp4"
+    method: Literal["mxfp4"] = "mxfp4"
     kernel: Literal["marlin", "triton"] = "triton"
 
     @property
@@ -386,7 +386,7 @@ class BitsAndBytes(QuantScheme):
     scale (``SCB``) per output row. ``llm_int8_skip_modules`` stay unquantized.
     """
 
-    method: ClassVar[str] = "bitsandbytes"
+    method: Literal["bitsandbytes"] = "bitsandbytes"
     bits: Literal[4, 8] = 4
     quant_type: str = "nf4"
     double_quant: bool = False
@@ -405,8 +405,11 @@ class BitsAndBytes(QuantScheme):
         return f"bitsandbytes {self.quant_type if self.bits == 4 else 'int8'}"
 
 
+AnyScheme = Annotated[Fp8 | CompressedTensors | Awq | Gptq | Mxfp4 | BitsAndBytes, Field(discriminator="method")]
+"""Any scheme, told apart by ``method`` (how an Architecture stores and reloads it)."""
+
 SCHEMES: dict[str, type[QuantScheme]] = {
-    cls.method: cls for cls in (Fp8, CompressedTensors, Awq, Gptq, Mxfp4, BitsAndBytes)
+    cls.model_fields["method"].default: cls for cls in (Fp8, CompressedTensors, Awq, Gptq, Mxfp4, BitsAndBytes)
 }
 # Names vLLM accepts for the same layout (``--quantization`` values and quant_method spellings).
 _ALIASES = {"fbgemm_fp8": "fp8", "awq_marlin": "awq", "auto_awq": "awq", "gptq_marlin": "gptq", "auto_gptq": "gptq",

@@ -261,7 +261,7 @@ def test_weights_within_2_percent_of_vllm_log(name):
     record = CORPUS[name]
     s = record.settings
     if not model_dir_exists(s.catalog_model):
-        pytest.skip(f"catalog model {s.catalog_model} is not in the catalog yet (no verbatim config.json found)")
+        pytest.skip(f"catalog model {s.catalog_model} is not in this checkout's catalog")
     a = _predicted(record)
     tp = s.tensor_parallel_size
     logged = record.logged.weights_gib * GiB
@@ -282,3 +282,15 @@ def model_dir_exists(name: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def test_architecture_round_trips_its_scheme():
+    """A saved plan stores the architecture as JSON (kvprof plan --save) and reloads it."""
+    for name, override in [("gpt-oss-20b", None), ("llama-3.1-8b", "fp8"), ("llama-3.1-8b", "bitsandbytes")]:
+        a = resolve_model(name)[0].with_quantization(override, gpu="a100-80gb-sxm")
+        back = Architecture.model_validate(json.loads(json.dumps(a.model_dump(mode="json"))))
+        assert back == a and weight_bytes(back) == weight_bytes(a)
+    ct = _llama8b_with({"quant_method": "compressed-tensors", "ignore": ["lm_head"], "config_groups": {
+        "group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "strategy": "group", "group_size": 128}}}})
+    back = Architecture.model_validate(json.loads(json.dumps(ct.model_dump(mode="json"))))
+    assert back == ct and weight_bytes(back) == weight_bytes(ct)
