@@ -264,13 +264,17 @@ class Awq(QuantScheme):
 
 
 class Gptq(QuantScheme):
-    """GPTQ (``auto_gptq.py``, Marlin kernels on CUDA: ``kernels/linear/mixed_precision``).
+    """GPTQ (``auto_gptq.py``; Marlin: ``kernels/linear/mixed_precision/marlin.py``).
 
-    ``qweight`` int32 ``[in/8, out]`` (``bits`` per value), ``scales`` ``[in/g, out]`` in the
-    model dtype. The checkpoint's ``qzeros`` are dropped for a symmetric checkpoint
-    (Marlin's ``marlin_make_empty_g_idx``; ``sym`` uses the implicit bias 2**(bits-1))
-    and kept packed (``bits`` per group and column) otherwise. With ``desc_act`` vLLM
-    keeps ``g_idx`` and its sort permutation, two int32 per input column.
+    ``qweight`` int32 ``[in/8, out]`` (``bits`` per value) and ``scales`` ``[in/g, out]``
+    in the model dtype. vLLM 0.32 runs symmetric checkpoints only (``TYPE_MAP``:
+    uint4b8 / uint8b128) with ``zero_points=False``, so Marlin replaces the loaded
+    ``qzeros`` with an empty tensor; it refuses ``desc_act=True`` with groups
+    (``gptq_utils.normalize_and_validate_gptq_desc_act``). Older vLLMs ran both: an
+    asymmetric checkpoint keeps its packed zeros (``bits`` per group and column) and
+    act-order keeps ``g_idx`` and its sort permutation, two int32 per input column;
+    those are the bytes modelled for them. Marlin zero-pads shapes that are not
+    multiples of its 64 x 128 tiles (``marlin_padded_nk``), which no catalog shape needs.
     """
 
     method: Literal["gptq"] = "gptq"
