@@ -309,25 +309,21 @@ class Mxfp4(QuantScheme):
     - ``marlin``: weight-only Marlin (GPUs without FP4 units: Ampere, Ada, and Hopper
       up to vLLM 0.10.1, whose log warns "Weight-only FP4 compression will be used
       leveraging the Marlin kernel"); FlashInfer TRT-LLM on Blackwell pads the same
-      way. Intermediate to a multiple of 128, hidden to 256.
-    - ``triton``: triton_kernels' matmul_ogs on Hopper (vLLM logs "Using Triton
-      backend"). vLLM rounds intermediate to 64 and the Hopper swizzled layout
-      (``_swizzle_mxfp4``) pads the other dimension to 256; modelled as hidden to 256,
-      which for gpt-oss (hidden = intermediate = 2880) is the same bytes either way.
-      Inferred from vLLM 0.14.1's logged 64.38 GiB for gpt-oss-120b, not read off the
-      triton_kernels source.
+      way. Intermediate (per rank) to a multiple of 128, hidden to 256; bf16 biases.
+    - ``triton``: triton_kernels' matmul_ogs on Hopper (vLLM logs "Using 'TRITON' Mxfp4
+      MoE backend"). vLLM rounds the per-rank intermediate to 64, turns the biases to
+      float32 (``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``) and swizzles
+      every matrix into triton_kernels' Hopper layouts (``_swizzle_mxfp4``):
+      ``HopperMXValueLayout`` pads the packed contraction dimension to 64 bytes (128
+      values) and the output dimension to 256 (``_padded_shape``);
+      ``HopperMXScaleLayout`` pads the output dimension to 256 and vLLM pads the scale
+      groups to a multiple of 4 (the "#47303" patch in ``_swizzle_mxfp4``). Read off
+      triton-lang/triton's ``tensor_details/layout_details/hopper_{value,scale}.py``;
+      vLLM vendors a version of it, so older releases may differ by a few tiles.
     """
 
     method: Literal["mxfp4"] = "mxfp4"
     kernel: Literal["marlin", "triton"] = "triton"
-
-    @property
-    def hidden_multiple(self) -> int:
-        return 256
-
-    @property
-    def intermediate_multiple(self) -> int:
-        return 128 if self.kernel == "marlin" else 64
 
     def for_device(self, gpu: str | None, vllm_version: str | None = None) -> Mxfp4:
         return self.model_copy(update={"kernel": mxfp4_kernel(gpu, vllm_version)})
@@ -344,21 +340,32 @@ class Mxfp4(QuantScheme):
 
     def experts_bytes(self, name: str, num_experts: int, hidden: int, intermediate: int, gated: bool,
                       bias: bool, dtype_bytes: int, tp: int = 1) -> float:
-        """Per rank: padded fused w13 ``[E, 2·I, H/2]`` and w2 ``[E, H, I/2]`` with their
-        scales and bf16 biases; times ``tp`` so that the caller's split gives one rank."""
+        """Per rank: fused w13 ``[E, 2·I, H]`` and w2 ``[E, H, I]`` as the kernel lays them
+        out, with scales and biases; times ``tp`` so that the caller's split gives one rank."""
         if intermediate % tp:
             raise QuantizationError(f"expert intermediate size {intermediate} does not split over {tp} ranks")
-        h, i = self.padded(hidden, intermediate // tp)
-        w13_rows = (2 if gated else 1) * i
-        one = self.matrix_bytes(w13_rows, h, dtype_bytes) + self.matrix_bytes(h, i, dtype_bytes)
-        if bias:
-            one += (w13_rows + h) * 2  # bf16 (GptOssMxfp4MoEMethod.create_weights)
+        rows = 2 if gated else 1
+        if self.kernel == "marlin":
+            h, i = _round_up(hidden, 256), _round_up(intermediate // tp, 128)
+            one = self.matrix_bytes(rows * i, h, dtype_bytes) + self.matrix_bytes(h, i, dtype_bytes)
+            one += (rows * i + h) * 2 if bias else 0  # bf16 (GptOssMxfp4MoEMethod.create_weights)
+        else:
+            i = _round_up(intermediate // tp, 64)
+            one = _hopper_mx_bytes(rows * i, hidden) + _hopper_mx_bytes(hidden, i)
+            one += (rows * i + hidden) * 4 if bias else 0  # float32 for triton_kernels
         return num_experts * one * tp
 
-    def padded(self, hidden: int, intermediate: int) -> tuple[int, int]:
-        """Hidden and per-rank intermediate size as the expert kernel allocates them."""
-        return (math.ceil(hidden / self.hidden_multiple) * self.hidden_multiple,
-                math.ceil(intermediate / self.intermediate_multiple) * self.intermediate_multiple)
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def _hopper_mx_bytes(out_features: int, in_features: int) -> int:
+    """One mxfp4 matrix in triton_kernels' Hopper value and scale layouts (see :class:`Mxfp4`)."""
+    n = _round_up(out_features, 256)
+    values = _round_up(-(-in_features // 2), 64) * n
+    scales = n * _round_up(-(-in_features // 32), 4)
+    return values + scales
 
 
 def _version(v: str) -> tuple[int, ...]:

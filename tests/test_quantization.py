@@ -91,11 +91,18 @@ def test_mxfp4_one_expert_matrix_and_padding():
     per_expert = (2 * i * h + h * i) * (1 / 2 + 1 / 32) + (2 * i + h) * 2
     got = Mxfp4(kernel="marlin").experts_bytes("model.layers.0.mlp.experts", 32, 2880, 2880, True, True, 2)
     assert got == pytest.approx(32 * per_expert)
-    # Triton on Hopper: intermediate only to 64 (2880 stays), the other side to 256.
-    h, i = 3072, 2880
-    per_expert = (2 * i * h + h * i) * (1 / 2 + 1 / 32) + (2 * i + h) * 2
+    # Triton on Hopper, written out from triton_kernels' layouts: w13 is 5760 x 2880 (out x in):
+    # values 2880/2 = 1440 bytes -> 1472 (64) times 5760 -> 5888 (256); scales 5888 x (90 -> 92
+    # groups). w2 is 2880 x 2880: values 1472 x 3072, scales 3072 x 92. float32 biases.
+    w13 = 1472 * 5888 + 5888 * 92
+    w2 = 1472 * 3072 + 3072 * 92
     got = Mxfp4(kernel="triton").experts_bytes("model.layers.0.mlp.experts", 32, 2880, 2880, True, True, 2)
-    assert got == pytest.approx(32 * per_expert)
+    assert got == 32 * (w13 + w2 + (5760 + 2880) * 4)
+    # at TP=2 one rank holds intermediate 1440 -> 1472 (64): w13 2944 x 2880, w2 2880 x 1472
+    w13 = 1472 * 3072 + 3072 * 92
+    w2 = 768 * 3072 + 3072 * 48
+    got = Mxfp4(kernel="triton").experts_bytes("model.layers.0.mlp.experts", 32, 2880, 2880, True, True, 2, tp=2)
+    assert got == 2 * 32 * (w13 + w2 + (2944 + 2880) * 4)
 
 
 @pytest.mark.parametrize("gpu, version, kernel", [
