@@ -76,6 +76,8 @@ def test_one_4096_linear_layer(scheme, expected):
     ({"num_bits": 4, "strategy": "group", "group_size": 128, "actorder": "group"},
      N // 2 + 32 * 4096 * 2 + 4 * 4096),
     ({"num_bits": 4, "strategy": "channel"}, N // 2 + 4096 * 2),
+    # NVFP4: fp8 scale per 16 values, one float32 global scale
+    ({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}, N // 2 + N // 16 + 4),
 ])
 def test_compressed_tensors_one_layer(weights, expected):
     scheme = CompressedTensors(groups=((("Linear",), WeightArgs(**weights)),))
