@@ -517,14 +517,20 @@ def scheme_from_config(cfg: dict[str, Any] | None) -> QuantScheme | None:
     return _from_hf(cfg)
 
 
-OVERRIDES = ("fp8", "awq", "gptq", "compressed-tensors", "mxfp4", "bitsandbytes", "none")
+# vLLM 0.32's online FP8 shorthands (config/quantization.py _ONLINE_SHORTHANDS); "fp8" is how
+# vLLM up to 0.2x spelled the per-tensor one (0.32 refuses it on an unquantized checkpoint).
+_ONLINE_FP8 = {"fp8": ("tensor", None), "fp8_per_tensor": ("tensor", None),
+               "fp8_per_channel": ("channel", None), "fp8_per_block": ("block", (128, 128))}
+OVERRIDES = (*_ONLINE_FP8, "awq", "gptq", "compressed-tensors", "mxfp4", "bitsandbytes", "none")
 
 
 def scheme_for_override(name: str, checkpoint: QuantScheme | None) -> QuantScheme | None:
     """What vLLM runs with ``--quantization NAME`` on a checkpoint with scheme ``checkpoint``.
 
-    ``fp8`` on an unquantized checkpoint is vLLM's online dynamic FP8 (per-tensor,
-    every linear layer and the MoE experts); on an FP8 checkpoint it is that
+    ``fp8_per_tensor`` / ``fp8_per_channel`` / ``fp8_per_block`` (and the older
+    spelling ``fp8``, per-tensor) on an unquantized checkpoint are vLLM's online FP8
+    (``online/fp8.py``: every ``LinearBase`` and the MoE experts; lm_head, embeddings
+    and routers stay in the model dtype); on an FP8 checkpoint they mean that
     checkpoint's scheme. ``bitsandbytes`` on an unquantized checkpoint is vLLM's
     in-flight 4-bit quantization (``model_loader/bitsandbytes_loader.py``
     ``_unquantized_generator``: ``quantize_4bit(compress_statistics=True,
@@ -538,12 +544,15 @@ def scheme_for_override(name: str, checkpoint: QuantScheme | None) -> QuantSchem
     if key == "none":
         return None
     if checkpoint is not None:
+        if key in _ONLINE_FP8:
+            key = "fp8"
         if checkpoint.method != key and not (key == "fp8" and isinstance(checkpoint, CompressedTensors)):
             raise QuantizationError(f"--quantization {name} does not match the checkpoint's "
                                     f"quantization_config ({checkpoint.method})")
         return checkpoint
-    if key == "fp8":
-        return Fp8(strategy="tensor", online=True)
+    if key in _ONLINE_FP8:
+        strategy, block = _ONLINE_FP8[key]
+        return Fp8(strategy=strategy, weight_block_size=block, online=True)
     if key == "bitsandbytes":
         return BitsAndBytes(bits=4, quant_type="nf4", double_quant=True)
     raise QuantizationError(f"--quantization {name} needs the checkpoint's quantization_config "

@@ -223,6 +223,13 @@ def test_online_fp8_override_of_a_bf16_checkpoint():
     assert decode_weight_bytes(q) == expected - LLAMA8B_EMBED * 2
     plan = make_plan(a, PlanInputs(quantization="fp8", max_model_len=8192))
     assert plan["weight_bytes"] == expected
+    # vLLM 0.32's spellings: per-tensor is the same; per-channel adds a float32 per output
+    # row, per-block one per 128 x 128 tile
+    assert weight_bytes(a.with_quantization("fp8_per_tensor")) == expected
+    rows = sum(o for o, _ in LLAMA8B_LINEARS)
+    assert weight_bytes(a.with_quantization("fp8_per_channel")) == expected - 32 * 7 * 4 + 32 * 4 * rows
+    tiles = sum(-(-o // 128) * -(-i // 128) for o, i in LLAMA8B_LINEARS)
+    assert weight_bytes(a.with_quantization("fp8_per_block")) == expected - 32 * 7 * 4 + 32 * 4 * tiles
 
 
 def test_override_errors():
