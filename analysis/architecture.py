@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from analysis.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
+
 LayerType = Literal["full_attention", "sliding_attention"]
 
 
@@ -69,7 +71,8 @@ class MoE(BaseModel):
     dense_layers: tuple[int, ...] = ()
     expert_bias: bool = False
     router_bias: bool = False
-    # Bits per expert weight when the checkpoint stores experts quantized (gpt-oss: MXFP4).
+    # Bits per expert weight, for a hand-built architecture without a quantization scheme
+    # (a checkpoint's quantization_config becomes Architecture.quantization instead).
     expert_weight_bits: float | None = None
 
 
@@ -114,6 +117,8 @@ class Architecture(BaseModel):
     layer_types: tuple[LayerType, ...] = ()
     moe: MoE | None = None
     mla: MLA | None = None
+    # The checkpoint's weight quantization (config.json quantization_config), or an override.
+    quantization: AnyScheme | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Architecture:
@@ -156,6 +161,22 @@ class Architecture(BaseModel):
         if self.num_kv_heads == self.num_heads:
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
+
+    def with_quantization(self, name: str | None, gpu: str | None = None,
+                          vllm_version: str | None = None) -> Architecture:
+        """This architecture as vLLM runs it with ``--quantization NAME`` (None: as the checkpoint
+        says) on ``gpu`` (a catalog GPU name: some kernels pad per device)."""
+        scheme = self.quantization
+        if name is not None:
+            try:
+                scheme = scheme_for_override(name, scheme)
+            except QuantizationError as exc:
+                raise UnsupportedArchitecture(f"{self.name}: {exc}") from None
+        if scheme is not None:
+            scheme = scheme.for_device(gpu, vllm_version)
+        if scheme == self.quantization:
+            return self
+        return self.model_copy(update={"quantization": scheme})
 
     def is_moe_layer(self, index: int) -> bool:
         return self.moe is not None and index not in self.moe.dense_layers
@@ -248,8 +269,6 @@ def _moe(cfg: dict[str, Any], model_type: str, n_layers: int, intermediate: int,
     step = cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1
     if step > 1:
         dense.update(i for i in range(n_layers) if (i + 1) % step != 0)
-    quant = cfg.get("quantization_config") or {}
-    bits = 4.25 if quant.get("quant_method") == "mxfp4" else None  # 4-bit values + 8-bit scale per 32
     return MoE(
         num_experts=n_experts,
         experts_per_token=top_k,
@@ -260,7 +279,6 @@ def _moe(cfg: dict[str, Any], model_type: str, n_layers: int, intermediate: int,
         dense_layers=tuple(sorted(dense)),
         expert_bias=model_type == "gpt_oss",
         router_bias=model_type == "gpt_oss",
-        expert_weight_bits=bits,
     )
 
 
@@ -350,7 +368,12 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
         layer_types=layer_types,
     )
     try:
-        return Architecture(**fields, moe=_moe(cfg, model_type, n_layers, intermediate, name), mla=mla)
+        quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")))
+    except QuantizationError as exc:
+        raise UnsupportedArchitecture(f"{name}: {exc}") from None
+    try:
+        return Architecture(**fields, moe=_moe(cfg, model_type, n_layers, intermediate, name), mla=mla,
+                            quantization=quantization)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc']))}: {e['msg']}".removeprefix(": ").replace("Value error, ", "")

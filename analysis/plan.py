@@ -61,6 +61,7 @@ class PlanInputs(BaseModel):
     batch: int | None = Field(None, gt=0)
     context: int | None = Field(None, gt=0)
     prompt_len: int | None = Field(None, gt=0)
+    quantization: str | None = None  # vLLM's --quantization: overrides the checkpoint's quantization_config
 
     @model_validator(mode="after")
     def _check(self) -> PlanInputs:
@@ -94,6 +95,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     """All predictions as one flat-ish dict (bytes and seconds as plain numbers)."""
     tp = inputs.tensor_parallel_size
     try:
+        a = a.with_quantization(inputs.quantization, gpu=gpu.name if gpu else None)
         kv_heads_per_rank(a, tp)
         kv_dtype_bytes(inputs.kv_cache_dtype, a.torch_dtype)
     except ValueError as exc:
