@@ -289,7 +289,7 @@ def test_weights_within_2_percent_of_vllm_log(name):
 
 def test_corpus_holds_quantized_records_that_are_checked():
     checked = [k for k, r in CORPUS.items() if model_dir_exists(r.settings.catalog_model)]
-    assert {"q_llmd_gpt_oss_20b_h100", "q_llmd_gpt_oss_120b_h100"} <= set(checked), sorted(CORPUS)
+    assert {"llmdbench_gpt_oss_20b_h100", "llmdbench_gpt_oss_120b_h100"} <= set(checked), sorted(CORPUS)
 
 
 def model_dir_exists(name: str) -> bool:
