@@ -49,7 +49,6 @@ SETTINGS_TO_PARSED = {
 # Catalog models the corpus names whose config.json is not in the catalog yet (no verbatim copy found in the
 # stored sources): name -> the checkpoint. Their records are skipped by the resolution test, listing them.
 MISSING_CATALOG_MODELS = {
-    "qwen3-235b-a22b-fp8": "Qwen/Qwen3-235B-A22B-FP8",
     "llama-3.1-405b-fp8": "meta-llama/Llama-3.1-405B-Instruct-FP8",
     "deepseek-coder-v2-lite-awq": "TechxGenus/DeepSeek-Coder-V2-Lite-Instruct-AWQ",
     "gemma-3-4b": "google/gemma-3-4b-it",
