@@ -12,24 +12,33 @@ How a log is read
   terminal or log viewer draws around each line.
 * A vLLM record starts at ``LEVEL MM-DD hh:mm:ss``; whatever stands before it on the
   line (container timestamps, journald, ``(VllmWorkerProcess pid=…)``,
-  ``(RayWorkerWrapper pid=…)``, ``(Worker_TP1 pid=…)``, ``(EngineCore_DP0 pid=…)``) is
-  the prefix that names the rank. A line that does not start a record continues the
-  one before it (a blank line ends a record): a terminal that wrapped a long line, even
-  inside a number, is joined back without adding anything (progress bars, uvicorn and
-  torch-rank lines never continue a record). The header itself (prefix,
-  level, timestamp) must stand on one line — true at any terminal width of 80 or more.
+  ``(RayWorkerWrapper pid=…, ip=…)``, ``(Worker_TP1 pid=…)``, ``(EngineCore_DP0 pid=…)``) is
+  the prefix that names the rank; of nested prefixes (``(EngineCore_0 pid=…) (RayWorkerWrapper
+  pid=…)``) the innermost. A worker named before its rank is known (``Worker pid=443``) takes
+  the ranked name its pid has later in the log (``Worker_PP1 pid=443``).
+* A line that does not start a record continues the one before it (a blank line ends a
+  record): a terminal that wrapped a long line, even inside a number, is joined back
+  without adding anything (progress bars, uvicorn and torch-rank lines never continue a
+  record). The header itself (prefix, level, timestamp) must stand on one line — true at
+  any terminal width of 80 or more.
+* A number in markdown bold (``# GPU blocks: **20865**``, as logs are quoted in issues) is
+  read as the number.
 * Units are vLLM's own, binary: its code divides by 2**30 and prints "GB" or "GiB",
   by 2**20 for "MB" (0.5.x "Loading model weights took … MB"). Values are bytes.
 
 Several ranks
 -------------
-With tensor parallelism every worker prints its own memory profile. The value kept
-for a field is rank 0's: the line without a worker prefix (V0's driver worker, or the
-engine core), or ``Worker_TP0`` / ``rank=0`` / ``_TP0_`` — else the first line that
-gave it. When the ranks printed *different* values, all of them are kept in
-``rank_values`` (field → {rank label: value}); vLLM V0 sized the pool by the smallest
-rank's blocks, so a reader of ``rank_values`` sees the binding rank. Identical repeats
-are dropped.
+With tensor or pipeline parallelism every worker prints its own memory profile. The value
+kept for a field is rank 0's: the line without a worker prefix (V0's driver worker, or the
+engine core), or the worker whose every parallel index is 0 (``Worker_TP0``,
+``Worker_PP0_TP0``, ``rank=0``, ``EngineCore_DP0``) — else the first line that gave it.
+Each pipeline stage is a rank of its own (its layers, and so its activations, differ).
+When the ranks printed *different* values, all of them are kept in ``rank_values``
+(field → {rank label: value}); vLLM V0 sized the pool by the smallest rank's blocks, so a
+reader of ``rank_values`` sees the binding rank. Identical repeats are dropped.
+
+Only the fields of ``StartupLog`` are returned; a pattern may read more (the profile's
+"Total non KV cache memory") for a field the record does not have yet.
 """
 
 from __future__ import annotations
@@ -262,7 +271,7 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
     ("weights", re.compile(rf"model weights take\s+{_NUM}\s*GiB"), _gib("weights_bytes_logged")),
     # "non_torch_memory takes X GiB" (0.6–0.8), "non_torch_memory=X GiB" (0.6.4's profiling results) — but not
     # the DEBUG "worker init memory snapshot: … non_torch_memory=X GiB" (0.9–0.32): the CUDA context before loading
-    ("non_torch", re.compile(rf"^(?!worker init memory snapshot).*?non_torch_memory(?: takes|=|\s)\s*{_NUM}\s*GiB"),
+    ("non_torch", re.compile(rf"^(?!.*\bmemory snapshot\b).*?non_torch_memory(?: takes|=|\s)\s*{_NUM}\s*GiB"),
      _gib("non_torch_bytes")),
     # 0.9–0.32 (DEBUG, MemorySnapshot repr): "worker init memory snapshot: torch_peak=…GiB, free_memory=XGiB,
     # total_memory=YGiB, …" — the device's free and total memory at start-up
