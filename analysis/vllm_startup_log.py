@@ -12,24 +12,33 @@ How a log is read
   terminal or log viewer draws around each line.
 * A vLLM record starts at ``LEVEL MM-DD hh:mm:ss``; whatever stands before it on the
   line (container timestamps, journald, ``(VllmWorkerProcess pid=…)``,
-  ``(RayWorkerWrapper pid=…)``, ``(Worker_TP1 pid=…)``, ``(EngineCore_DP0 pid=…)``) is
-  the prefix that names the rank. A line that does not start a record continues the
-  one before it (a blank line ends a record): a terminal that wrapped a long line, even
-  inside a number, is joined back without adding anything (progress bars, uvicorn and
-  torch-rank lines never continue a record). The header itself (prefix,
-  level, timestamp) must stand on one line — true at any terminal width of 80 or more.
+  ``(RayWorkerWrapper pid=…, ip=…)``, ``(Worker_TP1 pid=…)``, ``(EngineCore_DP0 pid=…)``) is
+  the prefix that names the rank; of nested prefixes (``(EngineCore_0 pid=…) (RayWorkerWrapper
+  pid=…)``) the innermost. A worker named before its rank is known (``Worker pid=443``) takes
+  the ranked name its pid has later in the log (``Worker_PP1 pid=443``).
+* A line that does not start a record continues the one before it (a blank line ends a
+  record): a terminal that wrapped a long line, even inside a number, is joined back
+  without adding anything (progress bars, uvicorn and torch-rank lines never continue a
+  record). The header itself (prefix, level, timestamp) must stand on one line — true at
+  any terminal width of 80 or more.
+* A number in markdown bold (``# GPU blocks: **20865**``, as logs are quoted in issues) is
+  read as the number.
 * Units are vLLM's own, binary: its code divides by 2**30 and prints "GB" or "GiB",
   by 2**20 for "MB" (0.5.x "Loading model weights took … MB"). Values are bytes.
 
 Several ranks
 -------------
-With tensor parallelism every worker prints its own memory profile. The value kept
-for a field is rank 0's: the line without a worker prefix (V0's driver worker, or the
-engine core), or ``Worker_TP0`` / ``rank=0`` / ``_TP0_`` — else the first line that
-gave it. When the ranks printed *different* values, all of them are kept in
-``rank_values`` (field → {rank label: value}); vLLM V0 sized the pool by the smallest
-rank's blocks, so a reader of ``rank_values`` sees the binding rank. Identical repeats
-are dropped.
+With tensor or pipeline parallelism every worker prints its own memory profile. The value
+kept for a field is rank 0's: the line without a worker prefix (V0's driver worker, or the
+engine core), or the worker whose every parallel index is 0 (``Worker_TP0``,
+``Worker_PP0_TP0``, ``rank=0``, ``EngineCore_DP0``) — else the first line that gave it.
+Each pipeline stage is a rank of its own (its layers, and so its activations, differ).
+When the ranks printed *different* values, all of them are kept in ``rank_values``
+(field → {rank label: value}); vLLM V0 sized the pool by the smallest rank's blocks, so a
+reader of ``rank_values`` sees the binding rank. Identical repeats are dropped.
+
+Only the fields of ``StartupLog`` are returned; a pattern may read more (the profile's
+"Total non KV cache memory") for a field the record does not have yet.
 """
 
 from __future__ import annotations
@@ -38,12 +47,14 @@ import ast
 import re
 from typing import Any
 
+from analysis.results_schema import StartupLog
+
 GiB = 2**30
 MiB = 2**20
 
 _ANSI = re.compile(r"(?:\x1b|#033|\^\[)\[[0-9;]*[A-Za-z]")
 _HEADER = re.compile(r"\b(INFO|WARNING|WARN|DEBUG|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+")
-_RANK = re.compile(r"\(([A-Za-z_][\w]*(?: rank=\d+)? pid=\d+)\)")
+_RANK = re.compile(r"\(([A-Za-z_][\w]*(?: rank=\d+)? pid=\d+(?:, ip=[\w.:-]+)?)\)")
 _NUM = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
 _UNIT = r"\s*(GiB|GB|MiB|MB)"
 _UNITS = {"GiB": GiB, "GB": GiB, "MiB": MiB, "MB": MiB}
@@ -70,9 +81,15 @@ def _strip(line: str) -> str:
 
 # Lines that stand alone even without a vLLM header: uvicorn, torch ranks, progress bars, a bare rank prefix.
 # They never continue a wrapped record (so "# GPU blocks: 7124" + a "100%|…" bar stays 7124).
-_STANDALONE = re.compile(r"^\s*(?:INFO:|WARNING:|ERROR:|DEBUG:|\[rank\d|\(\w+(?: rank=\d+)? pid=\d+\)|"
+_STANDALONE = re.compile(r"^\s*(?:INFO:|WARNING:|ERROR:|DEBUG:|\[rank\d|"
+                         r"\(\w+(?: rank=\d+)? pid=\d+(?:, ip=[\w.:-]+)?\)|"
                          r"Loading \w+ checkpoint shards|Capturing CUDA graph|Processed prompts|Adding requests)"
                          r"|\d+%\||\d+/\d+ \[\d\d:\d\d|it/s\]|s/it\]")
+
+
+# "**20865**": a number in markdown bold, as logs are quoted in issues and pull requests
+_BOLD_NUMBER = re.compile(r"\*\*(-?[0-9][0-9,]*(?:\.[0-9]+)?(?:\s*(?:GiB|GB|MiB|MB))?)\*\*")
+_INDEXED = re.compile(r"(?:TP|PP|DP|EP|DCP|PCP)\d+|rank=\d+|EngineCore_\d+")
 
 
 def records(text: str) -> list[tuple[str, str, str]]:
@@ -90,8 +107,8 @@ def records(text: str) -> list[tuple[str, str, str]]:
             # the logger's location: "file.py:123] " or "[file.py:123] "
             loc = re.match(r"\[?[\w./-]+\.py:\d+\]\s?", rest)
             message = rest[loc.end():] if loc else rest
-            rank = _RANK.search(prefix)
-            out.append([rank.group(1) if rank else "main", message, line.strip()])
+            ranks = _RANK.findall(prefix)  # "(EngineCore_0 pid=…) (RayWorkerWrapper pid=…)": the innermost
+            out.append([ranks[-1] if ranks else "main", message, line.strip()])
             open_record = True
         elif open_record and not _STANDALONE.search(line):  # a wrapped line: joined exactly as it stands
             out[-1][1] += line
@@ -101,15 +118,25 @@ def records(text: str) -> list[tuple[str, str, str]]:
             message = line.strip()[rank.end():].strip() if rank else line.strip()
             out.append([rank.group(1) if rank else "main", message, line.strip()])
             open_record = True
-    return [(a, b, c) for a, b, c in out]
+    # a worker's label before it was named for its rank ("Worker pid=443" before "Worker_PP1 pid=443")
+    # becomes the ranked name the same process has elsewhere in the log
+    ranked = {a[a.index("pid="):]: a for a, _b, _c in out if _INDEXED.search(a)}
+    return [(a if a == "main" or _INDEXED.search(a) else ranked.get(a[a.index("pid="):], a),
+             _BOLD_NUMBER.sub(r"\1", b), c) for a, b, c in out]
+
 
 
 def _is_rank0(label: str) -> bool:
-    """The driver/engine process (no prefix, EngineCore, APIServer, a lone Worker) or a worker of rank 0."""
-    if label == "main" or re.search(r"TP0(?:\b|_)|rank=0\b", label):
+    """The driver/engine process (no prefix, EngineCore, APIServer, a lone Worker) or the worker whose every
+    parallel index is 0 (``Worker_TP0``, ``Worker_PP0_TP0``, ``rank=0``, ``EngineCore_DP0``): a pipeline stage
+    (``Worker_PP1``), a tensor rank (``_TP1``) or a data-parallel engine (``EngineCore_DP1``) is not rank 0."""
+    if label == "main":
         return True
-    # V0: the driver is rank 0 and prints without a prefix; prefixed workers are the other ranks
-    return not (re.match(r"(?:VllmWorkerProcess|RayWorker)", label) or re.search(r"TP\d|rank=\d", label))
+    indices = re.findall(r"(?:TP|PP|DP|EP|DCP|PCP|rank=|EngineCore_)(\d+)", label)
+    if indices:
+        return all(int(i) == 0 for i in indices)
+    # V0: the driver is rank 0 and prints without a prefix; prefixed workers (and Ray's actors) are the other ranks
+    return not re.match(r"(?:VllmWorkerProcess|RayWorker)", label)
 
 
 # --- the engine configuration -------------------------------------------------------
@@ -194,6 +221,15 @@ def _h_kv_size(m: re.Match[str]) -> dict[str, Any]:
     return out
 
 
+def _h_profiling(m: re.Match[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"non_kv_cache_bytes": _b(m.group(2)), "weights_bytes_logged": _b(m.group(6))}
+    if m.group(4) is not None:  # 0.9–0.19
+        out.update(peak_activation_bytes=_b(m.group(3)), non_torch_bytes=_b(m.group(4)))
+    else:  # 0.32
+        out["consumed_bytes"] = _b(m.group(5))
+    return out
+
+
 def _gib(field: str):
     return lambda m: {field: _b(m.group(1), m.group(2) if m.re.groups > 1 and m.group(2) else "GiB")}
 
@@ -233,7 +269,29 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
     ("table_requested_memory", re.compile(rf"^the current vLLM instance can use\s+{_NUM}\s*GiB"),
      lambda m: {"requested_memory_bytes": _b(m.group(1))}),
     ("weights", re.compile(rf"model weights take\s+{_NUM}\s*GiB"), _gib("weights_bytes_logged")),
-    ("non_torch", re.compile(rf"non_torch_memory(?: takes|=|\s)\s*{_NUM}\s*GiB"), _gib("non_torch_bytes")),
+    # "non_torch_memory takes X GiB" (0.6–0.8), "non_torch_memory=X GiB" (0.6.4's profiling results) — but not
+    # the DEBUG "worker init memory snapshot: … non_torch_memory=X GiB" (0.9–0.32): the CUDA context before loading
+    ("non_torch", re.compile(rf"^(?!.*\bmemory snapshot\b).*?non_torch_memory(?: takes|=|\s)\s*{_NUM}\s*GiB"),
+     _gib("non_torch_bytes")),
+    # 0.9–0.32 (DEBUG, MemorySnapshot repr): "worker init memory snapshot: torch_peak=…GiB, free_memory=XGiB,
+    # total_memory=YGiB, …" — the device's free and total memory at start-up
+    ("init_snapshot", re.compile(
+        rf"worker init memory snapshot: .*?\bfree_memory={_NUM}\s*GiB, total_memory={_NUM}\s*GiB"),
+     lambda m: {"initial_free_memory_bytes": _b(m.group(1)), "total_gpu_memory_bytes": _b(m.group(2))}),
+    # 0.10–0.32 (DEBUG): "Initial free memory: X GiB; Requested memory: U (util), Y GiB"
+    ("initial_requested", re.compile(
+        rf"Initial free memory: {_NUM}\s*GiB; Requested memory: {_NUM} \(util\), {_NUM}\s*GiB"),
+     lambda m: {"initial_free_memory_bytes": _b(m.group(1)), "gpu_memory_utilization": _f(m.group(2)),
+                "requested_memory_bytes": _b(m.group(3))}),
+    ("worker_requested", re.compile(rf"worker requested memory: {_NUM}\s*GiB"), _gib("requested_memory_bytes")),
+    # 0.9–0.19 (DEBUG, MemoryProfilingResult repr): "Memory profiling takes S seconds. Total non KV cache memory:
+    # AGiB; torch peak memory increase: BGiB; non-torch forward increase memory: CGiB; weights memory: DGiB."
+    # 0.32 prints "total consumed (from mem_get_info): CGiB" (weights + non-torch) in place of the non-torch term,
+    # and its torch peak increase is no longer the profile's activation term, so it is not read there.
+    ("profiling_takes", re.compile(
+        rf"Memory profiling takes {_NUM} seconds\. Total non KV cache memory: {_NUM}\s*GiB; "
+        rf"torch peak memory increase: {_NUM}\s*GiB; (?:non-torch forward increase memory: {_NUM}\s*GiB; |"
+        rf"total consumed \(from mem_get_info\): {_NUM}\s*GiB; )weights memory: {_NUM}\s*GiB"), _h_profiling),
     ("peak_activation", re.compile(rf"activation peak memory(?: takes|\s)\s*{_NUM}\s*GiB"),
      _gib("peak_activation_bytes")),
     ("kv_rest", re.compile(rf"the rest of the memory reserved for KV Cache is {_NUM}\s*GiB"),
@@ -252,6 +310,10 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
     # "# GPU blocks: N, # CPU blocks: M" (V0 ≤ 0.6, and V1 0.7), "# cuda blocks: N" / "# CUDA blocks" (0.7–0.8 V0)
     ("gpu_blocks", re.compile(rf"# (?:GPU|CUDA|cuda|gpu) blocks: {_NUM}"),
      lambda m: {"log_num_gpu_blocks": int(_f(m.group(1)))}),
+    # V1 0.10–0.32, the API server (DEBUG from 0.11): "Engine 000: vllm cache_config_info with initialization
+    # after num_gpu_blocks is: N"
+    ("num_gpu_blocks_is", re.compile(r"after num_gpu_blocks is:\s*(\d+)"),
+     lambda m: {"log_num_gpu_blocks": int(m.group(1))}),
     ("graph_capturing", re.compile(rf"Graph capturing finished in {_NUM} secs?, took {_NUM}\s*GiB"),
      lambda m: {"cuda_graph_bytes": _b(m.group(2))}),
     ("cuda_graph_estimate", re.compile(rf"Estimated CUDA graph memory: {_NUM}\s*GiB"),
@@ -293,7 +355,8 @@ _ANY = re.compile("|".join(re.escape(w) for w in (
     "Maximum concurrency", "max model len", "max_num_batched_tokens=", "Actual usage", "kv-cache-memory",
     "total_gpu_memory", "gpu_memory_utilization", "the current vLLM instance", "available_kv_cache_memory",
     "weights take", "non_torch_memory", "activation peak", "Memory profiling", "CUDA graph", "Free memory on device",
-    "Desired GPU memory", "GiB for", "kv cache memory in use", "Explicitly set", "Initial free memory", "█")))
+    "Desired GPU memory", "GiB for", "kv cache memory in use", "Explicitly set", "Initial free memory", "█",
+    "num_gpu_blocks is", "memory snapshot", "requested memory")))
 
 # Fields that a value from the engine configuration describes (kept once, never per rank).
 _SETTINGS = {"vllm_version", "model", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len",
@@ -313,7 +376,8 @@ def parse_startup(text: str) -> dict[str, Any]:
             if not m:
                 continue
             for field, value in handler(m).items():
-                seen.setdefault(field, []).append((label, value, raw))
+                if field in StartupLog.model_fields:  # a number the record has no field for yet is not kept
+                    seen.setdefault(field, []).append((label, value, raw))
     found: dict[str, Any] = {}
     raw_lines: dict[str, str] = {}
     rank_values: dict[str, dict[str, float]] = {}

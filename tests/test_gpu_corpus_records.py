@@ -66,7 +66,7 @@ MISSING_CATALOG_MODELS = {
     "qwen2-7b": "Qwen/Qwen2-7B-Instruct",
 }
 
-# Records whose excerpt the parser does not fully read, with the reason (the parser is not changed here).
+# Records whose excerpt the parser does not fully read, with the reason.
 _MARKDOWN = "a markdown summary of the log (the author's wording, '**Model loading took:** X'), not log lines"
 PARSER_MISSES = {
     "llmdbench_llama31_8b_h100": _MARKDOWN,
@@ -74,8 +74,6 @@ PARSER_MISSES = {
     "llmdbench_gpt_oss_120b_h100": _MARKDOWN,
     "llmdbench_llama33_70b_fp8_dynamic_tp2_h100": _MARKDOWN,
     "llmdbench_llama33_70b_fp8_dynamic_h100": _MARKDOWN,
-    "pr2031_llama2_70b_4xa100_80gb": "markdown bold around the number ('# GPU blocks: **20865**') "
-                                     "is not a log wording the parser knows",
 }
 
 

@@ -132,7 +132,7 @@ def test_no_prediction_for_a_model_not_in_the_catalog():
     ("mistralai/Mistral-7B-Instruct-v0.1", "mistral-7b-v0.1"),
     ("meta-llama/Llama-2-7b-chat-hf", "llama-2-7b"),
     ("google/gemma-2-9b-it", "gemma-2-9b"),
-    ("meta-llama/Meta-Llama-3-8B", None),  # Llama 3, not 3.1: no catalog entry of that name
+    ("meta-llama/Meta-Llama-3-8B", "llama-3-8b"),  # Llama 3 has its own catalog entry (PR 10511 corpus records)
     ("Qwen/Qwen2.5-7B-Instruct-AWQ", None),  # other weights
     ("./models/Qwen-7B-Chat", None),
     ("microsoft/Phi-3.5-vision-instruct", None),

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from analysis.results_schema import StartupLog
-from analysis.vllm_startup_log import parse_startup, records
+from analysis.vllm_startup_log import PATTERNS, parse_startup, records
 from profiler.vllm_log import parse_startup as profiler_parse_startup
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm_logs"
@@ -136,6 +136,26 @@ EXPECTED: dict[str, dict] = {
     "gb10_cuda_graph_pool_actual_estimated.log": {
         "cuda_graph_bytes": int(-0.19 * G), "cuda_graph_estimate_bytes": int(2.43 * G),
     },
+    "v0.19.0_llama31_8b_pp2_h100_debug_profile.log": {  # the headline is pipeline stage 0 (Worker_PP0)
+        "vllm_version": "0.19.0", "model": "meta-llama/Llama-3.1-8B-Instruct", "dtype": "bfloat16",
+        "max_model_len": 8192, "tensor_parallel_size": 1, "kv_cache_dtype": "auto",
+        "gpu_memory_utilization": 0.95, "max_num_batched_tokens": 8192,
+        # "worker init memory snapshot: … free_memory=77.76GiB, total_memory=79.19GiB, …"
+        "initial_free_memory_bytes": int(77.76 * G), "total_gpu_memory_bytes": int(79.19 * G),
+        "requested_memory_bytes": int(75.23 * G),  # "worker requested memory: 75.23GiB"
+        "model_loading_bytes": int(7.51 * G), "model_loading_seconds": 3.992785,
+        "cuda_graph_estimate_bytes": int(0.54 * G),  # "Estimated CUDA graph memory: 0.54 GiB total"
+        # "Memory profiling takes 9.87 seconds. Total non KV cache memory: 8.69GiB; torch peak memory increase:
+        # 1.1GiB; non-torch forward increase memory: 0.07GiB; weights memory: 7.51GiB." — not the snapshot's
+        # "non_torch_memory=1.43GiB"
+        "weights_bytes_logged": int(7.51 * G), "peak_activation_bytes": int(1.1 * G),
+        "non_torch_bytes": int(0.07 * G),
+        "available_kv_bytes": int(66.54 * G),  # "Available KV cache memory: 66.54 GiB"
+        "log_kv_cache_tokens": 1075312, "log_max_concurrency_len": 8192, "log_max_concurrency": 131.26,
+        "cuda_graph_bytes": int(0.65 * G),  # "Graph capturing finished in 3 secs, took 0.65 GiB"
+        "kv_cache_memory_requested_limit_bytes": 70599139328, "kv_cache_memory_gpu_limit_bytes": 73316622336,
+        "log_num_gpu_blocks": 67207,  # "… after num_gpu_blocks is: 67207"
+    },
 }
 
 # Ranks that printed different numbers: every rank's value is kept.
@@ -148,6 +168,14 @@ RANK_VALUES: dict[str, dict] = {
     },
     "tp2_worker_ranks_cuda_graph_estimate_differ.log": {
         "cuda_graph_estimate_bytes": {"Worker_TP1 pid=646936": int(4.30 * G), "Worker_TP0 pid=646817": int(4.38 * G)},
+    },
+    "v0.19.0_llama31_8b_pp2_h100_debug_profile.log": {  # each pipeline stage is its own rank
+        # "torch peak memory increase: 1.1GiB" (PP0), "2.01GiB" (PP1), and their "… GiB for peak activation"
+        "peak_activation_bytes": {"Worker_PP0 pid=442": int(1.1 * G), "Worker_PP1 pid=443": int(2.01 * G)},
+        # "Available KV cache memory: 66.54 GiB" (PP0 only); "Current kv cache memory in use is 65.63 GiB" (PP1)
+        "available_kv_bytes": {"Worker_PP0 pid=442": int(66.54 * G), "Worker_PP1 pid=443": int(65.63 * G)},
+        "kv_cache_memory_requested_limit_bytes": {"Worker_PP1 pid=443": 69620717568, "Worker_PP0 pid=442": 70599139328},
+        "kv_cache_memory_gpu_limit_bytes": {"Worker_PP1 pid=443": 72338200576, "Worker_PP0 pid=442": 73316622336},
     },
 }
 
@@ -183,7 +211,7 @@ def test_profiler_import_path_is_the_same_parser():
 
 def test_versions_and_gpus_covered():
     versions = {v["vllm_version"] for v in EXPECTED.values() if v.get("vllm_version")}
-    assert {"0.5.3.post1", "0.6.3.post1", "0.7.3", "0.18.0", "0.24.0"} <= versions
+    assert {"0.5.3.post1", "0.6.3.post1", "0.7.3", "0.18.0", "0.19.0", "0.24.0"} <= versions
     gpus = {line.removeprefix("# gpu: ") for p in FIXTURES.glob("*.log") for line in p.read_text().splitlines()
             if line.startswith("# gpu: ")}
     assert len(gpus) >= 6  # A100, H100 (twice), L40S, RTX 4060, RTX 5090, GB10
@@ -238,6 +266,136 @@ def test_ray_worker_prefixes_and_a_driver_line():
     assert labels == ["RayWorkerWrapper pid=310", "main"]
 
 
+# --- published lines the corpus found misread or unread (each verbatim, with its source) --------
+
+PLANNER_PP2 = ("https://github.com/llm-d-incubation/llm-d-planner/blob/d3121e059da88662db39a926a3ead964be97359b/"
+               "accuracy/results/v0.19.0/logs/meta-llama-llama-3-1-8b---h100-80gb--tp1pp2dp1--8192.log")
+
+
+def test_the_init_memory_snapshot_is_not_the_profiles_non_torch_memory():
+    # PLANNER_PP2, the snapshot taken before the weights load (CUDA context and NCCL)
+    line = ("(Worker pid=442) DEBUG 04-22 01:42:55 [v1/worker/gpu_worker.py:284] worker init memory snapshot: "
+            "torch_peak=0.0GiB, free_memory=77.76GiB, total_memory=79.19GiB, cuda_memory=1.43GiB, torch_memory=0.0GiB, "
+            "non_torch_memory=1.43GiB, timestamp=1776822175.437332, auto_measure=True")
+    p = parse_startup(line)
+    assert "non_torch_bytes" not in p
+    assert p["initial_free_memory_bytes"] == int(77.76 * G) and p["total_gpu_memory_bytes"] == int(79.19 * G)
+    # 0.6.4's profiling result keeps its "non_torch_memory=" (a result, not a snapshot); built from worker.py's
+    # "Memory profiling results: total_gpu_memory=%.2fGiB initial_memory_usage=%.2fGiB peak_torch_memory=%.2fGiB
+    # memory_usage_post_profile=%.2fGib non_torch_memory=%.2fGiB kv_cache_size=%.2fGiB gpu_memory_utilization=%.2f",
+    # values chosen here
+    result = ("INFO 11-20 10:00:00 worker.py:232] Memory profiling results: total_gpu_memory=79.19GiB "
+              "initial_memory_usage=15.54GiB peak_torch_memory=16.30GiB memory_usage_post_profile=15.56Gib "
+              "non_torch_memory=0.60GiB kv_cache_size=54.36GiB gpu_memory_utilization=0.90")
+    assert parse_startup(result)["non_torch_bytes"] == int(0.60 * G)
+
+
+def test_memory_profiling_takes_v019():
+    # PLANNER_PP2, Worker_PP0's profile (DEBUG, vLLM 0.9–0.19's MemoryProfilingResult.__repr__)
+    line = ("(Worker_PP0 pid=442) DEBUG 04-22 01:43:10 [v1/worker/gpu_worker.py:435] Memory profiling takes 9.87 "
+            "seconds. Total non KV cache memory: 8.69GiB; torch peak memory increase: 1.1GiB; non-torch forward "
+            "increase memory: 0.07GiB; weights memory: 7.51GiB.")
+    p = parse_startup(line)
+    assert p["weights_bytes_logged"] == int(7.51 * G)
+    assert p["peak_activation_bytes"] == int(1.1 * G) and p["non_torch_bytes"] == int(0.07 * G)
+    assert "consumed_bytes" not in p
+    # the total non-KV figure: read by the pattern, kept once StartupLog has a field for it
+    pattern, handler = next((pat, h) for name, pat, h in PATTERNS if name == "profiling_takes")
+    assert handler(pattern.search(records(line)[0][1]))["non_kv_cache_bytes"] == int(8.69 * G)
+
+
+def test_one_engine_process_snapshot_then_profile():
+    # https://github.com/llm-d-incubation/llm-d-planner/blob/d3121e059da88662db39a926a3ead964be97359b/accuracy/
+    # results/v0.19.0/logs/meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log (one process, DEBUG): the
+    # snapshot's "non_torch_memory=0.51GiB" comes first, the profile's "0.25GiB" is the non-torch figure
+    text = ("(EngineCore pid=242) DEBUG 04-22 00:03:47 [v1/worker/gpu_worker.py:284] worker init memory snapshot: "
+            "torch_peak=0.0GiB, free_memory=78.68GiB, total_memory=79.19GiB, cuda_memory=0.51GiB, torch_memory=0.0GiB, "
+            "non_torch_memory=0.51GiB, timestamp=1776816227.5468106, auto_measure=True\n"
+            "(EngineCore pid=242) DEBUG 04-22 00:04:20 [v1/worker/gpu_worker.py:435] Memory profiling takes 17.96 "
+            "seconds. Total non KV cache memory: 17.12GiB; torch peak memory increase: 1.89GiB; non-torch forward "
+            "increase memory: 0.25GiB; weights memory: 14.99GiB.\n")
+    p = parse_startup(text)
+    assert (p["weights_bytes_logged"], p["peak_activation_bytes"], p["non_torch_bytes"]) == (
+        int(14.99 * G), int(1.89 * G), int(0.25 * G))
+    assert p["initial_free_memory_bytes"] == int(78.68 * G) and p["total_gpu_memory_bytes"] == int(79.19 * G)
+    assert p["rank_values"] == {}
+
+
+def test_num_gpu_blocks_from_the_api_server():
+    # https://github.com/dennislee22/vLLM-benchmarking/blob/b474d1e053c35c9aef8c02aae4efbc0d8675f033/log/
+    # vllm-7B-2gpuA10080GB-0.25GRAM-same-node.log (vLLM 0.10.1.1, INFO)
+    info = ("(APIServer pid=1217) INFO 09-03 00:41:00 [loggers.py:142] Engine 000: vllm cache_config_info with "
+            "initialization after num_gpu_blocks is: 28137")
+    assert parse_startup(info)["log_num_gpu_blocks"] == 28137
+    # PLANNER_PP2 (0.19, DEBUG)
+    debug = ("(APIServer pid=1) DEBUG 04-22 01:43:19 [v1/metrics/loggers.py:273] Engine 000: vllm cache_config_info "
+             "with initialization after num_gpu_blocks is: 67207")
+    assert parse_startup(debug)["log_num_gpu_blocks"] == 67207
+    # the profiling run's override is not the engine's block count
+    override = ("(Worker_PP0 pid=442) INFO 04-22 01:43:09 [v1/core/kv_cache_utils.py:829] Overriding num_gpu_blocks=0 "
+                "with num_gpu_blocks_override=512")
+    assert "log_num_gpu_blocks" not in parse_startup(override)
+
+
+def test_pipeline_stage_1_is_not_rank_0():
+    # PLANNER_PP2: stage 1's summary is printed before stage 0's; the headline is stage 0's
+    pp1 = ("(Worker_PP1 pid=443) DEBUG 04-22 01:43:18 [v1/worker/gpu_worker.py:661] Free memory on device "
+           "(77.76/79.19 GiB) on startup. Desired GPU memory utilization is (0.95, 75.23 GiB). Actual usage is "
+           "7.51 GiB for weight, 2.01 GiB for peak activation, 0.07 GiB for non-torch memory, and 0.65 GiB for "
+           "CUDAGraph memory.")
+    pp0 = ("(Worker_PP0 pid=442) DEBUG 04-22 01:43:18 [v1/worker/gpu_worker.py:661] Free memory on device "
+           "(77.76/79.19 GiB) on startup. Desired GPU memory utilization is (0.95, 75.23 GiB). Actual usage is "
+           "7.51 GiB for weight, 1.1 GiB for peak activation, 0.07 GiB for non-torch memory, and 0.65 GiB for "
+           "CUDAGraph memory.")
+    p = parse_startup(pp1 + "\n" + pp0)
+    assert p["peak_activation_bytes"] == int(1.1 * G)
+    assert p["rank_values"] == {"peak_activation_bytes": {"Worker_PP1 pid=443": int(2.01 * G),
+                                                          "Worker_PP0 pid=442": int(1.1 * G)}}
+
+
+@pytest.mark.parametrize(("later", "first"), [
+    ("Worker_PP0_TP0 pid=10", "Worker_PP0_TP1 pid=11"),  # 0.32's multiproc names: _PP then _TP
+    ("Worker_PP0_TP0 pid=10", "Worker_PP1_TP0 pid=12"),
+    ("EngineCore_DP0 pid=20", "EngineCore_DP1 pid=21"),
+    ("Worker_TP0_EP0 pid=30", "Worker_TP0_EP1 pid=31"),
+])
+def test_rank_0_is_the_worker_whose_every_index_is_0(later, first):
+    # gpu_worker.py's "Available KV cache memory: %s GiB", values chosen here; the non-zero rank prints first
+    line = "({}) INFO 11-30 10:00:21 [gpu_worker.py:760] Available KV cache memory: {} GiB\n"
+    p = parse_startup(line.format(first, "20.00") + line.format(later, "10.00"))
+    assert p["available_kv_bytes"] == int(10.00 * G)
+    assert p["rank_values"]["available_kv_bytes"] == {first: int(20.00 * G), later: int(10.00 * G)}
+
+
+def test_a_worker_named_before_its_rank_is_that_rank():
+    # PLANNER_PP2: "(Worker pid=443)" before the stages are set up is Worker_PP1
+    text = ("(Worker pid=443) DEBUG 04-22 01:42:55 [v1/worker/gpu_worker.py:285] worker requested memory: 75.23GiB\n"
+            "(Worker_PP1 pid=443) INFO 04-22 01:43:14 [v1/core/kv_cache_utils.py:829] Overriding num_gpu_blocks=0 "
+            "with num_gpu_blocks_override=512\n")
+    assert [r[0] for r in records(text)] == ["Worker_PP1 pid=443", "Worker_PP1 pid=443"]
+
+
+def test_ray_prefix_with_the_node_address():
+    # https://github.com/dennislee22/vLLM-benchmarking/blob/b474d1e053c35c9aef8c02aae4efbc0d8675f033/log/
+    # vllm-120B-4gpuA10080GB-0.8GRAM-diff-nodes.log (vLLM 0.10.1.1, Ray over four nodes; ESC written as ^[)
+    text = ("^[[1;36m(EngineCore_0 pid=1159)^[[0;0m ^[[36m(RayWorkerWrapper pid=345, ip=10.42.11.243)^[[0m INFO "
+            "09-10 23:47:50 [gpu_model_runner.py:2007] Model loading took 17.2217 GiB and 1219.491504 seconds\n"
+            "^[[1;36m(EngineCore_0 pid=1159)^[[0;0m ^[[36m(RayWorkerWrapper pid=345, ip=10.42.9.225)^[[0m INFO "
+            "09-10 23:48:38 [gpu_worker.py:276] Available KV cache memory: 45.32 GiB\n")
+    assert [r[0] for r in records(text)] == ["RayWorkerWrapper pid=345, ip=10.42.11.243",
+                                             "RayWorkerWrapper pid=345, ip=10.42.9.225"]
+    p = parse_startup(text)
+    assert p["model_loading_bytes"] == int(17.2217 * G) and p["model_loading_seconds"] == 1219.491504
+    assert p["available_kv_bytes"] == int(45.32 * G)
+
+
+def test_a_number_in_markdown_bold():
+    # https://github.com/vllm-project/vllm/pull/2031: "- This PR: # GPU blocks: **20865**"
+    assert parse_startup("- This PR: # GPU blocks: **20865**")["log_num_gpu_blocks"] == 20865
+    # bold that is not around a bare number is left alone
+    assert "log_num_gpu_blocks" not in parse_startup("# GPU blocks: **about 20865 on this PR**")
+
+
 # --- vLLM 0.32's wordings (format strings in the installed source, values chosen here) -----
 
 V032_LINES = (
@@ -271,6 +429,39 @@ V032_LINES = (
     "`--kv-cache-memory=64687857664` (60.24 GiB) to fully utilize gpu memory. Current kv cache memory in use is "
     "53.27 GiB.\n"
 )
+
+
+V032_DEBUG_LINES = (
+    # v1/worker/gpu_worker.py: "worker init memory snapshot: %r" (utils/mem_utils.py MemorySnapshot.__repr__)
+    "(EngineCore pid=4242) DEBUG 11-30 10:00:05 [gpu_worker.py:538] worker init memory snapshot: torch_peak=0.0GiB, "
+    "torch_allocated=0.0GiB, free_memory=78.52GiB, total_memory=79.19GiB, cuda_memory=0.67GiB, torch_memory=0.0GiB, "
+    "non_torch_memory=0.67GiB, timestamp=1764496805.0, auto_measure=True\n"
+    # "worker requested memory: %sGiB"
+    "(EngineCore pid=4242) DEBUG 11-30 10:00:05 [gpu_worker.py:539] worker requested memory: 71.27GiB\n"
+    # "Initial free memory: %s GiB; Requested memory: %f (util), %s GiB"
+    "(EngineCore pid=4242) DEBUG 11-30 10:00:21 [gpu_worker.py:747] Initial free memory: 78.52 GiB; Requested "
+    "memory: 0.900000 (util), 71.27 GiB\n"
+    # logger.debug(profile_result): MemoryProfilingResult.__repr__
+    "(EngineCore pid=4242) DEBUG 11-30 10:00:21 [gpu_worker.py:758] Memory profiling takes 5.12 seconds. Total non KV "
+    "cache memory: 18.0GiB; torch peak memory increase: 1.94GiB; total consumed (from mem_get_info): 15.45GiB; "
+    "weights memory: 14.99GiB.\n"
+)
+
+
+def test_vllm_032_debug_wordings():
+    p = parse_startup(V032_DEBUG_LINES)
+    assert p["initial_free_memory_bytes"] == int(78.52 * G) and p["total_gpu_memory_bytes"] == int(79.19 * G)
+    assert p["requested_memory_bytes"] == int(71.27 * G) and p["gpu_memory_utilization"] == 0.9
+    assert p["weights_bytes_logged"] == int(14.99 * G) and p["consumed_bytes"] == int(15.45 * G)
+    # 0.32's torch peak increase is not its "peak activation" (that adds the transient headroom and the
+    # CUDA-graph estimate), and the snapshot's non_torch_memory is the context before loading: neither is read
+    assert "peak_activation_bytes" not in p and "non_torch_bytes" not in p
+    pattern, handler = next((pat, h) for name, pat, h in PATTERNS if name == "profiling_takes")
+    profile = next(m for _label, m, _raw in records(V032_DEBUG_LINES) if m.startswith("Memory profiling takes"))
+    assert handler(pattern.search(profile))["non_kv_cache_bytes"] == int(18.0 * G)
+    # with the INFO lines, the peak activation is the summary's "2.55 GiB for peak activation"
+    assert parse_startup(V032_LINES + V032_DEBUG_LINES)["peak_activation_bytes"] == int(2.55 * G)
+    StartupLog(**p)
 
 
 def test_vllm_032_wordings():
@@ -338,6 +529,20 @@ def test_vllm_032_source_still_prints_these_wordings():
                    "Graph capturing finished in %.0f secs, took %.2f GiB"):
         assert needle in runner, needle
     assert '"Maximum concurrency for %s tokens per request: %.2fx"' in kv and '"%s KV cache size: %s tokens, "' in kv
+    for needle in ('"worker init memory snapshot: %r"', '"worker requested memory: %sGiB"',
+                   '"Initial free memory: %s GiB; Requested memory: %f (util), %s GiB"',
+                   "logger.debug(profile_result)"):
+        assert needle in worker, needle
+    mem = (root / "utils/mem_utils.py").read_text()
+    for needle in ('f"free_memory={format_gib(self.free_memory)}GiB, "',
+                   'f"total_memory={format_gib(self.total_memory)}GiB, "',
+                   'f"non_torch_memory={format_gib(self.non_torch_memory)}GiB, "',
+                   'f"Memory profiling takes {self.profile_time:.2f} seconds. "', 'f"Total non KV cache memory: "',
+                   'f"torch peak memory increase: "', 'f"total consumed (from mem_get_info): "',
+                   'f"weights memory: {format_gib(self.weights_memory)}GiB."'):
+        assert needle in mem, needle
+    loggers = (root / "v1/metrics/loggers.py").read_text()
+    assert '"after num_gpu_blocks is: %d"' in loggers
 
 
 def test_a_long_server_log_reads_the_start_up_and_nothing_after():
