@@ -40,6 +40,10 @@ class CorpusSettings(BaseModel):
     block_size: int | None = Field(None, gt=0)
     quantization: str | None = Field(None, description="the checkpoint's scheme (fp8, awq, gptq, mxfp4, "
                                                       "compressed-tensors, bitsandbytes) or --quantization")
+    plan_quantization: str | None = Field(
+        None, description="the --quantization kvprof plans this record with: for a quantized checkpoint whose own "
+                          "config.json is not in the catalog, `catalog_model` is its base architecture and this "
+                          "names the vLLM scheme with the same weight layout (the notes say why it is the same)")
     dtype: str | None = None
     enforce_eager: bool = False
     enable_prefix_caching: bool | None = None

@@ -268,7 +268,7 @@ CORPUS = {k: r for k, r in load_corpus().items() if r.settings.quantization and 
 def _predicted(record) -> Architecture:
     s = record.settings
     a, _ = resolve_model(s.catalog_model)
-    override = None if a.quantization is not None else s.quantization
+    override = s.plan_quantization or (None if a.quantization is not None else s.quantization)
     return a.with_quantization(override, gpu=s.gpu, vllm_version=s.vllm_version)
 
 
