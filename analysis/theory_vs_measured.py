@@ -21,7 +21,7 @@ from analysis.allocator import NotModelled, paged_capacity
 from analysis.architecture import Architecture, UnsupportedArchitecture, dtype_bytes
 from analysis.budget import default_reserve, kv_budget
 from analysis.catalog import GPU, UnknownName, gpu, resolve_model
-from analysis.fit import DecodeFit, FitError, fit_decode
+from analysis.fit import DecodeFit, FitError, fit_decode_selected
 from analysis.kv import ideal_capacity, kv_bytes_per_token
 from analysis.load import Results
 from analysis.params import weight_bytes
@@ -250,17 +250,18 @@ def decode_table(res: Results, ceilings: Ceilings | None = None) -> pd.DataFrame
 
 
 def fit(dec: pd.DataFrame, ceilings: Ceilings) -> DecodeFit | None:
-    """Effective bandwidth and overhead from the decode points (FLOP term when compute-bound points exist)."""
+    """Effective bandwidth and overhead from the decode points (FLOP term when compute-bound points exist, or
+    where leave-one-out asks for it: analysis.fit.fit_decode_selected)."""
     if dec.empty or "bytes" not in dec:
         return None
     compute_bound = False
     if ceilings.spec_bandwidth_Bps and ceilings.spec_flops:
         compute_bound = bool((dec["flops"] / ceilings.spec_flops > dec["bytes"] / ceilings.spec_bandwidth_Bps).any())
     try:
-        return fit_decode(dec["bytes"], dec["decode_step_s"], dec["flops"], use_flops=compute_bound,
-                          spec_bandwidth_Bps=ceilings.spec_bandwidth_Bps,
-                          probe_bandwidth_Bps=ceilings.probe_bandwidth_Bps,
-                          spec_flops=ceilings.spec_flops, probe_flops=ceilings.probe_flops)
+        return fit_decode_selected(dec["bytes"], dec["decode_step_s"], dec["flops"], compute_bound=compute_bound,
+                                   spec_bandwidth_Bps=ceilings.spec_bandwidth_Bps,
+                                   probe_bandwidth_Bps=ceilings.probe_bandwidth_Bps,
+                                   spec_flops=ceilings.spec_flops, probe_flops=ceilings.probe_flops)
     except FitError:
         return None
 

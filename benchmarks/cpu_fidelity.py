@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from analysis.fit import fit_decode  # noqa: E402
+from analysis.fit import fit_decode_selected  # noqa: E402
 from analysis.load import load  # noqa: E402
 from analysis.pipeline import analyse, calibration  # noqa: E402
 
@@ -135,7 +135,8 @@ def report_fit(root: Path) -> dict[str, Any]:
           f"{len(dec)} decode points ==")
     print(f.regime.sentence if f.regime else "regime: —")
     print(f"fit: step = {1e3 * f.step_overhead_s:.1f} ms + bytes / {f.effective_bandwidth_Bps / 1e9:.2f} GB/s"
-          f"  (R² {f.r2:.3f})")
+          + (f" + FLOPs / {f.effective_flops / 1e9:.0f} GFLOP/s" if f.effective_flops else "")
+          + f"  (R² {f.r2:.3f}){' — ' + f.note if f.note else ''}")
     dec = dec.sort_values(["concurrency", "mean_context"]).reset_index(drop=True)
     full = a.decode.reset_index(drop=True)
     loo = dict(zip(full["point_id"], f.loo_rel_errors, strict=True))
@@ -160,12 +161,13 @@ def report_fit(root: Path) -> dict[str, Any]:
     train, test = dec[dec["prompt_len"] < longest], dec[dec["prompt_len"] == longest]
     hold = None
     if len(train) >= 3 and len(test):
-        h = fit_decode(train["bytes"], train["decode_step_s"])
-        pred = h.predict(test["bytes"])
+        h = fit_decode_selected(train["bytes"], train["decode_step_s"], train["flops"], compute_bound=False)
+        pred = h.predict(test["bytes"], test["flops"])
         errs = (pred - test["decode_step_s"].to_numpy()) / test["decode_step_s"].to_numpy()
         hold = float(np.median(np.abs(errs)))
+        flop = f" + FLOPs / {h.effective_flops / 1e9:.0f} GFLOP/s" if h.effective_flops else ""
         print(f"hold-out: fit on prompts < {longest} ({len(train)} points: {1e3 * h.step_overhead_s:.1f} ms + bytes / "
-              f"{(h.effective_bandwidth_Bps or float('nan')) / 1e9:.2f} GB/s) predicts the {len(test)} points at "
+              f"{(h.effective_bandwidth_Bps or float('nan')) / 1e9:.2f} GB/s{flop}) predicts the {len(test)} points at "
               f"prompt {longest}: errors {', '.join(pct(x) for x in errs)}; median |error| {100 * hold:.1f}%")
 
     # Bandwidth: fitted vs the probe's copy, and what the engine ran on.

@@ -12,7 +12,7 @@ from synthetic_results import make_results
 from typer.testing import CliRunner
 
 from analysis.catalog import model_dir
-from analysis.fit import classify_regime, fit_decode
+from analysis.fit import classify_regime, fit_decode, fit_decode_selected
 from analysis.load import load
 from analysis.pipeline import analyse, calibration
 from analysis.theory_vs_measured import architecture
@@ -85,6 +85,24 @@ def test_past_the_ridge_point_without_a_flop_term_is_compute():
     below = classify_regime([1e9, 2e9], [2e9, 4e9], step_overhead_s=0.001, effective_bandwidth_Bps=1e10,
                             ridge_point=5.0)
     assert below.kind == "memory" and below.roofline_bound == "memory"
+
+
+def test_cross_validation_keeps_a_flop_term_only_where_steps_need_it():
+    # One CPU thread: a batch's arithmetic adds to the byte stream instead of hiding under it.
+    # Batches 1, 4, 8 × contexts 32, 1024, 2048 of the float32 0.5B model; FLOPs ≈ 2 · params · batch.
+    batch = np.repeat([1, 4, 8], 3)
+    ctx = np.tile([32, 1024, 2048], 3)
+    bytes_ = QWEN_F32_WEIGHTS + batch * ctx * QWEN_F32_KV_PER_TOKEN
+    flops = 2.0 * QWEN_PARAMS * batch
+    additive = bytes_ / 11e9 + flops / 110e9
+    f = fit_decode_selected(bytes_, additive, flops, compute_bound=False)
+    assert f.effective_flops == pytest.approx(110e9, rel=1e-4)
+    assert f.effective_bandwidth_Bps == pytest.approx(11e9, rel=1e-4)
+    assert f.note.startswith("FLOP term kept")
+    # The same points, memory-bound (±1 % wobble that does not follow the batch): no FLOP term.
+    wobble = 1 + 0.01 * np.array([1, -1, 0, -1, 1, 0, 1, 0, -1])
+    g = fit_decode_selected(bytes_, bytes_ / 11e9 * wobble, flops, compute_bound=False)
+    assert g.effective_flops is None and not g.note
 
 
 # --- a float32 run of a bfloat16 checkpoint ----------------------------------------------------------
