@@ -151,6 +151,12 @@ def report_fit(root: Path) -> dict[str, Any]:
         tpot_errs.append(te)
         print(f"{r.concurrency:>5} {r.mean_context:>8.0f} {r.bytes / 1e9:>8.3f} {1e3 * r.decode_step_s:>8.1f} "
               f"{1e3 * r.tpot_s:>8.1f} {1e3 * pred:>11.1f} {pct(e):>11} {pct(te):>11}")
+    apart = dec[(dec["tpot_s"] / dec["decode_step_s"] - 1).abs() > 0.25]
+    if len(apart):
+        print(f"TPOT ≠ decode step at {len(apart)} points (batch > 1, long prompts): vLLM's TPOT runs from a request's "
+              f"first token, and with chunked prefill the first request's first token comes while the others' "
+              f"prompts are still being prefilled, so its TPOT includes their prefill chunks; the decode step "
+              f"(every sequence decoding) is what the fit predicts")
     med_loo = float(np.median(np.abs(step_errs)))
     med_loo_tpot = float(np.nanmedian(np.abs(tpot_errs)))
     print(f"leave-one-out median |error|: {100 * med_loo:.1f}% vs the decode step, {100 * med_loo_tpot:.1f}% vs TPOT "
