@@ -93,15 +93,20 @@ def build_tables(a: Analysis) -> dict[str, Table]:
         "waste_tokens_per_sequence": ("waste tokens/seq", lambda x: fnum(round(x, 6)))}))
     if a.fit is not None:
         f = a.fit
-        t["fit"] = Table("Decode fit: step time = overhead + bytes / BW_eff" + (" + FLOPs / F_eff"
-                                                                            if f.effective_flops else ""),
+        r = f.regime
+        t["fit"] = Table("Decode fit" + (f", {r.kind}-dominated" if r else "")
+                         + ": step time = overhead + bytes / BW_eff"
+                         + (" + FLOPs / F_eff" if f.effective_flops else ""),
                          pd.DataFrame([{
+                             "regime": f"{r.kind}-dominated" if r else "—",
+                             "overhead share": fpct(r.overhead_share).lstrip("+") if r else "—",
                              "BW_eff": fbw(f.effective_bandwidth_Bps), "overhead": fms(f.step_overhead_s),
                              "F_eff": "—" if not f.effective_flops else f"{f.effective_flops / 1e12:,.2f} TFLOP/s",
                              "MBU vs spec": fpct(f.mbu_spec).lstrip("+") if f.mbu_spec else "—",
                              "MBU vs probe": fpct(f.mbu_probe).lstrip("+") if f.mbu_probe else "—",
                              "R²": f"{f.r2:.3f}", "points": fnum(f.n),
-                             "LOO median |error|": fpct(f.loo_median_abs_rel_error).lstrip("+")}]))
+                             "LOO median |error|": fpct(f.loo_median_abs_rel_error).lstrip("+")}]),
+                         note=r.sentence if r else "")
     t["decode"] = Table("Decode: measured step time vs roofline and fit", format_columns(a.decode, {
         "engine_id": ("engine", str), "concurrency": ("batch", fnum), "mean_context": ("context", fnum),
         "decode_step_s": ("step (measured)", fms), "roofline_spec_s": ("roofline (spec)", fms),
@@ -161,7 +166,10 @@ def headline(a: Analysis) -> list[str]:
         mbu = "; ".join(s for s in (f"MBU {100 * f.mbu_spec:.0f}% of spec" if f.mbu_spec else "",
                                     f"{100 * f.mbu_probe:.0f}% of the probed copy bandwidth" if f.mbu_probe else "")
                         if s)
-        lines.append(f"Decode fit: effective bandwidth {fbw(f.effective_bandwidth_Bps)}"
+        lines.append("Decode fit: " + (f"{f.regime.kind}-dominated sweep "
+                                       f"({100 * f.regime.overhead_share:.0f}% of the step fixed overhead); "
+                                       if f.regime else "")
+                     + f"effective bandwidth {fbw(f.effective_bandwidth_Bps)}"
                      f"{' (' + mbu + ')' if mbu else ''}, fixed overhead {fms(f.step_overhead_s)} per step, "
                      f"R² {f.r2:.3f}, leave-one-out median error {fpct(f.loo_median_abs_rel_error).lstrip('+')}"
                      + (f" — {f.note}." if f.note else "."))
@@ -224,9 +232,13 @@ def calibration(a: Analysis) -> dict[str, Any]:
         # Measured reserve: what the heuristic predicted plus how far the real budget fell short of it.
         r = cap.dropna(subset=["predicted_kv_budget_bytes"]).iloc[0]
         reserve = int(r["predicted_reserve_bytes"] + r["predicted_kv_budget_bytes"] - r["kv_budget_bytes"])
+    probe = a.res.probe or {}
     return calibration_dict(a.fit, device=e.get("gpu_name") or e.get("device"), vllm_version=e.get("vllm_version"),
                             model=e.get("model"), kv_cache_dtype=e.get("kv_cache_dtype"), reserve_bytes=reserve,
-                            source=f"kvprof fit of {a.res.root.name} ({a.fit.n} decode points)")
+                            source=f"kvprof fit of {a.res.root.name} ({a.fit.n} decode points)",
+                            model_dtype=e.get("model_dtype"),
+                            device_type=probe.get("device_type") or ("cuda" if a.ceilings.gpu else None),
+                            device_memory_bytes=probe.get("memory_total_bytes") or e.get("device_memory_bytes"))
 
 
 def results_table(a: Analysis) -> pd.DataFrame:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from analysis.allocator import kv_ceiling, paged_capacity
 from analysis.architecture import Architecture
 from analysis.budget import Reserve, default_reserve, kv_budget, vllm_default_batching
-from analysis.catalog import GPU
+from analysis.catalog import GPU, UnknownName, resolve_gpu
 from analysis.kv import (
     KV_DTYPES,
     ideal_capacity,
@@ -70,6 +70,20 @@ class PlanInputs(BaseModel):
         return self
 
 
+class CalibrationDevice(BaseModel):
+    """The device a calibration was measured on: the ceilings its fit was set against (the probe's where one
+    ran, else the spec sheet's) and its total memory (device memory on a GPU, host RAM on a CPU)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+    kind: Literal["cpu", "cuda"] | None = None
+    bandwidth_Bps: float = Field(gt=0)
+    peak_flops: float = Field(gt=0)
+    memory_total_bytes: int = Field(gt=0)
+    ceilings: str = "probe"
+
+
 class Calibration(BaseModel):
     """Measured corrections from a sweep (written by analysis.fit)."""
 
@@ -80,6 +94,43 @@ class Calibration(BaseModel):
     step_overhead_s: float = Field(0.0, ge=0)
     reserve_bytes: int | None = Field(None, ge=0)
     source: str = ""
+    device: str | None = None  # the device's name as the sweep recorded it
+    model: str | None = None
+    model_dtype: str | None = None  # what vLLM ran the calibrated model's weights in
+    measured_on: CalibrationDevice | None = None
+
+    def device_spec(self) -> GPU | None:
+        """The calibration's device as a plan target (its ceilings and memory), or None where the
+        calibration does not record it (written before kvprof did, or a `kvprof log` reserve)."""
+        d = self.measured_on
+        if d is None:
+            return None
+        return GPU(name=f"calibration: {d.name}", display=d.name, memory_mib=max(1, d.memory_total_bytes // 2**20),
+                   bandwidth_tbs=d.bandwidth_Bps / 1e12, bf16_tflops=d.peak_flops / 1e12, cpu=d.kind == "cpu")
+
+
+def _same_device(name: str, gpu: GPU) -> bool:
+    """Whether a device name a sweep recorded is the plan's GPU (catalog part, probed or calibrated device)."""
+    if gpu.name.startswith(("probe: ", "calibration: ")):
+        return gpu.display == name
+    try:
+        return resolve_gpu(name)[0].name == gpu.name
+    except UnknownName:
+        return False
+
+
+def calibration_warnings(calibration: Calibration, gpu: GPU | None, a: Architecture) -> list[str]:
+    """What makes a calibration a poor fit for this plan: measured on another device than the plan's, or with
+    the weights in another dtype. Another model is expected (calibrate once, plan many) and not warned about."""
+    out = []
+    measured = calibration.measured_on.name if calibration.measured_on else calibration.device
+    if gpu is not None and measured and not _same_device(measured, gpu):
+        out.append(f"the calibration was measured on {measured}, not on {gpu.display or gpu.name}: its bandwidth "
+                   f"and overhead belong to that device")
+    if calibration.model_dtype and calibration.model_dtype != a.torch_dtype:
+        out.append(f"the calibration ran its weights in {calibration.model_dtype}, this plan in {a.torch_dtype} "
+                   f"(--dtype): kernels and effective bandwidth may differ")
+    return out
 
 
 def _max_model_len(a: Architecture, inputs: PlanInputs) -> int:
@@ -190,6 +241,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         out["batch_fits"] = inputs.batch <= out["kv_full_batch"] if known else None
     if gpu is not None:
         out.update(_latency(a, inputs, gpu, context, calibration))
+    if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
+        out["calibration_warnings"] = warnings
     return out
 
 
@@ -224,15 +277,20 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int,
     })
     if calibration is not None and (calibration.effective_bandwidth_Bps or calibration.effective_flops
                                     or calibration.step_overhead_s):
-        cal = decode_step(a, batch=batch, context=context,
-                          bandwidth_Bps=calibration.effective_bandwidth_Bps or bw,
-                          peak_flops=calibration.effective_flops or peak,
-                          kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
-        t = cal.time_s + calibration.step_overhead_s
+        # The fitted model (analysis.fit): overhead + bytes / BW_eff, plus FLOPs / F_eff where the fit has a FLOP
+        # term; without one, the roofline's max(bytes / BW_eff, FLOPs / peak) keeps a batch past the ridge point
+        # compute-bound. The device's bandwidth stands in where the fit could not identify one.
+        memory_s = step.bytes / (calibration.effective_bandwidth_Bps or bw)
+        if calibration.effective_flops:
+            compute_s = step.flops / calibration.effective_flops
+            t = calibration.step_overhead_s + memory_s + compute_s
+        else:
+            compute_s = step.flops / peak
+            t = calibration.step_overhead_s + max(memory_s, compute_s)
         out.update({
             "calibrated_decode_step_s": t,
             "calibrated_tokens_per_s": batch / t,
-            "calibrated_decode_bound": cal.bound,
+            "calibrated_decode_bound": "memory" if memory_s >= compute_s else "compute",
             "calibration_source": calibration.source,
         })
     return out

@@ -175,8 +175,8 @@ def _plot_decode(pdf: PdfPages, a: Analysis) -> None:
     f = a.fit
     title = "Decode step time vs context per batch, with roofline and fit"
     if f is not None:
-        title = (f"Decode: step time = {fms(f.step_overhead_s)} + bytes / {fbw(f.effective_bandwidth_Bps)} "
-                 f"(R² {f.r2:.2f})")
+        title = (f"Decode{f', {f.regime.kind}-dominated' if f.regime else ''}: step time = "
+                 f"{fms(f.step_overhead_s)} + bytes / {fbw(f.effective_bandwidth_Bps)} (R² {f.r2:.2f})")
     fig = titled_page(title)
     ax = fig.add_subplot(1, 1, 1)
     palette = sns.color_palette("viridis", dec["concurrency"].nunique())
@@ -295,6 +295,23 @@ def _no_markdown(a: Analysis) -> list[str]:
     return []
 
 
+def _fit_page(pdf: PdfPages, a: Analysis) -> None:
+    """The decode fit: its title and first column say whether the sweep is overhead-, memory- or
+    compute-dominated before the fitted bandwidth; the regime in words below the table."""
+    if "fit" in a.tables:
+        table_page(pdf, a.tables["fit"])
+
+
+def _fit_markdown(a: Analysis) -> list[str]:
+    """The fit in summary.md: the regime sentence first, then the fitted numbers."""
+    t = a.tables.get("fit")
+    if t is None:
+        return []
+    regime = a.fit.regime.sentence if a.fit is not None and a.fit.regime else ""
+    body = t.frame.to_markdown(index=False)
+    return [f"### {t.title}\n\n" + (f"{regime}\n\n" if regime else "") + f"{body}\n"]
+
+
 @dataclass(frozen=True)
 class ReportPage:
     """One entry of the report. ``render`` draws its page(s) into report.pdf, or nothing when the run has no
@@ -332,7 +349,7 @@ PAGES: list[ReportPage] = [
     ReportPage("saturation plots", _plot_saturation),
     _table("rounding"),
     ReportPage("decode plot", _plot_decode),
-    _table("fit"),
+    ReportPage("fit", _fit_page, _fit_markdown),
     _table("decode"),
     _table("crossover"),
     ReportPage("bandwidth plot", _plot_bandwidth),

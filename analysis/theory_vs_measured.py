@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.allocator import NotModelled, paged_capacity
-from analysis.architecture import Architecture, UnsupportedArchitecture
+from analysis.architecture import Architecture, UnsupportedArchitecture, dtype_bytes
 from analysis.budget import default_reserve, kv_budget
 from analysis.catalog import GPU, UnknownName, gpu, resolve_model
-from analysis.fit import DecodeFit, FitError, fit_decode
+from analysis.fit import DecodeFit, FitError, fit_decode_selected
 from analysis.kv import ideal_capacity, kv_bytes_per_token
 from analysis.load import Results
 from analysis.params import weight_bytes
@@ -29,17 +29,29 @@ from analysis.roofline import crossover_context, decode_step
 
 
 @cache
-def architecture(model_dir: str | None, model: str | None) -> Architecture | None:
-    """The engine's architecture: its config.json where it ran, else the catalog entry of that name."""
+def architecture(model_dir: str | None, model: str | None, dtype: str | None = None) -> Architecture | None:
+    """The engine's architecture: its config.json where it ran, else the catalog entry of that name;
+    ``dtype`` (the engine record's ``model_dtype``, what vLLM ran the weights in, e.g. a float32 sweep of a
+    bfloat16 checkpoint) replaces the config's torch_dtype, and with it the bytes of weights and auto KV."""
     for ref in (model_dir, model):
         if not ref:
             continue
         try:
             if Path(ref).exists() or ref == model:
-                return resolve_model(ref)[0]
+                a = resolve_model(ref)[0]
+                if dtype and isinstance(dtype, str) and dtype != a.torch_dtype:
+                    dtype_bytes(dtype)  # a dtype the model does not know: keep looking, as for a bad config
+                    a = a.model_copy(update={"torch_dtype": dtype})
+                return a
         except (UnknownName, UnsupportedArchitecture, OSError, ValueError):
             continue
     return None
+
+
+def _model_dtype(e: Any) -> str | None:
+    """The dtype vLLM ran an engine's weights in (engine record), or None where it was not recorded."""
+    v = e.get("model_dtype") if hasattr(e, "get") else getattr(e, "model_dtype", None)
+    return v if isinstance(v, str) and v else None
 
 
 def device_gpu(name: str | None) -> GPU | None:
@@ -91,7 +103,7 @@ def capacity_table(res: Results) -> pd.DataFrame:
     for e in res.engines.itertuples(index=False):
         if e.status != "ok" or pd.isna(e.num_gpu_blocks):
             continue
-        a = architecture(e.model_dir, e.model)
+        a = architecture(e.model_dir, e.model, _model_dtype(e))
         row: dict[str, Any] = {"engine_id": e.engine_id, "model": e.model, "block_size": int(e.block_size),
                                "max_model_len": int(e.max_model_len), "kv_cache_dtype": e.kv_cache_dtype,
                                "num_blocks_vllm": int(e.num_gpu_blocks),
@@ -209,8 +221,9 @@ def decode_table(res: Results, ceilings: Ceilings | None = None) -> pd.DataFrame
     rows = []
     for r in d.itertuples(index=False):
         e = engines.loc[r.engine_id]
-        a = architecture(e["model_dir"], e["model"])
+        a = architecture(e["model_dir"], e["model"], _model_dtype(e))
         row = {"point_id": r.point_id, "engine_id": r.engine_id, "model": e["model"], "model_dir": e["model_dir"],
+               "model_dtype": _model_dtype(e),
                "kv_cache_dtype": r.kv_cache_dtype, "block_size": r.block_size, "max_model_len": r.max_model_len,
                "concurrency": int(r.concurrency), "prompt_len": int(r.prompt_len), "output_len": int(r.output_len),
                "mean_context": float(r.mean_context), "decode_step_s": r.decode_step_s,
@@ -237,16 +250,18 @@ def decode_table(res: Results, ceilings: Ceilings | None = None) -> pd.DataFrame
 
 
 def fit(dec: pd.DataFrame, ceilings: Ceilings) -> DecodeFit | None:
-    """Effective bandwidth and overhead from the decode points (FLOP term when compute-bound points exist)."""
+    """Effective bandwidth and overhead from the decode points (FLOP term when compute-bound points exist, or
+    where leave-one-out asks for it: analysis.fit.fit_decode_selected)."""
     if dec.empty or "bytes" not in dec:
         return None
     compute_bound = False
     if ceilings.spec_bandwidth_Bps and ceilings.spec_flops:
         compute_bound = bool((dec["flops"] / ceilings.spec_flops > dec["bytes"] / ceilings.spec_bandwidth_Bps).any())
     try:
-        return fit_decode(dec["bytes"], dec["decode_step_s"], dec["flops"], use_flops=compute_bound,
-                          spec_bandwidth_Bps=ceilings.spec_bandwidth_Bps,
-                          probe_bandwidth_Bps=ceilings.probe_bandwidth_Bps)
+        return fit_decode_selected(dec["bytes"], dec["decode_step_s"], dec["flops"], compute_bound=compute_bound,
+                                   spec_bandwidth_Bps=ceilings.spec_bandwidth_Bps,
+                                   probe_bandwidth_Bps=ceilings.probe_bandwidth_Bps,
+                                   spec_flops=ceilings.spec_flops, probe_flops=ceilings.probe_flops)
     except FitError:
         return None
 

@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from analysis import catalog
-from analysis.architecture import UnsupportedArchitecture
+from analysis.architecture import UnsupportedArchitecture, dtype_bytes
 from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
 from analysis.procurement import parse_gpu_list, parse_seconds, parse_tp_list, procurement
 from analysis.units import fmt_bytes, fmt_count, fmt_ms, fmt_seconds, parse_bytes
@@ -157,7 +157,12 @@ def plan_cmd(
     entry_point: Annotated[str, typer.Option(
         "--entry-point", help="Whose scheduler defaults: llm (offline LLM class, as kvprof sweeps) or serve "
                               "(vllm serve).")] = "llm",
-    calibration: Annotated[Path | None, typer.Option(help="calibration.json from a measured sweep.")] = None,
+    calibration: Annotated[Path | None, typer.Option(
+        help="calibration.json from a measured sweep (of any model); without --gpu/--probe the plan is for the "
+             "device it was measured on.")] = None,
+    dtype: Annotated[str, typer.Option(
+        help="Weight dtype vLLM runs (its --dtype): auto (the config's torch_dtype), bfloat16, float16, "
+             "float32.")] = "auto",
     probe: Annotated[Path | None, typer.Option(
         help="probe.json from `kvprof probe`: use this machine's measured ceilings instead of --gpu.")] = None,
     save: Annotated[Path | None, typer.Option(
@@ -200,6 +205,15 @@ def plan_cmd(
         if gpu and probe:
             raise PlanError("give --gpu or --probe, not both")
         arch, _ = catalog.resolve_model(model)
+        if dtype != "auto":
+            try:
+                dtype_bytes(dtype)
+            except ValueError as exc:
+                raise PlanError(f"--dtype {dtype!r}: {exc}") from None
+            name = dtype.lower().removeprefix("torch.")
+            name = {"float": "float32", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
+                    "half": "float16"}.get(name, name)
+            arch = arch.model_copy(update={"torch_dtype": name})
         gpu_spec, gpu_note = catalog.resolve_gpu(gpu) if gpu else (None, None)
         if probe:
             try:
@@ -217,6 +231,8 @@ def plan_cmd(
             batch=batch, context=context, prompt_len=prompt_len,
         )
         cal = _load_calibration(calibration, gpu_spec) if calibration else None
+        if cal is not None and gpu_spec is None and (gpu_spec := cal.device_spec()) is not None:
+            gpu_note = f"device from the calibration: {gpu_spec.display} (its ceilings: {cal.measured_on.ceilings})"
         result = make_plan(arch, inputs, gpu_spec, cal)
         if gpu_note:
             result["gpu_note"] = gpu_note
@@ -233,6 +249,8 @@ def plan_cmd(
                                  "gpu": gpu, "probe": str(probe) if probe else None,
                                  "calibration": str(calibration) if calibration else None,
                                  "inputs": inputs.model_dump(), "prediction": result})
+    for warning in result.get("calibration_warnings", []):
+        err.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
     if json_out:
         print(json.dumps(result, indent=2))
         return
