@@ -176,7 +176,7 @@ def transfer_calibration(cal: Calibration, gpu: GPU) -> tuple[Calibration, str]:
     ratio (same fraction of peak); the step overhead and reserve are carried over as measured."""
     source = cal.source or "calibration"
     rates = cal.effective_bandwidth_Bps or cal.effective_flops
-    device = (cal.model_extra or {}).get("device")
+    device = cal.device or (cal.measured_on.name if cal.measured_on else None)
     if not rates:
         return cal, source
     if not device:
