@@ -218,15 +218,25 @@ def measure_block_rounding(driver: Driver, num_blocks: int, block_size: int, max
     return rows
 
 
+def _run_architecture(engine: EngineSettings, facts: CapacityFacts) -> Any:
+    """The engine's architecture in the dtype vLLM ran its weights in (a float32 run of a bfloat16
+    config reads twice the bytes the config says)."""
+    from analysis.theory_vs_measured import architecture
+
+    arch = architecture(engine.model_dir, None, facts.model_dtype)
+    if arch is None:
+        raise ValueError(f"no architecture readable at {engine.model_dir}")
+    return arch
+
+
 def model_bandwidth(engine: EngineSettings, facts: CapacityFacts, point: PointSettings,
                     measured: dict[str, Any]) -> dict[str, Any]:
     """Achieved bandwidth without NVML: bytes the analytic model says one decode step
     reads (weights + every sequence's KV at the mean context) ÷ the measured step time."""
-    from analysis.catalog import resolve_model
     from analysis.roofline import decode_step
 
     try:
-        arch, _ = resolve_model(engine.model_dir)
+        arch = _run_architecture(engine, facts)
         step = decode_step(arch, batch=point.concurrency, context=round(measured["mean_context"]),
                            bandwidth_Bps=1.0, peak_flops=1.0, kv_cache_dtype=engine.kv_cache_dtype,
                            tp=facts.tensor_parallel_size)
@@ -241,9 +251,8 @@ def model_bandwidth(engine: EngineSettings, facts: CapacityFacts, point: PointSe
 def predicted_ceiling(engine: EngineSettings, facts: CapacityFacts, prompt_len: int, output_len: int) -> Any:
     """The analysis model's batch ceiling for this engine's real block count and block size."""
     from analysis.allocator import batch_ceiling, paged_capacity
-    from analysis.catalog import resolve_model
 
-    arch, _ = resolve_model(engine.model_dir)
+    arch = _run_architecture(engine, facts)
     cap = paged_capacity(arch, 0, block_size=facts.block_size, max_model_len=facts.max_model_len,
                          max_num_batched_tokens=facts.max_num_batched_tokens,
                          kv_cache_dtype=engine.kv_cache_dtype, tp=facts.tensor_parallel_size,
