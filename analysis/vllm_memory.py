@@ -1,0 +1,336 @@
+"""vLLM's start-up memory accounting, as vLLM computes it, per vLLM version.
+
+vLLM sizes the KV pool once, at start-up (vllm/v1/worker/gpu_worker.py
+``Worker.determine_available_memory`` in 0.32; vllm/worker/worker.py
+``determine_num_available_blocks`` in the V0 engine)::
+
+    requested = ceil(total × gpu_memory_utilization)          # v1/worker/utils.py request_memory
+    available = requested − weights − activation peak − non-torch − CUDA graphs (where deducted)
+
+* ``total`` is cudaMemGetInfo's total (``MemorySnapshot.measure``: ``torch.accelerator.get_memory_info``),
+  a few hundred MiB under NVML's / nvidia-smi's total and the spec sheet's (catalog ``cuda_total_mib``).
+* weights: what the model's tensors take (``model_memory_usage``; predicted by ``analysis.params``).
+* activation peak: the torch allocator's peak during ``profile_run`` above what stays allocated
+  (0.32: ``memory_profiling``'s ``transient_peak_headroom`` = torch_peak − torch_allocated; V0/V1
+  before: ``torch_peak_increase``). ``profile_run`` pushes ``max_num_batched_tokens`` dummy tokens
+  through the model (one layer's intermediates are live at a time), then runs the sampler on
+  ``min(max_num_seqs, max_num_batched_tokens)`` rows of logits (``_dummy_sampler_run``); the
+  peak is the larger of the two phases.
+* non-torch: device memory outside torch's allocator that appeared since the engine's baseline
+  snapshot (cuBLAS/cuBLASLt workspaces, NCCL buffers with tensor parallelism). Library- and
+  driver-dependent: no source formula exists, so the figure is taken from published logs (cited).
+* CUDA graphs: captured after the KV cache is allocated; vLLM deducts an *estimate*
+  (``GPUModelRunner.profile_cudagraph_memory``) only from 0.21 (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
+  default on, "default since v0.21.0" in gpu_worker.py); before, graph memory came out of the
+  ``1 − gpu_memory_utilization`` headroom and never out of the KV budget.
+
+Each version range is one :class:`AccountingRules` object in :data:`RULE_SETS`; :func:`rules_for` picks
+one by version, defaulting to the vLLM kvprof pins (``TESTED_VLLM_VERSIONS``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis.architecture import Architecture
+from analysis.params import weight_bytes
+from analysis.results_schema import TESTED_VLLM_VERSIONS
+
+GiB = 2**30
+MiB = 2**20
+
+Entry = Literal["serve", "offline"]
+ENTRIES: tuple[str, ...] = ("serve", "offline")
+ENTRY_ALIASES = {"llm": "offline"}  # kvprof's old name for the offline LLM class
+
+# Bytes per logit element that vLLM's V0 and V1 samplers hold at their peak on top of the logits
+# themselves (model dtype), when the dummy run asks for top-k and top-p (V0 profile_run: top_k =
+# vocab − 1, top_p = 0.99; V1 _dummy_sampler_run: top_k = vocab − 1, top_p = 0.9):
+#   4   logits.to(torch.float32)                       (v1/sample/sampler.py Sampler.forward)
+#   12  logits.sort(): float32 values + int64 indices   (v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p)
+#   20  torch.sort's own transients on CUDA: an int64 index input and the radix sort's alternate
+#       float32-key / int64-value buffers (ATen cuda/Sort.cu segmented sort), live while it sorts
+# = 36 B, the peak inside the sort (later steps — softmax of the sorted values, the boolean mask,
+# the scatter back, the probabilities and the exponential noise — free the sort's buffers first
+# and stay under it). Checked in tests/test_vllm_memory.py against logged activation peaks.
+SORTING_SAMPLER_EXTRA_BYTES = 36
+
+
+class AccountingRules(BaseModel):
+    """How one range of vLLM versions sizes the KV pool (the numbers and where they come from)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="what the plan prints, e.g. 'vLLM 0.32'")
+    since: str | None = Field(description="first version these rules describe (None: the oldest)")
+    until: str | None = Field(description="first version they no longer describe (None: open-ended)")
+    engine: Literal["v0", "v1"]
+    # Which model runner builds the profile run: V0's, the V1 GPUModelRunner, or Model Runner V2
+    # (vllm/v1/worker/gpu/model_runner.py), by model family where vLLM picks per model.
+    v2_runner: Literal["none", "qwen3", "qwen3_llama_mistral", "dense", "all"] = "none"
+    sampler_extra_bytes_v1: int = Field(description="bytes per logit beyond the logits under the V0/V1 runner")
+    sampler_extra_bytes_v2: int = 0
+    non_torch_bytes_tp1: int
+    non_torch_bytes_tp: int
+    cuda_graphs_deducted: bool
+    cuda_graph_estimate_bytes: int = 0
+    batching: Literal["v0", "v1", "v1_a100", "v1_160g"]
+    notes: str = ""
+
+    def covers(self, version: Version) -> bool:
+        lo = Version(self.since) if self.since else None
+        hi = Version(self.until) if self.until else None
+        return (lo is None or version >= lo) and (hi is None or version < hi)
+
+    def uses_v2_runner(self, a: Architecture) -> bool:
+        """Model Runner V2 runs this model (its sampler warm-up allocates no float32 copies)."""
+        if self.v2_runner == "none":
+            return False
+        if self.v2_runner == "all":
+            return True
+        if a.moe is not None or a.mla is not None:
+            return False
+        if self.v2_runner == "dense":
+            return True
+        families = ("qwen3",) if self.v2_runner == "qwen3" else ("qwen3", "llama", "mistral")
+        return a.model_type in families
+
+    def sampler_extra_bytes(self, a: Architecture) -> int:
+        return self.sampler_extra_bytes_v2 if self.uses_v2_runner(a) else self.sampler_extra_bytes_v1
+
+
+# Non-torch memory. vLLM's baseline snapshot is taken after the CUDA context exists
+# (0.32 gpu_worker.py init_device: MemorySnapshot after init_worker_distributed_environment), so what
+# is left is cuBLAS/cuBLASLt workspaces and, with tensor parallelism, NCCL's lazily allocated
+# channel buffers (first all-reduce, in the profile run). Library-dependent; figures from logs:
+# one GPU: 0.16 GiB (Llama-2-7B, tests/fixtures/vllm_logs/llama2_7b_k8s_boxed.log), 0.16 GiB
+# (Llama-3.2-11B-Vision, llama32_11b_vision_h100_cuda_blocks.log), 0.03–0.35 GiB across the logs
+# quoted in issue #14 and vllm-project/vllm PR #21489 (0.07 GiB, gemma-3-4b on B200);
+# tensor parallel: about 0.55 GiB at TP2 (issue #14), 0.34–0.43 GiB at TP4
+# (v0.8.3_qwen25vl72b_4xa100_ranks_differ.log).
+_NON_TORCH_TP1 = round(0.15 * GiB)
+_NON_TORCH_TP = round(0.5 * GiB)
+
+# The CUDA-graph estimate vLLM deducts from 0.21 on (profile_cudagraph_memory captures two graphs per
+# mode and extrapolates). Logged estimates for dense models on one GPU: 0.44 GiB (vllm PR #48214,
+# tests/fixtures/vllm_logs/docker_timestamps_cuda_graph_estimate.log), 0.36 GiB (gpustack/runner
+# PR #251, TP2), 0.65 GiB (vllm PR #21489, gemma-3-4b on B200). It grows with the number of capture
+# sizes and, for hybrid models, with max_num_batched_tokens (vllm issue #50780); not modelled.
+_CUDA_GRAPH_ESTIMATE = round(0.45 * GiB)
+
+RULE_SETS: tuple[AccountingRules, ...] = (
+    AccountingRules(
+        name="vLLM 0.6-0.7 (V0 engine)", since=None, until="0.8.0", engine="v0",
+        # vllm/worker/worker.py determine_num_available_blocks (0.6.4+: memory_profiling):
+        # available = total × util − (weights + torch peak increase + non-torch increase);
+        # CUDA graphs are captured afterwards (worker.py capture_model) and not deducted.
+        sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES,
+        non_torch_bytes_tp1=_NON_TORCH_TP1, non_torch_bytes_tp=_NON_TORCH_TP,
+        cuda_graphs_deducted=False, batching="v0",
+        notes="V0 profile_run: max_num_seqs sequences sharing max_num_batched_tokens, sampled with "
+              "top_k = vocab − 1 and top_p = 0.99 (vllm/worker/model_runner.py profile_run)",
+    ),
+    AccountingRules(
+        name="vLLM 0.8-0.20 (V1 engine)", since="0.8.0", until="0.21.0", engine="v1",
+        # vllm/v1/worker/gpu_worker.py determine_available_memory: requested − non_kv_cache_memory;
+        # CUDA graphs captured in compile_or_warm_up_model after the KV cache, not deducted (the
+        # estimate of vllm PR #30515 exists from about 0.14 but is off by default until 0.21).
+        sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES,
+        non_torch_bytes_tp1=_NON_TORCH_TP1, non_torch_bytes_tp=_NON_TORCH_TP,
+        cuda_graphs_deducted=False, batching="v1",
+        notes="gpu_model_runner.py _dummy_sampler_run warms the sampler with top_k = vocab − 1, top_p = 0.9",
+    ),
+    AccountingRules(
+        name="vLLM 0.21-0.24", since="0.21.0", until="0.25.0", engine="v1",
+        # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1 ("default since v0.21.0"):
+        # available = requested − non_kv_cache_memory − cudagraph_memory_estimate.
+        # Model Runner V2 default for Qwen3 dense models from 0.22 (release notes, vllm PR #39337),
+        # Llama and Mistral dense models from 0.23 (#43458); the 0.22 step is folded into 0.23's.
+        v2_runner="qwen3_llama_mistral",
+        sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES,
+        non_torch_bytes_tp1=_NON_TORCH_TP1, non_torch_bytes_tp=_NON_TORCH_TP,
+        cuda_graphs_deducted=True, cuda_graph_estimate_bytes=_CUDA_GRAPH_ESTIMATE, batching="v1_160g",
+    ),
+    AccountingRules(
+        name="vLLM 0.25-0.31", since="0.25.0", until="0.32.0", engine="v1",
+        # Model Runner V2 default for every dense model from 0.25 (release notes, vllm PR #44443);
+        # MoE and hybrid models moved later (vllm PR #53183; the exact release is not pinned here).
+        v2_runner="dense",
+        sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES,
+        non_torch_bytes_tp1=_NON_TORCH_TP1, non_torch_bytes_tp=_NON_TORCH_TP,
+        cuda_graphs_deducted=True, cuda_graph_estimate_bytes=_CUDA_GRAPH_ESTIMATE, batching="v1_160g",
+    ),
+    AccountingRules(
+        name="vLLM 0.32", since="0.32.0", until=None, engine="v1",
+        # 0.32 config/vllm.py use_v2_model_runner: V2 unless a feature it lacks is asked for.
+        # V2 profile_run (v1/worker/gpu/model_runner.py) runs attention-free dummy tokens
+        # (skip_attn=True) and _dummy_sampler_run on a dummy batch whose requests need no logits
+        # processing: Sampler.apply_sampling_params returns the logits as they are (no float32 copy,
+        # no top-k/top-p sort: "the sampler may skip top_k, top_p, and logprobs"), and gumbel_sample
+        # allocates [rows, vocab blocks] scratch only. The peak is the model-dtype logits.
+        v2_runner="all",
+        sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES, sampler_extra_bytes_v2=0,
+        non_torch_bytes_tp1=_NON_TORCH_TP1, non_torch_bytes_tp=_NON_TORCH_TP,
+        cuda_graphs_deducted=True, cuda_graph_estimate_bytes=_CUDA_GRAPH_ESTIMATE, batching="v1_160g",
+    ),
+)
+
+DEFAULT_VERSION = TESTED_VLLM_VERSIONS[0]
+
+
+class UnknownVLLMVersion(ValueError):
+    """A --vllm-version that is not a version number."""
+
+
+def rules_for(version: str | None = None) -> AccountingRules:
+    """The accounting rules of a vLLM version (default: the version kvprof pins)."""
+    text = version or DEFAULT_VERSION
+    try:
+        v = Version(text.lstrip("v"))
+    except InvalidVersion:
+        raise UnknownVLLMVersion(f"vllm_version {text!r} is not a version number (e.g. 0.32.0, 0.10.1)") from None
+    v = Version(v.base_version)  # 0.6.3.post1, 0.11.0rc2 → their release
+    for rules in RULE_SETS:
+        if rules.covers(v):
+            return rules
+    raise AssertionError(f"no rule set covers {v}")  # RULE_SETS covers every version
+
+
+def normalize_entry(entry: str) -> Entry:
+    """'serve' or 'offline' ('llm' is accepted for offline); anything else is refused by name."""
+    e = ENTRY_ALIASES.get(entry, entry)
+    if e not in ENTRIES:
+        raise ValueError(f"entry {entry!r}: use serve (vllm serve / the OpenAI server) or offline "
+                         "(the LLM class)")
+    return e  # type: ignore[return-value]
+
+
+def default_batching(rules: AccountingRules, memory_bytes: int | None, device_name: str = "",
+                     entry: str = "serve", world_size: int = 1,
+                     max_model_len: int | None = None) -> tuple[int, int]:
+    """vLLM's (max_num_batched_tokens, max_num_seqs) for an entry point on a device.
+
+    V1 (0.8+): ``EngineArgs.get_batch_defaults`` by usage context (OPENAI_API_SERVER = serve,
+    LLM_CLASS = offline) and device memory (vllm/engine/arg_utils.py): ≥ 160 GiB (B200 class,
+    the tier is in 0.32; kvprof applies it from 0.21) 16,384 / 1,024 either way; ≥ 70 GiB and not an
+    A100 (the A100 exception is vllm PR #17885) serve 8,192 / 1,024, offline 16,384 / 1,024;
+    otherwise serve 2,048 / 256, offline 8,192 / 256. ``memory_bytes`` None is the CPU backend
+    (0.32: per world size, serve 2,048 / 128, offline 4,096 / 256). V0 (before 0.8): 256 sequences,
+    and max(max_model_len, 2,048) tokens unless max_model_len > 32K turns chunked prefill on
+    (2,048 tokens) — vllm/engine/arg_utils.py create_engine_config and config.py SchedulerConfig.
+    """
+    serve = normalize_entry(entry) == "serve"
+    if memory_bytes is None:
+        return (2048 if serve else 4096) * world_size, (128 if serve else 256) * world_size
+    if rules.batching == "v0":
+        mml = max_model_len or 2048
+        return (2048 if mml > 32768 else max(mml, 2048)), 256
+    if rules.batching == "v1_160g" and memory_bytes >= 160 * GiB:
+        return 16384, 1024
+    if memory_bytes >= 70 * GiB and "a100" not in device_name.lower():
+        return (8192 if serve else 16384), 1024
+    return (2048 if serve else 8192), 256
+
+
+class MemoryPrediction(BaseModel):
+    """vLLM's start-up account on one GPU (bytes), as the rules predict it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rules: str
+    total_bytes: int
+    gpu_memory_utilization: float
+    requested_bytes: int
+    weights_bytes: int
+    forward_peak_bytes: int
+    sampler_peak_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    kv_budget_bytes: int
+
+
+def forward_peak_bytes(a: Architecture, tokens: int, tp: int = 1) -> int:
+    """Activation bytes live at the peak of one decoder layer over ``tokens`` dummy tokens.
+
+    Model dtype throughout (the residual stream, q/k/v, attention output, MLP) per tensor-parallel
+    rank: the residual and the normed hidden state [T, hidden] stay live across the layer; the
+    attention half adds qkv_proj's output [T, (q + 2 kv) heads · head_dim / tp] and the attention
+    output [T, q heads · head_dim / tp]; a dense MLP adds gate_up_proj's output [T, 2 · inter / tp]
+    and the activation's [T, inter / tp]. A MoE layer (vllm/model_executor/layers/fused_moe
+    fused_experts) holds intermediate_cache1 [T, k, 2 · inter_e / tp], cache2 [T · k, inter_e / tp]
+    and cache3 [T, k, hidden], the router logits [T, experts] (float32) and a shared expert's MLP.
+    """
+    b = a.weight_dtype_bytes
+    h = a.hidden_size
+    if a.mla:
+        m = a.mla
+        q_out = a.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) // tp
+        kv_out = (m.kv_lora_rank + m.qk_rope_head_dim) + a.num_heads * (m.qk_nope_head_dim + m.v_head_dim) // tp
+        attn_out = a.num_heads * m.v_head_dim // tp
+        attention = q_out + kv_out + attn_out
+    else:
+        q_out = a.num_heads * a.head_dim // tp
+        kv_out = 2 * a.num_kv_heads * a.head_dim // max(1, min(tp, a.num_kv_heads))
+        attention = q_out + kv_out + q_out
+    mlp = 3 * a.intermediate_size // tp if a.intermediate_size else 0
+    if a.moe:
+        m = a.moe
+        k = m.experts_per_token
+        moe = k * (3 * m.expert_intermediate_size // tp + h) + 2 * m.num_experts  # router logits: fp32 = 2 × 2 B
+        if m.shared_experts:
+            moe += 3 * m.shared_expert_intermediate_size // tp
+        mlp = max(mlp, moe)
+    return tokens * b * (2 * h + max(attention, mlp))
+
+
+def sampler_peak_bytes(a: Architecture, rules: AccountingRules, rows: int) -> int:
+    """Bytes the sampler warm-up holds at its peak: the logits [rows, vocab] in the model dtype
+    (all-gathered to the full vocabulary on every rank in V1: LogitsProcessor._gather_logits) plus
+    what the runner's sampler adds per logit (float32 copy and the top-k/top-p sort under V0/V1)."""
+    return rows * a.vocab_size * (a.weight_dtype_bytes + rules.sampler_extra_bytes(a))
+
+
+def activation_bytes(a: Architecture, rules: AccountingRules, *, max_num_batched_tokens: int,
+                     max_num_seqs: int, tp: int = 1) -> tuple[int, int, int]:
+    """(activation peak, forward peak, sampler peak) of the profile run.
+
+    The sampler runs after the forward pass while its output hidden states [T, hidden] and the
+    sampled rows [rows, hidden] are still referenced (profile_run keeps ``hidden_states`` until the
+    sampler returns), so the peak is max(forward, hidden states + sampler).
+    """
+    rows = min(max_num_seqs, max_num_batched_tokens)
+    forward = forward_peak_bytes(a, max_num_batched_tokens, tp)
+    sampler = sampler_peak_bytes(a, rules, rows)
+    held = (max_num_batched_tokens + rows) * a.hidden_size * a.weight_dtype_bytes
+    return max(forward, held + sampler), forward, sampler
+
+
+def predict(a: Architecture, *, total_bytes: int, gpu_memory_utilization: float = 0.9,
+            max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1, enforce_eager: bool = False,
+            rules: AccountingRules | None = None, weights: int | None = None) -> MemoryPrediction:
+    """vLLM's KV budget on one GPU from the model's shapes and cudaMemGetInfo's total.
+
+    ``weights`` defaults to :func:`analysis.params.weight_bytes` (pass the quantized figure where known).
+    """
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    rules = rules or rules_for()
+    w = weight_bytes(a, tp) if weights is None else weights
+    # 0.32 v1/worker/utils.py request_memory: math.ceil(total × utilization); V0 and early V1 multiply
+    # without rounding (a byte at most).
+    requested = math.ceil(total_bytes * gpu_memory_utilization)
+    act, fwd, smp = activation_bytes(a, rules, max_num_batched_tokens=max_num_batched_tokens,
+                                     max_num_seqs=max_num_seqs, tp=tp)
+    non_torch = rules.non_torch_bytes_tp1 if tp == 1 else rules.non_torch_bytes_tp
+    graphs = rules.cuda_graph_estimate_bytes if rules.cuda_graphs_deducted and not enforce_eager else 0
+    return MemoryPrediction(
+        rules=rules.name, total_bytes=total_bytes, gpu_memory_utilization=gpu_memory_utilization,
+        requested_bytes=requested, weights_bytes=w, forward_peak_bytes=fwd, sampler_peak_bytes=smp,
+        activation_bytes=act, non_torch_bytes=non_torch, cuda_graph_bytes=graphs,
+        kv_budget_bytes=requested - w - act - non_torch - graphs,
+    )
