@@ -49,15 +49,23 @@ ENTRY_ALIASES = {"llm": "offline"}  # kvprof's old name for the offline LLM clas
 
 # Bytes per logit element that vLLM's V0 and V1 samplers hold at their peak on top of the logits
 # themselves (model dtype), when the dummy run asks for top-k and top-p (V0 profile_run: top_k =
-# vocab − 1, top_p = 0.99; V1 _dummy_sampler_run: top_k = vocab − 1, top_p = 0.9):
+# vocab − 1, top_p = 0.99; V1 _dummy_sampler_run: top_k = vocab − 1, top_p = 0.9).
+#
+# Sort-based top-k/top-p (V0, and V1 until the Triton kernel):
 #   4   logits.to(torch.float32)                       (v1/sample/sampler.py Sampler.forward)
 #   12  logits.sort(): float32 values + int64 indices   (v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p)
 #   20  torch.sort's own transients on CUDA: an int64 index input and the radix sort's alternate
 #       float32-key / int64-value buffers (ATen cuda/Sort.cu segmented sort), live while it sorts
 # = 36 B, the peak inside the sort (later steps — softmax of the sorted values, the boolean mask,
 # the scatter back, the probabilities and the exponential noise — free the sort's buffers first
-# and stay under it). Checked in tests/test_vllm_memory.py against logged activation peaks.
+# and stay under it).
 SORTING_SAMPLER_EXTRA_BYTES = 36
+# Triton top-k/top-p (vllm PR #33538, v1/sample/ops/topk_topp_triton.py, in the v0.18.0 API docs):
+# masks the float32 logits in place, so the peak is random_sample's:
+#   4 float32 logits + 4 softmax probabilities + 4 exponential noise q   (topk_topp_sampler.py forward_native)
+# beside a per-program float32 buffer [min(rows, SMs), vocab] the kernel caches.
+TRITON_SAMPLER_EXTRA_BYTES = 12
+TRITON_BUFFER_PROGRAMS = 132  # num_compute_units: SMs of an H100 SXM (the corpus' GPU); ≤ 0.1 GiB elsewhere
 
 
 class AccountingRules(BaseModel):
@@ -73,6 +81,8 @@ class AccountingRules(BaseModel):
     # (vllm/v1/worker/gpu/model_runner.py), by model family where vLLM picks per model.
     v2_runner: Literal["none", "qwen3", "qwen3_llama_mistral", "dense", "all"] = "none"
     sampler_extra_bytes_v1: int = Field(description="bytes per logit beyond the logits under the V0/V1 runner")
+    triton_top_k_top_p: bool = False  # the V1 runner's sampler uses the Triton kernel (its buffer is counted)
+    moe_workspace_held: bool = False  # fused-MoE workspaces stay allocated through the sampler warm-up
     sampler_extra_bytes_v2: int = 0
     non_torch_bytes_tp1: int
     non_torch_bytes_tp: int
@@ -106,14 +116,17 @@ class AccountingRules(BaseModel):
 # Non-torch memory. vLLM's baseline snapshot is taken after the CUDA context exists
 # (0.32 gpu_worker.py init_device: MemorySnapshot after init_worker_distributed_environment), so what
 # is left is cuBLAS/cuBLASLt workspaces and, with tensor parallelism, NCCL's lazily allocated
-# channel buffers (first all-reduce, in the profile run). Library-dependent; figures from logs:
-# one GPU: 0.16 GiB (Llama-2-7B, tests/fixtures/vllm_logs/llama2_7b_k8s_boxed.log), 0.16 GiB
-# (Llama-3.2-11B-Vision, llama32_11b_vision_h100_cuda_blocks.log), 0.03–0.35 GiB across the logs
-# quoted in issue #14 and vllm-project/vllm PR #21489 (0.07 GiB, gemma-3-4b on B200);
-# tensor parallel: about 0.55 GiB at TP2 (issue #14), 0.34–0.43 GiB at TP4
-# (v0.8.3_qwen25vl72b_4xa100_ranks_differ.log).
+# channel buffers and the all-reduce workspaces (first all-reduce, in the profile run).
+# Library-dependent, so the figures are the logs':
+# before 0.18: one GPU 0.16 GiB (llama2_7b_k8s_boxed.log; pr13109 in the GPU corpus), 0.07 GiB (vllm
+# PR #21489, B200), 0.03–0.35 GiB elsewhere; tensor parallel about 0.55 GiB at TP2 (issue #14),
+# 0.34–0.43 GiB at TP4 (v0.8.3_qwen25vl72b_4xa100_ranks_differ.log).
 _NON_TORCH_TP1 = round(0.15 * GiB)
 _NON_TORCH_TP = round(0.5 * GiB)
+# 0.19.0 (llm-d-planner's H100 sweep, GPU corpus llmdplanner_*): 0.24–0.27 GiB on one GPU, 2.06–2.21 GiB
+# at TP2 and TP4 (NCCL plus the custom/symmetric all-reduce workspaces), every model alike.
+_NON_TORCH_TP1_019 = round(0.25 * GiB)
+_NON_TORCH_TP_019 = round(2.1 * GiB)
 
 # The CUDA-graph estimate vLLM deducts from 0.21 on (profile_cudagraph_memory captures two graphs per
 # mode and extrapolates). Logged estimates for dense models on one GPU: 0.44 GiB (vllm PR #48214,
@@ -135,14 +148,24 @@ RULE_SETS: tuple[AccountingRules, ...] = (
               "top_k = vocab − 1 and top_p = 0.99 (vllm/worker/model_runner.py profile_run)",
     ),
     AccountingRules(
-        name="vLLM 0.8-0.20 (V1 engine)", since="0.8.0", until="0.21.0", engine="v1",
+        name="vLLM 0.8-0.17 (V1 engine)", since="0.8.0", until="0.18.0", engine="v1",
         # vllm/v1/worker/gpu_worker.py determine_available_memory: requested − non_kv_cache_memory;
         # CUDA graphs captured in compile_or_warm_up_model after the KV cache, not deducted (the
         # estimate of vllm PR #30515 exists from about 0.14 but is off by default until 0.21).
         sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES,
         non_torch_bytes_tp1=_NON_TORCH_TP1, non_torch_bytes_tp=_NON_TORCH_TP,
         cuda_graphs_deducted=False, batching="v1",
-        notes="gpu_model_runner.py _dummy_sampler_run warms the sampler with top_k = vocab − 1, top_p = 0.9",
+        notes="gpu_model_runner.py _dummy_sampler_run warms the sampler with top_k = vocab − 1, top_p = 0.9; "
+              "the sort-based top-k/top-p",
+    ),
+    AccountingRules(
+        name="vLLM 0.18-0.20 (V1 engine)", since="0.18.0", until="0.21.0", engine="v1",
+        # As 0.8-0.17, with the Triton top-k/top-p kernel (vllm PR #33538; in the v0.18.0 API docs — the
+        # release it first shipped in is not pinned here). 0.19 logs "In v0.19, CUDA graph memory
+        # profiling will be enabled by default": the estimate is printed, not deducted.
+        sampler_extra_bytes_v1=TRITON_SAMPLER_EXTRA_BYTES, triton_top_k_top_p=True, moe_workspace_held=True,
+        non_torch_bytes_tp1=_NON_TORCH_TP1_019, non_torch_bytes_tp=_NON_TORCH_TP_019,
+        cuda_graphs_deducted=False, batching="v1_160g",
     ),
     AccountingRules(
         name="vLLM 0.21-0.24", since="0.21.0", until="0.25.0", engine="v1",
@@ -151,8 +174,8 @@ RULE_SETS: tuple[AccountingRules, ...] = (
         # Model Runner V2 default for Qwen3 dense models from 0.22 (release notes, vllm PR #39337),
         # Llama and Mistral dense models from 0.23 (#43458); the 0.22 step is folded into 0.23's.
         v2_runner="qwen3_llama_mistral",
-        sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES,
-        non_torch_bytes_tp1=_NON_TORCH_TP1, non_torch_bytes_tp=_NON_TORCH_TP,
+        sampler_extra_bytes_v1=TRITON_SAMPLER_EXTRA_BYTES, triton_top_k_top_p=True, moe_workspace_held=True,
+        non_torch_bytes_tp1=_NON_TORCH_TP1_019, non_torch_bytes_tp=_NON_TORCH_TP_019,
         cuda_graphs_deducted=True, cuda_graph_estimate_bytes=_CUDA_GRAPH_ESTIMATE, batching="v1_160g",
     ),
     AccountingRules(
@@ -160,8 +183,8 @@ RULE_SETS: tuple[AccountingRules, ...] = (
         # Model Runner V2 default for every dense model from 0.25 (release notes, vllm PR #44443);
         # MoE and hybrid models moved later (vllm PR #53183; the exact release is not pinned here).
         v2_runner="dense",
-        sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES,
-        non_torch_bytes_tp1=_NON_TORCH_TP1, non_torch_bytes_tp=_NON_TORCH_TP,
+        sampler_extra_bytes_v1=TRITON_SAMPLER_EXTRA_BYTES, triton_top_k_top_p=True, moe_workspace_held=True,
+        non_torch_bytes_tp1=_NON_TORCH_TP1_019, non_torch_bytes_tp=_NON_TORCH_TP_019,
         cuda_graphs_deducted=True, cuda_graph_estimate_bytes=_CUDA_GRAPH_ESTIMATE, batching="v1_160g",
     ),
     AccountingRules(
@@ -173,8 +196,9 @@ RULE_SETS: tuple[AccountingRules, ...] = (
         # no top-k/top-p sort: "the sampler may skip top_k, top_p, and logprobs"), and gumbel_sample
         # allocates [rows, vocab blocks] scratch only. The peak is the model-dtype logits.
         v2_runner="all",
-        sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES, sampler_extra_bytes_v2=0,
-        non_torch_bytes_tp1=_NON_TORCH_TP1, non_torch_bytes_tp=_NON_TORCH_TP,
+        sampler_extra_bytes_v1=TRITON_SAMPLER_EXTRA_BYTES, triton_top_k_top_p=True, moe_workspace_held=True,
+        sampler_extra_bytes_v2=0,
+        non_torch_bytes_tp1=_NON_TORCH_TP1_019, non_torch_bytes_tp=_NON_TORCH_TP_019,
         cuda_graphs_deducted=True, cuda_graph_estimate_bytes=_CUDA_GRAPH_ESTIMATE, batching="v1_160g",
     ),
 )
@@ -254,6 +278,25 @@ class MemoryPrediction(BaseModel):
     kv_budget_bytes: int
 
 
+def moe_workspace_bytes(a: Architecture, tokens: int, tp: int = 1) -> int:
+    """The fused-MoE workspaces of one MoE layer over ``tokens`` tokens (0 for a dense model).
+
+    vllm/model_executor/layers/fused_moe/experts/triton_moe.py ``TritonExperts.workspace_shapes`` (0.32):
+    workspace1 [M, top_k, max(N / 2, K)], workspace2 [M, top_k, max(N, K)] and the output [M, K], with
+    N = 2 · expert intermediate / tp (gate and up) and K = hidden, in the activation dtype. vLLM's
+    workspace manager keeps them allocated after the forward pass ("Workspaces (e.g. the MoE workspace)
+    grow in steps during this pass", gpu_worker.py determine_available_memory), so they are still held
+    while the sampler warms up.
+    """
+    if not a.moe:
+        return 0
+    m = a.moe
+    inter = m.expert_intermediate_size // tp
+    h = a.hidden_size
+    per_token = m.experts_per_token * (max(inter, h) + max(2 * inter, h)) + h
+    return tokens * a.weight_dtype_bytes * per_token
+
+
 def forward_peak_bytes(a: Architecture, tokens: int, tp: int = 1) -> int:
     """Activation bytes live at the peak of one decoder layer over ``tokens`` dummy tokens.
 
@@ -261,9 +304,8 @@ def forward_peak_bytes(a: Architecture, tokens: int, tp: int = 1) -> int:
     rank: the residual and the normed hidden state [T, hidden] stay live across the layer; the
     attention half adds qkv_proj's output [T, (q + 2 kv) heads · head_dim / tp] and the attention
     output [T, q heads · head_dim / tp]; a dense MLP adds gate_up_proj's output [T, 2 · inter / tp]
-    and the activation's [T, inter / tp]. A MoE layer (vllm/model_executor/layers/fused_moe
-    fused_experts) holds intermediate_cache1 [T, k, 2 · inter_e / tp], cache2 [T · k, inter_e / tp]
-    and cache3 [T, k, hidden], the router logits [T, experts] (float32) and a shared expert's MLP.
+    and the activation's [T, inter / tp]. A MoE layer adds its fused-MoE workspaces
+    (:func:`moe_workspace_bytes`), the router logits [T, experts] (float32) and a shared expert's MLP.
     """
     b = a.weight_dtype_bytes
     h = a.hidden_size
@@ -278,35 +320,40 @@ def forward_peak_bytes(a: Architecture, tokens: int, tp: int = 1) -> int:
         kv_out = 2 * a.num_kv_heads * a.head_dim // max(1, min(tp, a.num_kv_heads))
         attention = q_out + kv_out + q_out
     mlp = 3 * a.intermediate_size // tp if a.intermediate_size else 0
-    if a.moe:
-        m = a.moe
-        k = m.experts_per_token
-        moe = k * (3 * m.expert_intermediate_size // tp + h) + 2 * m.num_experts  # router logits: fp32 = 2 × 2 B
-        if m.shared_experts:
-            moe += 3 * m.shared_expert_intermediate_size // tp
-        mlp = max(mlp, moe)
-    return tokens * b * (2 * h + max(attention, mlp))
+    dense = tokens * b * (2 * h + max(attention, mlp))
+    if not a.moe:
+        return dense
+    m = a.moe
+    extra = 2 * m.num_experts + (3 * m.shared_expert_intermediate_size // tp if m.shared_experts else 0)
+    moe = tokens * b * (2 * h + extra) + moe_workspace_bytes(a, tokens, tp)
+    return max(dense, moe)
 
 
 def sampler_peak_bytes(a: Architecture, rules: AccountingRules, rows: int) -> int:
     """Bytes the sampler warm-up holds at its peak: the logits [rows, vocab] in the model dtype
     (all-gathered to the full vocabulary on every rank in V1: LogitsProcessor._gather_logits) plus
     what the runner's sampler adds per logit (float32 copy and the top-k/top-p sort under V0/V1)."""
-    return rows * a.vocab_size * (a.weight_dtype_bytes + rules.sampler_extra_bytes(a))
+    peak = rows * a.vocab_size * (a.weight_dtype_bytes + rules.sampler_extra_bytes(a))
+    if rules.triton_top_k_top_p and not rules.uses_v2_runner(a):
+        peak += min(rows, TRITON_BUFFER_PROGRAMS) * a.vocab_size * 4
+    return peak
 
 
 def activation_bytes(a: Architecture, rules: AccountingRules, *, max_num_batched_tokens: int,
                      max_num_seqs: int, tp: int = 1) -> tuple[int, int, int]:
     """(activation peak, forward peak, sampler peak) of the profile run.
 
-    The sampler runs after the forward pass while its output hidden states [T, hidden] and the
-    sampled rows [rows, hidden] are still referenced (profile_run keeps ``hidden_states`` until the
-    sampler returns), so the peak is max(forward, hidden states + sampler).
+    The sampler runs after the forward pass while its output hidden states [T, hidden], the
+    sampled rows [rows, hidden] (profile_run keeps ``hidden_states`` until the sampler returns) and
+    a MoE model's fused-MoE workspaces (the V1 engine's workspace manager) are still held, so the
+    peak is max(forward, held + sampler).
     """
     rows = min(max_num_seqs, max_num_batched_tokens)
     forward = forward_peak_bytes(a, max_num_batched_tokens, tp)
     sampler = sampler_peak_bytes(a, rules, rows)
     held = (max_num_batched_tokens + rows) * a.hidden_size * a.weight_dtype_bytes
+    if rules.moe_workspace_held:
+        held += moe_workspace_bytes(a, max_num_batched_tokens, tp)
     return max(forward, held + sampler), forward, sampler
 
 

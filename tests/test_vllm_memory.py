@@ -33,9 +33,10 @@ runner = CliRunner()
 @pytest.mark.parametrize("version, name, graphs", [
     ("0.6.4", "vLLM 0.6-0.7 (V0 engine)", False),  # vllm/worker/worker.py: graphs captured after profiling
     ("0.6.3.post1", "vLLM 0.6-0.7 (V0 engine)", False),
-    ("0.8.3", "vLLM 0.8-0.20 (V1 engine)", False),
-    ("v0.10.1", "vLLM 0.8-0.20 (V1 engine)", False),
-    ("0.20.1", "vLLM 0.8-0.20 (V1 engine)", False),  # the estimate exists but is opt-in (vllm PR #30515)
+    ("0.8.3", "vLLM 0.8-0.17 (V1 engine)", False),
+    ("v0.10.1", "vLLM 0.8-0.17 (V1 engine)", False),
+    ("0.19.0", "vLLM 0.18-0.20 (V1 engine)", False),  # "In v0.19, CUDA graph memory profiling will be enabled"
+    ("0.20.1", "vLLM 0.18-0.20 (V1 engine)", False),  # the estimate exists but is opt-in (vllm PR #30515)
     ("0.21.0", "vLLM 0.21-0.24", True),  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
     ("0.25.0", "vLLM 0.25-0.31", True),
     ("0.32.0", "vLLM 0.32", True),
@@ -143,6 +144,31 @@ def test_v1_sampler_peak_gemma3_4b_on_b200(tmp_path):
     assert p.activation_bytes / GiB == pytest.approx(9.96, rel=0.05)  # 9.59 GiB: 3.8 % under
 
 
+LLMD = ("https://github.com/llm-d-incubation/llm-d-planner/blob/d3121e059da88662db39a926a3ead964be97359b/"
+        "accuracy/results/v0.19.0/logs/")
+
+
+def test_v1_019_triton_sampler_llama31_8b_on_h100():
+    """llm-d-planner's vLLM 0.19.0 sweep (LLMD + meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log):
+    `vllm serve` (8,192 tokens, 1,024 sequences), "torch peak memory increase: 1.89GiB". The Triton top-k/top-p
+    masks the float32 logits in place: bf16 logits 2 B + float32 copy 4 + probabilities 4 + noise 4 per logit,
+    its [132 SMs, vocab] float32 buffer, and the held hidden states (8,192 + 1,024) × 4,096 × 2 B."""
+    p = _activation("llama-3.1-8b", "0.19.0", 8192, 1024)
+    assert p.activation_bytes == 1024 * 128_256 * 14 + 132 * 128_256 * 4 + (8192 + 1024) * 4096 * 2
+    assert p.activation_bytes / GiB == pytest.approx(1.89, rel=0.03)
+
+
+def test_v1_019_moe_workspaces_are_held_through_the_sampler():
+    """LLMD + qwen-qwen3-30b-a3b--h100-80gb--tp1pp1dp1--8192.log: "torch peak memory increase: 2.68GiB".
+    Qwen3-30B-A3B: hidden 2,048, 128 experts of 768, top-8, vocabulary 151,936. TritonExperts.workspace_shapes:
+    8,192 × 8 × (max(768, 2,048) + max(1,536, 2,048)) + the output 8,192 × 2,048, in bf16, still held by the
+    workspace manager when the sampler runs."""
+    workspace = 8192 * 2 * (8 * (2048 + 2048) + 2048)
+    p = _activation("qwen3-30b-a3b", "0.19.0", 8192, 1024)
+    assert p.activation_bytes == (1024 * 151_936 * 14 + 132 * 151_936 * 4 + (8192 + 1024) * 2048 * 2 + workspace)
+    assert p.activation_bytes / GiB == pytest.approx(2.68, rel=0.02)
+
+
 def test_issue_range_of_v1_peaks_on_h100():
     """Issue #14: vLLM's logged activation peak on H100 is 4.8–7.4 GiB at the default batch budget (serve:
     8,192 tokens, 1,024 sequences), growing with the vocabulary. Llama-3 (128,256) and gpt-oss (201,088)."""
@@ -194,8 +220,8 @@ def test_plan_states_its_rules_and_takes_the_cuda_total():
                               "--max-model-len", "8192", "--json"])
     assert res.exit_code == 0, res.output
     p = json.loads(res.stdout)
-    assert p["accounting_rules"] == "vLLM 0.8-0.20 (V1 engine)" and p["entry"] == "serve"
-    assert p["reserve"]["source"] == "vLLM 0.8-0.20 (V1 engine) accounting"
+    assert p["accounting_rules"] == "vLLM 0.8-0.17 (V1 engine)" and p["entry"] == "serve"
+    assert p["reserve"]["source"] == "vLLM 0.8-0.17 (V1 engine) accounting"
     assert p["reserve"]["cuda_graph_bytes"] == 0
     assert p["device_total_bytes"] == 81_091 * 2**20  # 79.19 GiB, not NVML's 81,559 MiB
     assert p["kv_budget_bytes"] == math.ceil(81_091 * 2**20 * 0.9) - p["weight_bytes"] - sum(
@@ -233,13 +259,9 @@ EXPLAINED = {
     "pr17122_llama31_8b_l40s": "unexplained: 4.3 GiB less KV than the V1 0.8 rules predict on an L40S "
                                "(a developer machine; the other processes, the driver's total and 0.8.4's "
                                "max_num_seqs default are not in the post)",
-    "issue27508_gpt_oss_120b_h100": "weights not logged; mxfp4 weights are not yet modelled (the other "
-                                    "helper's analysis.params): with 0.10.x's Marlin mxfp4 weights of 65.97 GiB "
-                                    "(issue23278) the budget is 1.77 GiB against 1.71",
-    "issue16570_qwen25_vl_72b_4xa100_40gb": "multimodal profile run (vision encoder) and a 0.04 GiB budget",
-    "issue21348_qwen3_235b_a22b_fp8_4xh100": "FP8 block-quantized weights not logged",
-    "pr21489_gemma3_4b_b200": "no KV budget logged",
-    "pr12126_llama32_11b_vision_h100": "multimodal profile run (36.63 GiB of vision-encoder activations)",
+    "issue27508_gpt_oss_120b_h100": "weights not logged and mxfp4 weights not yet modelled here: with 0.10.x's "
+                                    "Marlin mxfp4 weights of 65.97 GiB (issue23278) the budget is 1.77 GiB "
+                                    "against 1.71",
 }
 
 
@@ -256,29 +278,34 @@ def _logged_budget_gib(rec, a, mnbt, mml, tp):
     return None
 
 
-def corpus_budget_errors():
-    """(stem, predicted GiB, logged GiB) for every corpus record with a KV budget and a catalog model."""
+def corpus_predictions():
+    """(stem, record, prediction) for every corpus record with a catalog model."""
     out = []
     for stem, rec in load_corpus().items():
         s, L = rec.settings, rec.logged
         if not (MODELS_DIR / s.catalog_model / "config.json").is_file():
             continue
         a, _ = resolve_model(s.catalog_model)
+        if s.dtype and s.dtype != "auto":  # --dtype float32 runs a bf16 checkpoint's activations in float32
+            a = a.model_copy(update={"torch_dtype": s.dtype})
         rules = rules_for(s.vllm_version or VERSION_OF.get(stem))
         g = gpu(s.gpu)
         total = round(L.total_gpu_memory_gib * GiB) if L.total_gpu_memory_gib else g.cuda_total_bytes
         mml = s.max_model_len or a.max_position_embeddings
         mnbt, seqs = default_batching(rules, total, g.display, s.entry, max_model_len=mml)
         mnbt, seqs = s.max_num_batched_tokens or mnbt, s.max_num_seqs or seqs
-        logged = _logged_budget_gib(rec, a, mnbt, mml, s.tensor_parallel_size)
-        if logged is None:
-            continue
         p = predict(a, total_bytes=total, gpu_memory_utilization=s.gpu_memory_utilization,
                     max_num_batched_tokens=mnbt, max_num_seqs=seqs, tp=s.tensor_parallel_size,
                     enforce_eager=s.enforce_eager, rules=rules,
                     weights=round(L.weights_gib * GiB) if L.weights_gib else None)
-        out.append((stem, p.kv_budget_bytes / GiB, logged))
+        out.append((stem, rec, p, _logged_budget_gib(rec, a, mnbt, mml, s.tensor_parallel_size)))
     return out
+
+
+def corpus_budget_errors():
+    """(stem, predicted GiB, logged GiB) for every corpus record with a KV budget and a catalog model."""
+    return [(stem, p.kv_budget_bytes / GiB, logged) for stem, _, p, logged in corpus_predictions()
+            if logged is not None]
 
 
 def test_corpus_kv_budgets_within_2_percent_or_explained():
@@ -291,6 +318,11 @@ def test_corpus_kv_budgets_within_2_percent_or_explained():
             f"{stem}: predicted {predicted:.2f} GiB against a logged {logged:.2f} GiB, not explained")
 
 
-if __name__ == "__main__":  # print the per-record table
-    for stem, predicted, logged in corpus_budget_errors():
-        print(f"{stem:45s} {predicted:8.2f} {logged:8.2f} {(predicted - logged) / abs(logged):+7.1%}")
+if __name__ == "__main__":  # print the per-record table: predicted / logged GiB (error)
+    def cell(pred, logged):
+        err = "" if logged is None else f"({(pred / GiB - logged) / abs(logged):+6.1%})"
+        return "" if logged is None else f"{pred / GiB:6.2f}/{logged:6.2f} {err}"
+    print(f"{'record':42s} {'rules':22s} {'activation':24s} {'non-torch':24s} KV budget")
+    for stem, rec, p, logged in corpus_predictions():
+        print(f"{stem:42s} {p.rules[:22]:22s} {cell(p.activation_bytes, rec.logged.activation_peak_gib):24s} "
+              f"{cell(p.non_torch_bytes, rec.logged.non_torch_gib):24s} {cell(p.kv_budget_bytes, logged)}")
