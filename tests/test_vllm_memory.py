@@ -264,6 +264,16 @@ EXPLAINED = {
                                     "against 1.71",
 }
 
+# Further misses of the spec-sheet budget (the catalog's weights and total), outside the accounting.
+SPEC_SHEET_EXPLAINED = {
+    "llmdplanner_gemma3_12b_h100": "weights: the checkpoint's SigLIP vision tower and projector (logged 23.31 GiB, "
+                                   "analysis.params counts the text model's 21.92 GiB)",
+    "llmdplanner_gemma3_27b_h100": "weights: the vision tower again (logged 51.45 GiB against 50.31 GiB)",
+    "llmdplanner_llama31_8b_pp2_h100": "pipeline parallelism: the plan has no pipeline_parallel_size, so each "
+                                       "rank is charged all the layers' weights",
+    "llmdplanner_llama31_8b_pp4_h100": "pipeline parallelism, as pp2",
+}
+
 
 def _logged_budget_gib(rec, a, mnbt, mml, tp):
     L, s = rec.logged, rec.settings
@@ -278,8 +288,11 @@ def _logged_budget_gib(rec, a, mnbt, mml, tp):
     return None
 
 
-def corpus_predictions():
-    """(stem, record, prediction) for every corpus record with a catalog model."""
+def corpus_predictions(spec_sheet: bool = False):
+    """(stem, record, prediction, logged KV GiB or None) for every corpus record with a catalog model.
+
+    By default the prediction takes the weights and the total the log states (the accounting alone);
+    ``spec_sheet`` predicts from the catalog alone: analysis.params' weights, the catalog's CUDA total."""
     out = []
     for stem, rec in load_corpus().items():
         s, L = rec.settings, rec.logged
@@ -290,31 +303,33 @@ def corpus_predictions():
             a = a.model_copy(update={"torch_dtype": s.dtype})
         rules = rules_for(s.vllm_version or VERSION_OF.get(stem))
         g = gpu(s.gpu)
-        total = round(L.total_gpu_memory_gib * GiB) if L.total_gpu_memory_gib else g.cuda_total_bytes
+        total = round(L.total_gpu_memory_gib * GiB) if L.total_gpu_memory_gib and not spec_sheet else g.cuda_total_bytes
         mml = s.max_model_len or a.max_position_embeddings
         mnbt, seqs = default_batching(rules, total, g.display, s.entry, max_model_len=mml)
         mnbt, seqs = s.max_num_batched_tokens or mnbt, s.max_num_seqs or seqs
         p = predict(a, total_bytes=total, gpu_memory_utilization=s.gpu_memory_utilization,
                     max_num_batched_tokens=mnbt, max_num_seqs=seqs, tp=s.tensor_parallel_size,
                     enforce_eager=s.enforce_eager, rules=rules,
-                    weights=round(L.weights_gib * GiB) if L.weights_gib else None)
+                    weights=round(L.weights_gib * GiB) if L.weights_gib and not spec_sheet else None)
         out.append((stem, rec, p, _logged_budget_gib(rec, a, mnbt, mml, s.tensor_parallel_size)))
     return out
 
 
-def corpus_budget_errors():
-    """(stem, predicted GiB, logged GiB) for every corpus record with a KV budget and a catalog model."""
-    return [(stem, p.kv_budget_bytes / GiB, logged) for stem, _, p, logged in corpus_predictions()
-            if logged is not None]
+def corpus_budget_errors(spec_sheet: bool = False):
+    """(stem, predicted GiB, logged GiB) for every corpus record with a KV budget and a catalog model
+    (``spec_sheet``: only unquantized checkpoints, whose weights analysis.params models)."""
+    return [(stem, p.kv_budget_bytes / GiB, logged) for stem, rec, p, logged in corpus_predictions(spec_sheet)
+            if logged is not None and not (spec_sheet and rec.settings.quantization)]
 
 
-def test_corpus_kv_budgets_within_2_percent_or_explained():
-    rows = corpus_budget_errors()
+@pytest.mark.parametrize("spec_sheet", [False, True], ids=["logged-weights-and-total", "spec-sheet"])
+def test_corpus_kv_budgets_within_2_percent_or_explained(spec_sheet):
+    rows = corpus_budget_errors(spec_sheet)
     if not rows:
         pytest.skip("no corpus record with a logged KV budget and a catalog model")
     for stem, predicted, logged in rows:
         close = abs(predicted - logged) <= max(0.02 * abs(logged), 0.1)
-        assert close or stem in EXPLAINED, (
+        assert close or stem in EXPLAINED or (spec_sheet and stem in SPEC_SHEET_EXPLAINED), (
             f"{stem}: predicted {predicted:.2f} GiB against a logged {logged:.2f} GiB, not explained")
 
 
@@ -322,7 +337,9 @@ if __name__ == "__main__":  # print the per-record table: predicted / logged GiB
     def cell(pred, logged):
         err = "" if logged is None else f"({(pred / GiB - logged) / abs(logged):+6.1%})"
         return "" if logged is None else f"{pred / GiB:6.2f}/{logged:6.2f} {err}"
-    print(f"{'record':42s} {'rules':22s} {'activation':24s} {'non-torch':24s} KV budget")
+    print(f"{'record':42s} {'rules':22s} {'activation':24s} {'non-torch':24s} {'KV budget':24s} spec-sheet KV")
+    spec = {stem: p for stem, _, p, _ in corpus_predictions(spec_sheet=True)}
     for stem, rec, p, logged in corpus_predictions():
         print(f"{stem:42s} {p.rules[:22]:22s} {cell(p.activation_bytes, rec.logged.activation_peak_gib):24s} "
-              f"{cell(p.non_torch_bytes, rec.logged.non_torch_gib):24s} {cell(p.kv_budget_bytes, logged)}")
+              f"{cell(p.non_torch_bytes, rec.logged.non_torch_gib):24s} {cell(p.kv_budget_bytes, logged):24s} "
+              f"{cell(spec[stem].kv_budget_bytes, logged) if not rec.settings.quantization else 'quantized'}")
