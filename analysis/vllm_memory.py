@@ -25,7 +25,21 @@ vLLM sizes the KV pool once, at start-up (vllm/v1/worker/gpu_worker.py
   ``1 − gpu_memory_utilization`` headroom and never out of the KV budget.
 
 Each version range is one :class:`AccountingRules` object in :data:`RULE_SETS`; :func:`rules_for` picks
-one by version, defaulting to the vLLM kvprof pins (``TESTED_VLLM_VERSIONS``).
+one by version, defaulting to the vLLM kvprof pins (``TESTED_VLLM_VERSIONS``):
+
+=============  ===================================================  ===========  ==================
+versions       sampler warm-up (bytes a logit beyond the logits)    non-torch    CUDA graphs
+=============  ===================================================  ===========  ==================
+< 0.8 (V0)     36: float32 copy + sort of top-k/top-p               0.15 / 0.5   not deducted
+0.8–0.17       36: the same, V1 runner                              0.15 / 0.5   not deducted
+0.18–0.20      12: Triton top-k/top-p in place; MoE workspaces held 0.25 / 2.1   not deducted
+0.21–0.24      as 0.18; Model Runner V2 (0) for Qwen3/Llama/Mistral 0.25 / 2.1   estimate deducted
+0.25–0.31      as 0.21; Model Runner V2 for every dense model       0.25 / 2.1   estimate deducted
+0.32 (pinned)  Model Runner V2 for every model: 0                   0.25 / 2.1   estimate deducted
+=============  ===================================================  ===========  ==================
+
+(non-torch: GiB on one GPU / with tensor parallelism.) Checked in tests/test_vllm_memory.py against
+published logs, per record of the GPU corpus (tests/fixtures/gpu_corpus/).
 """
 
 from __future__ import annotations
