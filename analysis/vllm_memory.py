@@ -142,12 +142,15 @@ _NON_TORCH_TP = round(0.5 * GiB)
 _NON_TORCH_TP1_019 = round(0.25 * GiB)
 _NON_TORCH_TP_019 = round(2.1 * GiB)
 
-# The CUDA-graph estimate vLLM deducts from 0.21 on (profile_cudagraph_memory captures two graphs per
-# mode and extrapolates). Logged estimates for dense models on one GPU: 0.44 GiB (vllm PR #48214,
-# tests/fixtures/vllm_logs/docker_timestamps_cuda_graph_estimate.log), 0.36 GiB (gpustack/runner
-# PR #251, TP2), 0.65 GiB (vllm PR #21489, gemma-3-4b on B200). It grows with the number of capture
-# sizes and, for hybrid models, with max_num_batched_tokens (vllm issue #50780); not modelled.
-_CUDA_GRAPH_ESTIMATE = round(0.45 * GiB)
+# The CUDA-graph estimate vLLM deducts from 0.21 on (GPUModelRunner.profile_cudagraph_memory captures two
+# graphs per mode and extrapolates; 0.19 already prints it without deducting it). Its size depends on
+# the capture sizes, the model and the parallelism; not modelled from shapes. The median of the 37
+# estimates in llm-d-planner's vLLM 0.19.0 H100 sweep (GPU corpus llmdplanner_*, serve defaults):
+# 0.84 GiB, range 0.49–1.92 GiB (TP1 dense 0.61–1.05, MoE 1.24–1.39, 70B-class at TP2 1.6–1.9).
+# Elsewhere: 0.44 GiB (vllm PR #48214, docker_timestamps_cuda_graph_estimate.log), 0.36 GiB at TP2 with
+# 16 capture sizes (gpustack/runner PR #251); vllm issue #50780: it grows with max_num_batched_tokens
+# for hybrid models.
+_CUDA_GRAPH_ESTIMATE = round(0.84 * GiB)
 
 RULE_SETS: tuple[AccountingRules, ...] = (
     AccountingRules(
