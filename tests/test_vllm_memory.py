@@ -169,6 +169,16 @@ def test_v1_019_moe_workspaces_are_held_through_the_sampler():
     assert p.activation_bytes / GiB == pytest.approx(2.68, rel=0.02)
 
 
+def test_v1_014_sort_sampler_llama31_8b_on_h100():
+    """llm-d-benchmark config_explorer/empirical-vllm-memory-results.md (vllm/vllm-openai of January 2026, 0.14
+    era; GPU corpus llmdbench_llama31_8b_h100): `vllm serve` Llama-3.1-8B on an H100, "Peak activation memory:
+    4.76 GiB", KV 51.38 GiB of 71.26 requested with 14.99 GiB of weights and 0.13 GiB non-torch. Sort-based
+    sampler: 1,024 × 128,256 × 38 B + (8,192 + 1,024) × 4,096 × 2 B."""
+    p = _activation("llama-3.1-8b", "0.14.0", 8192, 1024)
+    assert p.activation_bytes == 1024 * 128_256 * 38 + (8192 + 1024) * 4096 * 2
+    assert p.activation_bytes / GiB == pytest.approx(4.76, rel=0.02)
+
+
 def test_issue_range_of_v1_peaks_on_h100():
     """Issue #14: vLLM's logged activation peak on H100 is 4.8–7.4 GiB at the default batch budget (serve:
     8,192 tokens, 1,024 sequences), growing with the vocabulary. Llama-3 (128,256) and gpt-oss (201,088)."""
