@@ -31,7 +31,8 @@ one by version, defaulting to the vLLM kvprof pins (``TESTED_VLLM_VERSIONS``):
 versions       sampler warm-up (bytes a logit beyond the logits)    non-torch    CUDA graphs
 =============  ===================================================  ===========  ==================
 < 0.8 (V0)     36: float32 copy + sort of top-k/top-p               0.15 / 0.5   not deducted
-0.8–0.17       36: the same, V1 runner                              0.15 / 0.5   not deducted
+0.8–0.11.0     36: the same, V1 runner (8 with FlashInfer installed) 0.15 / 0.5   not deducted
+0.11.1–0.17    36: the same (FlashInfer's sampler off by default)   0.15 / 0.5   not deducted
 0.18–0.20      12: Triton top-k/top-p in place; MoE workspaces held 0.25 / 2.1   not deducted
 0.21–0.24      as 0.18; Model Runner V2 (0) for Qwen3/Llama/Mistral 0.25 / 2.1   estimate deducted
 0.25–0.31      as 0.21; Model Runner V2 for every dense model       0.25 / 2.1   estimate deducted
@@ -74,6 +75,12 @@ ENTRY_ALIASES = {"llm": "offline"}  # kvprof's old name for the offline LLM clas
 # the scatter back, the probabilities and the exponential noise — free the sort's buffers first
 # and stay under it).
 SORTING_SAMPLER_EXTRA_BYTES = 36
+# FlashInfer top-k/top-p (topk_topp_sampler.py forward_cuda → flashinfer top_k_top_p_sampling_from_logits):
+#   4 float32 logits + 4 the probabilities FlashInfer's softmax writes; no sort.
+# The V1 sampler takes it by default whenever FlashInfer is installed (vllm PR #11394, "in V1, None means
+# True") — the vllm/vllm-openai images ship it — from 0.9 (API of FlashInfer 0.2.3 adopted, vllm PR #15777)
+# until vllm PR #26859 "Disable FlashInfer sampler by default" (October 2025, 0.11.1).
+FLASHINFER_SAMPLER_EXTRA_BYTES = 8
 # Triton top-k/top-p (vllm PR #33538, v1/sample/ops/topk_topp_triton.py, in the v0.18.0 API docs):
 # masks the float32 logits in place, so the peak is random_sample's:
 #   4 float32 logits + 4 softmax probabilities + 4 exponential noise q   (topk_topp_sampler.py forward_native)
@@ -96,6 +103,8 @@ class AccountingRules(BaseModel):
     v2_runner: Literal["none", "qwen3", "qwen3_llama_mistral", "dense", "all"] = "none"
     sampler_extra_bytes_v1: int = Field(description="bytes per logit beyond the logits under the V0/V1 runner")
     triton_top_k_top_p: bool = False  # the V1 runner's sampler uses the Triton kernel (its buffer is counted)
+    # Bytes a logit where FlashInfer is installed and this version's V1 sampler then uses it (None: it does not).
+    sampler_extra_bytes_flashinfer: int | None = None
     moe_workspace_held: bool = False  # fused-MoE workspaces stay allocated through the sampler warm-up
     sampler_extra_bytes_v2: int = 0
     non_torch_bytes_tp1: int
@@ -123,8 +132,12 @@ class AccountingRules(BaseModel):
         families = ("qwen3",) if self.v2_runner == "qwen3" else ("qwen3", "llama", "mistral")
         return a.model_type in families
 
-    def sampler_extra_bytes(self, a: Architecture) -> int:
-        return self.sampler_extra_bytes_v2 if self.uses_v2_runner(a) else self.sampler_extra_bytes_v1
+    def sampler_extra_bytes(self, a: Architecture, flashinfer: bool = False) -> int:
+        if self.uses_v2_runner(a):
+            return self.sampler_extra_bytes_v2
+        if flashinfer and self.sampler_extra_bytes_flashinfer is not None:
+            return self.sampler_extra_bytes_flashinfer
+        return self.sampler_extra_bytes_v1
 
 
 # Non-torch memory. vLLM's baseline snapshot is taken after the CUDA context exists
@@ -165,15 +178,23 @@ RULE_SETS: tuple[AccountingRules, ...] = (
               "top_k = vocab − 1 and top_p = 0.99 (vllm/worker/model_runner.py profile_run)",
     ),
     AccountingRules(
-        name="vLLM 0.8-0.17 (V1 engine)", since="0.8.0", until="0.18.0", engine="v1",
+        name="vLLM 0.8-0.11.0 (V1 engine)", since="0.8.0", until="0.11.1", engine="v1",
         # vllm/v1/worker/gpu_worker.py determine_available_memory: requested − non_kv_cache_memory;
-        # CUDA graphs captured in compile_or_warm_up_model after the KV cache, not deducted (the
-        # estimate of vllm PR #30515 exists from about 0.14 but is off by default until 0.21).
+        # CUDA graphs captured in compile_or_warm_up_model after the KV cache, not deducted.
+        # gpu_model_runner.py _dummy_sampler_run warms the sampler with top_k = vocab − 1, top_p = 0.9:
+        # the sort-based top-k/top-p, or FlashInfer's kernel where FlashInfer is installed (0.9-0.11.0).
+        sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES,
+        sampler_extra_bytes_flashinfer=FLASHINFER_SAMPLER_EXTRA_BYTES,
+        non_torch_bytes_tp1=_NON_TORCH_TP1, non_torch_bytes_tp=_NON_TORCH_TP,
+        cuda_graphs_deducted=False, batching="v1",
+    ),
+    AccountingRules(
+        name="vLLM 0.11.1-0.17 (V1 engine)", since="0.11.1", until="0.18.0", engine="v1",
+        # As 0.8-0.11.0 with FlashInfer's sampler off by default (vllm PR #26859): the sort-based path.
+        # The CUDA-graph estimate of vllm PR #30515 exists from about 0.14 but is off by default.
         sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES,
         non_torch_bytes_tp1=_NON_TORCH_TP1, non_torch_bytes_tp=_NON_TORCH_TP,
         cuda_graphs_deducted=False, batching="v1",
-        notes="gpu_model_runner.py _dummy_sampler_run warms the sampler with top_k = vocab − 1, top_p = 0.9; "
-              "the sort-based top-k/top-p",
     ),
     AccountingRules(
         name="vLLM 0.18-0.20 (V1 engine)", since="0.18.0", until="0.21.0", engine="v1",
@@ -346,18 +367,18 @@ def forward_peak_bytes(a: Architecture, tokens: int, tp: int = 1) -> int:
     return max(dense, moe)
 
 
-def sampler_peak_bytes(a: Architecture, rules: AccountingRules, rows: int) -> int:
+def sampler_peak_bytes(a: Architecture, rules: AccountingRules, rows: int, flashinfer: bool = False) -> int:
     """Bytes the sampler warm-up holds at its peak: the logits [rows, vocab] in the model dtype
     (all-gathered to the full vocabulary on every rank in V1: LogitsProcessor._gather_logits) plus
     what the runner's sampler adds per logit (float32 copy and the top-k/top-p sort under V0/V1)."""
-    peak = rows * a.vocab_size * (a.weight_dtype_bytes + rules.sampler_extra_bytes(a))
+    peak = rows * a.vocab_size * (a.weight_dtype_bytes + rules.sampler_extra_bytes(a, flashinfer))
     if rules.triton_top_k_top_p and not rules.uses_v2_runner(a):
         peak += min(rows, TRITON_BUFFER_PROGRAMS) * a.vocab_size * 4
     return peak
 
 
 def activation_bytes(a: Architecture, rules: AccountingRules, *, max_num_batched_tokens: int,
-                     max_num_seqs: int, tp: int = 1) -> tuple[int, int, int]:
+                     max_num_seqs: int, tp: int = 1, flashinfer: bool = False) -> tuple[int, int, int]:
     """(activation peak, forward peak, sampler peak) of the profile run.
 
     The sampler runs after the forward pass while its output hidden states [T, hidden], the
@@ -367,7 +388,7 @@ def activation_bytes(a: Architecture, rules: AccountingRules, *, max_num_batched
     """
     rows = min(max_num_seqs, max_num_batched_tokens)
     forward = forward_peak_bytes(a, max_num_batched_tokens, tp)
-    sampler = sampler_peak_bytes(a, rules, rows)
+    sampler = sampler_peak_bytes(a, rules, rows, flashinfer)
     held = (max_num_batched_tokens + rows) * a.hidden_size * a.weight_dtype_bytes
     if rules.moe_workspace_held:
         held += moe_workspace_bytes(a, max_num_batched_tokens, tp)
@@ -376,10 +397,12 @@ def activation_bytes(a: Architecture, rules: AccountingRules, *, max_num_batched
 
 def predict(a: Architecture, *, total_bytes: int, gpu_memory_utilization: float = 0.9,
             max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1, enforce_eager: bool = False,
-            rules: AccountingRules | None = None, weights: int | None = None) -> MemoryPrediction:
+            rules: AccountingRules | None = None, weights: int | None = None,
+            flashinfer: bool = False) -> MemoryPrediction:
     """vLLM's KV budget on one GPU from the model's shapes and cudaMemGetInfo's total.
 
-    ``weights`` defaults to :func:`analysis.params.weight_bytes` (pass the quantized figure where known).
+    ``weights`` defaults to :func:`analysis.params.weight_bytes` (pass the quantized figure where known);
+    ``flashinfer``: FlashInfer is installed (matters only where that version's sampler then uses it).
     """
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
@@ -389,7 +412,7 @@ def predict(a: Architecture, *, total_bytes: int, gpu_memory_utilization: float 
     # without rounding (a byte at most).
     requested = math.ceil(total_bytes * gpu_memory_utilization)
     act, fwd, smp = activation_bytes(a, rules, max_num_batched_tokens=max_num_batched_tokens,
-                                     max_num_seqs=max_num_seqs, tp=tp)
+                                     max_num_seqs=max_num_seqs, tp=tp, flashinfer=flashinfer)
     non_torch = rules.non_torch_bytes_tp1 if tp == 1 else rules.non_torch_bytes_tp
     graphs = rules.cuda_graph_estimate_bytes if rules.cuda_graphs_deducted and not enforce_eager else 0
     return MemoryPrediction(
