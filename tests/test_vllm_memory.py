@@ -361,6 +361,18 @@ def test_corpus_kv_budgets_within_2_percent_or_explained(spec_sheet):
             f"{stem}: predicted {predicted:.2f} GiB against a logged {logged:.2f} GiB, not explained")
 
 
+def test_catalog_totals():
+    from analysis.catalog import GPU, gpus
+
+    # Every catalogued CUDA total sits under NVML's, by the driver's reservation (0.3–0.9 GiB here).
+    for g in gpus().values():
+        assert g.cuda_total_mib is not None and 300 <= g.memory_mib - g.cuda_total_mib <= 900, g.name
+    # vLLM "total_gpu_memory (79.19GiB)" on an H100 80GB HBM3 (llama2_7b_k8s_boxed.log)
+    assert round(gpu("h100-sxm").cuda_total_bytes / GiB, 2) == 79.19
+    with pytest.raises(ValueError, match="cuda_total_mib 2000 exceeds memory_mib 1000"):
+        GPU(name="x", memory_mib=1000, cuda_total_mib=2000, bandwidth_tbs=1, bf16_tflops=1)
+
+
 if __name__ == "__main__":  # print the per-record table: predicted / logged GiB (error)
     def cell(pred, logged):
         err = "" if logged is None else f"({(pred / GiB - logged) / abs(logged):+6.1%})"
