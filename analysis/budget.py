@@ -1,18 +1,12 @@
 """The KV budget on a GPU, and vLLM's scheduler defaults that shape capacity.
 
-    kv_budget = memory × gpu_memory_utilization − weights − reserve
-    reserve   = peak activation + non-torch memory + CUDA-graph memory
+    kv_budget = ceil(total × gpu_memory_utilization) − weights − reserve
+    reserve   = activation peak + non-torch memory + CUDA-graph memory (where vLLM deducts it)
 
-vLLM measures the reserve at start-up (profile run) and logs each part; the
-defaults here are documented first guesses, replaced by measured values once a
-sweep has calibrated them (``kvprof plan --calibration``), and overridable:
-
-* activation: the profile run pushes ``max_num_batched_tokens`` tokens through one
-  layer at a time (residual + q/k/v + gate/up/act outputs, model dtype) and samples
-  logits for ``max_num_seqs`` sequences (fp32 logits and probabilities);
-* non-torch: CUDA context and allocator slack, 0.25 GiB, plus 0.5 GiB of NCCL
-  buffers with tensor parallelism;
-* CUDA graphs: 0.5 GiB unless ``enforce_eager``.
+vLLM measures the reserve at start-up (profile run) and logs each part. The prediction
+follows vLLM's own accounting, per vLLM version (``analysis/vllm_memory.py``:
+the rule sets, each with the vLLM source it comes from); a sweep's calibration
+(``kvprof plan --calibration``) or ``--reserve-bytes`` replaces it.
 """
 
 from __future__ import annotations
@@ -22,6 +16,8 @@ import math
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.architecture import Architecture
+from analysis.vllm_memory import ENTRIES, default_batching, rules_for
+from analysis.vllm_memory import activation_bytes as _activation_bytes
 
 GiB = 2**30
 
@@ -42,19 +38,19 @@ class Reserve(BaseModel):
 
 
 def default_reserve(a: Architecture, *, max_num_batched_tokens: int, max_num_seqs: int,
-                    tp: int = 1, enforce_eager: bool = False) -> Reserve:
-    """A heuristic of vLLM's non-KV reserve: activations of one max_num_batched_tokens step plus
-    the sampler's fp32 logits, non-torch memory, CUDA graphs (none with enforce_eager)."""
-    s = a.weight_dtype_bytes
-    q_kv = (a.num_heads + 2 * a.num_kv_heads) * a.head_dim // tp
-    inter = (a.moe.expert_intermediate_size * a.moe.experts_per_token if a.moe
-             else a.intermediate_size) // tp
-    per_token = s * (2 * a.hidden_size + q_kv + 3 * inter)
-    logits = max_num_seqs * (a.vocab_size // tp) * 4 * 2
+                    tp: int = 1, enforce_eager: bool = False, vllm_version: str | None = None) -> Reserve:
+    """vLLM's non-KV reserve as the accounting rules of ``vllm_version`` (default: the pinned vLLM)
+    predict it: the profile run's activation peak, non-torch memory by tensor-parallel size, and
+    the CUDA-graph estimate where that version deducts it (none with enforce_eager)."""
+    rules = rules_for(vllm_version)
+    act, _, _ = _activation_bytes(a, rules, max_num_batched_tokens=max_num_batched_tokens,
+                                  max_num_seqs=max_num_seqs, tp=tp)
+    graphs = rules.cuda_graph_estimate_bytes if rules.cuda_graphs_deducted and not enforce_eager else 0
     return Reserve(
-        activation_bytes=max_num_batched_tokens * per_token + logits,
-        non_torch_bytes=GiB // 4 + (GiB // 2 if tp > 1 else 0),
-        cuda_graph_bytes=0 if enforce_eager else GiB // 2,
+        activation_bytes=act,
+        non_torch_bytes=rules.non_torch_bytes_tp1 if tp == 1 else rules.non_torch_bytes_tp,
+        cuda_graph_bytes=graphs,
+        source=f"{rules.name} accounting",
     )
 
 
@@ -71,25 +67,18 @@ def kv_budget(memory_bytes: int, gpu_memory_utilization: float, weights_bytes: i
     return math.ceil(memory_bytes * gpu_memory_utilization) - weights_bytes - reserve.total
 
 
-ENTRY_POINTS = ("llm", "serve")
+ENTRY_POINTS = ENTRIES  # "serve" (vllm serve / the OpenAI server) and "offline" (the LLM class)
 
 
-def vllm_default_batching(memory_bytes: int | None, device_name: str = "", entry_point: str = "llm",
-                          world_size: int = 1) -> tuple[int, int]:
+def vllm_default_batching(memory_bytes: int | None, device_name: str = "", entry: str = "serve",
+                          world_size: int = 1, vllm_version: str | None = None,
+                          max_model_len: int | None = None) -> tuple[int, int]:
     """vLLM's defaults (max_num_batched_tokens, max_num_seqs) per device class and entry point.
 
-    From ``EngineArgs.get_batch_defaults`` in vLLM 0.32: ``entry_point`` "llm" is the offline
-    ``LLM`` class kvprof drives, "serve" the OpenAI server (``vllm serve``); ``memory_bytes``
-    is the device's total memory (None: the CPU backend, whose defaults scale with the
-    world size); a device vLLM cannot query counts as 0 bytes.
+    ``entry`` "serve" is the OpenAI server (``vllm serve``), "offline" the ``LLM`` class kvprof
+    drives ("llm" is accepted for it); ``memory_bytes`` is the device's total memory (None: the
+    CPU backend, whose defaults scale with the world size); a device vLLM cannot query counts as
+    0 bytes. The rules per vLLM version are ``analysis.vllm_memory.default_batching``'s.
     """
-    if entry_point not in ENTRY_POINTS:
-        raise ValueError(f"entry_point {entry_point!r}: use one of {', '.join(ENTRY_POINTS)}")
-    serve = entry_point == "serve"
-    if memory_bytes is None:
-        return (2048 if serve else 4096) * world_size, (128 if serve else 256) * world_size
-    if memory_bytes >= 160 * GiB:
-        return 16384, 1024
-    if memory_bytes >= 70 * GiB and "a100" not in device_name.lower():
-        return (8192 if serve else 16384), 1024
-    return (2048 if serve else 8192), 256
+    return default_batching(rules_for(vllm_version), memory_bytes, device_name, entry,
+                            world_size=world_size, max_model_len=max_model_len)

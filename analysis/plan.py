@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from analysis.allocator import kv_ceiling, paged_capacity
 from analysis.architecture import Architecture
@@ -35,6 +35,7 @@ from analysis.kv import (
 )
 from analysis.params import count_params, weight_bytes
 from analysis.roofline import crossover_context, decode_step, prefill, ridge_point
+from analysis.vllm_memory import ENTRY_ALIASES, rules_for
 
 
 class PlanError(ValueError):
@@ -55,13 +56,27 @@ class PlanInputs(BaseModel):
     max_num_batched_tokens: int | None = Field(None, gt=0)
     max_num_seqs: int | None = Field(None, gt=0)
     async_scheduling: bool | None = None
-    entry_point: Literal["llm", "serve"] = "llm"  # whose scheduler defaults: the offline LLM class, or vllm serve
+    # Whose scheduler defaults: vllm serve (the OpenAI server) or the offline LLM class ("llm" is read as offline).
+    entry: Literal["serve", "offline"] = "serve"
+    vllm_version: str | None = None  # whose memory accounting and defaults (None: the vLLM kvprof pins)
     enforce_eager: bool = False
     reserve_bytes: int | None = Field(None, ge=0)
     batch: int | None = Field(None, gt=0)
     context: int | None = Field(None, gt=0)
     prompt_len: int | None = Field(None, gt=0)
     quantization: str | None = None  # vLLM's --quantization: overrides the checkpoint's quantization_config
+
+    @field_validator("entry", mode="before")
+    @classmethod
+    def _entry_alias(cls, v: Any) -> Any:
+        return ENTRY_ALIASES.get(v, v) if isinstance(v, str) else v
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _known_version(cls, v: str | None) -> str | None:
+        if v is not None:
+            rules_for(v)  # refuses a string that is not a version number, by name
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> PlanInputs:
@@ -156,9 +171,12 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         raise PlanError(f"max_model_len {mml} exceeds the model's max_position_embeddings "
                         f"{a.max_position_embeddings}")
     on_gpu = gpu is not None and not gpu.cpu
+    rules = rules_for(inputs.vllm_version)
+    # vLLM reads the device total as torch sees it (cudaMemGetInfo's), for its defaults and its budget.
+    total = (gpu.cuda_total_bytes if on_gpu else gpu.memory_bytes) if gpu is not None else None
     default_mnbt, default_seqs = vllm_default_batching(
-        gpu.memory_bytes if on_gpu else None, gpu.name if on_gpu else "", inputs.entry_point,
-        world_size=inputs.tensor_parallel_size)
+        total if on_gpu else None, gpu.name if on_gpu else "", inputs.entry,
+        world_size=inputs.tensor_parallel_size, vllm_version=inputs.vllm_version, max_model_len=mml)
     mnbt = inputs.max_num_batched_tokens or default_mnbt
     max_num_seqs = inputs.max_num_seqs or default_seqs
     async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else on_gpu
@@ -182,14 +200,15 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
                               else f"calibration: {calibration.source}" if calibration.source else "calibration")
         else:
             reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
-                                      tp=tp, enforce_eager=inputs.enforce_eager)
-        budget = kv_budget(gpu.memory_bytes, inputs.gpu_memory_utilization, weights, reserve)
-        budget_source = "gpu memory × utilization − weights − reserve"
+                                      tp=tp, enforce_eager=inputs.enforce_eager, vllm_version=inputs.vllm_version)
+        assert total is not None
+        budget = kv_budget(total, inputs.gpu_memory_utilization, weights, reserve)
+        budget_source = "ceil(cudaMemGetInfo total × utilization) − weights − reserve"
         if budget <= 0:
             raise PlanError(
                 f"{a.name} does not fit on {gpu.name} at tp={tp}: weights {weights / 2**30:.1f} GiB + "
                 f"reserve {reserve.total / 2**30:.1f} GiB exceed "
-                f"{inputs.gpu_memory_utilization:.2f} × {gpu.memory_bytes / 2**30:.1f} GiB"
+                f"{inputs.gpu_memory_utilization:.2f} × {total / 2**30:.2f} GiB"
             )
 
     # Block layout does not depend on the budget; counts of blocks and sequences do (None without one).
@@ -219,6 +238,9 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         "kv_bytes_per_sequence": kv_bytes_per_sequence(a, context, inputs.kv_cache_dtype, tp),
         "kv_budget_bytes": budget,
         "kv_budget_source": budget_source,
+        "accounting_rules": rules.name,
+        "entry": inputs.entry,
+        "device_total_bytes": total if gpu is not None else None,
         "reserve": reserve.model_dump() if reserve else None,
         "bytes_per_block": paged.bytes_per_block,
         "num_blocks": paged.num_blocks if known else None,

@@ -271,7 +271,7 @@ def engine_cost(a: Architecture, gpu: GPU, engine: EngineSettings, points: list[
         kv_cache_dtype=kv, block_size=engine.block_size, max_model_len=engine.max_model_len,
         tensor_parallel_size=tp, gpu_memory_utilization=engine.gpu_memory_utilization or 0.9,
         kv_cache_memory_bytes=engine.kv_cache_memory_bytes, max_num_batched_tokens=engine.max_num_batched_tokens,
-        max_num_seqs=engine.max_num_seqs, async_scheduling=engine.async_scheduling, entry_point="llm",
+        max_num_seqs=engine.max_num_seqs, async_scheduling=engine.async_scheduling, entry="offline",
         enforce_eager=bool(engine.engine_args.get("enforce_eager")))
     try:
         plan = make_plan(a, inputs, gpu)

@@ -142,9 +142,14 @@ def capacity_table(res: Results) -> pd.DataFrame:
         row["max_concurrency_from_vllm_blocks"] = real.max_concurrency
         g = device_gpu(e.gpu_name or e.device)
         if fixed is None and g is not None and pd.notna(e.gpu_memory_utilization):
-            reserve = default_reserve(a, max_num_batched_tokens=int(e.max_num_batched_tokens),
-                                      max_num_seqs=int(e.max_num_seqs), tp=tp)
-            total = int(e.device_memory_bytes) if pd.notna(e.device_memory_bytes) else g.memory_bytes
+            version = e.vllm_version if isinstance(e.vllm_version, str) and e.vllm_version else None
+            try:
+                reserve = default_reserve(a, max_num_batched_tokens=int(e.max_num_batched_tokens),
+                                          max_num_seqs=int(e.max_num_seqs), tp=tp, vllm_version=version)
+            except ValueError:  # a version string that is not a version number: the pinned vLLM's rules
+                reserve = default_reserve(a, max_num_batched_tokens=int(e.max_num_batched_tokens),
+                                          max_num_seqs=int(e.max_num_seqs), tp=tp)
+            total = int(e.device_memory_bytes) if pd.notna(e.device_memory_bytes) else g.cuda_total_bytes
             row.update(predicted_kv_budget_bytes=kv_budget(total, float(e.gpu_memory_utilization),
                                                            weight_bytes(a, tp), reserve),
                        predicted_reserve_bytes=reserve.total, weights_bytes_predicted=weight_bytes(a, tp))

@@ -181,9 +181,9 @@ def calibration_from_log(record: dict[str, Any], gpu: Any = None, source: str = 
     """A ``kvprof plan`` Calibration whose reserve is what vLLM kept outside weights and KV.
 
     The log's reserve is ``requested − weights − KV`` on the device vLLM saw. kvprof plans
-    from the catalog's memory (NVML's total), which exceeds what CUDA reports to vLLM by the
-    driver's own reservation; with a GPU given, that difference × utilization is added, so
-    ``memory × utilization − weights − reserve`` lands on the logged KV budget.
+    from the catalog's cudaMemGetInfo total (``cuda_total_mib``), which can differ from the total
+    this log's driver reported by a few tens of MiB; with a GPU given, that difference ×
+    utilization is added, so ``total × utilization − weights − reserve`` lands on the logged KV budget.
     """
     from analysis.plan import Calibration
 
@@ -194,8 +194,8 @@ def calibration_from_log(record: dict[str, Any], gpu: Any = None, source: str = 
     note = record.get("reserve_source") or "as logged"
     total, util = record.get("total_gpu_memory_bytes"), record.get("gpu_memory_utilization")
     if gpu is not None and not getattr(gpu, "cpu", False) and total and util:
-        extra = int((gpu.memory_bytes - total) * util)
+        extra = int((gpu.cuda_total_bytes - total) * util)
         reserve += extra
-        note += f"; + {extra / GiB:.2f} GiB: ({gpu.name} catalog memory − logged total) × {util}"
+        note += f"; {extra / GiB:+.2f} GiB: ({gpu.name} catalog CUDA total − logged total) × {util}"
     return Calibration(reserve_bytes=max(int(reserve), 0), source=f"vLLM start-up log {source} ({note})",
                        log_available_kv_cache_bytes=record.get("available_kv_cache_bytes"))

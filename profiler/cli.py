@@ -126,6 +126,9 @@ def _plan_table(p: dict[str, Any]) -> Table:
         row("decode throughput, calibrated", f"{p['calibrated_tokens_per_s']:,.0f} tok/s")
     if "prefill_s" in p:
         row(f"prefill ({p['prefill_bound']}-bound)", fmt_seconds(p["prefill_s"]))
+    if p.get("accounting_rules"):
+        t.caption = (f"accounting rules: {p['accounting_rules']}; {p['entry']} defaults: "
+                     f"max_num_batched_tokens {p['max_num_batched_tokens']:,}, max_num_seqs {p['max_num_seqs']:,}")
     return t
 
 
@@ -154,15 +157,22 @@ def plan_cmd(
     async_scheduling: Annotated[bool | None, typer.Option(
         "--async-scheduling/--no-async-scheduling", help="Default: on for GPUs, off for CPU.")] = None,
     enforce_eager: Annotated[bool, typer.Option(help="No CUDA graphs (no graph memory reserved).")] = False,
-    entry_point: Annotated[str, typer.Option(
-        "--entry-point", help="Whose scheduler defaults: llm (offline LLM class, as kvprof sweeps) or serve "
-                              "(vllm serve).")] = "llm",
+    entry: Annotated[str, typer.Option(
+        "--entry", help="Whose scheduler defaults: serve (vllm serve, the OpenAI server) or offline (the LLM "
+                        "class, as kvprof sweeps).")] = "serve",
+    vllm_version: Annotated[str | None, typer.Option(
+        "--vllm-version", help="Whose memory accounting and defaults (default: the vLLM kvprof is tested "
+                               "with).")] = None,
     calibration: Annotated[Path | None, typer.Option(
         help="calibration.json from a measured sweep (of any model); without --gpu/--probe the plan is for the "
              "device it was measured on.")] = None,
     dtype: Annotated[str, typer.Option(
         help="Weight dtype vLLM runs (its --dtype): auto (the config's torch_dtype), bfloat16, float16, "
              "float32.")] = "auto",
+    quantization: Annotated[str | None, typer.Option(
+        help="vLLM's --quantization for a checkpoint whose config.json has no quantization_config "
+             "(fp8_per_tensor, fp8_per_channel, fp8_per_block, bitsandbytes; none drops the checkpoint's); "
+             "default: the checkpoint's own quantization_config.")] = None,
     probe: Annotated[Path | None, typer.Option(
         help="probe.json from `kvprof probe`: use this machine's measured ceilings instead of --gpu.")] = None,
     save: Annotated[Path | None, typer.Option(
@@ -199,7 +209,8 @@ def plan_cmd(
                               kv_cache_memory_bytes=kv_cache_memory_bytes, reserve_bytes=reserve_bytes,
                               max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                               async_scheduling=async_scheduling, enforce_eager=enforce_eager,
-                              entry_point=entry_point, batch=batch, prompt_len=prompt_len))
+                              entry=entry, vllm_version=vllm_version, quantization=quantization,
+                              batch=batch, prompt_len=prompt_len))
         return
     try:
         if gpu and probe:
@@ -226,7 +237,8 @@ def plan_cmd(
             tensor_parallel_size=tps[0], gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes) if kv_cache_memory_bytes else None,
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-            async_scheduling=async_scheduling, enforce_eager=enforce_eager, entry_point=entry_point,
+            async_scheduling=async_scheduling, enforce_eager=enforce_eager, entry=entry,
+            vllm_version=vllm_version, quantization=quantization,
             reserve_bytes=parse_bytes(reserve_bytes) if reserve_bytes else None,
             batch=batch, context=context, prompt_len=prompt_len,
         )

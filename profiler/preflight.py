@@ -88,7 +88,7 @@ def scheduler_defaults(cfg: Any, platform: str) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) an engine will run with: the spec's, else vLLM's
     offline defaults for this platform's device and the engine's world size."""
     memory, name = platform_device(platform)
-    mnbt, seqs = vllm_default_batching(memory, name, "llm", world_size=cfg.tensor_parallel_size)
+    mnbt, seqs = vllm_default_batching(memory, name, "offline", world_size=cfg.tensor_parallel_size)
     return cfg.max_num_batched_tokens or mnbt, cfg.max_num_seqs or seqs
 
 

@@ -70,7 +70,7 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
     root = Path(root)
     arch, _ = resolve_model(inj.model)
     g = gpu(inj.gpu)
-    mnbt, max_seqs = vllm_default_batching(g.memory_bytes, g.name)
+    mnbt, max_seqs = vllm_default_batching(g.cuda_total_bytes, g.name, "offline")
     weights = weight_bytes(arch, 1)
     reserve = default_reserve(arch, max_num_batched_tokens=mnbt, max_num_seqs=max_seqs)
     true_budget = kv_budget(g.memory_bytes, inj.utilization, weights, reserve) - inj.extra_reserve_bytes

@@ -26,7 +26,8 @@ LLAMA8B_KV_PER_TOKEN = 131_072
 LLAMA8B_PARAMS = 8_030_261_248
 LLAMA8B_EMBEDDING = 128_256 * 4096  # 525,336,576: a row lookup per token, not read whole by a decode step
 # GPU datasheets (NVIDIA): H100 SXM 3.35 TB/s, 80 GB HBM3 that NVML reports as 81,559 MiB; H200 4.8 TB/s.
-H100_SXM_BW, H100_SXM_MEMORY, H200_BW = 3.35e12, 81_559 * 2**20, 4.8e12
+# H100 SXM: vLLM budgets against cudaMemGetInfo's total, 79.19 GiB (catalog cuda_total_mib 81,091), not NVML's
+H100_SXM_BW, H100_SXM_CUDA_TOTAL, H200_BW = 3.35e12, 81_091 * 2**20, 4.8e12
 
 
 def plan_json(*args: str) -> dict:
@@ -62,7 +63,7 @@ def test_plan_on_a_gpu_adds_latency_and_is_consistent():
     # budget = ceil(0.9 × memory) − weights − reserve (vLLM's request_memory rounds up; the reserve's
     # parts as the plan reports them)
     r = p["reserve"]
-    assert p["kv_budget_bytes"] == math.ceil(H100_SXM_MEMORY * 0.9) - 2 * LLAMA8B_PARAMS - (
+    assert p["kv_budget_bytes"] == math.ceil(H100_SXM_CUDA_TOTAL * 0.9) - 2 * LLAMA8B_PARAMS - (
         r["activation_bytes"] + r["non_torch_bytes"] + r["cuda_graph_bytes"])
     assert p["bytes_per_block"] == 16 * 131_072
     assert p["num_blocks"] == p["kv_budget_bytes"] // (16 * 131_072)

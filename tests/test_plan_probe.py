@@ -55,8 +55,8 @@ def test_probe_memory_wins_over_the_catalog_for_a_known_gpu(tmp_path):
 def test_cpu_probe_plans_with_the_host_ram_it_recorded(tmp_path):
     path = probe_file(tmp_path, device="CPU (x86_64)", device_type="cpu", memory_total_bytes=64 * GiB,
                       memory_source="host RAM")
-    p = plan("--probe", path)
-    # vLLM's CPU defaults: no async scheduling, max_num_batched_tokens 4096, max_num_seqs 256.
+    p = plan("--probe", path, "--entry", "offline")
+    # vLLM's CPU defaults for the LLM class: no async scheduling, max_num_batched_tokens 4096, max_num_seqs 256.
     assert (p["async_scheduling"], p["max_num_batched_tokens"], p["max_num_seqs"]) == (False, 4096, 256)
     # ceil(64 GiB × 0.9) = ceil(61,847,529,062.4) = 61,847,529,063
     assert p["kv_budget_bytes"] == 61_847_529_063 - TINY_WEIGHTS - 1_073_741_824

@@ -26,16 +26,18 @@ runner = CliRunner()
     (0, "", (8192, 256), (2048, 256)),  # a device vLLM cannot query
 ])
 def test_gpu_defaults_per_device_class_and_entry_point(memory, name, llm, serve):
-    assert vllm_default_batching(memory, name, "llm") == llm
+    assert vllm_default_batching(memory, name, "offline") == llm
+    assert vllm_default_batching(memory, name, "llm") == llm  # kvprof's old name for the LLM class
     assert vllm_default_batching(memory, name, "serve") == serve
+    assert vllm_default_batching(memory, name) == serve  # vllm serve unless told otherwise
 
 
 def test_cpu_defaults_scale_with_the_world_size():
-    assert vllm_default_batching(None, world_size=1) == (4096, 256)
-    assert vllm_default_batching(None, world_size=2) == (8192, 512)
-    assert vllm_default_batching(None, entry_point="serve", world_size=2) == (4096, 256)
-    with pytest.raises(ValueError, match="entry_point 'offline'"):
-        vllm_default_batching(None, entry_point="offline")
+    assert vllm_default_batching(None, entry="offline", world_size=1) == (4096, 256)
+    assert vllm_default_batching(None, entry="offline", world_size=2) == (8192, 512)
+    assert vllm_default_batching(None, entry="serve", world_size=2) == (4096, 256)
+    with pytest.raises(ValueError, match=r"entry 'online': use serve .* or offline"):
+        vllm_default_batching(None, entry="online")
 
 
 def _spec(tmp_path: Path, model: str, **engine) -> Path:
@@ -97,14 +99,15 @@ def test_plan_takes_the_entry_points_defaults():
     import json
 
     # H100 SXM (81,559 MiB ≥ 70 GiB, not an A100): offline LLM 16,384 tokens a step, vllm serve 8,192.
-    for entry, mnbt in (("llm", 16384), ("serve", 8192)):
-        res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--entry-point", entry,
-                                  "--json"])
+    for entry, mnbt in (("offline", 16384), ("llm", 16384), ("serve", 8192), (None, 8192)):
+        res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json"]
+                            + (["--entry", entry] if entry else []))
         assert res.exit_code == 0, res.output
         out = json.loads(res.stdout)
         assert out["max_num_batched_tokens"] == mnbt and out["max_num_seqs"] == 1024
-    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--entry-point", "offline"])
-    assert res.exit_code == 2 and "entry_point" in res.output
+        assert out["entry"] == ("serve" if entry in (None, "serve") else "offline")
+    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--entry", "online"])
+    assert res.exit_code == 2 and "entry" in res.output and "'serve' or 'offline'" in res.output
 
 
 def test_the_requested_memory_is_rounded_up_as_vllm_does():

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analysis.architecture import Architecture
 
@@ -35,6 +35,9 @@ class GPU(BaseModel):
     name: str
     display: str = ""
     memory_mib: int = Field(gt=0)
+    # The total cudaMemGetInfo reports (torch.cuda.mem_get_info, vLLM's "total_gpu_memory"):
+    # what vLLM multiplies by gpu_memory_utilization. None: taken as memory_mib (a probed device).
+    cuda_total_mib: int | None = Field(None, gt=0)
     bandwidth_tbs: float = Field(gt=0)
     bf16_tflops: float = Field(gt=0)
     fp8_tflops: float | None = Field(None, gt=0)
@@ -47,6 +50,18 @@ class GPU(BaseModel):
     @property
     def memory_bytes(self) -> int:
         return self.memory_mib * 2**20
+
+    @property
+    def cuda_total_bytes(self) -> int:
+        """The total vLLM budgets against: cudaMemGetInfo's, a few hundred MiB under NVML's."""
+        return (self.cuda_total_mib or self.memory_mib) * 2**20
+
+    @model_validator(mode="after")
+    def _check_totals(self) -> GPU:
+        if self.cuda_total_mib is not None and self.cuda_total_mib > self.memory_mib:
+            raise ValueError(f"{self.name}: cuda_total_mib {self.cuda_total_mib} exceeds memory_mib "
+                             f"{self.memory_mib} (cudaMemGetInfo's total is NVML's less what the driver keeps)")
+        return self
 
     @property
     def bandwidth_Bps(self) -> float:
