@@ -94,10 +94,14 @@ def _pair_keys(engines: pd.DataFrame | None, table: pd.DataFrame) -> pd.Series:
         cols = sorted(c for c in engines.columns
                       if (c.startswith("requested_") or c.startswith("engine_arg_"))
                       and c not in ("requested_kv_cache_dtype", "requested_model_dir"))
-        keys = engines.set_index("engine_id")[cols].astype(str).agg("|".join, axis=1)
-        return table["engine_id"].map(keys).fillna("?" + table["engine_id"].astype(str))
+        keys = dict(zip(engines["engine_id"], _joined(engines, cols), strict=True))
+        return pd.Series([keys.get(e, f"?{e}") for e in table["engine_id"]], index=table.index, dtype=object)
     cols = [c for c in ("model", "block_size", "max_model_len") if c in table]
-    return table[cols].astype(str).agg("|".join, axis=1)
+    return pd.Series(_joined(table, cols), index=table.index, dtype=object)
+
+
+def _joined(df: pd.DataFrame, cols: list[str]) -> list[str]:
+    return ["|".join(map(str, row)) for row in df[cols].itertuples(index=False, name=None)]
 
 
 def _pairs(table: pd.DataFrame, engines: pd.DataFrame | None, on: list[str] | None = None) -> pd.DataFrame:
@@ -165,22 +169,35 @@ def fp8_doubles_capacity(cap: pd.DataFrame, tol: float = 0.05, engines: pd.DataF
         ratios["bytes"].append((r["kv_budget_bytes_8"] / (r["num_blocks_vllm_8"] * r["block_size_8"]))
                                / (r["kv_budget_bytes_16"] / (r["num_blocks_vllm_16"] * r["block_size_16"])))
     worst = max(errs, key=abs)
+    ran = ""
+    if "ceiling_measured_at_least_8" in pairs:  # the saturation phase: the batch that really ran together
+        both = pairs.dropna(subset=["ceiling_measured_at_least_8", "ceiling_measured_at_least_16"])
+        if not both.empty:
+            ran = (f"; the saturation phase ran {_span(both['ceiling_measured_at_least_8'], '{:.0f}')} sequences of "
+                   f"{_span(both['saturation_length_8'], '{:.0f}')} tokens together with fp8 against "
+                   f"{_span(both['ceiling_measured_at_least_16'], '{:.0f}')} with auto")
     return _claim(claim, HOLDS if abs(worst) <= tol else DIVERGES,
                   f"{len(pairs)} auto/fp8 pair(s) of otherwise equal engines, fp8 ÷ auto: KV blocks "
                   f"{_span(ratios['blocks'])}, KV tokens {_span(ratios['tokens'])}, max concurrency "
                   f"{_span(ratios['conc'])} against {_span(predicted)} from the bytes per token; KV bytes per "
                   f"pool token {_span(ratios['bytes'])} (budget ÷ blocks × block size); KV budgets "
-                  f"{_span(ratios['budget'])}", error=worst, tolerance=tol)
+                  f"{_span(ratios['budget'])}{ran}", error=worst, tolerance=tol)
+
+
+# A decode point whose steps' interquartile range exceeds this fraction of their median is too noisy to
+# compare step times by (over a quarter of its steps are stalls: on a shared CPU, other work's slices).
+NOISY_STEP_IQR = 0.5
 
 
 def fp8_decode_step(dec: pd.DataFrame, fit: DecodeFit | None, tol: float = 0.10,
                     engines: pd.DataFrame | None = None,
                     dropped: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The decode step with fp8 KV vs 16-bit at equal batch, prompt and output (engines otherwise
-    equal). Predicted with the decode fit (overhead + bytes / BW_eff, fp8's KV read halved) where it
-    identified a bandwidth; else only bounded: between the bytes-read ratio (a purely memory-bound
-    step) and 1 (a step the KV read does not touch). Error: the median over matched points of the
-    measured ratio against that prediction (0 inside the bounds)."""
+    equal), over the matched points whose step times are steady (IQR ≤ NOISY_STEP_IQR of the median).
+    Predicted with the decode fit (overhead + bytes / BW_eff, fp8's KV read halved) where the fit is
+    sound (a bandwidth, R² ≥ 0.5); else only bounded: between the bytes-read ratio (a purely
+    memory-bound step) and 1 (a step the KV read does not touch). Error: the median over those points
+    of the measured ratio against that prediction (0 inside the bounds)."""
     claim = "fp8 KV halves the KV bytes read per decode step (the step shrinks by the KV read's share)"
     need = ["decode_step_s", "bytes", "kv_bytes"]
     pairs = _pairs(dec, engines, on=["concurrency", "prompt_len", "output_len"]) if not dec.empty else dec
@@ -190,30 +207,39 @@ def fp8_decode_step(dec: pd.DataFrame, fit: DecodeFit | None, tol: float = 0.10,
             return _claim(claim, UNTESTED, "auto and fp8 engines ran, but no decode point was measured at the "
                                            "same batch, prompt and output on both")
         return _claim(claim, UNTESTED, _why_no_pair(engines, dropped))
+    matched = len(pairs)
+    if "decode_step_spread_s_8" in pairs:
+        noise = np.fmax(pairs["decode_step_spread_s_8"] / pairs["decode_step_s_8"],
+                        pairs["decode_step_spread_s_16"] / pairs["decode_step_s_16"]).fillna(0.0)
+        pairs = pairs[noise <= NOISY_STEP_IQR]
+    noisy = (f"; {matched - len(pairs)} of {matched} left out as too noisy (steps' IQR over "
+             f"{NOISY_STEP_IQR:.0%} of their median)" if len(pairs) < matched else "")
+    if pairs.empty:
+        return _claim(claim, UNTESTED, f"all {matched} matched decode points too noisy to compare: their steps' "
+                                       f"IQR is over {NOISY_STEP_IQR:.0%} of the median (stalls from other work "
+                                       f"on the machine); rerun on a quiet machine")
     measured = (pairs["decode_step_s_8"] / pairs["decode_step_s_16"]).to_numpy(float)
     bytes_ratio = (pairs["bytes_8"] / pairs["bytes_16"]).to_numpy(float)
     kv_share = (pairs["kv_bytes_16"] / pairs["bytes_16"]).to_numpy(float)
     where = (f"{len(pairs)} matched decode point(s) (batch {_span(pairs['concurrency'], '{:.0f}')}, context "
-             f"{_span(pairs['mean_context_16'], '{:,.0f}')} tokens), fp8 ÷ auto step time measured median "
+             f"{_span(pairs['mean_context_16'], '{:,.0f}')} tokens{noisy}), fp8 ÷ auto step time measured median "
              f"{np.median(measured):.3f} ({_span(measured)})")
     share = (f"the KV read is {_span(100 * kv_share, '{:.0f}')} % of the bytes a 16-bit step reads "
              f"(bytes read fp8 ÷ auto {_span(bytes_ratio)})")
-    usable = fit is not None and fit.effective_bandwidth_Bps is not None and "fitted_s_8" in pairs
-    if usable:
+    sound = fit is not None and fit.effective_bandwidth_Bps is not None and not fit.note and "fitted_s_8" in pairs
+    if sound:
         predicted = (pairs["fitted_s_8"] / pairs["fitted_s_16"]).to_numpy(float)
-        errs = [rel(p, m) for p, m in zip(predicted, measured, strict=True)]
-        err = float(np.median(errs))
+        err = float(np.median([rel(p, m) for p, m in zip(predicted, measured, strict=True)]))
         return _claim(claim, HOLDS if abs(err) <= tol else DIVERGES,
                       f"{where} against {np.median(predicted):.3f} ({_span(predicted)}) from the decode fit "
                       f"(overhead + bytes / BW_eff); {share}", error=err, tolerance=tol)
-    # No bandwidth identified: only the bounds a halved KV read allows.
-    errs = [m - 1.0 if m > 1.0 else (m - b) / b if m < b else 0.0 for m, b in zip(measured, bytes_ratio,
-                                                                                    strict=True)]
-    err = float(np.median(errs))
+    # No sound fit: only the bounds a halved KV read allows.
+    err = float(np.median([m - 1.0 if m > 1.0 else (m - b) / b if m < b else 0.0
+                           for m, b in zip(measured, bytes_ratio, strict=True)]))
     why = fit.note if fit is not None and fit.note else "no decode fit"
     return _claim(claim, HOLDS if abs(err) <= tol else DIVERGES,
                   f"{where} against the bounds a halved KV read allows, {_span(bytes_ratio)} (memory-bound) to "
-                  f"1 (untouched), as the decode fit gives no bandwidth ({why}); {share}",
+                  f"1 (untouched), as the decode fit cannot say where between ({why}); {share}",
                   error=err, tolerance=tol)
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -163,3 +164,113 @@ def test_fp8_with_a_head_size_vllm_cpu_cannot_store_is_refused(tmp_path, monkeyp
         info.value)
     preflight.validate(_spec(tmp_path, kv="auto", model=str(model)), platform="cpu")  # 16-bit KV is fine
     preflight.validate(_spec(tmp_path, model=str(model)), platform="cuda")  # and fp8 on a GPU
+
+
+# --- the seeds' fp8 claims on SYNTHETIC results (injected parameters) ----------------------------
+
+CAPACITY = "fp8 KV halves KV bytes and roughly doubles the batch that fits"
+STEP = "fp8 KV halves the KV bytes read per decode step (the step shrinks by the KV read's share)"
+
+
+def _claims(root: Path):
+    from analysis.load import load
+    from analysis.pipeline import analyse
+
+    return analyse(load(root)).claims.set_index("claim")
+
+
+def test_fp8_claims_hold_where_fp8_does_what_its_bytes_say(tmp_path):
+    from synthetic_results import Injected, make_results
+
+    inj = make_results(tmp_path, Injected(fp8_capacity_factor=1.0, fp8_step_factor=1.0))
+    claims = _claims(tmp_path)
+    cap = claims.loc[CAPACITY]
+    assert cap["verdict"] == "holds" and cap["error"] == pytest.approx(0, abs=1e-3)
+    # bf16 → fp8 is 2 bytes → 1 per element: twice the blocks, tokens and sequences, half the bytes per token.
+    assert ("2 auto/fp8 pair(s) of otherwise equal engines, fp8 ÷ auto: KV blocks 2.000, KV tokens 2.000, "
+            "max concurrency 2.000 against 2.000 from the bytes per token; KV bytes per pool token 0.500") in (
+        cap["evidence"])
+    step = claims.loc[STEP]
+    # Step times are overhead + bytes / bandwidth with both dtypes, times a ± wobble: the fit's ratio is met.
+    assert step["verdict"] == "holds" and abs(step["error"]) <= 2 * inj.wobble
+    assert "from the decode fit (overhead + bytes / BW_eff)" in step["evidence"]
+
+
+def test_fp8_claims_diverge_by_the_injected_shortfall_and_slowdown(tmp_path):
+    from synthetic_results import Injected, make_results
+
+    inj = make_results(tmp_path, Injected(fp8_capacity_factor=0.8, fp8_step_factor=1.3))
+    claims = _claims(tmp_path)
+    cap = claims.loc[CAPACITY]
+    # fp8 engines get 80 % of the blocks their bytes predict: 0.8 × 2 = 1.6 times auto's, −20 %.
+    assert cap["verdict"] == "diverges" and cap["error"] == pytest.approx(inj.fp8_capacity_factor - 1, abs=0.005)
+    assert "KV blocks 1.600, KV tokens 1.600, max concurrency 1.600 against 2.000" in cap["evidence"]
+    step = claims.loc[STEP]
+    # Every fp8 step 30 % slower than its bytes say. The fit spans both dtypes, so it absorbs a little of
+    # the slowdown (its own prediction for fp8 rises): the error is at most +30 % and well above 10 %.
+    assert step["verdict"] == "diverges" and 0.2 < step["error"] <= inj.fp8_step_factor - 1 + 2 * inj.wobble
+
+
+def test_without_an_fp8_engine_the_claims_say_why_and_a_skip_is_named_in_the_report(tmp_path):
+    from pdf_checks import pdf_text
+    from synthetic_results import Injected, make_results
+
+    from analysis.report import build_report
+    from analysis.results_schema import Dropped, EngineSettings, Manifest
+
+    make_results(tmp_path, Injected(kv_dtypes=("auto",)))
+    claims = _claims(tmp_path)
+    for claim in (CAPACITY, STEP):
+        assert claims.loc[claim, "verdict"] == "not tested"
+        assert claims.loc[claim, "evidence"] == "the sweep has no fp8 KV engine (add fp8 to engine.kv_cache_dtype)"
+    # The same sweep with its fp8 engines skipped for want of AVX-512, as the manifest records it.
+    manifest = Manifest.load_file(tmp_path / "manifest.json")
+    skipped = [EngineSettings(model_dir="/m", model_sha256="synthetic", max_model_len=mml, block_size=16,
+                              kv_cache_dtype="fp8", gpu_memory_utilization=0.9) for mml in (8192, 32768)]
+    manifest.dropped = [Dropped(engine_id=e.id, what="engine, all 40 points", reason=REASON, engine=e)
+                        for e in skipped]
+    manifest.save_file(tmp_path / "manifest.json")
+    claims = _claims(tmp_path)
+    for claim in (CAPACITY, STEP):
+        assert claims.loc[claim, "verdict"] == "not tested"
+        assert claims.loc[claim, "evidence"] == f"the sweep's 2 fp8 engine(s) never started — {REASON}"
+    written = build_report(tmp_path)
+    line = f"Skipped engines: 2 (fp8 KV) — {REASON}"
+    assert f"- {line}" in written["summary"].read_text()
+    assert line in " ".join(pdf_text(written["pdf"]).split())
+
+
+def _decode_pair(fp8_step_s: float, spread_s: float = 0.0001) -> pd.DataFrame:
+    """One auto and one fp8 decode point, equal but for the KV dtype: 1 MB of weights and 1 MB of
+    16-bit KV read per step (fp8 reads 0.5 MB of KV: 1.5 MB in all, 0.75 of auto's bytes)."""
+    import pandas as pd
+
+    common = {"model": "m", "block_size": 32, "max_model_len": 1024, "concurrency": 4, "prompt_len": 512,
+              "output_len": 16, "mean_context": 520.0}
+    return pd.DataFrame([
+        common | {"engine_id": "a", "kv_cache_dtype": "auto", "decode_step_s": 0.004, "decode_step_spread_s": spread_s,
+                  "bytes": 2e6, "kv_bytes": 1e6},
+        common | {"engine_id": "f", "kv_cache_dtype": "fp8", "decode_step_s": fp8_step_s,
+                  "decode_step_spread_s": spread_s, "bytes": 1.5e6, "kv_bytes": 0.5e6}])
+
+
+@pytest.mark.parametrize(("fp8_step_s", "verdict", "error"), [
+    (0.0039, "holds", 0.0),  # 0.975 of auto's step: inside [0.75, 1]
+    (0.0048, "diverges", 0.2),  # fp8 20 % slower than auto: 0.2 above the bound of 1
+    (0.002, "diverges", (0.5 - 0.75) / 0.75),  # faster than reading 0.75 of the bytes allows
+])
+def test_without_a_sound_fit_the_step_ratio_is_held_to_the_bounds_of_a_halved_kv_read(fp8_step_s, verdict, error):
+    from analysis.claims import fp8_decode_step
+
+    c = fp8_decode_step(_decode_pair(fp8_step_s), fit=None)
+    assert (c["verdict"], c["error"]) == (verdict, pytest.approx(error))
+    assert "against the bounds a halved KV read allows, 0.750 (memory-bound) to 1 (untouched)" in c["evidence"]
+    assert "the KV read is 50 % of the bytes a 16-bit step reads" in c["evidence"]
+
+
+def test_decode_points_too_noisy_to_compare_are_left_out_and_said():
+    from analysis.claims import fp8_decode_step
+
+    c = fp8_decode_step(_decode_pair(0.0039, spread_s=0.003), fit=None)  # IQR 3 ms on a 4 ms step
+    assert c["verdict"] == "not tested"
+    assert c["evidence"].startswith("all 1 matched decode points too noisy to compare: their steps' IQR is over 50%")
