@@ -82,8 +82,9 @@ def _effective_kv_dtype(cfg: EngineConfig) -> str:
     return str(cfg.llm_kwargs()["kv_cache_dtype"])  # engine_args may override the axis
 
 
-def _points(n: int) -> str:
-    return f"{n} point" if n == 1 else f"{n} points"
+def _whole_engine(points: int) -> str:
+    """`Dropped.what` for a skipped engine: 'whole engine', with its point count when it has points."""
+    return "whole engine" + ("" if not points else f", {points} point" + ("s" if points > 1 else ""))
 
 
 def skip_unrunnable(plan: Plan, platform: str) -> Plan:
@@ -96,7 +97,7 @@ def skip_unrunnable(plan: Plan, platform: str) -> Plan:
     if not skipped:
         return plan
     fields = set(EngineSettings.model_fields)
-    dropped = [Dropped(engine_id=e.id, what=f"engine, all {_points(len(plan.points[e.id]))}",
+    dropped = [Dropped(engine_id=e.id, what=_whole_engine(len(plan.points[e.id])),
                        reason=FP8_KV_SKIP_REASON,
                        engine=EngineSettings.model_validate(e.model_dump(include=fields)))
                for e in skipped]

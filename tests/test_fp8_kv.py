@@ -80,6 +80,31 @@ def test_fp8_kv_gives_vllm_twice_the_blocks_of_auto_and_generates():
     assert facts["fp8"]["num_gpu_blocks"] == 2 * facts["auto"]["num_gpu_blocks"]
 
 
+@pytest.mark.vllm
+def test_a_sweep_on_a_cpu_without_avx512_runs_auto_and_records_the_skipped_fp8_engine(tmp_path, monkeypatch):
+    """The whole path on a real engine, the CPU's flags patched as an AVX2-only x86's: the fp8
+    engine never starts, the sweep says why before it starts anything, the auto engine runs, and
+    the manifest keeps the skipped engine with its settings and the reason."""
+    from analysis.results_schema import Manifest
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\nmodel: tiny-llama-gqa\ndtype: bfloat16\nprobe: false\nphases: [capacity]\n"
+                    "engine:\n  max_model_len: 1024\n  block_size: 32\n  kv_cache_dtype: [auto, fp8]\n"
+                    "  kv_cache_memory_bytes: 16MiB\nengine_args: {enforce_eager: true, "
+                    "distributed_executor_backend: uni}\ntelemetry: {enabled: false}\n")
+    monkeypatch.setattr(preflight, "cpu_flags", lambda: NO_AVX512)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["sweep", str(spec), "--out", str(out), "--no-report"])
+    assert res.exit_code == 0, res.output
+    (dropped,) = Manifest.load_file(out / "manifest.json").dropped
+    assert (dropped.reason, dropped.engine.kv_cache_dtype, dropped.what) == (REASON, "fp8", "whole engine")
+    assert f"skipped engine {dropped.engine_id} (whole engine): {REASON}" in " ".join(res.output.split())
+    (engine,) = [json.loads(p.read_text()) for p in (out / "engines").glob("*.json")]
+    assert engine["status"] == "ok" and engine["engine"]["kv_cache_dtype"] == "auto"
+    assert engine["capacity"]["num_gpu_blocks"] == 512  # 16 MiB / (32 tokens × 1,024 B), as above
+    assert not (out / "engines" / f"{dropped.engine_id}.json").exists()
+
+
 # --- the rule and the skip, without an engine ----------------------------------------------------
 
 @pytest.mark.parametrize(("flags", "runs"), [
@@ -117,7 +142,7 @@ def test_without_avx512_the_fp8_engines_are_skipped_with_the_reason_and_the_othe
     assert plan.points == {e.id: full.points[e.id] for e in kept}
     fp8 = [e for e in full.engines if e.kv_cache_dtype == "fp8"]
     assert [(d.engine_id, d.what, d.reason) for d in plan.dropped] == [
-        (e.id, "engine, all 2 points", REASON) for e in fp8]
+        (e.id, "whole engine, 2 points", REASON) for e in fp8]
     assert [d.engine.kv_cache_dtype for d in plan.dropped] == ["fp8", "fp8"]
     assert {d.engine.block_size for d in plan.dropped} == {32, 64}
     # The same spec on a GPU box keeps every engine.
@@ -132,7 +157,7 @@ def test_the_dry_run_prints_the_skip_and_validate_reports_it(tmp_path, monkeypat
     flat = " ".join(res.output.split())  # the console wraps long lines
     _, plan = preflight.validate(path, platform="cpu")
     for d in plan.dropped:
-        assert f"dropped {d.engine_id} engine, all 2 points: {REASON}" in flat
+        assert f"dropped {d.engine_id} whole engine, 2 points: {REASON}" in flat
     assert len(plan.dropped) == 2 and flat.count(REASON) == 2
     res = CliRunner().invoke(app, ["validate", str(path), "--platform", "cpu", "--json"])
     out = json.loads(res.stdout)
@@ -227,7 +252,7 @@ def test_without_an_fp8_engine_the_claims_say_why_and_a_skip_is_named_in_the_rep
     manifest = Manifest.load_file(tmp_path / "manifest.json")
     skipped = [EngineSettings(model_dir="/m", model_sha256="synthetic", max_model_len=mml, block_size=16,
                               kv_cache_dtype="fp8", gpu_memory_utilization=0.9) for mml in (8192, 32768)]
-    manifest.dropped = [Dropped(engine_id=e.id, what="engine, all 40 points", reason=REASON, engine=e)
+    manifest.dropped = [Dropped(engine_id=e.id, what="whole engine, 40 points", reason=REASON, engine=e)
                         for e in skipped]
     manifest.save_file(tmp_path / "manifest.json")
     claims = _claims(tmp_path)
