@@ -299,3 +299,18 @@ def test_decode_points_too_noisy_to_compare_are_left_out_and_said():
     c = fp8_decode_step(_decode_pair(0.0039, spread_s=0.003), fit=None)  # IQR 3 ms on a 4 ms step
     assert c["verdict"] == "not tested"
     assert c["evidence"].startswith("all 1 matched decode points too noisy to compare: their steps' IQR is over 50%")
+
+
+def test_engine_pairs_that_disagree_beyond_the_tolerance_leave_the_step_claim_untested():
+    from analysis.claims import fp8_decode_step
+
+    # Two auto/fp8 engine pairs (block 32 and 64), the same workload: fp8 25 % slower with one (error +25 %),
+    # 0.975 of auto's step with the other (inside [0.75, 1]: error 0): 25 points apart, over twice the 10 %.
+    bs32, bs64 = _decode_pair(0.005), _decode_pair(0.0039)
+    bs64 = bs64.assign(block_size=64, engine_id=["a64", "f64"])
+    c = fp8_decode_step(pd.concat([bs32, bs64], ignore_index=True), fit=None)
+    assert c["verdict"] == "not tested"
+    assert c["evidence"].startswith("the 2 auto/fp8 engine pairs disagree (their median errors run +0.0% to +25.0%)")
+    # Pairs that agree within the tolerance give a verdict on their median.
+    c = fp8_decode_step(pd.concat([bs32, bs64.assign(decode_step_s=[0.004, 0.0046])], ignore_index=True), fit=None)
+    assert (c["verdict"], c["error"]) == ("diverges", pytest.approx((0.25 + 0.15) / 2))
