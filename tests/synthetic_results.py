@@ -43,6 +43,7 @@ class Injected:
     wobble: float = 0.005  # ± deterministic relative wobble on every step time
     extra_reserve_bytes: int = int(1.5 * GiB)  # vLLM reserved this much more than the heuristic
     fp8_capacity_factor: float = 0.8  # fp8 engines get 80 % of the blocks their bytes predict
+    fp8_step_factor: float = 1.0  # fp8 decode steps take this times what their bytes predict
     throughput_gain_past_ceiling: float = 0.25  # throughput keeps rising past the full pool
     max_model_lens: tuple[int, ...] = (8192, 32768)
     kv_dtypes: tuple[str, ...] = ("auto", "fp8")
@@ -143,6 +144,7 @@ def _decode_points(root, inj, arch, settings, mml, dtype, blocks, rng, spec_bw):
             step = decode_step(arch, batch=c, context=round(ctx), bandwidth_Bps=1.0, peak_flops=1.0,
                                kv_cache_dtype=dtype)
             t = (inj.overhead_s + step.bytes / inj.bandwidth_Bps) * (1 + inj.wobble * rng.uniform(-1, 1))
+            t *= inj.fp8_step_factor if dtype.startswith("fp8") else 1.0
             point = PointSettings(engine_id=eid, phase="decode", concurrency=c, prompt_len=p,
                                   output_len=inj.output_len, repeats=3, warmup=1)
             rec = DecodePoint.model_validate({

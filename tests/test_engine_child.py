@@ -25,7 +25,7 @@ def _spec(model: str, weights: str, out: Path) -> Path:
     raw = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
     raw.update(model=model, weights=weights, phases=["capacity", "decode"], probe=False,
                telemetry={"enabled": False}, timeouts={"engine_start_s": 300, "point_s": 300})
-    raw["engine"].update(max_model_len=1024, block_size=32)
+    raw["engine"].update(max_model_len=1024, block_size=32, kv_cache_dtype="auto")
     raw["workload"].update(concurrency=2, prompt_len=32, output_len=8, repeats=1, warmup=0)
     path = out / "spec.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -143,7 +143,7 @@ def test_an_engine_argument_swept_from_the_spec_reaches_vllm(tmp_path):
     raw.update(phases=["capacity"], probe=False, telemetry={"enabled": False},
                engine_args_sweep={"num_gpu_blocks_override": [64, 128]},
                timeouts={"engine_start_s": 300, "point_s": 300})
-    raw["engine"].update(max_model_len=1024, block_size=32)
+    raw["engine"].update(max_model_len=1024, block_size=32, kv_cache_dtype="auto")
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(raw))
     out = tmp_path / "results"

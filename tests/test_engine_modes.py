@@ -26,7 +26,7 @@ def _spec(tmp_path: Path, **engine) -> Path:
 
 def test_async_scheduling_is_an_engine_axis_passed_to_vllm():
     raw = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
-    raw["engine"].update(max_model_len=1024, block_size=32, async_scheduling=[True, False])
+    raw["engine"].update(max_model_len=1024, block_size=32, kv_cache_dtype="auto", async_scheduling=[True, False])
     plan = expand(parse_spec(raw))
     assert sorted(e.llm_kwargs()["async_scheduling"] for e in plan.engines) == [False, True]
     assert len({e.id for e in plan.engines}) == 2

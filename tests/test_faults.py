@@ -38,7 +38,7 @@ KVPROF = [sys.executable, "-m", "profiler.cli"]
 
 def small_spec(tmp_path: Path, point_s: float = 300, **over) -> Path:
     spec = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
-    spec["engine"]["max_model_len"] = 1024
+    spec["engine"].update(max_model_len=1024, kv_cache_dtype="auto")
     spec["workload"].update(concurrency=[1, 2, 3], prompt_len=[64], output_len=256, repeats=2, warmup=0)
     spec["phases"] = ["decode"]
     spec["probe"] = False

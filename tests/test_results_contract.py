@@ -179,7 +179,7 @@ def test_the_same_spec_in_two_checkouts_gives_the_same_engine_ids(tmp_path):
 def test_engine_args_sweep_as_a_mapping_of_lists_is_their_product():
     raw = _spec("tiny-llama-gqa", engine_args={"distributed_executor_backend": "uni"},
                 engine_args_sweep={"enforce_eager": [True, False], "max_logprobs": [5, 20]})
-    raw["engine"].update(max_model_len=1024, block_size=32)
+    raw["engine"].update(max_model_len=1024, block_size=32, kv_cache_dtype="auto")
     plan = expand(parse_spec(raw))
     got = sorted((e.engine_args["enforce_eager"], e.engine_args["max_logprobs"]) for e in plan.engines)
     assert got == [(False, 5), (False, 20), (True, 5), (True, 20)]
@@ -192,7 +192,7 @@ def test_engine_args_sweep_as_a_mapping_of_lists_is_their_product():
 def test_engine_args_sweep_as_vllm_style_combinations():
     raw = _spec("tiny-llama-gqa", engine_args={"distributed_executor_backend": "uni"},
                 engine_args_sweep=[{"enforce_eager": True}, {"enforce_eager": False, "max_logprobs": 3}])
-    raw["engine"].update(max_model_len=1024, block_size=32)
+    raw["engine"].update(max_model_len=1024, block_size=32, kv_cache_dtype="auto")
     plan = expand(parse_spec(raw))
     assert [e.engine_args for e in plan.engines] == [
         {"distributed_executor_backend": "uni", "enforce_eager": True},

@@ -166,7 +166,9 @@ def test_platform_rules_for_the_cpu_backend(tmp_path, monkeypatch):
     msg = str(info.value)
     assert f"{path}:4: engine.block_size: [16] cannot run on the CPU backend" in msg
     assert "allowed: multiples of 32" in msg
-    assert f"{path}:5: engine.kv_cache_dtype: ['fp8'] needs AVX-512 or AMX" in msg
+    # fp8 KV on a CPU without AVX-512 is no problem with the spec: its engines are skipped
+    # (tests/test_fp8_kv.py), so the block size is the only thing said.
+    assert "kv_cache_dtype" not in msg
     # The same spec is fine for a GPU box.
     _spec, plan = preflight.validate(path, platform="cuda")
     assert len(plan.engines) == 4

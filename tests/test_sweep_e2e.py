@@ -10,7 +10,7 @@ from pdf_checks import page_ink, pdf_text, summary_cells
 
 from analysis.allocator import batch_ceiling, paged_capacity
 from analysis.catalog import resolve_model
-from profiler.spec import expand, load_spec
+from profiler.preflight import validate
 from profiler.store import ResultsDir
 
 pytestmark = pytest.mark.vllm
@@ -27,7 +27,8 @@ def tiny_sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny-cpu")
     proc = kvprof("sweep", "sweeps/tiny-cpu.yaml", "--out", str(out), timeout=1800)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return out, expand(load_spec(ROOT / "sweeps" / "tiny-cpu.yaml"))
+    # The plan as the sweep ran it: on a CPU without AVX-512 its fp8 engines are skipped.
+    return out, validate(ROOT / "sweeps" / "tiny-cpu.yaml")[1]
 
 
 def test_results_directory_layout(tiny_sweep):
@@ -93,7 +94,8 @@ def test_measured_blocks_equal_the_prediction_exactly(tiny_sweep):
         cap = rec["capacity"]
         predicted = paged_capacity(arch, e.kv_cache_memory_bytes, block_size=cap["block_size"],
                                    max_model_len=cap["max_model_len"],
-                                   max_num_batched_tokens=cap["max_num_batched_tokens"])
+                                   max_num_batched_tokens=cap["max_num_batched_tokens"],
+                                   kv_cache_dtype=e.kv_cache_dtype)
         assert cap["num_gpu_blocks"] == predicted.num_blocks
         assert cap["kv_cache_size_tokens"] == predicted.kv_cache_tokens
         # The start-up log line says the same, parsed from logs/<engine>.log.
@@ -124,10 +126,12 @@ def test_saturation_preempts_or_queues_only_above_the_predicted_ceiling(tiny_swe
     seen_above = seen_at_or_below = 0
     for e in plan.engines:
         cap = paged_capacity(arch, e.kv_cache_memory_bytes, block_size=e.block_size, max_model_len=e.max_model_len,
-                             max_num_batched_tokens=4096)
+                             max_num_batched_tokens=4096, kv_cache_dtype=e.kv_cache_dtype)
         # Predicted here from the spec's KV budget, independently of what the child computed.
         ceiling = batch_ceiling(cap, sat.prompt_len, sat.output_len, e.max_num_seqs, 4096).ceiling
-        assert ceiling == 31  # 511 usable blocks of 32 (or 255 of 64) / blocks per 512-token sequence
+        # bf16: 511 usable blocks of 32 (or 255 of 64) / 16 (or 8) blocks per 512-position sequence = 31;
+        # fp8 halves the block's bytes: 1,023 (or 511) usable / 16 (or 8) = 63, under max_num_seqs 64.
+        assert ceiling == {"auto": 31, "fp8": 63}[e.kv_cache_dtype]
         for p in (p for p in plan.points[e.id] if p.phase == "saturation"):
             m = json.loads((out / "points" / f"{p.id}.json").read_text())["measurements"]
             assert m["predicted"]["ceiling"] == ceiling

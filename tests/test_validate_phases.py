@@ -50,20 +50,20 @@ def test_the_spec_the_cases_start_from_is_valid():
 
 @pytest.mark.parametrize("section, changes, field, message", [
     ("workload", {"prompt_len": 10000000}, "prompt_len",
-     f"phase decode has no runnable point: prompt_len [10000000] + output_len [16] > max_model_len [1024, 2048] "
+     f"phase decode has no runnable point: prompt_len [10000000] + output_len [16] > max_model_len [1024] "
      f"on every engine {ALLOWED}"),
     ("workload", {"output_len": 4096}, "output_len",
-     f"phase decode has no runnable point: prompt_len [64, 512] + output_len [4096] > max_model_len [1024, 2048] "
+     f"phase decode has no runnable point: prompt_len [64, 512] + output_len [4096] > max_model_len [1024] "
      f"on every engine {ALLOWED}"),
     ("workload", {"concurrency": [65, 128]}, "concurrency",
      "phase decode has no runnable point: concurrency [65, 128] > max_num_seqs [64] on every engine where "
      "prompt_len + output_len fit in max_model_len (allowed: concurrency ≤ max_num_seqs)"),
     ("saturation", {"prompt_len": 4000}, "prompt_len",
-     f"phase saturation has no runnable point: prompt_len [4000] + output_len [65] > max_model_len [1024, 2048] "
+     f"phase saturation has no runnable point: prompt_len [4000] + output_len [65] > max_model_len [1024] "
      f"on every engine {ALLOWED}"),
     ("saturation", {"prompt_len": None, "output_len": 1100}, "output_len",
-     "phase saturation has no runnable point: prompt_len [512, 1024] (max_model_len // 2, the default) + "
-     f"output_len [1100] > max_model_len [1024, 2048] on every engine {ALLOWED}"),
+     "phase saturation has no runnable point: prompt_len [512] (max_model_len // 2, the default) + "
+     f"output_len [1100] > max_model_len [1024] on every engine {ALLOWED}"),
 ])
 def test_validate_names_the_phase_with_no_runnable_point(tmp_path, section, changes, field, message):
     path = write_spec(tmp_path, section, **changes)
@@ -83,12 +83,15 @@ def test_sweep_runs_the_same_check_before_anything_starts(tmp_path):
     assert res.returncode == 2, res.stdout + res.stderr
     assert errors(res.stderr) == [
         f"{path}:{line_of(path, 'workload', 'prompt_len')}: workload.prompt_len: phase decode has no runnable point: "
-        f"prompt_len [10000000] + output_len [16] > max_model_len [1024, 2048] on every engine {ALLOWED}"]
+        f"prompt_len [10000000] + output_len [16] > max_model_len [1024] on every engine {ALLOWED}"]
 
 
 def test_single_impossible_combinations_are_still_dropped_with_their_reason(tmp_path):
     # 2000 + 16 tokens fit the 2048 engines, not the 1024 ones: those combinations are dropped, the rest run.
     path = write_spec(tmp_path, "workload", prompt_len=[64, 2000])
+    spec = yaml.safe_load(path.read_text())
+    spec["engine"].update(max_model_len=[1024, 2048], kv_cache_dtype="auto")  # 2 lengths × 2 block sizes
+    path.write_text(yaml.safe_dump(spec))
     res = kvprof("validate", "--platform", "cpu", str(path))
     assert res.returncode == 0, res.stderr
     dropped = [line for line in res.stdout.splitlines() if line.strip().startswith("dropped ")]
@@ -103,6 +106,7 @@ def test_single_impossible_combinations_are_still_dropped_with_their_reason(tmp_
 def test_an_engine_left_empty_is_still_named_when_its_phases_run_elsewhere(tmp_path):
     spec = yaml.safe_load(yaml.safe_dump(TINY))
     spec["phases"] = ["decode"]
+    spec["engine"].update(max_model_len=[1024, 2048], kv_cache_dtype="auto")  # 2 lengths × 2 block sizes
     spec["workload"]["prompt_len"] = [1500]  # fits 2048, not 1024: the two 1024 engines have nothing to run
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
