@@ -13,6 +13,7 @@ import pandas as pd
 
 from analysis.fit import DecodeFit
 from analysis.kv import kv_bytes_per_sequence
+from analysis.roofline import decode_step
 from analysis.theory_vs_measured import architecture, rel
 
 HOLDS, DIVERGES, UNTESTED = "holds", "diverges", "not tested"
@@ -57,11 +58,16 @@ def batching_amortises_weights(dec: pd.DataFrame, fit: DecodeFit | None, tol: fl
     for (_eid, ctx), g in dec.groupby(["engine_id", "mean_context"]):
         if g["concurrency"].nunique() < 2:
             continue
-        a = architecture(g["model_dir"].iloc[0], g["model"].iloc[0])
+        dtype = g["model_dtype"].iloc[0] if "model_dtype" in g else None
+        a = architecture(g["model_dir"].iloc[0], g["model"].iloc[0], dtype if isinstance(dtype, str) else None)
         if a is None:
             continue
         slope, _ = np.polyfit(g["concurrency"].to_numpy(float), g["decode_step_s"].to_numpy(float), 1)
         per_seq = kv_bytes_per_sequence(a, round(ctx), g["kv_cache_dtype"].iloc[0]) / fit.effective_bandwidth_Bps
+        if fit.effective_flops:  # a fit with a FLOP term: each added sequence's arithmetic costs time too
+            one, two = (decode_step(a, batch=b, context=round(ctx), bandwidth_Bps=1.0, peak_flops=1.0,
+                                    kv_cache_dtype=g["kv_cache_dtype"].iloc[0]) for b in (1, 2))
+            per_seq += (two.flops - one.flops) / fit.effective_flops
         per_seq_time = (g["decode_step_s"] / g["concurrency"]).to_numpy()
         amortised = bool(np.all(np.diff(per_seq_time[np.argsort(g["concurrency"].to_numpy())]) < 0))
         errs.append(rel(per_seq, slope))

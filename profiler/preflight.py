@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.allocator import NotModelled, batch_ceiling, paged_capacity
+from analysis.architecture import Architecture, dtype_bytes
 from analysis.budget import vllm_default_batching
 from analysis.catalog import resolve_model
 from analysis.results_schema import Dropped, EngineSettings
@@ -71,6 +72,22 @@ def cpu_runs_fp8_kv() -> bool:
     """
     flags = cpu_flags()
     return "avx512f" in flags or "amx_tile" in flags
+
+
+def run_architecture(plan: Plan) -> Architecture | None:
+    """The sweep's model as vLLM will run it: its config with the spec's ``dtype`` (vLLM's --dtype: the
+    weights and an auto KV cache in that dtype), or None for a plan without engines."""
+    if not plan.engines:
+        return None
+    arch, _ = resolve_model(plan.engines[0].model_dir)
+    run_dtype = str(plan.engines[0].llm_kwargs().get("dtype") or "auto")
+    if run_dtype != "auto":
+        try:
+            dtype_bytes(run_dtype)
+            arch = arch.model_copy(update={"torch_dtype": run_dtype})
+        except ValueError:
+            pass  # a dtype name the model does not know: vLLM says so at start-up
+    return arch
 
 
 def is_fp8_kv(kv_cache_dtype: str) -> bool:
@@ -194,7 +211,7 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
     empty_phases = _empty_phases(spec, plan)
     for _, loc, message in empty_phases:
         add(loc, message)
-    arch, _ = resolve_model(plan.engines[0].model_dir) if plan.engines else (None, None)
+    arch = run_architecture(plan)
     seen: set[tuple[int, int, int, str, int]] = set()
     for cfg in plan.engines:
         budget = cfg.kv_cache_memory_bytes

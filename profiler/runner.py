@@ -446,10 +446,10 @@ def plan_cost(plan: Plan, gpu: Any) -> Any:
     """The sweep's predicted cost on ``gpu`` (analysis.sweep_cost), or None without a GPU or engines."""
     if gpu is None or not plan.engines:
         return None
-    from analysis.catalog import resolve_model
     from analysis.sweep_cost import sweep_cost
+    from profiler.preflight import run_architecture
 
-    arch, _ = resolve_model(plan.engines[0].model_dir)
+    arch = run_architecture(plan)
     return sweep_cost(arch, gpu, plan.engines, plan.points, plan.spec.phases)
 
 
@@ -461,9 +461,9 @@ def dry_run_table(plan: Plan, platform: str | None = None, cost: Any = None) -> 
     from rich.table import Table
 
     from analysis.allocator import paged_capacity
-    from analysis.catalog import resolve_model
+    from profiler.preflight import run_architecture
 
-    arch, _ = resolve_model(plan.engines[0].model_dir) if plan.engines else (None, None)
+    arch = run_architecture(plan)
     sat = plan.spec.saturation if "saturation" in plan.spec.phases else None
     on_gpu = f" on {cost.gpu}" if cost is not None else ""
     t = Table(title=f"sweep {plan.spec.name}{on_gpu}: {len(plan.engines)} engines, {plan.num_points} points")

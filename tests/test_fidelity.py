@@ -217,3 +217,20 @@ def test_float32_engine_blocks_are_counted_in_float32():
                                max_num_batched_tokens=facts["max_num_batched_tokens"],
                                async_scheduling=facts["async_scheduling"])
     assert predicted.num_blocks == facts["num_gpu_blocks"]
+
+
+def test_preflight_and_dry_run_size_a_float32_sweep_in_float32(tmp_path):
+    """The spec's dtype reaches pre-flight: tiny-llama-gqa (bfloat16 config) swept in float32 has 2,048 B of
+    auto KV per token, so 16 MiB in 32-token blocks is 256 blocks, the number vLLM made above (not 512)."""
+    from profiler.preflight import run_architecture, validate
+    from profiler.runner import dry_run_table
+
+    spec = tmp_path / "f32.yaml"
+    spec.write_text("name: f32\nmodel: tiny-llama-gqa\ndtype: float32\nengine:\n  max_model_len: 1024\n"
+                    "  block_size: 32\n  kv_cache_memory_bytes: 16MiB\nworkload:\n  concurrency: [1]\n"
+                    "  prompt_len: [64]\n  output_len: 8\nphases: [capacity, decode]\n")
+    _, plan = validate(spec, platform="cpu")
+    assert run_architecture(plan).torch_dtype == "float32"
+    table = dry_run_table(plan, "cpu")
+    blocks_col = [c.header for c in table.columns].index("predicted blocks")
+    assert list(table.columns[blocks_col].cells) == ["256"]
