@@ -162,6 +162,24 @@ class Architecture(BaseModel):
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
 
+    def with_dtype(self, dtype: str = "auto") -> Architecture:
+        """This architecture with its weights (and an auto KV cache) in the dtype vLLM runs for ``--dtype``.
+
+        ``auto`` follows vLLM's ``_resolve_auto_dtype`` (vllm/config/model.py, 0.32): a float32 checkpoint
+        is downcast to the platform's first supported dtype — bfloat16 on Ampere or newer and on x86 CPUs,
+        float16 on Volta/Turing: 2 bytes either way — and any other config dtype is kept. An explicit
+        dtype replaces the config's (``float32`` runs a bf16 checkpoint in float32)."""
+        name = dtype.removeprefix("torch.").lower()
+        if name == "auto":
+            if dtype_bytes(self.torch_dtype) != 4:
+                return self
+            name = "bfloat16"
+        name = {"float": "float32", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
+                "half": "float16"}.get(name, name)
+        if _DTYPE_BYTES.get(name) not in (2, 4):
+            raise ValueError(f"--dtype {dtype!r}: vLLM runs weights in auto, bfloat16, float16 or float32")
+        return self if name == self.torch_dtype else self.model_copy(update={"torch_dtype": name})
+
     def with_quantization(self, name: str | None, gpu: str | None = None,
                           vllm_version: str | None = None) -> Architecture:
         """This architecture as vLLM runs it with ``--quantization NAME`` (None: as the checkpoint

@@ -64,6 +64,7 @@ class PlanInputs(BaseModel):
     batch: int | None = Field(None, gt=0)
     context: int | None = Field(None, gt=0)
     prompt_len: int | None = Field(None, gt=0)
+    dtype: str = "auto"  # vLLM's --dtype: the weights' (and an auto KV cache's) dtype
     quantization: str | None = None  # vLLM's --quantization: overrides the checkpoint's quantization_config
 
     @field_validator("entry", mode="before")
@@ -161,7 +162,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     """All predictions as one flat-ish dict (bytes and seconds as plain numbers)."""
     tp = inputs.tensor_parallel_size
     try:
-        a = a.with_quantization(inputs.quantization, gpu=gpu.name if gpu else None)
+        a = a.with_dtype(inputs.dtype).with_quantization(inputs.quantization, gpu=gpu.name if gpu else None)
         kv_heads_per_rank(a, tp)
         kv_dtype_bytes(inputs.kv_cache_dtype, a.torch_dtype)
     except ValueError as exc:
@@ -221,6 +222,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     params = count_params(a)
     out: dict[str, Any] = {
         "model": a.name,
+        "dtype": a.torch_dtype,
         "attention": a.attention_kind,
         "gpu": gpu.name if gpu else None,
         "tensor_parallel_size": tp,

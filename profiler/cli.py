@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from analysis import catalog
-from analysis.architecture import UnsupportedArchitecture, dtype_bytes
+from analysis.architecture import UnsupportedArchitecture
 from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
 from analysis.procurement import parse_gpu_list, parse_seconds, parse_tp_list, procurement
 from analysis.units import fmt_bytes, fmt_count, fmt_ms, fmt_seconds, parse_bytes
@@ -209,22 +209,13 @@ def plan_cmd(
                               kv_cache_memory_bytes=kv_cache_memory_bytes, reserve_bytes=reserve_bytes,
                               max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                               async_scheduling=async_scheduling, enforce_eager=enforce_eager,
-                              entry=entry, vllm_version=vllm_version, quantization=quantization,
+                              entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype,
                               batch=batch, prompt_len=prompt_len))
         return
     try:
         if gpu and probe:
             raise PlanError("give --gpu or --probe, not both")
         arch, _ = catalog.resolve_model(model)
-        if dtype != "auto":
-            try:
-                dtype_bytes(dtype)
-            except ValueError as exc:
-                raise PlanError(f"--dtype {dtype!r}: {exc}") from None
-            name = dtype.lower().removeprefix("torch.")
-            name = {"float": "float32", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
-                    "half": "float16"}.get(name, name)
-            arch = arch.model_copy(update={"torch_dtype": name})
         gpu_spec, gpu_note = catalog.resolve_gpu(gpu) if gpu else (None, None)
         if probe:
             try:
@@ -238,7 +229,7 @@ def plan_cmd(
             kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes) if kv_cache_memory_bytes else None,
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
             async_scheduling=async_scheduling, enforce_eager=enforce_eager, entry=entry,
-            vllm_version=vllm_version, quantization=quantization,
+            vllm_version=vllm_version, quantization=quantization, dtype=dtype,
             reserve_bytes=parse_bytes(reserve_bytes) if reserve_bytes else None,
             batch=batch, context=context, prompt_len=prompt_len,
         )

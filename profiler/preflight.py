@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.allocator import NotModelled, batch_ceiling, paged_capacity
-from analysis.architecture import Architecture, dtype_bytes
+from analysis.architecture import Architecture
 from analysis.budget import vllm_default_batching
 from analysis.catalog import resolve_model
 from analysis.results_schema import Dropped, EngineSettings
@@ -80,14 +80,10 @@ def run_architecture(plan: Plan) -> Architecture | None:
     if not plan.engines:
         return None
     arch, _ = resolve_model(plan.engines[0].model_dir)
-    run_dtype = str(plan.engines[0].llm_kwargs().get("dtype") or "auto")
-    if run_dtype != "auto":
-        try:
-            dtype_bytes(run_dtype)
-            arch = arch.model_copy(update={"torch_dtype": run_dtype})
-        except ValueError:
-            pass  # a dtype name the model does not know: vLLM says so at start-up
-    return arch
+    try:
+        return arch.with_dtype(str(plan.engines[0].llm_kwargs().get("dtype") or "auto"))
+    except ValueError:
+        return arch  # a dtype name the model does not know: vLLM says so at start-up
 
 
 def is_fp8_kv(kv_cache_dtype: str) -> bool:

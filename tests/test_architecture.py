@@ -147,3 +147,21 @@ def test_gpu_catalog_and_nvml_names():
     assert gpu("NVIDIA H100 80GB HBM3").name == "h100-sxm"
     assert gpu("a100-80gb-sxm").bandwidth_tbs == 2.039
     assert round(gpu("a100-40gb-sxm").ridge_point) == 201
+
+
+def test_vllm_downcasts_a_float32_checkpoint_under_auto_dtype():
+    """vLLM's _resolve_auto_dtype (vllm/config/model.py): a float32 config runs in the platform's first
+    supported dtype (bfloat16 on Ampere+ and x86 CPUs); --dtype float32 keeps 4 bytes; other configs keep theirs.
+    gemma-2-9b's config.json says float32, and vLLM 0.19 logged 17.22 GiB of weights for it on an H100
+    (llmdplanner_gemma2_9b_h100 in tests/fixtures/gpu_corpus): 2 bytes a parameter, not 4."""
+    from analysis.catalog import resolve_model
+
+    a, _ = resolve_model("gemma-2-9b")
+    assert a.torch_dtype == "float32"
+    assert a.with_dtype("auto").torch_dtype == "bfloat16"
+    assert a.with_dtype("float32").torch_dtype == "float32"
+    assert a.with_dtype("half").torch_dtype == "float16"
+    b, _ = resolve_model("llama-3.1-8b")
+    assert b.with_dtype("auto") is b and b.with_dtype("float32").weight_dtype_bytes == 4
+    with pytest.raises(ValueError, match="--dtype 'int8'"):
+        b.with_dtype("int8")

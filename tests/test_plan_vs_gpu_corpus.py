@@ -14,10 +14,10 @@ from __future__ import annotations
 import statistics
 
 import pytest
+from gpu_corpus import CorpusRecord, load_corpus
 
 from analysis import catalog
 from analysis.plan import PlanInputs, make_plan
-from gpu_corpus import CorpusRecord, load_corpus
 
 GiB = 2**30
 TOLERANCE = 0.02
@@ -30,6 +30,8 @@ EXPLAINED: dict[tuple[str, str], str] = {}
 def _unplannable(rec: CorpusRecord) -> str | None:
     """Why a record cannot be planned at all (None: it can)."""
     s = rec.settings
+    if s.catalog_model not in catalog.model_names():
+        return f"no config.json of {s.model} in the catalog"
     if s.pipeline_parallel_size > 1:
         return "pipeline parallelism: kvprof plans tensor-parallel ranks only"
     return None
