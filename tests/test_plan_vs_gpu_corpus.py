@@ -15,6 +15,7 @@ import statistics
 
 import pytest
 from gpu_corpus import CorpusRecord, load_corpus
+from test_vllm_memory import VERSION_OF
 
 from analysis import catalog
 from analysis.plan import PlanInputs, make_plan
@@ -22,6 +23,10 @@ from analysis.plan import PlanInputs, make_plan
 GiB = 2**30
 TOLERANCE = 0.02
 RECORDS = load_corpus()
+
+
+def _name(rec: CorpusRecord) -> str:
+    return next(k for k, v in RECORDS.items() if v is rec)
 
 # (record, quantity) → why kvprof's spec-sheet plan misses it by more than 2 %.
 EXPLAINED: dict[tuple[str, str], str] = {}
@@ -37,6 +42,13 @@ def _unplannable(rec: CorpusRecord) -> str | None:
     return None
 
 
+def _quantization(rec: CorpusRecord, arch) -> str | None:
+    """What `kvprof plan --quantization` is given: the record's stand-in scheme, or the --quantization the author
+    passed to vLLM on a checkpoint without its own quantization_config (the checkpoint's own config otherwise)."""
+    s = rec.settings
+    return s.plan_quantization or (s.quantization if arch.quantization is None else None)
+
+
 def _plan(rec: CorpusRecord, *, kv_budget_bytes: int | None = None) -> dict:
     s = rec.settings
     arch, _ = catalog.resolve_model(s.catalog_model)
@@ -45,7 +57,8 @@ def _plan(rec: CorpusRecord, *, kv_budget_bytes: int | None = None) -> dict:
         kv_cache_dtype=s.kv_cache_dtype, block_size=s.block_size or 16, max_model_len=s.max_model_len,
         tensor_parallel_size=s.tensor_parallel_size, gpu_memory_utilization=s.gpu_memory_utilization,
         max_num_batched_tokens=s.max_num_batched_tokens, max_num_seqs=s.max_num_seqs,
-        enforce_eager=s.enforce_eager, entry=s.entry, vllm_version=s.vllm_version, quantization=s.plan_quantization,
+        enforce_eager=s.enforce_eager, entry=s.entry, vllm_version=s.vllm_version or VERSION_OF.get(_name(rec)),
+        quantization=_quantization(rec, arch), dtype=s.dtype or "auto",
         kv_cache_memory_bytes=kv_budget_bytes,
     )
     return make_plan(arch, inputs, gpu)
