@@ -161,7 +161,8 @@ def headline(a: Analysis) -> list[str]:
                      f"{fnum(r['ceiling_measured_below'])}; vLLM's own arithmetic says "
                      f"{fnum(r['ceiling_vllm_arithmetic'])}.")
     if "kv_budget_rel_error" in cap and cap["kv_budget_rel_error"].notna().any():
-        lines.append(f"KV budget on the GPU: heuristic reserve off by {fpct(cap['kv_budget_rel_error'].median())} "
+        lines.append("KV budget on the GPU: vLLM's accounting as kvprof predicts it off by "
+                     f"{fpct(cap['kv_budget_rel_error'].median())} "
                      f"(median over engines).")
     f = a.fit
     if f is not None:

@@ -29,6 +29,9 @@ class CorpusSettings(BaseModel):
     catalog_model: str = Field(description="analysis/catalog/models/<name> holding that checkpoint's config.json")
     gpu: str = Field(description="analysis/catalog/gpus.yaml name of the GPU it ran on")
     vllm_version: str | None = None
+    vllm_version_inferred: str | None = Field(
+        None, description="where the log does not state its version: the one whose rules apply, inferred from "
+                          "the post's date and the log's wording (the comment beside it says how)")
     entry: Literal["serve", "offline"] = Field(description="vllm serve / the OpenAI server, or the offline LLM class")
     tensor_parallel_size: int = Field(1, ge=1)
     pipeline_parallel_size: int = Field(1, ge=1)
@@ -78,6 +81,11 @@ class CorpusRecord(BaseModel):
     logged: CorpusLogged
     excerpt: str = Field(description="the log lines the numbers come from, verbatim")
     notes: str = Field("", description="anything that makes this start-up unusual (other processes, patches, ...)")
+
+
+def vllm_version(settings: CorpusSettings) -> str | None:
+    """The vLLM a record ran: stated, else inferred (None: unknown)."""
+    return settings.vllm_version or settings.vllm_version_inferred
 
 
 def load_corpus(directory: Path = CORPUS_DIR) -> dict[str, CorpusRecord]:

@@ -14,8 +14,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from gpu_corpus import CorpusRecord, load_corpus
-from test_vllm_memory import VERSION_OF
+from gpu_corpus import CorpusRecord, load_corpus, vllm_version
 
 from analysis import catalog
 from analysis.params import weight_bytes
@@ -28,8 +27,7 @@ RECORDS = load_corpus()
 
 def _version(rec: CorpusRecord) -> str | None:
     """The vLLM whose rules apply: the stated version, else the one inferred from the post's date and wording."""
-    name = next(k for k, v in RECORDS.items() if v is rec)
-    return rec.settings.vllm_version or {**VERSION_OF, "llmdbench_llama33_70b_fp8_dynamic_h100": "0.14.0"}.get(name)
+    return vllm_version(rec.settings)
 
 # record → why kvprof's spec-sheet plan misses it by more than 2 % (in one quantity or several: a budget miss
 # carries into blocks, tokens and concurrency).
