@@ -59,6 +59,14 @@ def module_matches(name: str, patterns: tuple[str, ...]) -> bool:
     return False
 
 
+def _scale_count(strategy: str, block: Any, out_features: int, in_features: int) -> int:
+    """float32 scales of one weight matrix: one per block (128 × 128 by default), per output channel, or one."""
+    if strategy == "block":
+        bo, bi = block or (128, 128)
+        return math.ceil(out_features / bo) * math.ceil(in_features / bi)
+    return out_features if strategy == "channel" else 1
+
+
 class QuantScheme(BaseModel):
     """How a checkpoint's weights are held on the GPU. Subclasses own their bytes."""
 
@@ -138,15 +146,8 @@ class Fp8(QuantScheme):
     online: bool = False
 
     def matrix_bytes(self, out_features: int, in_features: int, dtype_bytes: int) -> float:
-        n = out_features * in_features
-        if self.strategy == "block":
-            bo, bi = self.weight_block_size or (128, 128)
-            scales = math.ceil(out_features / bo) * math.ceil(in_features / bi)
-        elif self.strategy == "channel":
-            scales = out_features
-        else:
-            scales = 1
-        return n + FP32 * (scales + (1 if self.static_activations else 0))
+        scales = _scale_count(self.strategy, self.weight_block_size, out_features, in_features)
+        return out_features * in_features + FP32 * (scales + (1 if self.static_activations else 0))
 
     def describe(self) -> str:
         kind = f"block {self.weight_block_size[0]}x{self.weight_block_size[1]}" if (
@@ -215,13 +216,7 @@ class CompressedTensors(QuantScheme):
         n = out_features * in_features
         values = n * args.num_bits / 8
         if args.num_bits >= 8:
-            if args.strategy == "block":
-                bo, bi = args.block_structure or (128, 128)
-                scales = math.ceil(out_features / bo) * math.ceil(in_features / bi)
-            elif args.strategy == "channel":
-                scales = out_features
-            else:
-                scales = 1
+            scales = _scale_count(args.strategy, args.block_structure, out_features, in_features)
             zero = 0 if args.symmetric else out_features * 4
             return values + FP32 * scales + zero
         group = in_features if args.strategy == "channel" else (args.group_size or in_features)

@@ -178,10 +178,16 @@ def test_explained_records_still_miss(name):
     assert _misses(name), f"{name} is now within {TOLERANCE:.0%} everywhere: take it out of EXPLAINED"
 
 
-@pytest.mark.parametrize("name", _cases("kv_cache_tokens"))
-def test_kv_tokens_from_the_spec_sheet(name):
+# (logged field, plan key): what vLLM printed about the pool, and kvprof's name for it
+POOL = (("kv_cache_tokens", "kv_cache_tokens"), ("max_concurrency", "max_concurrency"),
+        ("num_gpu_blocks", "num_blocks"))
+
+
+@pytest.mark.parametrize("field, key, name", [(f, k, n) for f, k in POOL for n in _cases(f)])
+def test_pool_from_the_spec_sheet(field, key, name):
+    """Tokens, concurrency and blocks as vLLM printed them, from the spec-sheet plan."""
     rec = RECORDS[name]
-    _check(name, "kv_tokens", _plan(rec)["kv_cache_tokens"], rec.logged.kv_cache_tokens)
+    _check(name, field, _plan(rec)[key], getattr(rec.logged, field))
 
 
 @pytest.mark.parametrize("name", _cases("kv_cache_tokens"))
@@ -198,15 +204,3 @@ def test_kv_tokens_given_the_logged_budget(name):
     slack = max(0.005 * GiB / per_token + plan["block_size"], 0.005 * rec.logged.kv_cache_tokens)
     assert abs(plan["kv_cache_tokens"] - rec.logged.kv_cache_tokens) <= slack, (
         name, plan["kv_cache_tokens"], rec.logged.kv_cache_tokens)
-
-
-@pytest.mark.parametrize("name", _cases("max_concurrency"))
-def test_concurrency_from_the_spec_sheet(name):
-    rec = RECORDS[name]
-    _check(name, "max_concurrency", _plan(rec)["max_concurrency"], rec.logged.max_concurrency)
-
-
-@pytest.mark.parametrize("name", _cases("num_gpu_blocks"))
-def test_blocks_from_the_spec_sheet(name):
-    rec = RECORDS[name]
-    _check(name, "num_gpu_blocks", _plan(rec)["num_blocks"], rec.logged.num_gpu_blocks)
