@@ -285,6 +285,8 @@ class StartupLog(BaseModel):
         None, description="0.32: transient peak plus the CUDA-graph estimate it applied ('for peak activation')")
     non_torch_bytes: int | None = None
     consumed_bytes: int | None = Field(None, description="0.32 'consumed memory (weights + non-torch)'")
+    non_kv_cache_bytes: int | None = Field(
+        None, description="'Total non KV cache memory' (DEBUG 'Memory profiling takes …', vLLM 0.9 to 0.32)")
     explicit_kv_bytes: int | None = None
     total_gpu_memory_bytes: int | None = Field(None, description="device memory as CUDA reports it (total_gpu_memory)")
     requested_memory_bytes: int | None = Field(None, description="total × gpu_memory_utilization")

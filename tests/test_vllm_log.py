@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from analysis.results_schema import StartupLog
-from analysis.vllm_startup_log import PATTERNS, parse_startup, records
+from analysis.vllm_startup_log import parse_startup, records
 from profiler.vllm_log import parse_startup as profiler_parse_startup
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm_logs"
@@ -149,7 +149,7 @@ EXPECTED: dict[str, dict] = {
         # 1.1GiB; non-torch forward increase memory: 0.07GiB; weights memory: 7.51GiB." — not the snapshot's
         # "non_torch_memory=1.43GiB"
         "weights_bytes_logged": int(7.51 * G), "peak_activation_bytes": int(1.1 * G),
-        "non_torch_bytes": int(0.07 * G),
+        "non_torch_bytes": int(0.07 * G), "non_kv_cache_bytes": int(8.69 * G),
         "available_kv_bytes": int(66.54 * G),  # "Available KV cache memory: 66.54 GiB"
         "log_kv_cache_tokens": 1075312, "log_max_concurrency_len": 8192, "log_max_concurrency": 131.26,
         "cuda_graph_bytes": int(0.65 * G),  # "Graph capturing finished in 3 secs, took 0.65 GiB"
@@ -172,6 +172,8 @@ RANK_VALUES: dict[str, dict] = {
     "v0.19.0_llama31_8b_pp2_h100_debug_profile.log": {  # each pipeline stage is its own rank
         # "torch peak memory increase: 1.1GiB" (PP0), "2.01GiB" (PP1), and their "… GiB for peak activation"
         "peak_activation_bytes": {"Worker_PP0 pid=442": int(1.1 * G), "Worker_PP1 pid=443": int(2.01 * G)},
+        # "Total non KV cache memory: 8.69GiB" (PP0), "9.6GiB" (PP1)
+        "non_kv_cache_bytes": {"Worker_PP0 pid=442": int(8.69 * G), "Worker_PP1 pid=443": int(9.6 * G)},
         # "Available KV cache memory: 66.54 GiB" (PP0 only); "Current kv cache memory in use is 65.63 GiB" (PP1)
         "available_kv_bytes": {"Worker_PP0 pid=442": int(66.54 * G), "Worker_PP1 pid=443": int(65.63 * G)},
         "kv_cache_memory_requested_limit_bytes": {"Worker_PP1 pid=443": 69620717568, "Worker_PP0 pid=442": 70599139328},
@@ -299,9 +301,7 @@ def test_memory_profiling_takes_v019():
     assert p["weights_bytes_logged"] == int(7.51 * G)
     assert p["peak_activation_bytes"] == int(1.1 * G) and p["non_torch_bytes"] == int(0.07 * G)
     assert "consumed_bytes" not in p
-    # the total non-KV figure: read by the pattern, kept once StartupLog has a field for it
-    pattern, handler = next((pat, h) for name, pat, h in PATTERNS if name == "profiling_takes")
-    assert handler(pattern.search(records(line)[0][1]))["non_kv_cache_bytes"] == int(8.69 * G)
+    assert p["non_kv_cache_bytes"] == int(8.69 * G)
 
 
 def test_one_engine_process_snapshot_then_profile():
@@ -456,9 +456,7 @@ def test_vllm_032_debug_wordings():
     # 0.32's torch peak increase is not its "peak activation" (that adds the transient headroom and the
     # CUDA-graph estimate), and the snapshot's non_torch_memory is the context before loading: neither is read
     assert "peak_activation_bytes" not in p and "non_torch_bytes" not in p
-    pattern, handler = next((pat, h) for name, pat, h in PATTERNS if name == "profiling_takes")
-    profile = next(m for _label, m, _raw in records(V032_DEBUG_LINES) if m.startswith("Memory profiling takes"))
-    assert handler(pattern.search(profile))["non_kv_cache_bytes"] == int(18.0 * G)
+    assert p["non_kv_cache_bytes"] == int(18.0 * G)
     # with the INFO lines, the peak activation is the summary's "2.55 GiB for peak activation"
     assert parse_startup(V032_LINES + V032_DEBUG_LINES)["peak_activation_bytes"] == int(2.55 * G)
     StartupLog(**p)
