@@ -43,24 +43,6 @@ from analysis.units import fmt_bytes, fmt_seconds
 Reason = Literal["heads", "weights", "one_sequence", "tpot_slo"]
 LimitedBy = Literal["concurrency", "kv_cache", "max_num_seqs", "tpot_slo"]
 
-_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
-_DURATION = re.compile(r"^\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*(s|ms|us|µs)?\s*$")
-
-
-def parse_seconds(text: str) -> float:
-    """'0.05', '50ms', '50 ms', '800us', '1.5s' → seconds. Raises ValueError naming the input."""
-    m = _DURATION.match(text)
-    try:
-        value = float(m.group(1)) * _SECONDS[m.group(2) or "s"] if m else None
-    except ValueError:
-        value = None
-    if value is None:
-        raise ValueError(f"{text!r} is not a duration: give seconds (0.05) or a number with s, ms or us (50ms)")
-    if not value > 0:
-        raise ValueError(f"{text!r}: a duration must be positive")
-    return value
-
-
 def parse_tp_list(text: str) -> list[int]:
     """'1,2,4,8' → [1, 2, 4, 8] (duplicates dropped, order kept)."""
     out: list[int] = []

@@ -9,6 +9,7 @@ in the CLI, the PDF and summary.md. Missing values (None, NaN, pd.NA) print as "
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -92,3 +93,21 @@ def fmt_pct(x: Any) -> str:
 def fmt_bandwidth(x: Any) -> str:
     """Bytes per second in GB/s (decimal, as spec sheets quote bandwidth)."""
     return MISSING if missing(x) else f"{float(x) / 1e9:,.1f} GB/s"
+
+
+_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
+_DURATION = re.compile(r"^\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*(s|ms|us|µs)?\s*$")
+
+
+def parse_seconds(text: str) -> float:
+    """'0.05', '50ms', '50 ms', '800us', '1.5s' → seconds. Raises ValueError naming the input."""
+    m = _DURATION.match(text)
+    try:
+        value = float(m.group(1)) * _SECONDS[m.group(2) or "s"] if m else None
+    except ValueError:
+        value = None
+    if value is None:
+        raise ValueError(f"{text!r} is not a duration: give seconds (0.05) or a number with s, ms or us (50ms)")
+    if not value > 0:
+        raise ValueError(f"{text!r}: a duration must be positive")
+    return value

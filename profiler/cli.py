@@ -20,8 +20,8 @@ from rich.table import Table
 from analysis import catalog
 from analysis.architecture import UnsupportedArchitecture
 from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
-from analysis.procurement import parse_gpu_list, parse_seconds, parse_tp_list, procurement
-from analysis.units import fmt_bytes, fmt_count, fmt_ms, fmt_seconds, parse_bytes
+from analysis.procurement import parse_gpu_list, parse_tp_list, procurement
+from analysis.units import fmt_bytes, fmt_count, fmt_ms, fmt_seconds, parse_bytes, parse_seconds
 
 app = typer.Typer(
     name="kvprof",

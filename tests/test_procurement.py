@@ -6,7 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis import catalog
-from analysis.procurement import parse_seconds, parse_tp_list
+from analysis.procurement import parse_tp_list
+from analysis.units import parse_seconds
 from profiler.cli import _procurement_table, app
 
 runner = CliRunner()
