@@ -175,8 +175,9 @@ def _plot_decode(pdf: PdfPages, a: Analysis) -> None:
     f = a.fit
     title = "Decode step time vs context per batch, with roofline and fit"
     if f is not None:
+        flops = f" + FLOPs / {f.effective_flops / 1e9:,.0f} GFLOP/s" if f.effective_flops else ""
         title = (f"Decode{f', {f.regime.kind}-dominated' if f.regime else ''}: step time = "
-                 f"{fms(f.step_overhead_s)} + bytes / {fbw(f.effective_bandwidth_Bps)} (R² {f.r2:.2f})")
+                 f"{fms(f.step_overhead_s)} + bytes / {fbw(f.effective_bandwidth_Bps)}{flops} (R² {f.r2:.2f})")
     fig = titled_page(title)
     ax = fig.add_subplot(1, 1, 1)
     palette = sns.color_palette("viridis", dec["concurrency"].nunique())
