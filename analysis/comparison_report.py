@@ -10,7 +10,19 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.backends.backend_pdf import PdfPages
 
-from analysis.pdf_pages import PAGE, Table, fbw, fms, fnum, format_columns, fpct, save_page, table_page, text_page
+from analysis.pdf_pages import (
+    PAGE,
+    Table,
+    atomic_pdf,
+    fbw,
+    fms,
+    fnum,
+    format_columns,
+    fpct,
+    save_page,
+    table_page,
+    text_page,
+)
 from analysis.run_comparison import REFERENCE_CONTEXT, Comparison
 
 
@@ -88,7 +100,7 @@ def build_comparison(cmp: Comparison, out_dir: str | Path, pdf_path: str | Path 
     runs_lines = [f"{r.label}: {r.res.root} ({r.res.manifest.get('name')}, {len(r.res.engines)} engines, "
                   f"{int((r.res.points['status'] == 'ok').sum()) if not r.res.points.empty else 0} points ok)"
                   + ("  [SYNTHETIC]" if r.res.synthetic else "") for r in cmp.runs]
-    with PdfPages(pdf_path) as pdf:
+    with atomic_pdf(pdf_path) as pdf:
         text_page(pdf, "kvprof compare — " + " vs ".join(r.label for r in cmp.runs),
                   [("Runs", runs_lines), ("Which is better, and by how much", cmp.verdict)])
         table_page(pdf, t["differs"])

@@ -7,8 +7,12 @@ and into markdown (tabulate), so the two always say the same.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -109,3 +113,17 @@ def text_page(pdf: PdfPages, title: str, blocks: list[tuple[str, list[str]]], ba
         y -= 0.02
     pdf.savefig(fig)
     plt.close(fig)
+
+
+@contextlib.contextmanager
+def atomic_pdf(path: str | Path) -> Iterator[PdfPages]:
+    """A PdfPages that appears at ``path`` only once every page is written: it is written beside it and
+    renamed at the end, so an interrupted report leaves the old PDF (or none), never a truncated one."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with PdfPages(partial) as pdf:
+            yield pdf
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

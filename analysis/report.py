@@ -19,7 +19,7 @@ import seaborn as sns
 from matplotlib.backends.backend_pdf import PdfPages
 
 from analysis.load import load
-from analysis.pdf_pages import PAGE, Table, fbw, fms, save_page, table_page, text_page, titled_page
+from analysis.pdf_pages import PAGE, Table, atomic_pdf, fbw, fms, save_page, table_page, text_page, titled_page
 from analysis.pipeline import Analysis, analyse, calibration, headline, results_table, setup_lines
 
 # --- pages -------------------------------------------------------------------------------------
@@ -371,7 +371,7 @@ def build_report(results_dir: str | Path, pdf_path: str | Path | None = None) ->
     a = analyse(res)
     root = Path(results_dir)
     pdf_path = Path(pdf_path) if pdf_path else root / "report.pdf"
-    with PdfPages(pdf_path) as pdf:
+    with atomic_pdf(pdf_path) as pdf:
         for page in PAGES:
             page.render(pdf, a)
         info = pdf.infodict()

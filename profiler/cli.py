@@ -43,6 +43,26 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_BAD_INPUT)
 
 
+def output_path(path: Path, option: str, *, results_dirs: tuple[Path, ...] = (),
+                inputs: tuple[Path | None, ...] = ()) -> Path:
+    """``path`` as a file a command may write, or the one-line error (exit 2) saying why not: a directory, a
+    missing parent, one of a results directory's records, or one of the command's own input files."""
+    from profiler.store import ResultsDir
+
+    if path.is_dir():
+        raise fail(f"{option} {path} is a directory: give a file path (e.g. {path / 'report.pdf'})")
+    if not path.resolve().parent.is_dir():
+        raise fail(f"{option} {path}: directory {path.resolve().parent} does not exist")
+    for d in results_dirs:
+        if ResultsDir(d).is_record(path):
+            raise fail(f"{option} {path} would overwrite a record of the results directory {d}; "
+                       "write it elsewhere")
+    for src in inputs:
+        if src is not None and src.exists() and path.resolve() == src.resolve():
+            raise fail(f"{option} {path} would overwrite this command's own input; write it elsewhere")
+    return path
+
+
 @app.command("models")
 def models_cmd(json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False):
     """List the shipped model architectures."""
@@ -212,6 +232,8 @@ def plan_cmd(
                               entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype,
                               batch=batch, prompt_len=prompt_len))
         return
+    if save is not None:
+        output_path(save, "--save", inputs=(calibration, probe, Path(model)))
     try:
         if gpu and probe:
             raise PlanError("give --gpu or --probe, not both")
@@ -463,6 +485,8 @@ def report_cmd(
     from analysis.load import LoadError
     from analysis.report import build_report
 
+    if pdf is not None:
+        output_path(pdf, "--pdf", results_dirs=(results_dir,))
     try:
         written = build_report(results_dir, pdf)
     except LoadError as exc:
@@ -491,6 +515,8 @@ def compare_cmd(
     from analysis.run_comparison import CompareError, compare_runs
 
     names = [x.strip() for x in labels.split(",")] if labels else None
+    if pdf is not None:
+        output_path(pdf, "--pdf", results_dirs=tuple(inputs), inputs=tuple(inputs))
     try:
         cmp = compare_runs(inputs, names)
     except CompareError as exc:

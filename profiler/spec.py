@@ -354,14 +354,64 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields) if model else []
 
 
+MAX_SPEC_BYTES = 1 << 20  # a spec is a page of YAML; a megabyte is not one
+MAX_SPEC_VALUES = 100_000  # values after YAML aliases are expanded (a "billion laughs" file expands to 10⁹)
+
+
+def _check_yaml_tree(root: yaml.Node, path: Path) -> None:
+    """Refuse what the safe loader accepts but a spec must not be: duplicate keys (the later one silently
+    replaces the earlier, dropping a section) and aliases that expand past ``MAX_SPEC_VALUES`` values."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 1  # a node that refers to itself counts once
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for k, _ in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.value != "<<":
+                    if k.value in seen:
+                        raise SpecError(f"{path}:{k.start_mark.line + 1}: duplicate key {k.value!r} (first at "
+                                        f"line {seen[k.value]}); YAML would keep only the last")
+                    seen[k.value] = k.start_mark.line + 1
+            n = 1 + sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            n = 1 + sum(size(v) for v in node.value)
+        else:
+            n = 1
+        sizes[id(node)] = n
+        if n > MAX_SPEC_VALUES:
+            raise SpecError(f"{path}:{node.start_mark.line + 1}: expands to more than {MAX_SPEC_VALUES:,} values "
+                            "(YAML aliases repeated inside each other); a sweep spec needs far fewer")
+        return n
+
+    try:
+        size(root)
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a sweep spec") from None
+
+
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a YAML spec (safe loader). Raises SpecError with every problem."""
     path = Path(path)
     try:
-        text = path.read_text()
-        raw = yaml.safe_load(text)
+        if path.is_file() and path.stat().st_size > MAX_SPEC_BYTES:
+            raise SpecError(f"{path}: {path.stat().st_size:,} bytes; a sweep spec is at most "
+                            f"{MAX_SPEC_BYTES:,} bytes of YAML")
+        text = path.read_text(encoding="utf-8")
+        loader = yaml.SafeLoader(text)
+        try:
+            root = loader.get_single_node()
+            if root is not None:
+                _check_yaml_tree(root, path)
+            raw = loader.construct_document(root) if root is not None else None
+        finally:
+            loader.dispose()
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the spec as UTF-8") from None
     except yaml.YAMLError as exc:  # one line: where, and what the parser says
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""

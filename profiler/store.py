@@ -66,6 +66,15 @@ class ResultsDir:
         self.manifest = self.root / "manifest.json"
         self._lock_fd: int | None = None
 
+    def is_record(self, path: str | Path) -> bool:
+        """Whether ``path`` is one of this directory's measured records or inputs (manifest, spec, probe,
+        engine/point records, telemetry, jobs, logs): what no command may write over."""
+        p, root = Path(path).resolve(), self.root.resolve()
+        if p in (self.manifest.resolve(), root / "spec.yaml", root / "probe.json"):
+            return True
+        return any(p.is_relative_to(d.resolve()) for d in (self.points, self.engines, self.telemetry,
+                                                             self.jobs, self.logs))
+
     def prepare(self) -> None:
         """Create the layout; fail early and clearly when the directory is not writable."""
         try:
