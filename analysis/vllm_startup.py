@@ -152,6 +152,10 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
     if ref is None:
         return None
     arch, _ = catalog.resolve_model(ref)
+    try:  # the dtype vLLM ran (auto downcasts a float32 checkpoint to 16 bits, as vLLM does)
+        arch = arch.with_dtype(record.get("dtype") or "auto")
+    except ValueError:
+        arch = arch.with_dtype("auto")
     tp = record.get("tensor_parallel_size") or 1
     block = record.get("block_size") or 16
     mml = record.get("max_model_len") or arch.max_position_embeddings

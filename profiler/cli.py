@@ -44,13 +44,13 @@ def fail(message: str) -> typer.Exit:
 
 
 def output_path(path: Path, option: str, *, results_dirs: tuple[Path, ...] = (),
-                inputs: tuple[Path | None, ...] = ()) -> Path:
+                inputs: tuple[Path | None, ...] = (), example: str = "report.pdf") -> Path:
     """``path`` as a file a command may write, or the one-line error (exit 2) saying why not: a directory, a
     missing parent, one of a results directory's records, or one of the command's own input files."""
     from profiler.store import ResultsDir
 
     if path.is_dir():
-        raise fail(f"{option} {path} is a directory: give a file path (e.g. {path / 'report.pdf'})")
+        raise fail(f"{option} {path} is a directory: give a file path (e.g. {path / example})")
     if not path.resolve().parent.is_dir():
         raise fail(f"{option} {path}: directory {path.resolve().parent} does not exist")
     for d in results_dirs:
@@ -232,8 +232,10 @@ def plan_cmd(
                               entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype,
                               batch=batch, prompt_len=prompt_len))
         return
+    if gpu is not None and not gpu.strip():
+        raise fail("--gpu is empty: give a catalog name (`kvprof gpus`), a comma list or all")
     if save is not None:
-        output_path(save, "--save", inputs=(calibration, probe, Path(model)))
+        output_path(save, "--save", inputs=(calibration, probe, Path(model)), example="plan.json")
     try:
         if gpu and probe:
             raise PlanError("give --gpu or --probe, not both")
@@ -386,7 +388,11 @@ def _load_calibration(path: Path, gpu_spec: Any) -> Calibration:
     """calibration.json from a sweep, or a saved `kvprof log --json` (its reserve)."""
     from analysis.vllm_startup import LOG_KIND, calibration_from_log
 
-    raw = json.loads(path.read_text())
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise PlanError(f"--calibration {path}: not a JSON calibration ({_one_line(exc)}); give a sweep's "
+                        "calibration.json or a saved `kvprof log --json`") from None
     if isinstance(raw, dict) and raw.get("kind") == LOG_KIND:
         return calibration_from_log(raw, gpu_spec, source=str(path))
     return Calibration.model_validate(raw)

@@ -128,3 +128,26 @@ def test_an_interrupted_report_leaves_no_truncated_pdf(tmp_path, monkeypatch):
         report.build_report(d)
     assert (d / "report.pdf").read_bytes() == b"%PDF-old"
     assert not list(d.glob(".*.partial"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpu", ""], "--gpu is empty"),
+    (["--gpu", "h100-sxm", "--calibration", "BINARY"], "not a JSON calibration"),
+    (["--save", "DIR"], "is a directory: give a file path"),
+])
+def test_plan_bad_paths_and_names_are_one_line(tmp_path, args, message):
+    binary = tmp_path / "cal.bin"
+    binary.write_bytes(b"\x00\xd0\xff" * 10)
+    args = [str(binary) if a == "BINARY" else str(tmp_path) if a == "DIR" else a for a in args]
+    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", *args])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+
+
+def test_kvprof_log_prediction_runs_a_float32_checkpoint_in_16_bits():
+    """gemma-2-9b's config says float32; vLLM 0.19 logged 17.22 GiB for it on an H100 (llmdplanner_gemma2_9b_h100
+    in tests/fixtures/gpu_corpus): `kvprof log`'s prediction must be the 16-bit weights, not twice them."""
+    from analysis.vllm_startup import predict
+
+    p = predict({"model": "google/gemma-2-9b-it", "dtype": "bfloat16"}, model_ref="gemma-2-9b")
+    assert p["weights_bytes"] == pytest.approx(17.22 * 2**30, rel=0.02)
+    assert predict({"model": "google/gemma-2-9b-it"}, model_ref="gemma-2-9b")["weights_bytes"] == p["weights_bytes"]
