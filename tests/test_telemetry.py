@@ -201,11 +201,34 @@ def test_host_source_follows_the_process_tree():
 
 
 def test_sampler_runs_at_its_interval_and_nulls_unavailable_signals():
+    import threading
+
     src, _, _ = source([a100()])
-    sampler = Sampler([src], interval_s=0.02).start()
-    time.sleep(0.3)
+    ticked = threading.Event()
+
+    class Counting:  # the NVML source, telling the test once the thread has sampled 10 times
+        kind = src.kind
+        n = 0
+
+        def sample(self):
+            Counting.n += 1
+            if Counting.n == 11:  # the baseline, then 10 ticks
+                ticked.set()
+            return src.sample()
+
+        def describe(self):
+            return src.describe()
+
+        def close(self):
+            src.close()
+
+    started = time.time()
+    sampler = Sampler([Counting()], interval_s=0.02).start()
+    assert ticked.wait(60)  # however busy the machine, the thread keeps sampling
     df = sampler.stop()
-    assert 8 <= len(df) <= 20  # baseline + ~15 ticks + final
+    ticks = sorted(set(df["t"]))[1:11]
+    # Deadline-scheduled: tick k is never before start + k × interval (a late tick is not followed by a burst).
+    assert all(t >= started + (k + 1) * 0.02 - 0.005 for k, t in enumerate(ticks))
     assert df["gpm_dram_bw_pct"].isna().all()  # never zero-filled
     assert (df["util_mem_busy_pct"] == 81.0).all()
     assert sampler.describe()["unavailable"]["gpm_dram_bw_pct"].startswith("no GPM before Hopper")
