@@ -303,11 +303,8 @@ def plan_cmd(
     if result["kv_budget_bytes"] is None:
         console.print("no KV budget: give --gpu (or --probe) or --kv-cache-memory-bytes for blocks, "
                       "concurrency and sequences that fit", highlight=False)
-    if result.get("calibration_source"):
-        console.print(f"calibrated with {result['calibration_source']}")
-    if prov.get("transferred"):
-        console.print(f"calibration TRANSFERRED (--transfer-calibration): {'; '.join(prov['transferred_because'])}",
-                      highlight=False)
+    if result.get("calibration_source"):  # a transferred calibration's source says so, and from what
+        console.print(f"calibrated with {escape(result['calibration_source'])}", highlight=False)
     if result.get("reserve"):
         r = result["reserve"]
         console.print(
@@ -368,7 +365,7 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
                   "(most first); GPUs needed = replicas × tp, replicas = ceil(N / sequences that fit)"
                   + (", calibrated figures decide" if calibration else ""), highlight=False)
     for note in dict.fromkeys(r.calibration_note for r in rows if r.calibration_note):
-        console.print(f"calibrated with {note}", highlight=False)
+        console.print(f"calibrated with {escape(note)}", highlight=False)
 
 
 def _procurement_table(model: str, rows: list[Any]) -> Table:

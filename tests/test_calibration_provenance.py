@@ -109,7 +109,7 @@ def test_another_gpu_or_model_is_refused_unless_transferred(tmp_path, args, beca
     assert p["calibration_source"] == f"test fit [TRANSFERRED: {because}]"
     text = plan(*args, "--calibration", cal, "--transfer-calibration")
     assert text.exit_code == 0, text.output
-    assert f"calibration TRANSFERRED (--transfer-calibration): {because}" in " ".join(text.stdout.split())
+    assert f"calibrated with test fit [TRANSFERRED: {because}]" in " ".join(text.stdout.split())
 
 
 def test_a_folder_with_the_calibrated_name_but_another_config_is_another_model(tmp_path):
@@ -140,6 +140,9 @@ def test_procurement_rows_on_other_gpus_need_the_flag_and_say_transferred(tmp_pa
     notes = {r["gpu"]: r["calibration_note"] for r in json.loads(res.stdout)}
     assert "TRANSFERRED" not in notes["h100-sxm"]
     assert "[TRANSFERRED: fitted on NVIDIA H100 80GB HBM3, this plan is for NVIDIA H200 141GB]" in notes["h200"]
+    text = runner.invoke(app, [*args[:-1], "--transfer-calibration"], env={"COLUMNS": "250"})
+    assert text.exit_code == 0 and "[TRANSFERRED: fitted on NVIDIA H100 80GB HBM3, this plan is for NVIDIA H200 " \
+        "141GB]" in " ".join(text.stdout.split())
 
 
 # --- what is only a warning, and old files ----------------------------------------------------------------
