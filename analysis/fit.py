@@ -14,6 +14,7 @@ points' arithmetic intensity beside the machine's ridge point.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -245,10 +246,13 @@ def fit_decode_selected(bytes_: Any, step_s: Any, flops: Any, *, compute_bound: 
 def calibration_dict(fit: DecodeFit, *, device: str | None, vllm_version: str | None, model: str | None,
                      kv_cache_dtype: str | None, reserve_bytes: int | None, source: str,
                      model_dtype: str | None = None, device_type: str | None = None,
-                     device_memory_bytes: int | None = None) -> dict[str, Any]:
-    """What ``kvprof plan --calibration`` reads (analysis.plan.Calibration), with its provenance and the
-    device it was measured on (``measured_on``: the ceilings the fit was set against — the probe's where one
-    ran, else the spec sheet's — and the device memory), so a plan needs no ``--gpu`` to use it."""
+                     device_memory_bytes: int | None = None, model_dir: str | None = None,
+                     model_sha256: str | None = None, weights: str | None = None) -> dict[str, Any]:
+    """What ``kvprof plan --calibration`` reads (analysis.plan.Calibration), with its provenance (the device,
+    the model by name and config digest, the vLLM version: a plan refuses another GPU's or model's calibration
+    unless told to transfer it) and the device it was measured on (``measured_on``: the ceilings the fit was
+    set against — the probe's where one ran, else the spec sheet's — and the device memory), so a plan needs
+    no ``--gpu`` to use it."""
     bw, flops, ceilings = fit.probe_bandwidth_Bps, fit.probe_flops, "probe"
     if not (bw and flops):
         bw, flops, ceilings = fit.spec_bandwidth_Bps, fit.spec_flops, "spec sheet"
@@ -264,7 +268,24 @@ def calibration_dict(fit: DecodeFit, *, device: str | None, vllm_version: str | 
         "source": source,
         "device": device, "vllm_version": vllm_version, "model": model, "kv_cache_dtype": kv_cache_dtype,
         "model_dtype": model_dtype,
+        "model_config_sha256": _config_digest(model_dir, model_sha256, weights),
         "regime": fit.regime.kind if fit.regime else None,
         "measured_on": measured_on,
         "fit": fit.to_dict(),
     }
+
+
+def _config_digest(model_dir: str | None, model_sha256: str | None, weights: str | None) -> str | None:
+    """The calibrated model's config digest (analysis.catalog.config_sha256): the engine's ``model_sha256``
+    where the run used dummy weights (it is that digest, of the config that ran), else its config.json where
+    that is readable here (a real-weight fingerprint also counts the weight files); None when neither is known."""
+    from analysis.catalog import config_sha256
+
+    if weights == "dummy" and isinstance(model_sha256, str) and re.fullmatch(r"[0-9a-f]{64}", model_sha256):
+        return model_sha256
+    if model_dir:
+        try:
+            return config_sha256(model_dir)
+        except (OSError, ValueError):
+            pass
+    return None

@@ -113,6 +113,9 @@ class Calibration(BaseModel):
     device: str | None = None  # the device's name as the sweep recorded it
     model: str | None = None
     model_dtype: str | None = None  # what vLLM ran the calibrated model's weights in
+    # sha256 of the calibrated model's config.json contents (analysis.catalog.config_sha256)
+    model_config_sha256: str | None = None
+    vllm_version: str | None = None  # the vLLM the calibrating sweep ran
     measured_on: CalibrationDevice | None = None
 
     def device_spec(self) -> GPU | None:
@@ -135,14 +138,74 @@ def _same_device(name: str, gpu: GPU) -> bool:
         return False
 
 
+class CalibrationMismatch(PlanError):
+    """A calibration fitted on another GPU or another model, applied without ``--transfer-calibration``."""
+
+
+def calibration_provenance(calibration: Calibration, gpu: GPU | None, model: str, config_sha256: str | None,
+                           vllm_version: str | None, *, transfer: bool = False) -> dict[str, Any]:
+    """What a plan says about the calibration it applies: where it was fitted (device, model and its config
+    digest, vLLM), what the file does not record (``unknown``), and whether it is ``transferred``.
+
+    A calibration fitted on another GPU or another model (by config digest where both are known, else by
+    name) is refused (``CalibrationMismatch``) unless ``transfer``: its bandwidth, FLOP rate, overhead and
+    reserve were measured there, and a plan silently built on them would present another machine's or
+    model's figures as this one's. "Calibrate once, plan many" stays possible, but says so: with
+    ``transfer`` the plan is labelled ``transferred`` (and ``transferred_because``). A calibration that
+    does not record its device or model (written before kvprof recorded them, or a `kvprof log` reserve)
+    is applied, and ``unknown`` says what could not be checked. Another vLLM version is a warning, not a
+    refusal: the analytic accounting already follows ``--vllm-version``, and only the fitted overhead
+    may move between versions."""
+    from analysis.results_schema import TESTED_VLLM_VERSIONS
+
+    device = calibration.measured_on.name if calibration.measured_on else calibration.device
+    out: dict[str, Any] = {"device": device, "model": calibration.model,
+                           "model_config_sha256": calibration.model_config_sha256,
+                           "vllm_version": calibration.vllm_version, "transferred": False,
+                           "transferred_because": [], "unknown": [], "warnings": []}
+    mismatch: list[str] = out["transferred_because"]
+    if not device:
+        out["unknown"].append("the calibration does not say which device it was fitted on")
+    elif gpu is not None and not _same_device(device, gpu):
+        mismatch.append(f"fitted on {device}, this plan is for {gpu.display or gpu.name}")
+    theirs, ours = calibration.model_config_sha256, config_sha256
+    if theirs and ours:
+        if theirs != ours:
+            mismatch.append(f"fitted on model {calibration.model or '?'} (config {theirs[:12]}), this plan is for "
+                            f"{model} (config {ours[:12]})")
+    elif calibration.model:
+        if calibration.model.lower() != model.lower():
+            mismatch.append(f"fitted on model {calibration.model}, this plan is for {model}")
+        else:
+            out["unknown"].append(f"the calibration names its model ({calibration.model}) but not its config "
+                                  f"digest: that it is the same config is assumed")
+    else:
+        out["unknown"].append("the calibration does not say which model it was fitted on")
+    if not calibration.vllm_version:
+        out["unknown"].append("the calibration does not say which vLLM it was fitted with")
+    elif calibration.vllm_version != (plan_vllm := vllm_version or TESTED_VLLM_VERSIONS[0]):
+        out["warnings"].append(f"the calibration was fitted with vLLM {calibration.vllm_version}, this plan is for "
+                               f"vLLM {plan_vllm}: its per-step overhead may differ")
+    if mismatch and not transfer:
+        raise CalibrationMismatch(f"{'; '.join(mismatch)} — its figures were measured there; pass "
+                                  f"--transfer-calibration to apply them anyway (the plan is then labelled as "
+                                  f"transferred)")
+    out["transferred"] = bool(mismatch)
+    return out
+
+
+def transferred_calibration(calibration: Calibration, provenance: dict[str, Any]) -> Calibration:
+    """The calibration with its source labelled as transferred, so every figure that names it says so."""
+    if not provenance["transferred"]:
+        return calibration
+    label = f"TRANSFERRED: {'; '.join(provenance['transferred_because'])}"
+    return calibration.model_copy(update={"source": f"{calibration.source or 'calibration'} [{label}]"})
+
+
 def calibration_warnings(calibration: Calibration, gpu: GPU | None, a: Architecture) -> list[str]:
-    """What makes a calibration a poor fit for this plan: measured on another device than the plan's, or with
-    the weights in another dtype. Another model is expected (calibrate once, plan many) and not warned about."""
+    """What makes a calibration a poor fit for this plan beyond its provenance (which
+    ``calibration_provenance`` checks): the weights run in another dtype."""
     out = []
-    measured = calibration.measured_on.name if calibration.measured_on else calibration.device
-    if gpu is not None and measured and not _same_device(measured, gpu):
-        out.append(f"the calibration was measured on {measured}, not on {gpu.display or gpu.name}: its bandwidth "
-                   f"and overhead belong to that device")
     if calibration.model_dtype and calibration.model_dtype != a.torch_dtype:
         out.append(f"the calibration ran its weights in {calibration.model_dtype}, this plan in {a.torch_dtype} "
                    f"(--dtype): kernels and effective bandwidth may differ")

@@ -23,6 +23,12 @@ from analysis.pipeline import analyse
 from analysis.theory_vs_measured import architecture, rel
 
 PLAN_KIND = "kvprof-plan"
+# How far (relative) a decode point's mean context may lie from the plan's --context and still be compared.
+# A step reads the weights plus every sequence's KV, linear in context: 10 % off moves the KV part of the
+# step by at most 10 % and the whole step by less, within what check-plan resolves; further off, the error
+# would measure the context gap, not the model. A point's mean context is prompt + (output − 1) / 2, so a plan
+# at --context = prompt_len still meets a point whose output is up to a fifth of its prompt.
+CONTEXT_TOLERANCE = 0.10
 
 
 class PlanCheckError(ValueError):
@@ -89,8 +95,12 @@ def check_plan(plan_path: str | Path, results_dir: str | Path) -> pd.DataFrame:
                 f"without preemption; limited by {c.limited_by}")
     if p.get("decode_step_s") is not None and not a.decode.empty:
         d = a.decode[(a.decode["engine_id"] == eng["engine_id"]) & (a.decode["concurrency"] == p.get("batch"))]
-        if not d.empty:
-            near = d.iloc[(d["mean_context"] - p["context"]).abs().argsort()[:1]].iloc[0]
+        near = d.iloc[(d["mean_context"] - p["context"]).abs().argsort()[:1]].iloc[0] if not d.empty else None
+        if near is not None and abs(near["mean_context"] - p["context"]) > CONTEXT_TOLERANCE * p["context"]:
+            add("decode step time (s)", p["decode_step_s"], None,
+                f"no measured point near context {p['context']:,} (within ±{CONTEXT_TOLERANCE:.0%}) at batch "
+                f"{p.get('batch')}: the nearest has mean context {near['mean_context']:,.0f}; not compared")
+        elif near is not None:
             note = f"measured at batch {int(near['concurrency'])}, mean context {near['mean_context']:,.0f}"
             add("decode step time (s)", p["decode_step_s"], near["decode_step_s"], note)
             if p.get("calibrated_decode_step_s") is not None:

@@ -184,8 +184,11 @@ def plan_cmd(
         "--vllm-version", help="Whose memory accounting and defaults (default: the vLLM kvprof is tested "
                                "with).")] = None,
     calibration: Annotated[Path | None, typer.Option(
-        help="calibration.json from a measured sweep (of any model); without --gpu/--probe the plan is for the "
-             "device it was measured on.")] = None,
+        help="calibration.json from a measured sweep; without --gpu/--probe the plan is for the device it was "
+             "measured on. One fitted on another GPU or model is refused unless --transfer-calibration.")] = None,
+    transfer_calibration: Annotated[bool, typer.Option(
+        "--transfer-calibration", help="Apply a --calibration fitted on another GPU or another model; the "
+                                       "output is then labelled as transferred, and from what.")] = False,
     dtype: Annotated[str, typer.Option(
         help="Weight dtype vLLM runs (its --dtype): auto (the config's torch_dtype), bfloat16, float16, "
              "float32.")] = "auto",
@@ -221,9 +224,13 @@ def plan_cmd(
         tps = parse_tp_list(tp)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    if transfer_calibration and calibration is None:
+        raise fail("--transfer-calibration goes with --calibration FILE (it allows a calibration fitted on another "
+                   "GPU or model)")
     if (gpu is not None and ("," in gpu or gpu.strip().lower() == "all")) or len(tps) > 1 \
             or concurrency is not None or tpot_slo is not None:
-        _procurement_cmd(model, gpu, probe, tps, concurrency, tpot_slo, context, calibration, save, json_out,
+        _procurement_cmd(model, gpu, probe, tps, concurrency, tpot_slo, context,
+                         (calibration, transfer_calibration) if calibration else None, save, json_out,
                          dict(kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
                               gpu_memory_utilization=gpu_memory_utilization,
                               kv_cache_memory_bytes=kv_cache_memory_bytes, reserve_bytes=reserve_bytes,
@@ -260,7 +267,13 @@ def plan_cmd(
         cal = _load_calibration(calibration, gpu_spec) if calibration else None
         if cal is not None and gpu_spec is None and (gpu_spec := cal.device_spec()) is not None:
             gpu_note = f"device from the calibration: {gpu_spec.display} (its ceilings: {cal.measured_on.ceilings})"
+        provenance = None
+        if cal is not None:
+            cal, provenance = _checked_calibration(cal, calibration, gpu_spec, arch.name, model, vllm_version,
+                                                   transfer_calibration)
         result = make_plan(arch, inputs, gpu_spec, cal)
+        if provenance is not None:
+            result["calibration_provenance"] = provenance
         if gpu_note:
             result["gpu_note"] = gpu_note
     except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
@@ -276,8 +289,11 @@ def plan_cmd(
                                  "gpu": gpu, "probe": str(probe) if probe else None,
                                  "calibration": str(calibration) if calibration else None,
                                  "inputs": inputs.model_dump(), "prediction": result})
-    for warning in result.get("calibration_warnings", []):
+    prov = result.get("calibration_provenance") or {}
+    for warning in [*result.get("calibration_warnings", []), *prov.get("warnings", [])]:
         err.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
+    for unknown in prov.get("unknown", []):
+        err.print(f"note: {unknown}", highlight=False)
     if json_out:
         print(json.dumps(result, indent=2))
         return
@@ -287,8 +303,8 @@ def plan_cmd(
     if result["kv_budget_bytes"] is None:
         console.print("no KV budget: give --gpu (or --probe) or --kv-cache-memory-bytes for blocks, "
                       "concurrency and sequences that fit", highlight=False)
-    if result.get("calibration_source"):
-        console.print(f"calibrated with {result['calibration_source']}")
+    if result.get("calibration_source"):  # a transferred calibration's source says so, and from what
+        console.print(f"calibrated with {escape(result['calibration_source'])}", highlight=False)
     if result.get("reserve"):
         r = result["reserve"]
         console.print(
@@ -298,9 +314,10 @@ def plan_cmd(
 
 
 def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[int], concurrency: int | None,
-                     tpot_slo: str | None, context: int | None, calibration: Path | None, save: Path | None,
-                     json_out: bool, settings: dict[str, Any]) -> None:
-    """`kvprof plan` with GPU or tp lists, or --concurrency: the ranked procurement table."""
+                     tpot_slo: str | None, context: int | None, calibration: tuple[Path, bool] | None,
+                     save: Path | None, json_out: bool, settings: dict[str, Any]) -> None:
+    """`kvprof plan` with GPU or tp lists, or --concurrency: the ranked procurement table. ``calibration``:
+    the file and whether --transfer-calibration allows one fitted on another GPU or model."""
     try:
         for flag, value, why in (
                 ("--save", save, "`kvprof check-plan` takes one configuration: give one --gpu and one --tp"),
@@ -327,7 +344,11 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
             settings[key] = parse_bytes(settings[key]) if settings[key] else None
         base = PlanInputs(**settings)
         slo = parse_seconds(tpot_slo) if tpot_slo is not None else None
-        cal_for = (lambda g: _load_calibration(calibration, g)) if calibration else None
+        cal_for = None
+        if calibration:
+            def cal_for(g: Any) -> Calibration:
+                return _checked_calibration(_load_calibration(calibration[0], g), calibration[0], g, arch.name,
+                                            model, settings.get("vllm_version"), calibration[1])[0]
         ctx = context or make_plan(arch, base).get("max_model_len")
         rows = procurement(arch, base, [g for g, _ in gpus], tps, concurrency=concurrency, context=ctx,
                            tpot_slo_s=slo, calibration=cal_for)
@@ -344,7 +365,7 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
                   "(most first); GPUs needed = replicas × tp, replicas = ceil(N / sequences that fit)"
                   + (", calibrated figures decide" if calibration else ""), highlight=False)
     for note in dict.fromkeys(r.calibration_note for r in rows if r.calibration_note):
-        console.print(f"calibrated with {note}", highlight=False)
+        console.print(f"calibrated with {escape(note)}", highlight=False)
 
 
 def _procurement_table(model: str, rows: list[Any]) -> Table:
@@ -382,6 +403,20 @@ def _procurement_table(model: str, rows: list[Any]) -> Table:
             cells.append(escape(r.reason or ""))
         t.add_row(*cells)
     return t
+
+
+def _checked_calibration(cal: Calibration, path: Path, gpu_spec: Any, name: str, model: str,
+                         vllm_version: str | None, transfer: bool) -> tuple[Calibration, dict[str, Any]]:
+    """The calibration as the plan applies it (labelled when transferred) and its provenance; one fitted on
+    another GPU or model without --transfer-calibration is a PlanError naming both."""
+    from analysis.plan import CalibrationMismatch, calibration_provenance, transferred_calibration
+
+    try:
+        provenance = calibration_provenance(cal, gpu_spec, name, catalog.model_config_sha256(model), vllm_version,
+                                            transfer=transfer)
+    except CalibrationMismatch as exc:
+        raise PlanError(f"--calibration {path}: {exc}") from None
+    return transferred_calibration(cal, provenance), provenance
 
 
 def _load_calibration(path: Path, gpu_spec: Any) -> Calibration:

@@ -200,6 +200,9 @@ class SweepSpec(BaseModel):
     telemetry: TelemetrySpec = TelemetrySpec()
     probe: bool = Field(True, description="run `kvprof probe` into the results directory before the engines")
     timeouts: Timeouts = Timeouts()
+    # The directory a relative `model:` path is taken against: the spec file's (load_spec sets it; None: the
+    # current directory). Not a field: the same spec text hashes the same wherever it lies.
+    _base_dir: Path | None = None
 
     @field_validator("engine_args_sweep", mode="before")
     @classmethod
@@ -419,7 +422,9 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError(f"{path}{where}: not valid YAML: {what}") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: a sweep spec is a YAML mapping (name:, model:, engine:, workload:)")
-    return parse_spec(raw, source=str(path), lines=yaml_lines(text))
+    spec = parse_spec(raw, source=str(path), lines=yaml_lines(text))
+    spec._base_dir = path.parent.absolute()  # a relative model path means the same from any directory
+    return spec
 
 
 def parse_spec(raw: dict[str, Any], source: str = "spec", lines: dict[tuple[Any, ...], int] | None = None) -> SweepSpec:
@@ -467,7 +472,9 @@ def expand(spec: SweepSpec) -> Plan:
     engine argument) → engines (one launch each) and their workload points."""
     from analysis.catalog import resolve_model
 
-    _, model_dir = resolve_model(spec.model)
+    # A relative model path is the spec's (analysis.catalog.model_path: precedence of paths and catalog
+    # names); model_dir records the absolute directory vLLM is given, and ids hash its config, not the path.
+    _, model_dir = resolve_model(spec.model, spec._base_dir)
     model_dir = Path(model_dir)
     common = {"model_dir": str(model_dir), "model_sha256": model_fingerprint(model_dir, spec.weights),
               "weights": spec.weights, "dtype": spec.dtype, "seed": spec.seed}

@@ -114,7 +114,7 @@ def test_engine_dtype_replaces_the_config_dtype():
     assert (f32.torch_dtype, f32.weight_dtype_bytes) == ("float32", 4)
 
 
-# --- calibrate once, plan another model on the calibration's device ------------------------------
+# --- calibrate once, plan another model on the calibration's device (told to transfer it) -----------
 
 def _plan(*args: str) -> tuple[dict, str]:
     res = runner.invoke(app, ["plan", *args, "--json"])
@@ -148,20 +148,28 @@ def test_plan_without_gpu_takes_the_device_from_the_calibration(cpu_calibration)
 
 def test_plan_of_another_model_from_the_calibration(cpu_calibration):
     # Llama-3.2-1B: 1,235,814,400 parameters, tied; 16 layers × 8 KV heads × 64 → 65,536 B per float32 token.
-    p, _ = _plan("--calibration", str(cpu_calibration), "--model", "llama-3.2-1b", "--dtype", "float32",
-                 "--batch", "1", "--context", "512", "--max-model-len", "1024")
+    args = ("--calibration", str(cpu_calibration), "--model", "llama-3.2-1b", "--dtype", "float32",
+            "--batch", "1", "--context", "512", "--max-model-len", "1024")
+    refused = runner.invoke(app, ["plan", *args, "--json"])
+    assert refused.exit_code == 2 and "fitted on model qwen2.5-0.5b, this plan is for llama-3.2-1b" in refused.stderr
+    p, _ = _plan(*args, "--transfer-calibration")
     expected = 0.002 + (1_235_814_400 * 4 + 512 * 2 * 16 * 8 * 64 * 4) / 13e9
     assert p["calibrated_decode_step_s"] == pytest.approx(expected, rel=1e-12)
+    assert p["calibration_provenance"]["transferred"] is True
+    assert "TRANSFERRED: fitted on model qwen2.5-0.5b" in p["calibration_source"]
 
 
-def test_calibration_from_another_device_or_dtype_is_warned_about(cpu_calibration):
-    p, err = _plan("--calibration", str(cpu_calibration), "--model", "qwen2.5-0.5b", "--gpu", "h100-sxm",
-                   "--batch", "4", "--context", "1024", "--max-model-len", "2048")
+def test_calibration_from_another_device_is_refused_then_transferred_and_dtype_warned(cpu_calibration):
+    args = ("--calibration", str(cpu_calibration), "--model", "qwen2.5-0.5b", "--gpu", "h100-sxm",
+            "--batch", "4", "--context", "1024", "--max-model-len", "2048")
+    refused = runner.invoke(app, ["plan", *args, "--json"])
+    assert refused.exit_code == 2 and "fitted on CPU (x86_64), this plan is for NVIDIA H100 SXM 80GB" in refused.stderr
+    p, err = _plan(*args, "--transfer-calibration")
     assert p["gpu"] == "h100-sxm"
-    warnings = p["calibration_warnings"]
-    assert any("measured on CPU (x86_64), not on" in w for w in warnings)
-    assert any("float32, this plan in bfloat16" in w for w in warnings)  # no --dtype: the config's bfloat16
-    assert "warning:" in err and "measured on CPU (x86_64)" in err
+    assert p["calibration_provenance"]["transferred_because"] == ["fitted on CPU (x86_64), this plan is for "
+                                                                  "NVIDIA H100 SXM 80GB"]
+    assert any("float32, this plan in bfloat16" in w for w in p["calibration_warnings"])  # the config's bfloat16
+    assert "warning:" in err and "float32, this plan in bfloat16" in err
 
 
 def test_bad_dtype_is_one_clear_line():
@@ -182,7 +190,9 @@ def test_report_calibration_records_its_device_and_plans_without_gpu(tmp_path):
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(cal))
     p, _ = _plan("--calibration", str(path), "--model", "qwen2.5-7b", "--batch", "8", "--context", "4096",
-                 "--max-model-len", "8192")
+                 "--max-model-len", "8192", "--transfer-calibration")  # fitted on llama-3.1-8b
+    (because,) = p["calibration_provenance"]["transferred_because"]
+    assert because.startswith("fitted on model llama-3.1-8b") and "this plan is for qwen2.5-7b" in because
     assert p["gpu"] == f"calibration: {on['name']}"
     step = p["decode_weight_bytes"] + p["decode_kv_bytes"]
     assert p["calibrated_decode_step_s"] == pytest.approx(

@@ -172,7 +172,10 @@ def test_calibrated_figures_stand_beside_and_carry_to_other_gpus(tmp_path):
     cal = tmp_path / "calibration.json"
     cal.write_text(json.dumps({"effective_bandwidth_Bps": H100_SXM_BW / 2, "device": "NVIDIA H100 80GB HBM3",
                                "source": "test sweep"}))
-    rows = by_config(table(*TINY, "--gpu", "h100-sxm,h200", "--tp", "1", "--calibration", str(cal)))
+    refused = runner.invoke(app, ["plan", *TINY, "--gpu", "h100-sxm,h200", "--tp", "1", "--calibration", str(cal)])
+    assert refused.exit_code == 2 and "fitted on NVIDIA H100 80GB HBM3, this plan is for NVIDIA H200" in refused.output
+    rows = by_config(table(*TINY, "--gpu", "h100-sxm,h200", "--tp", "1", "--calibration", str(cal),
+                           "--transfer-calibration"))
     for gpu, bw in (("h100-sxm", H100_SXM_BW), ("h200", H200_BW)):
         r = rows[gpu, 1]
         # half the bandwidth measured on the H100 is half of each GPU's datasheet figure: twice the step
@@ -181,7 +184,8 @@ def test_calibrated_figures_stand_beside_and_carry_to_other_gpus(tmp_path):
         assert r["calibrated_tokens_per_s_per_gpu"] == pytest.approx(r["tokens_per_s_per_gpu"] / 2)
         assert r["calibrated_gpus_needed"] == r["gpus_needed"] == 3
         assert "test sweep" in r["calibration_note"]
-    assert "scaled" in rows["h200", 1]["calibration_note"]
+    assert "scaled" in rows["h200", 1]["calibration_note"] and "TRANSFERRED" in rows["h200", 1]["calibration_note"]
+    assert "TRANSFERRED" not in rows["h100-sxm", 1]["calibration_note"]  # measured there: nothing carried over
     # Calibrated, batch 1 steps in 2 × 1.96 µs: a 3 µs SLO that the spec sheet meets is missed
     (r,) = table(*TINY, "--gpu", "h100-sxm", "--tp", "1", "--calibration", str(cal), "--tpot-slo", "3us")
     assert (r["fits"], r["reason_kind"], r["gpus_needed"]) == (False, "tpot_slo", 5)
@@ -252,7 +256,8 @@ def test_a_list_without_concurrency_asks_for_it():
 def test_calibration_from_a_device_outside_the_catalog_is_refused(tmp_path):
     cal = tmp_path / "calibration.json"
     cal.write_text(json.dumps({"effective_bandwidth_Bps": 4e10, "device": "cpu", "source": "cpu sweep"}))
-    result = runner.invoke(app, ["plan", *TINY, "--gpu", "h100-sxm,h200", "--calibration", str(cal)])
+    result = runner.invoke(app, ["plan", *TINY, "--gpu", "h100-sxm,h200", "--calibration", str(cal),
+                                 "--transfer-calibration"])
     assert result.exit_code == 2 and "not a catalog GPU" in result.output
 
 

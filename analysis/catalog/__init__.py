@@ -8,6 +8,9 @@ entries in ``gpus.yaml``.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
+import os
 import re
 from functools import cache
 from pathlib import Path
@@ -97,14 +100,87 @@ def model_dir(name: str) -> Path:
     return path
 
 
-def resolve_model(ref: str | Path) -> tuple[Architecture, Path]:
-    """A catalog name, a model directory or a config.json path → (architecture, model dir)."""
-    path = Path(ref)
-    if path.is_dir() or path.suffix == ".json" or path.exists():
+CATALOG_PREFIX = "catalog:"
+
+
+class AmbiguousModel(UnknownName):
+    """A bare model name that is both a catalog entry and an existing directory (the message names both)."""
+
+
+def looks_like_path(ref: str | Path) -> bool:
+    """Whether a model reference is written as a path: it contains a '/' (or the platform's separator),
+    starts with '.' or '~', or names a .json file. Anything else is a bare name."""
+    text = str(ref)
+    return isinstance(ref, Path) or "/" in text or os.sep in text or text.startswith((".", "~")) \
+        or text.endswith(".json")
+
+
+def config_sha256(path: str | Path) -> str:
+    """sha256 of a model's config.json *contents* (a model directory or the config file itself), as
+    canonical JSON under the key ``config``: the same digest as a dummy-weight engine's ``model_sha256``
+    (profiler.spec.model_fingerprint), so a record and a plan name a model the same way wherever it lives."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    return hashlib.sha256(json.dumps({"config": config}, sort_keys=True).encode()).hexdigest()
+
+
+def model_path(ref: str | Path, base: str | Path | None = None) -> Path | None:
+    """Where a model reference points on disk, or None for a catalog name.
+
+    Precedence, so that a reference means one thing wherever it is run from:
+
+    * ``catalog:NAME`` is always the catalog entry.
+    * A reference written as a path (:func:`looks_like_path`) is a path, taken against ``base`` (a spec's
+      directory; the current directory when None) unless absolute. It must exist.
+    * A bare name is a catalog name, or the directory ``base/NAME`` when the catalog has no such entry.
+    * A bare name that is both is refused (:class:`AmbiguousModel`), naming both and how to say which:
+      ``./NAME`` for the directory, ``catalog:NAME`` for the entry. Not a warning: the two readings are
+      different models, a sweep of the wrong one costs GPU hours and its results look plausible, and a
+      warning scrolls past in a long validate or plan output; the fix is one word in the spec.
+    """
+    text = str(ref)
+    root = Path(base) if base is not None else Path.cwd()
+    if text.startswith(CATALOG_PREFIX):
+        return None
+    if looks_like_path(ref):
+        path = Path(text).expanduser()
+        path = Path(os.path.abspath(path if path.is_absolute() else root / path))
+        if not path.exists():
+            where = "" if Path(text).expanduser().is_absolute() else (
+                f" (relative to {'the spec in ' if base is not None else 'the current directory '}{root})")
+            raise UnknownName(f"model path {text!r} does not exist: looked at {path}{where}")
+        return path
+    local = root / text
+    in_catalog = (MODELS_DIR / text.lower() / "config.json").is_file()
+    if local.exists() and in_catalog:
+        raise AmbiguousModel(
+            f"model {text!r} is both the catalog model {text.lower()} and the directory {os.path.abspath(local)}: "
+            f"write './{text}' for the directory or '{CATALOG_PREFIX}{text}' for the catalog model")
+    return Path(os.path.abspath(local)) if local.exists() else None
+
+
+def resolve_model(ref: str | Path, base: str | Path | None = None) -> tuple[Architecture, Path]:
+    """A catalog name, a model directory or a config.json path → (architecture, model dir).
+
+    ``base`` is the directory a relative path is taken against (a spec's own directory; the current
+    directory when None); :func:`model_path` says which reading a reference gets."""
+    path = model_path(ref, base)
+    if path is not None:
         directory = path if path.is_dir() else path.parent
         return Architecture.from_config(path), directory
-    directory = model_dir(str(ref))
+    directory = model_dir(str(ref).removeprefix(CATALOG_PREFIX))
     return Architecture.from_config(directory, name=directory.name), directory
+
+
+def model_config_sha256(ref: str | Path, base: str | Path | None = None) -> str | None:
+    """:func:`config_sha256` of the model a reference names (None where its config cannot be read)."""
+    try:
+        path = model_path(ref, base)
+        return config_sha256(path if path is not None else model_dir(str(ref).removeprefix(CATALOG_PREFIX)))
+    except (OSError, ValueError):
+        return None
 
 
 @cache
