@@ -252,6 +252,8 @@ def calibration(a: Analysis) -> dict[str, Any]:
                             model=e.get("model"), kv_cache_dtype=e.get("kv_cache_dtype"), reserve_bytes=reserve,
                             source=f"kvprof fit of {a.res.root.name} ({a.fit.n} decode points)",
                             model_dtype=e.get("model_dtype"),
+                            model_dir=e.get("model_dir"), model_sha256=e.get("requested_model_sha256"),
+                            weights=e.get("requested_weights"),
                             device_type=probe.get("device_type") or ("cuda" if a.ceilings.gpu else None),
                             device_memory_bytes=probe.get("memory_total_bytes") or e.get("device_memory_bytes"))
 

@@ -148,9 +148,12 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
     from analysis.kv import KV_DTYPES
     from analysis.params import weight_bytes
 
-    ref = model_ref or catalog_match(record.get("model"))
+    ref = model_ref
     if ref is None:
-        return None
+        matched = catalog_match(record.get("model"))
+        if matched is None:
+            return None
+        ref = catalog.CATALOG_PREFIX + matched  # the catalog's entry, whatever folder the cwd holds
     arch, _ = catalog.resolve_model(ref)
     try:  # the dtype vLLM ran (auto downcasts a float32 checkpoint to 16 bits, as vLLM does)
         arch = arch.with_dtype(record.get("dtype") or "auto")
