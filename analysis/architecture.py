@@ -305,9 +305,8 @@ def _derived_max_len(cfg: dict[str, Any], model_type: str) -> tuple[int | None, 
     derived, key = math.inf, None
     for k in _MAX_LEN_KEYS:
         v = cfg.get(k)
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            if v < derived:
-                derived, key = v, k
+        if isinstance(v, int | float) and not isinstance(v, bool) and v < derived:
+            derived, key = v, k
     if isinstance(cfg.get("model_max_length"), int | float) and cfg["model_max_length"]:
         derived, key = cfg["model_max_length"], "model_max_length"
     if key is None:
