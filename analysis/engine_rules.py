@@ -118,12 +118,12 @@ def kv_budget_problems(kv_cache_memory_bytes: int | None, device_memory_bytes: i
         return []
     gib = 2**30
     if kv_cache_memory_bytes > device_memory_bytes:
-        return [Problem("kv_cache_memory_bytes", f"{kv_cache_memory_bytes:,}",
+        return [Problem("kv_cache_memory_bytes", kv_cache_memory_bytes,
                         f"({kv_cache_memory_bytes / gib:.2f} GiB) is more than {device}'s memory "
                         f"({device_memory_bytes / gib:.2f} GiB): vLLM would run out of memory allocating it",
                         f"less than {device_memory_bytes:,} B, less the weights")]
     if weight_bytes is not None and weight_bytes + kv_cache_memory_bytes > device_memory_bytes:
-        return [Problem("kv_cache_memory_bytes", f"{kv_cache_memory_bytes:,}",
+        return [Problem("kv_cache_memory_bytes", kv_cache_memory_bytes,
                         f"beside the weights ({weight_bytes / gib:.2f} GiB per GPU) is more than {device}'s memory "
                         f"({device_memory_bytes / gib:.2f} GiB): vLLM would run out of memory allocating it",
                         f"at most {max(device_memory_bytes - weight_bytes, 0):,} B, less activations")]
