@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from analysis.architecture import Architecture
+from analysis.architecture import MAX_POSITIONS, Architecture
 
 Platform = Literal["cuda", "cpu"]
 
@@ -100,6 +100,9 @@ def max_model_len_problems(a: Architecture, max_model_len: int, allow_long: bool
     from config.json (:attr:`Architecture.max_len_limit`) is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."""
     if max_model_len < 1:
         return [Problem("max_model_len", max_model_len, "is not a token count", "1 or more")]
+    if max_model_len > MAX_POSITIONS:  # a config without a length: vLLM takes any, kvprof's plausibility bound
+        return [Problem("max_model_len", max_model_len, f"is past kvprof's bound of {MAX_POSITIONS:,} positions (far "
+                        "above any published model's context)", f"at most {MAX_POSITIONS:,}")]
     limit = a.max_len_limit
     if limit is None or max_model_len <= limit or allow_long:
         return []

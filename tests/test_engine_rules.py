@@ -104,6 +104,10 @@ def test_max_model_len_past_the_models_limit_is_refused_unless_vllm_is_told_to_a
     (p,) = max_model_len_problems(QWEN, 32_769)
     assert "32,768" in p.problem and "max_position_embeddings" in p.problem and p.allowed == "at most 32,768"
     assert not max_model_len_problems(QWEN, 32_769, allow_long=True)
+    # a config that names no length: vLLM takes any max_model_len, kvprof stops at its plausibility bound
+    lengthless = QWEN.model_copy(update={"max_position_embeddings": None})
+    assert not max_model_len_problems(lengthless, 10**6)
+    assert fields(max_model_len_problems(lengthless, 10**12)) == ["max_model_len"]
 
 
 @pytest.mark.parametrize("value, allowed", [("1", True), ("true", True), (" TRUE ", True), ("0", False),
