@@ -286,7 +286,8 @@ def _check_bounds(cfg: dict[str, Any], name: str) -> None:
         (("num_local_experts", "n_routed_experts", "num_experts", "num_experts_per_tok", "moe_topk",
           "n_shared_experts"), MAX_EXPERTS),
         (("kv_lora_rank", "q_lora_rank"), MAX_HIDDEN_SIZE),
-        ((*_MAX_LEN_KEYS, "sliding_window"), MAX_POSITIONS),
+        # model_max_length is left out: tokenizer-style configs write 1e30 for "no limit"
+        ((*(k for k in _MAX_LEN_KEYS if k != "model_max_length"), "sliding_window"), MAX_POSITIONS),
     )
     for keys, bound in bounds:
         for key in keys:
@@ -323,12 +324,12 @@ def _derived_max_len(cfg: dict[str, Any], model_type: str) -> tuple[int | None, 
                 factor = rp.get("factor", factor)
         if not isinstance(factor, int | float) or isinstance(factor, bool) or not factor > 0:
             factor = 1.0  # vLLM falls back to 1.0 for a null factor
-    limit = derived * factor
-    if not math.isfinite(limit) or limit > MAX_POSITIONS:
-        return None, None  # past the bound: _check_bounds names the key
-    source = f"{key} {derived:,} in config.json" + (f" × RoPE scaling factor {factor:g}" if factor != 1 else "")
     if key == "max_position_embeddings" and factor == 1:
         return None, None
+    source = f"{key} {derived:,} in config.json" + (f" × RoPE scaling factor {factor:g}" if factor != 1 else "")
+    limit = derived * factor
+    if not limit <= MAX_POSITIONS:  # model_max_length 1e30 ("no limit"), or a factor past the bound
+        return MAX_POSITIONS, f"{source}, capped at kvprof's bound"
     return int(limit), source
 
 
