@@ -9,6 +9,7 @@ rather than producing a silently wrong number.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,6 +50,27 @@ _DTYPE_BYTES = {
 }
 
 
+# Plausibility bounds on a config.json's sizes, checked before anything is built per layer: each is far above
+# any published model (the largest have ~126 layers, hidden 16384 to 25600, 128 heads of at most 512, 384
+# experts, vocabularies of 262,144, 10M positions), so only a corrupt or hostile config reaches one.
+MAX_LAYERS = 4096
+MAX_HIDDEN_SIZE = 1 << 18  # 262,144
+MAX_HEADS = 8192
+MAX_HEAD_DIM = 8192
+MAX_INTERMEDIATE_SIZE = 1 << 20  # 1,048,576
+MAX_VOCAB_SIZE = 1 << 24  # 16,777,216
+MAX_EXPERTS = 16384
+MAX_POSITIONS = 1 << 28  # 268,435,456
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is kilobytes; quantization ignore lists make some a few hundred
+
+# vLLM 0.32's keys for a model's length (ModelArchConfigConvertorBase.derive_max_model_len_and_key,
+# transformers_utils/model_arch_config_convertor.py): the smallest one present counts, model_max_length wins.
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# RoPE types whose max_position_embeddings is already the scaled length (_get_and_verify_max_len).
+_ROPE_PRESCALED = {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}
+
+
 def dtype_bytes(name: str) -> int:
     """Bytes per element of a torch/HF dtype name (``torch.bfloat16`` or ``bfloat16``)."""
     key = name.removeprefix("torch.").lower()
@@ -62,11 +84,11 @@ class MoE(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    num_experts: int = Field(gt=0)
-    experts_per_token: int = Field(gt=0)
-    expert_intermediate_size: int = Field(gt=0)
-    shared_experts: int = Field(0, ge=0)
-    shared_expert_intermediate_size: int = Field(0, ge=0)
+    num_experts: int = Field(gt=0, le=MAX_EXPERTS)
+    experts_per_token: int = Field(gt=0, le=MAX_EXPERTS)
+    expert_intermediate_size: int = Field(gt=0, le=MAX_INTERMEDIATE_SIZE)
+    shared_experts: int = Field(0, ge=0, le=MAX_EXPERTS)
+    shared_expert_intermediate_size: int = Field(0, ge=0, le=MAX_EXPERTS * MAX_INTERMEDIATE_SIZE)
     shared_expert_gate: bool = False
     dense_layers: tuple[int, ...] = ()
     expert_bias: bool = False
@@ -81,11 +103,11 @@ class MLA(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    kv_lora_rank: int = Field(gt=0)
-    qk_rope_head_dim: int = Field(gt=0)
-    qk_nope_head_dim: int = Field(gt=0)
-    v_head_dim: int = Field(gt=0)
-    q_lora_rank: int | None = None
+    kv_lora_rank: int = Field(gt=0, le=MAX_HIDDEN_SIZE)
+    qk_rope_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    qk_nope_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    v_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    q_lora_rank: int | None = Field(None, le=MAX_HIDDEN_SIZE)
 
 
 class Architecture(BaseModel):
@@ -95,13 +117,13 @@ class Architecture(BaseModel):
 
     name: str = "model"
     model_type: str = "custom"
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    vocab_size: int = Field(ge=0)
-    intermediate_size: int = Field(ge=0)
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
+    hidden_size: int = Field(gt=0, le=MAX_HIDDEN_SIZE)
+    num_heads: int = Field(gt=0, le=MAX_HEADS)
+    num_kv_heads: int = Field(gt=0, le=MAX_HEADS)
+    head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    vocab_size: int = Field(ge=0, le=MAX_VOCAB_SIZE)
+    intermediate_size: int = Field(ge=0, le=MAX_INTERMEDIATE_SIZE)
     mlp_gated: bool = True
     tie_word_embeddings: bool = False
     torch_dtype: str = "bfloat16"
@@ -112,8 +134,12 @@ class Architecture(BaseModel):
     attention_sinks: bool = False
     norms_per_layer: int = 2
     learned_position_embeddings: int = 0
-    max_position_embeddings: int | None = None
-    sliding_window: int | None = None
+    max_position_embeddings: int | None = Field(None, le=MAX_POSITIONS)
+    # vLLM's longest max_model_len for the model where it is not max_position_embeddings (another length key,
+    # model_max_length, a RoPE scaling factor), and where it comes from: see `max_len_limit`.
+    derived_max_len: int | None = Field(None, gt=0)
+    derived_max_len_from: str | None = None
+    sliding_window: int | None = Field(None, le=MAX_POSITIONS)
     layer_types: tuple[LayerType, ...] = ()
     moe: MoE | None = None
     mla: MLA | None = None
@@ -141,6 +167,16 @@ class Architecture(BaseModel):
         return self
 
     # -- convenience ---------------------------------------------------------
+    @property
+    def max_len_limit(self) -> int | None:
+        """The longest max_model_len vLLM accepts for this model (None: config.json names no length)."""
+        return self.derived_max_len or self.max_position_embeddings
+
+    @property
+    def max_len_source(self) -> str:
+        """Where `max_len_limit` comes from, for messages."""
+        return self.derived_max_len_from or "max_position_embeddings in config.json"
+
     @property
     def weight_dtype_bytes(self) -> int:
         return dtype_bytes(self.torch_dtype)
@@ -210,6 +246,9 @@ class Architecture(BaseModel):
             path = path / "config.json"
         if not path.is_file():
             raise UnsupportedArchitecture(f"no config.json at {path}")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise UnsupportedArchitecture(f"{path}: {path.stat().st_size:,} bytes; a model's config.json is at most "
+                                          f"{MAX_CONFIG_BYTES:,} bytes")
         try:
             cfg = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
@@ -232,6 +271,66 @@ def _positive_int(value: Any, field: str, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UnsupportedArchitecture(f"{name}: {field} must be a positive integer, got {value!r}")
     return value
+
+
+def _check_bounds(cfg: dict[str, Any], name: str) -> None:
+    """Refuse a size past its plausibility bound (MAX_*) before anything is built per layer or per expert,
+    naming the config key, its value and the bound."""
+    bounds = (
+        (("num_hidden_layers", "n_layer", "num_layers"), MAX_LAYERS),
+        (("hidden_size", "n_embd", "d_model"), MAX_HIDDEN_SIZE),
+        (("num_attention_heads", "n_head", "num_key_value_heads", "n_head_kv"), MAX_HEADS),
+        (("head_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"), MAX_HEAD_DIM),
+        (("intermediate_size", "n_inner", "ffn_dim", "moe_intermediate_size"), MAX_INTERMEDIATE_SIZE),
+        (("vocab_size", "padded_vocab_size"), MAX_VOCAB_SIZE),
+        (("num_local_experts", "n_routed_experts", "num_experts", "num_experts_per_tok", "moe_topk",
+          "n_shared_experts"), MAX_EXPERTS),
+        (("kv_lora_rank", "q_lora_rank"), MAX_HIDDEN_SIZE),
+        # model_max_length is left out: tokenizer-style configs write 1e30 for "no limit"
+        ((*(k for k in _MAX_LEN_KEYS if k != "model_max_length"), "sliding_window"), MAX_POSITIONS),
+    )
+    for keys, bound in bounds:
+        for key in keys:
+            value = cfg.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > bound:
+                raise UnsupportedArchitecture(
+                    f"{name}: config.json {key} {value:,} is past kvprof's bound of {bound:,} (far above any "
+                    "published model): not a real model's config")
+
+
+def _derived_max_len(cfg: dict[str, Any], model_type: str) -> tuple[int | None, str | None]:
+    """vLLM 0.32's derived max_model_len (``_get_and_verify_max_len``, vllm/config/model.py) and where it comes
+    from: the smallest length key (model_max_length wins), times the RoPE scaling factor unless the RoPE type
+    already scales max_position_embeddings (llama3, yarn, longrope …) or the model is a Gemma 3. (None, None)
+    when that is just max_position_embeddings, or when config.json names no length."""
+    derived, key = math.inf, None
+    for k in _MAX_LEN_KEYS:
+        v = cfg.get(k)
+        if isinstance(v, int | float) and not isinstance(v, bool) and v < derived:
+            derived, key = v, k
+    if isinstance(cfg.get("model_max_length"), int | float) and cfg["model_max_length"]:
+        derived, key = cfg["model_max_length"], "model_max_length"
+    if key is None:
+        return None, None
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    params: list[dict[str, Any]] = []
+    if isinstance(rope, dict) and rope:
+        nested = all(isinstance(v, dict) for v in rope.values())  # per layer type (Gemma 3, …)
+        params = [p for p in rope.values() if p] if nested else [rope]
+    factor: Any = 1.0
+    if params and "gemma3" not in model_type:
+        for rp in params:
+            if rp.get("rope_type", rp.get("type")) not in _ROPE_PRESCALED:
+                factor = rp.get("factor", factor)
+        if not isinstance(factor, int | float) or isinstance(factor, bool) or not factor > 0:
+            factor = 1.0  # vLLM falls back to 1.0 for a null factor
+    if key == "max_position_embeddings" and factor == 1:
+        return None, None
+    source = f"{key} {derived:,} in config.json" + (f" × RoPE scaling factor {factor:g}" if factor != 1 else "")
+    limit = derived * factor
+    if not limit <= MAX_POSITIONS:  # model_max_length 1e30 ("no limit"), or a factor past the bound
+        return MAX_POSITIONS, f"{source}, capped at kvprof's bound"
+    return int(limit), source
 
 
 def _layer_types(cfg: dict[str, Any], model_type: str, n_layers: int, name: str) -> tuple[LayerType, ...]:
@@ -315,6 +414,7 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
         raise UnsupportedArchitecture(f"{name}: encoder-decoder models ({model_type}) are not supported")
     if cfg.get("ssm_cfg") or cfg.get("mamba_d_state") or cfg.get("attn_layer_period"):
         raise UnsupportedArchitecture(f"{name}: state-space (Mamba) layers are not supported")
+    _check_bounds(cfg, name)
 
     n_layers = _positive_int(
         _first(cfg, ("num_hidden_layers", "n_layer", "num_layers"), "layer count", name), "layer count", name
@@ -353,6 +453,7 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
         head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
 
     layer_types = _layer_types(cfg, model_type, n_layers, name)
+    derived_len, derived_from = _derived_max_len(cfg, model_type)
     window = cfg.get("sliding_window") if "sliding_attention" in layer_types else None
     learned_pos = cfg.get("n_positions") or cfg.get("max_position_embeddings") or 0
     torch_dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
@@ -382,6 +483,8 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
         norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
         learned_position_embeddings=learned_pos if model_type in _LEARNED_POSITIONS else 0,
         max_position_embeddings=cfg.get("max_position_embeddings") or cfg.get("n_positions"),
+        derived_max_len=derived_len,
+        derived_max_len_from=derived_from,
         sliding_window=window,
         layer_types=layer_types,
     )

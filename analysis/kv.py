@@ -38,7 +38,9 @@ def is_fp8(kv_cache_dtype: str) -> bool:
 
 
 def kv_heads_per_rank(a: Architecture, tp: int = 1) -> int:
-    """KV heads one rank stores (vLLM: max(1, n_kv // tp))."""
+    """KV heads one rank stores: vLLM 0.32's ``ModelConfig.get_num_kv_heads`` (vllm/config/model.py),
+    max(1, n_kv // tp). Past n_kv ranks each head is replicated on tp // n_kv ranks, which must be whole
+    (``QKVParallelLinear``: ``divide(tp, n_kv)``): 8 KV heads at tp 16 is one head per rank, on two ranks each."""
     if tp < 1:
         raise ValueError("tensor parallel size must be >= 1")
     if a.num_kv_heads >= tp and a.num_kv_heads % tp:

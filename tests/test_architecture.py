@@ -165,3 +165,60 @@ def test_vllm_downcasts_a_float32_checkpoint_under_auto_dtype():
     assert b.with_dtype("auto") is b and b.with_dtype("float32").weight_dtype_bytes == 4
     with pytest.raises(ValueError, match="--dtype 'int8'"):
         b.with_dtype("int8")
+
+
+@pytest.mark.parametrize("key, value, bound", [
+    ("num_hidden_layers", 10**9, "4,096"),
+    ("hidden_size", 10**7, "262,144"),
+    ("num_attention_heads", 10**6, "8,192"),
+    ("num_key_value_heads", 10**6, "8,192"),
+    ("intermediate_size", 10**8, "1,048,576"),
+    ("vocab_size", 10**9, "16,777,216"),
+    ("max_position_embeddings", 10**12, "268,435,456"),
+    ("num_local_experts", 10**6, "16,384"),
+])
+def test_implausible_sizes_are_refused_naming_the_key_value_and_bound(key, value, bound):
+    # Each bound is far past any published model (126 layers, hidden 16,384, 128 heads, 384 experts, 10M positions)
+    cfg = json.loads(resolve_model("tiny-llama-gqa")[1].joinpath("config.json").read_text()) | {key: value}
+    if key == "num_local_experts":
+        cfg["num_experts_per_tok"] = 2
+    with pytest.raises(UnsupportedArchitecture, match=f"config.json {key} {value:,} is past kvprof's bound of {bound}"):
+        Architecture.from_config(cfg)
+
+
+def test_an_oversized_config_file_is_refused_unread(tmp_path):
+    (tmp_path / "config.json").write_text('{"pad": "' + "x" * (16 << 20) + '"}')
+    with pytest.raises(UnsupportedArchitecture, match=r"a model's config\.json is at most 16,777,216 bytes"):
+        Architecture.from_config(tmp_path)
+
+
+def _tiny(**changes):
+    cfg = json.loads(resolve_model("tiny-llama-gqa")[1].joinpath("config.json").read_text())
+    cfg.pop("rope_scaling", None)
+    return Architecture.from_config(cfg | changes)
+
+
+@pytest.mark.parametrize("changes, limit", [
+    ({"max_position_embeddings": 4096}, 4096),
+    # vLLM 0.32 _get_and_verify_max_len: a linear or dynamic RoPE factor scales the length: 4096 · 4 = 16,384
+    ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4.0}}, 16_384),
+    ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, 8_192),
+    # llama3, yarn, longrope: max_position_embeddings is already the scaled length
+    ({"max_position_embeddings": 131_072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, 131_072),
+    ({"max_position_embeddings": 163_840, "rope_scaling": {"type": "yarn", "factor": 40}}, 163_840),
+    # Gemma 3's 128K already includes its linear factor 8 (vLLM skips "gemma3" model types)
+    ({"max_position_embeddings": 131_072, "model_type": "gemma3_text",
+      "rope_scaling": {"rope_type": "linear", "factor": 8.0}}, 131_072),
+    # the smallest length key counts, and model_max_length wins (Command-R)
+    ({"max_position_embeddings": 8192, "seq_length": 4096}, 4096),
+    ({"max_position_embeddings": 8192, "model_max_length": 16_384}, 16_384),
+])
+def test_the_longest_max_model_len_is_vllms(changes, limit):
+    assert _tiny(**changes).max_len_limit == limit
+
+
+def test_catalog_limits_are_their_max_position_embeddings():
+    # every catalog model's RoPE type is prescaled (llama3, yarn) or none, or the model is a Gemma 3
+    for name in ("llama-3.1-8b", "deepseek-v3", "gemma-3-27b", "gpt-oss-120b", "qwen2.5-0.5b"):
+        a, _ = resolve_model(name)
+        assert a.max_len_limit == a.max_position_embeddings and a.derived_max_len is None
