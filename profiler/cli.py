@@ -167,7 +167,8 @@ def plan_cmd(
     tp: Annotated[str, typer.Option("--tp", help="Tensor-parallel size; a comma list (1,2,4,8) for the "
                                                  "procurement table.")] = "1",
     kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
-    block_size: Annotated[int, typer.Option(help="Tokens per KV block.")] = 16,
+    block_size: Annotated[int | None, typer.Option(
+        help="Tokens per KV block (default: vLLM's: 16 on a GPU, 128 on a CPU).")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="Longest request (default: the model's).")] = None,
     batch: Annotated[int | None, typer.Option(help="Concurrent sequences in a decode step.")] = None,
     context: Annotated[int | None, typer.Option(help="Tokens each sequence holds at that step.")] = None,
