@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from analysis import catalog
 from analysis.architecture import Architecture
 from analysis.catalog import GPU
-from analysis.kv import kv_heads_per_rank
+from analysis.engine_rules import tensor_parallel_problems
 from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
 from analysis.units import fmt_bytes, fmt_seconds
 
@@ -135,19 +135,10 @@ class _Figures(BaseModel):
 
 
 def heads_reason(a: Architecture, tp: int) -> str | None:
-    """Why vLLM refuses this tensor-parallel size for the model, or None.
-
-    vLLM 0.32 ``ModelConfig.verify_with_parallel_config``: ``num_attention_heads % tp == 0``;
-    ``QKVParallelLinear``: KV heads split evenly (``n_kv % tp == 0``) or, when tp ≥ n_kv,
-    replicated evenly (``tp % n_kv == 0``)."""
-    if a.num_heads % tp:
-        return (f"tp={tp} does not divide the {a.num_heads} attention heads "
-                "(vLLM requires num_attention_heads % tp == 0)")
-    try:
-        kv_heads_per_rank(a, tp)
-    except ValueError as exc:
-        return f"tp={tp}: {exc} (vLLM splits KV heads evenly, or replicates them evenly when tp exceeds them)"
-    return None
+    """Why vLLM refuses this tensor-parallel size for the model, or None: the shared rule
+    (`analysis.engine_rules.tensor_parallel_problems`), in one line."""
+    problems = tensor_parallel_problems(a, tp)
+    return "; ".join(f"tp={tp} {p.problem} (allowed: {p.allowed})" for p in problems) or None
 
 
 def transfer_calibration(cal: Calibration, gpu: GPU) -> tuple[Calibration, str]:
