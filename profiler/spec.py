@@ -341,8 +341,28 @@ def dropped_summary(dropped: list[Dropped], complete: bool = False) -> dict[str,
             "dropped_complete": complete}
 
 
+# libyaml's parser where PyYAML was built with it: ~10× faster on a 1 MiB spec (its error messages are
+# worded differently, so a document it refuses is parsed again by PyYAML's for the message).
+FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_SPEC_DEPTH = 64  # mappings and lists inside each other; a spec nests a few (engine_args' dicts)
+
+
+_last_lines: tuple[str, dict[tuple[Any, ...], int]] = ("", {})  # load_spec's, for validate's yaml_lines
+
+
 def yaml_lines(text: str) -> dict[tuple[Any, ...], int]:
     """Each mapping key / sequence item of a YAML document → its 1-based line."""
+    if text and text == _last_lines[0]:
+        return dict(_last_lines[1])  # the spec load_spec has just composed: not again
+    try:
+        root = yaml.compose(text, Loader=FAST_LOADER)
+    except yaml.YAMLError:
+        return {}
+    return node_lines(root)
+
+
+def node_lines(root: yaml.Node | None) -> dict[tuple[Any, ...], int]:
+    """`yaml_lines` of a document already composed."""
     lines: dict[tuple[Any, ...], int] = {}
 
     def walk(node: Any, path: tuple[Any, ...]) -> None:
@@ -357,10 +377,6 @@ def yaml_lines(text: str) -> dict[tuple[Any, ...], int]:
             for i, v in enumerate(node.value):
                 walk(v, (*path, i))
 
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return lines
     if root is not None:
         walk(root, ())
     return lines
@@ -409,13 +425,39 @@ def _check_yaml_tree(root: yaml.Node, path: Path) -> None:
         sizes[id(node)] = n
         if n > MAX_SPEC_VALUES:
             raise SpecError(f"{path}:{node.start_mark.line + 1}: expands to more than {MAX_SPEC_VALUES:,} values "
-                            "(YAML aliases repeated inside each other); a sweep spec needs far fewer")
+                            "(an alias counts each time it is used); a sweep spec needs far fewer")
         return n
 
     try:
         size(root)
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to be a sweep spec") from None
+
+
+def _check_depth(text: str, path: Path, loader_cls: type) -> None:
+    """Refuse a document nested deeper than ``MAX_SPEC_DEPTH``, from the parser's events (no recursion):
+    composing one recursively would exhaust Python's stack, or libyaml's C one."""
+    depth = 0
+    for event in yaml.parse(text, Loader=loader_cls):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_SPEC_DEPTH:
+                raise SpecError(f"{path}:{event.start_mark.line + 1}: nested more than {MAX_SPEC_DEPTH} levels "
+                                "deep; a sweep spec nests a few")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _read_yaml(text: str, path: Path, loader_cls: type) -> tuple[yaml.Node | None, Any]:
+    """The composed document (for its lines) and its value, after `_check_yaml_tree`."""
+    loader = loader_cls(text)
+    try:
+        root = loader.get_single_node()
+        if root is not None:
+            _check_yaml_tree(root, path)
+        return root, loader.construct_document(root) if root is not None else None
+    finally:
+        loader.dispose()
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -426,14 +468,16 @@ def load_spec(path: str | Path) -> SweepSpec:
             raise SpecError(f"{path}: {path.stat().st_size:,} bytes; a sweep spec is at most "
                             f"{MAX_SPEC_BYTES:,} bytes of YAML")
         text = path.read_text(encoding="utf-8")
-        loader = yaml.SafeLoader(text)
         try:
-            root = loader.get_single_node()
-            if root is not None:
-                _check_yaml_tree(root, path)
-            raw = loader.construct_document(root) if root is not None else None
-        finally:
-            loader.dispose()
+            _check_depth(text, path, FAST_LOADER)
+            root, raw = _read_yaml(text, path, FAST_LOADER)
+        except yaml.YAMLError:
+            if FAST_LOADER is yaml.SafeLoader:
+                raise
+            _check_depth(text, path, yaml.SafeLoader)  # libyaml refuses 1,000 levels in its own words
+            root, raw = _read_yaml(text, path, yaml.SafeLoader)  # PyYAML's own words for the problem
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to be a sweep spec") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
@@ -445,7 +489,9 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError(f"{path}{where}: not valid YAML: {what}") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: a sweep spec is a YAML mapping (name:, model:, engine:, workload:)")
-    lines = yaml_lines(text)
+    global _last_lines
+    lines = node_lines(root)
+    _last_lines = (text, lines)
     spec = parse_spec(raw, source=str(path), lines=lines)
     check_grid(spec, source=str(path), lines=lines)  # before anything is expanded
     return spec
