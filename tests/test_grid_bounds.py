@@ -205,3 +205,20 @@ def test_the_dry_run_table_shows_50_engines_without_v(tmp_path):
     assert sum(" len10" in x for x in res.output.splitlines()) == 50
     res = runner.invoke(app, ["sweep", str(path), "--dry-run", "--platform", "cpu", "-v"], env={"COLUMNS": "300"})
     assert sum(" len10" in x for x in res.output.splitlines()) == 60 and "more engines" not in res.output
+
+
+@pytest.mark.parametrize("nesting", ["[" * 100_000 + "]" * 100_000,  # libyaml stops at 1,000 flow levels
+                                     "".join(f"\n{'  ' * (i + 2)}k{i}:" for i in range(70)) + " 1"])  # block style
+def test_deep_nesting_is_one_line_not_a_traceback(tmp_path, nesting):
+    path = tmp_path / "deep.yaml"
+    path.write_text(yaml.safe_dump(TINY).replace("engine_args:\n", f"engine_args:\n  deep: {nesting}\n"))
+    with pytest.raises(SpecError, match=rf"^{path}:\d+: nested more than 64 levels deep; a sweep spec nests a few$"):
+        load_spec(path)
+    res = runner.invoke(app, ["validate", str(path)])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+def test_a_few_levels_of_engine_args_are_fine(tmp_path):
+    spec = tiny()
+    spec["engine_args"]["compilation_config"] = {"pass_config": {"a": {"b": [[1, 2], [3]]}}}
+    assert load_spec(write(tmp_path, spec)).engine_args["compilation_config"]["pass_config"]["a"]["b"] == [[1, 2], [3]]
