@@ -609,15 +609,26 @@ class GridSize(BaseModel):
 
 def _count_values(obj: Any, limit: int) -> int:
     """Scalars, keys and containers in a parsed YAML value, aliases counted each time they are used
-    (as a copy and a digest see them); stops counting past ``limit``; a cycle counts once."""
-    total, stack, on_path = 0, [obj], set()
-    while stack and total <= limit:
-        x = stack.pop()
+    (as a copy and a digest see them); past ``limit`` it stops and answers more than ``limit``."""
+    total = 0
+    on_path: set[int] = set()  # a self-referencing YAML node (&a [*a]) counts once
+
+    def walk(x: Any) -> None:
+        nonlocal total
         total += 1
+        if total > limit:
+            raise OverflowError
         if isinstance(x, dict | list) and id(x) not in on_path:
-            on_path.add(id(x))  # a self-referencing YAML node (&a [*a]) would never end
-            stack.extend(x.values() if isinstance(x, dict) else x)
+            on_path.add(id(x))
             total += len(x) if isinstance(x, dict) else 0  # the keys
+            for v in x.values() if isinstance(x, dict) else x:
+                walk(v)
+            on_path.discard(id(x))
+
+    try:
+        walk(obj)
+    except (OverflowError, RecursionError):
+        return max(total, limit + 1)
     return total
 
 
@@ -719,12 +730,13 @@ def expand(spec: SweepSpec, limits: GridLimits | None = None) -> Plan:
         pts: list[Point] = []
         if "decode" in spec.phases:
             for c, p, o in itertools.product(w.concurrency, w.prompt_len, w.output_len):
+                what = f"decode c={c} prompt={p} output={o}"
                 if p + o > mml:
-                    dropped.append(Dropped(engine_id=eid, what=f"decode c={c} prompt={p} output={o}",
+                    dropped.append(Dropped(engine_id=eid, what=what,
                                            reason=f"prompt_len + output_len = {p + o} > max_model_len {mml}"))
                     continue
                 if seqs is not None and c > seqs:
-                    dropped.append(Dropped(engine_id=eid, what=f"decode c={c} prompt={p} output={o}",
+                    dropped.append(Dropped(engine_id=eid, what=what,
                                            reason=f"concurrency {c} > max_num_seqs {seqs}"))
                     continue
                 pts.append(Point(engine_id=eid, phase="decode", concurrency=c, prompt_len=p,

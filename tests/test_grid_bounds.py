@@ -222,3 +222,13 @@ def test_a_few_levels_of_engine_args_are_fine(tmp_path):
     spec = tiny()
     spec["engine_args"]["compilation_config"] = {"pass_config": {"a": {"b": [[1, 2], [3]]}}}
     assert load_spec(write(tmp_path, spec)).engine_args["compilation_config"]["pass_config"]["a"]["b"] == [[1, 2], [3]]
+
+
+def test_an_alias_in_engine_args_counts_each_time_it_is_used(tmp_path):
+    # Each engine's id hashes the expanded value: `b: *l` is 50 more values, not a reference.
+    path = tmp_path / "alias.yaml"
+    text = yaml.safe_dump(TINY).replace(
+        "engine_args:\n", "engine_args:\n  a: &l [" + ", ".join(map(str, range(50))) + "]\n  b: *l\n")
+    path.write_text(text)
+    # tiny-cpu's 2 keys and 2 values, + keys a and b, their 2 lists and 2 × 50 numbers.
+    assert check_grid(load_spec(path)).engine_arg_values == 4 + 2 + 2 + 100
