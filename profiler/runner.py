@@ -453,11 +453,12 @@ def plan_cost(plan: Plan, gpu: Any) -> Any:
     return sweep_cost(arch, gpu, plan.engines, plan.points, plan.spec.phases)
 
 
-def dry_run_table(plan: Plan, platform: str | None = None, cost: Any = None) -> Any:
+def dry_run_table(plan: Plan, platform: str | None = None, cost: Any = None, rows: int | None = None) -> Any:
     """The plan as a rich table with the analytic capacity prediction per engine (scheduler
     settings the spec leaves unset take vLLM's defaults for ``platform``: this machine's by default).
     With ``cost`` (a :class:`analysis.sweep_cost.SweepCost`) the capacity is the target GPU's
-    predicted pool, and each engine's duration (start-up included) and flagged points are added."""
+    predicted pool, and each engine's duration (start-up included) and flagged points are added.
+    ``rows``: at most this many engines, the others counted in the caption."""
     from rich.table import Table
 
     from analysis.allocator import paged_capacity
@@ -476,7 +477,9 @@ def dry_run_table(plan: Plan, platform: str | None = None, cost: Any = None) -> 
     for col in cols:
         t.add_column(col, justify="left" if col == "engine" else "right")
     costs = {e.id: e for e in cost.engines} if cost is not None else {}
-    for cfg in plan.engines:
+    if rows is not None and len(plan.engines) > rows:
+        t.caption = f"… and {len(plan.engines) - rows:,} more engines (-v lists each)"
+    for cfg in plan.engines[:rows]:
         blocks = conc = ceiling = "—"
         budget = cfg.kv_cache_memory_bytes
         ec = costs.get(cfg.id)
@@ -517,17 +520,17 @@ def _minutes(s: float) -> str:
     return f"{s / 60:,.1f} min"
 
 
-def cost_lines(cost: Any) -> list[str]:
+def cost_lines(cost: Any, flagged: int | None = None) -> list[str]:
     """What a dry run says under its table: engines that cannot start, flagged points with the
-    reason, the start-up terms and the total GPU time to budget."""
+    reason (at most ``flagged`` of each, the rest counted), the start-up terms and the total GPU time."""
     lines = []
-    for e in cost.engines:
-        if e.error:
-            lines.append(f"cannot start {e.id} on {cost.gpu}: {e.error}")
-    for e in cost.engines:
-        for p in e.points:
-            for flag, reason in zip(p.flags, p.reasons, strict=True):
-                lines.append(f"{flag}: {p.id}: {reason}")
+    errors = [f"cannot start {e.id} on {cost.gpu}: {e.error}" for e in cost.engines if e.error]
+    flags = [f"{flag}: {p.id}: {reason}" for e in cost.engines for p in e.points
+             for flag, reason in zip(p.flags, p.reasons, strict=True)]
+    for what, found in (("engines that cannot start", errors), ("flagged points", flags)):
+        lines += found[:flagged]
+        if flagged is not None and len(found) > flagged:
+            lines.append(f"… and {len(found) - flagged:,} more {what} (-v lists each)")
     if cost.engines:
         s = cost.engines[0].startup
         totals = sorted({round(e.startup.total_s) for e in cost.engines})
@@ -553,15 +556,32 @@ def estimate_seconds(plan: Plan, startup_s: float = FLAT_STARTUP_S, step_s: floa
     return total
 
 
-def dump_plan(plan: Plan, cost: Any = None, estimate_note: str = "") -> str:
-    """The plan as JSON: engines with their settings and point ids, dropped combinations, the ETA
-    (``estimated_seconds``: the target GPU's total with ``cost``, else the flat estimate) and,
-    with ``cost``, every engine's and point's predicted parts under ``cost``."""
+def dump_plan(plan: Plan, cost: Any = None, estimate_note: str = "", detail: bool = True) -> str:
+    """The plan as JSON: engines with their settings and point counts, dropped combinations (as
+    `profiler.spec.dropped_summary`), the ETA (``estimated_seconds``: the target GPU's total with ``cost``,
+    else the flat estimate) and, with ``cost``, every engine's predicted parts under ``cost``. With
+    ``detail`` also each point: its id under its engine, its predicted parts under ``cost``, every
+    dropped combination and flagged point; without it the output stays a few hundred bytes an engine."""
+    from profiler.spec import DROPPED_LISTED, dropped_summary
+
+    engines = []
+    for e in plan.engines:
+        pts = plan.points[e.id]
+        engines.append(e.model_dump() | {"id": e.id, "point_count": len(pts)}
+                       | ({"points": [p.id for p in pts]} if detail else {}))
+    dropped = dropped_summary(plan.dropped, detail)
+    costs = cost.as_dict() if cost is not None else None
+    if costs is not None and not detail:
+        for ec in costs["engines"]:
+            ec["point_count"] = len(ec.pop("points"))
+        costs["flagged_count"] = len(costs["flagged_points"])
+        costs["flagged_points"] = costs["flagged_points"][:DROPPED_LISTED]
     return json.dumps({
-        "engines": [e.model_dump() | {"id": e.id, "points": [p.id for p in plan.points[e.id]]}
-                    for e in plan.engines],
-        "dropped": [d.model_dump() for d in plan.dropped],
+        "detail": "complete" if detail else "summary",
+        "engines": engines,
+        "points": plan.num_points,
+        **dropped, "dropped": [d.model_dump() for d in dropped["dropped"]],
         "estimated_seconds": cost.seconds if cost is not None else estimate_seconds(plan),
         "estimate": estimate_note,
-        "cost": cost.as_dict() if cost is not None else None,
+        "cost": costs,
     }, indent=2)
