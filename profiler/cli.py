@@ -794,7 +794,8 @@ def sweep_cmd(
                       "sees). Implies --platform cuda.")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Run this spec in an --out that holds another sweep: that sweep's spec.yaml and "
-                        "manifest.json move to DIR/superseded/; its records stay (none is deleted).")] = False,
+                        "manifest.json move to DIR/superseded/; its records stay (none is deleted; records "
+                        "this spec shares are resumed, and the report reads them all).")] = False,
 ):
     """Run real vLLM engines across the swept settings and record capacity and decode timings.
 

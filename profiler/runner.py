@@ -391,9 +391,10 @@ def _count(store: ResultsDir, plan: Plan, outcome: SweepOutcome) -> None:
             outcome.engines_ok += 1
             continue
         status = "missing" if rec is None else rec.status if rec.status != "ok" else "incomplete"
-        message = (rec.message if rec is not None and rec.message else
-                   "no engine record" if rec is None else "the capacity phase did not finish")
-        outcome.engines_failed.append({"id": e.id, "status": status, "message": message.splitlines()[0]})
+        log = store.logs / f"{e.id}.log"
+        message = (rec.message.strip().splitlines()[0] if rec is not None and rec.message and rec.message.strip()
+                   else f"{'no engine record' if rec is None else 'the capacity phase did not finish'}; see {log}")
+        outcome.engines_failed.append({"id": e.id, "status": status, "message": message})
 
 
 def _check_same_sweep(store: ResultsDir, plan: Plan, spec_text: str | None, force: bool) -> Path | None:
