@@ -25,8 +25,10 @@ def _interrupted_while_loading(signum: int, frame: object) -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
-# Ctrl-C during the imports below would print an import traceback: until they are done, it just exits.
-_loading = threading.current_thread() is threading.main_thread()
+# Ctrl-C during the imports below would print an import traceback: until they are done, it just exits
+# (where Python's own handler is in place: not in a thread, nor where SIGINT is ignored).
+_loading = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
 _sigint = signal.signal(signal.SIGINT, _interrupted_while_loading) if _loading else None
 
 import contextlib  # noqa: E402
@@ -570,6 +572,8 @@ def _report_target(results_dir: Path, out_dir: Path | None) -> Path:
     from profiler.store import ResultsDir
 
     target = out_dir or results_dir
+    if not results_dir.is_dir():
+        return target  # the load says what is wrong with it, before anything is made
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():
             raise fail(f"--out-dir {out_dir} is a file: give a directory")
@@ -579,8 +583,6 @@ def _report_target(results_dir: Path, out_dir: Path | None) -> Path:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise fail(f"--out-dir {out_dir}: cannot create it: {exc.strerror or exc}") from None
-    elif not results_dir.is_dir():
-        return target  # the load says what is wrong with it
     try:
         fd, probe = tempfile.mkstemp(dir=target, prefix=".kvprof-write-probe.")
         os.close(fd)

@@ -312,9 +312,12 @@ def test_report_out_dir_writes_everything_there_and_nothing_in_the_results(resul
     assert files(results) == before
 
 
-def test_report_out_dir_inside_the_records_is_refused(results):
+def test_report_out_dir_inside_the_records_or_a_file_is_refused(results, tmp_path):
     res = cli.invoke(app, ["report", str(results), "--out-dir", str(results / "points")])
     assert res.exit_code == 2 and "inside the records" in res.output
+    (tmp_path / "a-file").write_text("x")
+    res = cli.invoke(app, ["report", str(results), "--out-dir", str(tmp_path / "a-file")])
+    assert res.exit_code == 2 and "is a file: give a directory" in res.output and "Traceback" not in res.output
 
 
 @pytest.fixture
