@@ -8,21 +8,17 @@ Exit codes: 0 success, 2 bad input (one clear line, no traceback), 130 interrupt
 
 from __future__ import annotations
 
+# ruff: noqa: E402 (the Ctrl-C guard below comes before the imports it guards)
 import os
 import signal
 import sys
 import threading
 
-EXIT_SOME_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_WRITE_FAILED = 3
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
-
 
 def _interrupted_while_loading(signum: int, frame: object) -> None:
     """Ctrl-C while this module's imports load (over a second): nothing is written yet; one line, exit 130."""
     sys.stderr.write("interrupted\n")
-    os._exit(EXIT_INTERRUPTED)
+    os._exit(130)
 
 
 # Ctrl-C during the imports below would print an import traceback: until they are done, it just exits
@@ -31,26 +27,31 @@ _loading = (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
 _sigint = signal.signal(signal.SIGINT, _interrupted_while_loading) if _loading else None
 
-import contextlib  # noqa: E402
-import json  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Annotated, Any  # noqa: E402
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
 
-import typer  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.markup import escape  # noqa: E402
-from rich.table import Table  # noqa: E402
-from typer.core import TyperGroup  # noqa: E402
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from typer.core import TyperGroup
 
-from analysis import catalog  # noqa: E402
-from analysis.architecture import UnsupportedArchitecture  # noqa: E402
-from analysis.plan import Calibration, PlanError, PlanInputs, make_plan  # noqa: E402
-from analysis.procurement import parse_gpu_list, parse_tp_list, procurement  # noqa: E402
-from analysis.units import fmt_bytes, fmt_count, fmt_ms, fmt_seconds, parse_bytes, parse_seconds  # noqa: E402
+from analysis import catalog
+from analysis.architecture import UnsupportedArchitecture
+from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
+from analysis.procurement import parse_gpu_list, parse_tp_list, procurement
+from analysis.units import fmt_bytes, fmt_count, fmt_ms, fmt_seconds, parse_bytes, parse_seconds
 
 if _loading:
     signal.signal(signal.SIGINT, _sigint)
+
+EXIT_SOME_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_WRITE_FAILED = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
 
 
 class _Commands(TyperGroup):
