@@ -6,6 +6,7 @@ Plot titles state the finding; axes carry units.
 
 from __future__ import annotations
 
+import io
 import json
 import textwrap
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from analysis.load import load
 from analysis.pdf_pages import PAGE, Table, atomic_pdf, fbw, fms, save_page, table_page, text_page, titled_page
 from analysis.pipeline import Analysis, analyse, calibration, headline, results_table, setup_lines
+from analysis.results_schema import atomic_write_bytes
 
 # --- pages -------------------------------------------------------------------------------------
 
@@ -365,23 +367,39 @@ PAGES: list[ReportPage] = [
 
 # --- entry point ---------------------------------------------------------------------------------
 
-def build_report(results_dir: str | Path, pdf_path: str | Path | None = None) -> dict[str, Path]:
-    """Write report.pdf, summary.md (both from PAGES), results.parquet and calibration.json; return their paths."""
+def build_report(results_dir: str | Path, pdf_path: str | Path | None = None,
+                 out_dir: str | Path | None = None) -> dict[str, Path]:
+    """Write report.pdf, summary.md (both from PAGES), results.parquet and calibration.json into ``out_dir``
+    (default: the results directory; ``pdf_path`` moves the PDF); return their paths.
+
+    Each file is written beside its place and renamed into it, so an interrupted or failed report leaves
+    every earlier file whole. The three small files are prepared before the PDF is drawn and written
+    after it, so they and the PDF come from one analysis. A calibration.json there from an earlier
+    report is removed when this analysis has no decode fit (returned as ``calibration_removed``): a
+    stale one would still feed ``kvprof plan --calibration``.
+    """
     res = load(results_dir)
     a = analyse(res)
-    root = Path(results_dir)
-    pdf_path = Path(pdf_path) if pdf_path else root / "report.pdf"
+    out = Path(out_dir) if out_dir is not None else Path(results_dir)
+    pdf_path = Path(pdf_path) if pdf_path else out / "report.pdf"
+    summary = "\n".join(part for page in PAGES for part in page.markdown(a)).encode()
+    buf = io.BytesIO()
+    results_table(a).to_parquet(buf, index=False)
+    cal = (json.dumps(calibration(a), indent=2) + "\n").encode() if a.fit is not None else None
     with atomic_pdf(pdf_path) as pdf:
         for page in PAGES:
             page.render(pdf, a)
         info = pdf.infodict()
         info["Title"] = f"kvprof report {res.manifest.get('name')}"
         info["Subject"] = "KV-cache theory vs vLLM measurements"
-    summary = root / "summary.md"
-    summary.write_text("\n".join(part for page in PAGES for part in page.markdown(a)))
-    out = {"pdf": pdf_path, "summary": summary, "results": root / "results.parquet"}
-    results_table(a).to_parquet(out["results"], index=False)
-    if a.fit is not None:
-        out["calibration"] = root / "calibration.json"
-        out["calibration"].write_text(json.dumps(calibration(a), indent=2) + "\n")
-    return out
+    written = {"pdf": pdf_path, "summary": out / "summary.md", "results": out / "results.parquet"}
+    atomic_write_bytes(written["summary"], summary)
+    atomic_write_bytes(written["results"], buf.getvalue())
+    calibration_path = out / "calibration.json"
+    if cal is not None:
+        written["calibration"] = calibration_path
+        atomic_write_bytes(calibration_path, cal)
+    elif calibration_path.exists():
+        calibration_path.unlink()
+        written["calibration_removed"] = calibration_path
+    return written

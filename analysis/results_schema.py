@@ -59,7 +59,7 @@ SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
 EngineStatus = Literal["ok", "oom", "unsupported", "crash", "timeout", "error"]
 # "aborted": never tried because its engine died on an earlier point; a plain rerun runs it.
 FailureStatus = Literal["oom", "unsupported", "crash", "timeout", "error", "aborted"]
-SweepStatus = Literal["running", "complete", "complete_with_failures", "interrupted", "write_failed"]
+SweepStatus = Literal["running", "complete", "complete_with_failures", "failed", "interrupted", "write_failed"]
 
 
 class ResultsError(ValueError):

@@ -2,13 +2,34 @@
 
 Heavy imports (vLLM, torch) happen inside the commands that need them, so
 `kvprof plan`, `kvprof models` and `kvprof gpus` work on a laptop without either.
-Exit codes: 0 success, 2 bad input (one clear line, no traceback).
+Exit codes: 0 success, 2 bad input (one clear line, no traceback), 130 interrupted (Ctrl-C, any command);
+`sweep` adds 1 (something failed) and 3 (a results file could not be written), `report` 3.
 """
 
 from __future__ import annotations
 
-import json
+# ruff: noqa: E402 (the Ctrl-C guard below comes before the imports it guards)
+import os
+import signal
 import sys
+import threading
+
+
+def _interrupted_while_loading(signum: int, frame: object) -> None:
+    """Ctrl-C while this module's imports load (over a second): nothing is written yet; one line, exit 130."""
+    sys.stderr.write("interrupted\n")
+    os._exit(130)
+
+
+# Ctrl-C during the imports below would print an import traceback: until they are done, it just exits
+# (where Python's own handler is in place: not in a thread, nor where SIGINT is ignored).
+_loading = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+_sigint = signal.signal(signal.SIGINT, _interrupted_while_loading) if _loading else None
+
+import contextlib
+import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +37,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 from analysis import catalog
 from analysis.architecture import UnsupportedArchitecture
@@ -23,18 +45,63 @@ from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
 from analysis.procurement import parse_gpu_list, parse_tp_list, procurement
 from analysis.units import fmt_bytes, fmt_count, fmt_ms, fmt_seconds, parse_bytes, parse_seconds
 
+if _loading:
+    signal.signal(signal.SIGINT, _sigint)
+
+EXIT_SOME_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_WRITE_FAILED = 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
+
+
+class _Commands(TyperGroup):
+    """The app's commands, with one answer to Ctrl-C for all of them: one line and exit 130, never a
+    traceback. Every command writes its files atomically, so what it wrote before stays whole.
+
+    A KeyboardInterrupt that lands in a finalizer or weakref callback is swallowed by Python ("Exception
+    ignored in …" with a traceback; the command carried on and exited 0). Here it is noted instead, sent
+    again to the main thread a moment later (from a timer thread: one sent from inside the hook would be
+    raised, and swallowed, in the hook itself) to stop the command, and the exit is 130 in any case.
+    """
+
+    def invoke(self, ctx: Any) -> Any:
+        import _thread
+
+        previous, swallowed = sys.unraisablehook, []
+
+        def hook(unraisable: Any) -> None:
+            if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+                return previous(unraisable)
+            if not swallowed:
+                swallowed.append(threading.Timer(0.05, _thread.interrupt_main))
+                swallowed[0].start()
+            return None
+
+        sys.unraisablehook = hook
+        try:
+            rv = super().invoke(ctx)
+            if swallowed:
+                raise KeyboardInterrupt
+            return rv
+        except KeyboardInterrupt:
+            err.print("interrupted: no file was left half-written", highlight=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        finally:
+            sys.unraisablehook = previous
+            if swallowed:
+                swallowed[0].cancel()
+
+
 app = typer.Typer(
     name="kvprof",
     help="Empirical KV-cache profiling of vLLM, set against the analytic model.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_Commands,
 )
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
-
-EXIT_BAD_INPUT = 2
-EXIT_WRITE_FAILED = 3
 
 
 def fail(message: str) -> typer.Exit:
@@ -517,27 +584,99 @@ def log_cmd(
         console.print("no capacity prediction: the log states no KV cache memory", highlight=False)
 
 
+@contextlib.contextmanager
+def _locked_for_report(results_dir: Path) -> Iterator[None]:
+    """Hold the results directory's lock while a report reads it (StoreError names a sweep still writing
+    it); a read-only directory without a lock file is read unlocked (ResultsDir.lock_to_read says why)."""
+    from profiler.store import ResultsDir
+
+    store = ResultsDir(results_dir)
+    if results_dir.is_dir():
+        store.lock_to_read("report")
+    try:
+        yield
+    finally:
+        store.unlock()
+
+
+def _report_target(results_dir: Path, out_dir: Path | None) -> Path:
+    """Where summary.md, results.parquet, calibration.json (and report.pdf by default) go: ``out_dir``, made
+    if missing, or the results directory; the one-line error (exit 2) when it cannot be written."""
+    import errno
+    import os
+    import tempfile
+
+    from profiler.store import ResultsDir
+
+    target = out_dir or results_dir
+    if not results_dir.is_dir():
+        return target  # the load says what is wrong with it, before anything is made
+    if out_dir is not None:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise fail(f"--out-dir {out_dir} is a file: give a directory")
+        if ResultsDir(results_dir).is_record(out_dir / "report.pdf"):
+            raise fail(f"--out-dir {out_dir} is inside the records of {results_dir}; write it elsewhere")
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise fail(f"--out-dir {out_dir}: cannot create it: {exc.strerror or exc}") from None
+    try:
+        fd, probe = tempfile.mkstemp(dir=target, prefix=".kvprof-write-probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if out_dir is not None:
+            raise fail(f"--out-dir {out_dir} is not writable ({why})") from None
+        read_only = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+        raise fail(f"{results_dir} is not writable ({why})"
+                   + ("; write the report elsewhere with --out-dir DIR" if read_only else "")) from None
+    return target
+
+
 @app.command("report")
 def report_cmd(
     results_dir: Annotated[Path, typer.Argument(metavar="DIR", help="A sweep's results directory.")],
-    pdf: Annotated[Path | None, typer.Option("--pdf", help="Where to write the PDF (default DIR/report.pdf).")] = None,
+    pdf: Annotated[Path | None, typer.Option(
+        "--pdf", help="Where to write the PDF (default: report.pdf in --out-dir, or in DIR).")] = None,
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out-dir", help="Write report.pdf, summary.md, results.parquet and calibration.json here instead of "
+                          "DIR (made if missing): for a read-only archive.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the written paths and headline as JSON.")] = False,
 ):
-    """Build report.pdf, summary.md, results.parquet and calibration.json from a results directory."""
+    """Build report.pdf, summary.md, results.parquet and calibration.json from a results directory.
+
+    Each file appears whole or not at all (written beside, then renamed); a calibration.json left by an
+    earlier report is removed when this one has no decode fit. The directory's lock is held meanwhile:
+    a sweep still writing it is named and the report refused (exit 2). A read-only DIR is read without
+    the lock when it has no lock file (no sweep can be writing it): give --out-dir.
+    Exit codes: 0 written, 2 bad input, 3 a file could not be written, 130 interrupted.
+    """
     from analysis.load import LoadError
     from analysis.report import build_report
+    from profiler.store import StoreError
 
+    target = _report_target(results_dir, out_dir)
     if pdf is not None:
         output_path(pdf, "--pdf", results_dirs=(results_dir,))
     try:
-        written = build_report(results_dir, pdf)
-    except LoadError as exc:
+        with _locked_for_report(results_dir):
+            written = build_report(results_dir, pdf, out_dir=target)
+    except (LoadError, StoreError) as exc:
         raise fail(str(exc)) from None
+    except OSError as exc:
+        err.print(f"[bold red]error:[/] {escape(f'cannot write {exc.filename or target}: {exc.strerror or exc}')}",
+                  highlight=False)
+        raise typer.Exit(EXIT_WRITE_FAILED) from None
     if json_out:
         print(json.dumps({k: str(v) for k, v in written.items()}))
         return
     for kind, path in written.items():
-        console.print(f"{kind}: {path}", highlight=False)
+        if kind == "calibration_removed":
+            console.print(f"removed {path}: this report has no decode fit to calibrate `kvprof plan` with",
+                          highlight=False, soft_wrap=True)
+        else:
+            console.print(f"{kind}: {path}", highlight=False)
 
 
 @app.command("compare")
@@ -749,8 +888,21 @@ def sweep_cmd(
     max_engines: MaxEngines = None,
     max_points: MaxPoints = None,
     verbose: Verbose = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Run this spec in an --out that holds another sweep: that sweep's spec.yaml and "
+                        "manifest.json move to DIR/superseded/; its records stay (none is deleted; records "
+                        "this spec shares are resumed, and the report reads them all).")] = False,
 ):
-    """Run real vLLM engines across the swept settings and record capacity and decode timings."""
+    """Run real vLLM engines across the swept settings and record capacity and decode timings.
+
+    Rerun the same command to resume. An --out holding another sweep (another spec) is refused,
+    naming both, unless --force.
+
+    Exit codes: 0 everything the spec asks for was measured (manifest status complete); 1 something
+    failed: a point, or an engine's capacity phase (complete_with_failures, or failed when nothing was
+    measured at all); 2 bad input, nothing started; 3 a results file could not be written (write_failed;
+    rerun to resume); 130 interrupted (interrupted; rerun to resume).
+    """
     from analysis.catalog import UnknownName
     from profiler.runner import (
         WriteFailed,
@@ -811,7 +963,7 @@ def sweep_cmd(
     out_dir = spec.out_dir(out)
     try:
         outcome = run_sweep(plan, out_dir, retry_failed=retry_failed, console=err,
-                            spec_text=spec_path.read_text())
+                            spec_text=spec_path.read_text(), force=force)
     except StoreError as exc:
         raise fail(str(exc)) from None
     except WriteFailed as exc:
@@ -825,23 +977,36 @@ def sweep_cmd(
     t.add_row(str(outcome.points_ok), str(len(outcome.points_failed)), str(outcome.points_skipped),
               str(outcome.engines_launched))
     console.print(t)
-    for f in outcome.points_failed:
+    listed = outcome.points_failed if verbose else outcome.points_failed[:DROPPED_LISTED]
+    for f in listed:
         console.print(f"{f['status']}: {f['id']}: {f['message']}", highlight=False)
+    if len(listed) < len(outcome.points_failed):
+        console.print(f"… and {len(outcome.points_failed) - len(listed):,} more failed points (-v lists each; "
+                      "the point records hold each)", highlight=False)
+    for f in outcome.engines_failed:
+        console.print(f"{f['status']}: engine {f['id']} (capacity phase): {f['message']}", highlight=False)
+    if outcome.superseded:
+        err.print(f"the sweep this directory held before: its spec and manifest are in {outcome.superseded}",
+                  highlight=False)
     console.print(f"results: {out_dir}")
-    if not outcome.interrupted and not no_report:
+    if not outcome.interrupted and outcome.status == "failed":
+        err.print("[bold red]nothing was measured[/]: every engine failed (see the lines above and "
+                  f"{out_dir / 'logs'}); no report built", highlight=False)
+    elif not outcome.interrupted and not no_report:
         from analysis.report import build_report
 
         try:
-            written = build_report(out_dir)
+            with _locked_for_report(out_dir):
+                written = build_report(out_dir)
             console.print(f"report: {written['pdf']}  summary: {written['summary']}", highlight=False)
         except Exception as exc:  # the measurements are safe on disk; say why the report is missing
             err.print(f"[yellow]report not built: {type(exc).__name__}: {exc}; "
                       f"rerun with `kvprof report {out_dir}`[/]", highlight=False)
     if outcome.interrupted:
         err.print("interrupted: rerun the same command to resume")
-        raise typer.Exit(130)
-    if outcome.points_failed:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if outcome.failed:
+        raise typer.Exit(EXIT_SOME_FAILED)
 
 
 def _one_line(exc: Exception) -> str:

@@ -29,20 +29,43 @@ from profiler.vllm_log import parse_startup
 
 LOG_TAIL_CHARS = 4000
 POLL_S = 0.2  # how often the parent looks at the child's records
+# The engine child's command line, before its job file (tests put a failing double here).
+ENGINE_COMMAND = [sys.executable, "-u", "-m", "profiler.engine"]
 
 
 class WriteFailed(RuntimeError):
     """A results file could not be written mid-sweep (disk full, directory removed)."""
 
 
+class DifferentSweep(StoreError):
+    """The results directory holds another sweep (another spec): resuming would mix the two."""
+
+
 @dataclass
 class SweepOutcome:
-    """What a sweep did: engines launched, points ok / failed (id, status, message) / done before."""
+    """What a sweep did: engines launched, points ok / failed (id, status, message) / done before,
+    engines whose capacity phase was asked for and not measured (id, status, message)."""
     engines_launched: int = 0
     points_ok: int = 0
     points_failed: list[dict[str, str]] = field(default_factory=list)  # id, status, message
     points_skipped: int = 0
     interrupted: bool = False
+    engines_ok: int = 0  # engines whose capacity phase is measured (when the spec asks for it)
+    engines_failed: list[dict[str, str]] = field(default_factory=list)  # id, status, message
+    superseded: Path | None = None  # where --force moved the spec and manifest of the sweep it replaced
+
+    @property
+    def failed(self) -> bool:
+        """Something the spec asked for was not measured."""
+        return bool(self.points_failed or self.engines_failed)
+
+    @property
+    def status(self) -> str:
+        """The manifest's final status: complete (everything measured), complete_with_failures (some
+        failed, some measured), failed (nothing measured)."""
+        if not self.failed:
+            return "complete"
+        return "complete_with_failures" if self.points_ok or self.engines_ok else "failed"
 
 
 def _spec_hash(plan: Plan) -> str:
@@ -122,7 +145,7 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
     env = {**os.environ, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-u", "-m", "profiler.engine", str(job_path)],
+            [*ENGINE_COMMAND, str(job_path)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
         )
         child["pid"] = proc.pid
@@ -265,19 +288,26 @@ def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, 
 
 
 def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console: Console | None = None,
-              spec_text: str | None = None) -> SweepOutcome:
+              spec_text: str | None = None, force: bool = False) -> SweepOutcome:
     """Run every engine of ``plan`` into ``out_dir`` (locked for the duration), resuming what is done.
 
-    Writes the manifest (status running → complete / complete_with_failures / interrupted /
+    Writes the manifest (status running → complete / complete_with_failures / failed / interrupted /
     write_failed), the probe, and one child per engine with pending points. Ctrl-C marks the
-    manifest interrupted and returns; a failed write raises :class:`WriteFailed`.
+    manifest interrupted and returns; a failed write raises :class:`WriteFailed`. A directory that
+    holds another sweep raises :class:`DifferentSweep`, unless ``force``: then that sweep's spec and
+    manifest move to superseded/ and its records stay (see :func:`_check_same_sweep`).
     """
     console = console or Console(stderr=True)
     store = ResultsDir(out_dir)
     store.prepare()
-    _check_resumable(store)
     store.lock()
     outcome = SweepOutcome()
+    try:
+        _check_resumable(store)
+        outcome.superseded = _check_same_sweep(store, plan, spec_text, force)
+    except BaseException:
+        store.unlock()
+        raise
     try:
         if spec_text is not None:
             atomic_write_text(store.root / "spec.yaml", spec_text)
@@ -320,17 +350,8 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
                     pts = retry
                     progress.update(points_task, advance=-len(retry))
                 progress.advance(engines_task)
-        for e in plan.engines:
-            for p in plan.points[e.id]:
-                status = store.point_status(p.id)
-                if status == "ok":
-                    outcome.points_ok += 1
-                else:
-                    rec = store.read_point(p.id)
-                    outcome.points_failed.append({"id": p.id, "status": status or "missing",
-                                                  "message": getattr(rec, "message", "") or ""})
-        store.update_manifest(status="complete" if not outcome.points_failed else "complete_with_failures",
-                              finished_at=time.time(), devices=_devices(store, plan),
+        _count(store, plan, outcome)
+        store.update_manifest(status=outcome.status, finished_at=time.time(), devices=_devices(store, plan),
                               engine_launches=outcome.engines_launched)
     except KeyboardInterrupt:
         outcome.interrupted = True
@@ -348,6 +369,82 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
         with contextlib.suppress(OSError):
             store.unlock()
     return outcome
+
+
+def _count(store: ResultsDir, plan: Plan, outcome: SweepOutcome) -> None:
+    """Fill in what is measured and what failed, from the records on disk: every point, and each
+    engine's capacity phase when the spec asks for it (a capacity-only sweep has no point at all)."""
+    for e in plan.engines:
+        for p in plan.points[e.id]:
+            status = store.point_status(p.id)
+            if status == "ok":
+                outcome.points_ok += 1
+            else:
+                rec = store.read_point(p.id)
+                outcome.points_failed.append({"id": p.id, "status": status or "missing",
+                                              "message": getattr(rec, "message", "") or ""})
+    if "capacity" not in plan.spec.phases:
+        return
+    for e in plan.engines:
+        rec = store.read_engine(e.id)
+        if rec is not None and any(ph.phase == "capacity" for ph in rec.phases):
+            outcome.engines_ok += 1
+            continue
+        status = "missing" if rec is None else rec.status if rec.status != "ok" else "incomplete"
+        log = store.logs / f"{e.id}.log"
+        message = (rec.message.strip().splitlines()[0] if rec is not None and rec.message and rec.message.strip()
+                   else f"{'no engine record' if rec is None else 'the capacity phase did not finish'}; see {log}")
+        outcome.engines_failed.append({"id": e.id, "status": status, "message": message})
+
+
+def _check_same_sweep(store: ResultsDir, plan: Plan, spec_text: str | None, force: bool) -> Path | None:
+    """Refuse a directory holding another sweep; with ``force``, move its spec and manifest aside.
+
+    The same sweep is the same spec: the same parsed spec (``spec_hash``) or, across kvprof versions
+    whose spec model differs, the same spec text. Another spec's records are never touched: ids come
+    from content, so a record the new spec shares is the same measurement (resumed), and the others
+    stay on disk as they are. ``force`` moves only spec.yaml and manifest.json, to
+    superseded/<time>-<old spec hash>/, and returns that folder.
+    """
+    existing = store.read_manifest()
+    if existing is None:
+        return None
+    from profiler.spec import MAX_SPEC_BYTES
+
+    new_hash = _spec_hash(plan)
+    old_text = (store.spec.read_text(errors="replace")
+                if store.spec.is_file() and store.spec.stat().st_size <= MAX_SPEC_BYTES else None)
+    if existing.spec_hash == new_hash or (spec_text is not None and old_text == spec_text):
+        return None
+    if force:
+        return store.supersede(existing.spec_hash)
+    differ = _spec_differences(store.spec, plan) if old_text is not None else ""
+    raise DifferentSweep(
+        f"{store.root} holds another sweep: {existing.name!r} (spec hash {existing.spec_hash or 'none'}, "
+        f"{'its spec in ' + str(store.spec) if old_text is not None else 'no spec.yaml'}); this spec is sweep "
+        f"{plan.spec.name!r} (spec hash {new_hash})" + (f"; they differ in {differ}" if differ else "")
+        + ". Choose another --out, rerun with that directory's own spec to resume it, or add --force to run "
+          "this spec there (the old spec and manifest move to superseded/; no record is deleted)")
+
+
+def _spec_differences(old_spec: Path, plan: Plan) -> str:
+    """The spec fields whose values differ (``workload.concurrency``), read through the spec model;
+    "" when the old spec no longer loads."""
+    from profiler.spec import SpecError, load_spec
+
+    try:
+        old = load_spec(old_spec).model_dump(mode="json")
+    except SpecError:
+        return ""
+    new = plan.spec.model_dump(mode="json")
+    keys = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys += [f"{k}.{j}" for j in sorted(set(a) | set(b)) if a.get(j) != b.get(j)]
+        elif a != b:
+            keys.append(k)
+    return ", ".join(keys[:8]) + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
 
 
 def _check_resumable(store: ResultsDir) -> None:

@@ -10,10 +10,12 @@ is rerun.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,8 @@ __all__ = ["SCHEMA_VERSION", "ResultsDir", "StoreError", "atomic_write_bytes", "
            "atomic_write_text", "read_json"]
 
 LOCK_NAME = ".kvprof.lock"
+SUPERSEDED = "superseded"  # where `sweep --force` keeps the spec and manifest of the sweep it replaced
+READ_ONLY_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 class StoreError(RuntimeError):
@@ -64,16 +68,19 @@ class ResultsDir:
         self.telemetry = self.root / "telemetry"
         self.jobs = self.root / "jobs"  # the engine children's instructions: kept apart from the records
         self.manifest = self.root / "manifest.json"
+        self.spec = self.root / "spec.yaml"
+        self.superseded = self.root / SUPERSEDED
         self._lock_fd: int | None = None
 
     def is_record(self, path: str | Path) -> bool:
         """Whether ``path`` is one of this directory's measured records or inputs (manifest, spec, probe,
-        engine/point records, telemetry, jobs, logs): what no command may write over."""
+        engine/point records, telemetry, jobs, logs, a superseded sweep's spec and manifest): what no command
+        may write over."""
         p, root = Path(path).resolve(), self.root.resolve()
-        if p in (self.manifest.resolve(), root / "spec.yaml", root / "probe.json"):
+        if p in (self.manifest.resolve(), root / "spec.yaml", root / "probe.json", root / LOCK_NAME):
             return True
         return any(p.is_relative_to(d.resolve()) for d in (self.points, self.engines, self.telemetry,
-                                                             self.jobs, self.logs))
+                                                             self.jobs, self.logs, self.superseded))
 
     def prepare(self) -> None:
         """Create the layout; fail early and clearly when the directory is not writable."""
@@ -87,13 +94,13 @@ class ResultsDir:
             raise StoreError(f"results directory {self.root} is not writable: {exc.strerror or exc}") from None
 
     # -- lock ------------------------------------------------------------------
-    def lock(self) -> None:
-        """Take the directory for this process; refuse if a live sweep holds it.
+    def lock(self, command: str = "sweep") -> None:
+        """Take the directory for this process (a sweep writing it, or ``command``); refuse if another holds it.
 
         The lock is the kernel's (flock on LOCK_NAME), held until `unlock` or this
         process's death, so a sweep killed by anything frees the directory and no
-        "stale" judgement is ever made. The file's content, this holder's pid and
-        host, only words the refusal; the file is never deleted or replaced, since
+        "stale" judgement is ever made. The file's content, this holder's pid, host and
+        command, only words the refusal; the file is never deleted or replaced, since
         a lock on a deleted inode would no longer exclude a sweep that opens the path.
         """
         path = self.root / LOCK_NAME
@@ -101,23 +108,68 @@ class ResultsDir:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StoreError(f"cannot create the lock file {path}: {exc.strerror or exc}") from None
+        self._take(fd, command, "wait for it or choose another --out" if command == "sweep" else
+                   "wait for it to finish and run this again")
+        try:
+            os.ftruncate(fd, 0)
+            holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": command}
+            os.pwrite(fd, json.dumps(holder).encode(), 0)
+        except OSError as exc:
+            self.unlock()
+            raise StoreError(f"cannot write the lock file {path}: {exc.strerror or exc}") from None
+
+    def lock_to_read(self, command: str = "report") -> bool:
+        """Take the lock to read the directory (a report): refused while a sweep (or another report) holds it.
+
+        Returns False, holding nothing, where the directory cannot be written and has no lock file:
+        every sweep creates that file before it writes anything, so a directory without one that this
+        process cannot write (a read-only archive or file system) is not being written by a sweep. Where
+        the file exists but cannot be written, it is locked through a read-only descriptor (flock needs
+        none other) and left as it is.
+        """
+        path = self.root / LOCK_NAME
+        try:
+            self.lock(command)
+            return True
+        except StoreError:
+            if not _unwritable(path):
+                raise
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StoreError(f"cannot open the lock file {path}: {exc.strerror or exc}") from None
+        self._take(fd, command, "wait for it to finish and run this again")
+        return True
+
+    def _take(self, fd: int, command: str, advice: str) -> None:
+        """flock ``fd`` without waiting, or close it and refuse naming the holder."""
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             who = _holder(fd)
             os.close(fd)
-            raise StoreError(f"{self.root} is in use by a running sweep ({who}); "
-                             "wait for it or choose another --out") from None
+            raise StoreError(f"{self.root} is in use by {who}; {advice}") from None
         except BaseException:
             os.close(fd)
             raise
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode(), 0)
-        except OSError as exc:
-            os.close(fd)  # releases the lock
-            raise StoreError(f"cannot write the lock file {path}: {exc.strerror or exc}") from None
         self._lock_fd = fd
+
+    def supersede(self, old_hash: str | None) -> Path:
+        """Move this directory's spec.yaml and manifest.json (an earlier sweep's) into
+        superseded/<time>-<spec hash>/, leaving every record where it is; return that folder."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        dest = self.superseded / f"{stamp}-{old_hash or 'unknown'}"
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = self.superseded / f"{stamp}-{old_hash or 'unknown'}-{n}"
+        dest.mkdir(parents=True)
+        for f in (self.spec, self.manifest):  # the manifest last: until it moves, the old sweep is still named
+            if f.exists():
+                os.replace(f, dest / f.name)
+        return dest
 
     def unlock(self) -> None:
         fd, self._lock_fd = self._lock_fd, None
@@ -195,17 +247,29 @@ class ResultsDir:
         return manifest
 
 
+def _unwritable(path: Path) -> bool:
+    """Whether ``path`` (the lock file) cannot be created or opened for writing here: permission or a
+    read-only file system."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    except OSError as exc:
+        return exc.errno in READ_ONLY_ERRNOS
+    return False
+
+
 def _holder(fd: int) -> str:
-    """Who holds the lock on fd's file: "pid N on HOST" from the file, or from /proc/locks
-    while the holder has not written the file yet."""
+    """Who holds the lock on fd's file: "a running sweep (pid N on HOST)" from the file (a report
+    names itself), or from /proc/locks while the holder has not written the file yet."""
     try:
         holder = json.loads(os.pread(fd, 4096, 0))
     except (OSError, ValueError):
         holder = None
     if isinstance(holder, dict) and isinstance(holder.get("pid"), int):
-        return f"pid {holder['pid']} on {holder.get('host') or 'an unknown host'}"
+        command = holder.get("command") if isinstance(holder.get("command"), str) else "sweep"
+        what = "a running sweep" if command == "sweep" else f"a running `kvprof {command}`"
+        return f"{what} (pid {holder['pid']} on {holder.get('host') or 'an unknown host'})"
     pid = _flock_owner(fd)
-    return f"pid {pid} on {socket.gethostname()}" if pid else "pid unknown"
+    return f"a running sweep (pid {pid} on {socket.gethostname()})" if pid else "a running sweep (pid unknown)"
 
 
 def _flock_owner(fd: int) -> int | None:
