@@ -23,6 +23,7 @@ from analysis.pdf_pages import (
     table_page,
     text_page,
 )
+from analysis.results_schema import atomic_write_bytes
 from analysis.run_comparison import REFERENCE_CONTEXT, Comparison
 
 
@@ -116,5 +117,5 @@ def build_comparison(cmp: Comparison, out_dir: str | Path, pdf_path: str | Path 
              "## Runs\n\n" + "\n".join(f"- {x}" for x in runs_lines) + "\n",
              "## Which is better, and by how much\n\n" + "\n".join(f"- {x}" for x in cmp.verdict) + "\n"]
     parts += [t[k].markdown() for k in ("differs", "capacity", "throughput", "fits", "only") if k in t]
-    md.write_text("\n".join(parts))
+    atomic_write_bytes(md, "\n".join(parts).encode())  # an interrupted compare leaves the previous one whole
     return {"pdf": pdf_path, "markdown": md}
