@@ -93,10 +93,46 @@ def describe_errors(exc: ValidationError, limit: int = 5) -> str:
         msg = e["msg"].removeprefix("Value error, ")
         got = e.get("input")
         if e["type"] not in ("missing",) and not isinstance(got, dict | list):
-            msg += f" (got {got!r})"
+            shown = repr(got)  # a broken file's whole text is the input of a JSON error: show its start
+            msg += f" (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
         out.append(f"{loc}: {msg}")
     more = len(exc.errors()) - limit
     return "; ".join(out) + (f"; and {more} more" if more > 0 else "")
+
+
+def read_record_text(path: Path) -> str:
+    """A record's text: UTF-8, as kvprof writes every record (ResultsError naming the file otherwise)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); kvprof "
+                           "writes its records as UTF-8 JSON — the file is damaged or was re-encoded") from None
+
+
+# What each record model is, in words, for a record found where another kind belongs.
+KIND_OF_MODEL = {"Manifest": "a manifest", "EngineRecord": "an engine record", "DecodePoint": "a point record",
+                 "SaturationPoint": "a point record", "FailedPoint": "a point record"}
+
+
+def record_kind(text: str) -> str | None:
+    """Which kind of record a JSON text looks like (by the keys only that kind has), or None."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    if "point" in data and "engine_id" in data:
+        return "a point record"
+    if "capacity" in data or ("engine" in data and "llm_kwargs" in data):
+        return "an engine record"
+    if "schema_version" in data and "engines" in data:
+        return "a manifest"
+    return None
 
 
 R = TypeVar("R", bound="Record")
@@ -112,17 +148,17 @@ class Record(BaseModel):
         try:
             return cls.model_validate_json(text)
         except ValidationError as exc:
+            other = record_kind(text)
+            if other is not None and other != KIND_OF_MODEL.get(cls.__name__, other):
+                raise ResultsError(f"{source}: holds {other}, not {cls.__name__} — a file copied or moved into "
+                                   "the wrong place; put it back or remove it") from None
             raise ResultsError(f"{source}: does not follow the {cls.__name__} contract: "
                                f"{describe_errors(exc)}") from None
 
     @classmethod
     def load_file(cls: type[R], path: str | Path) -> R:
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        return cls.from_json_text(text, path)
+        return cls.from_json_text(read_record_text(path), path)
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"
@@ -153,13 +189,13 @@ class EngineSettings(BaseModel):
     weights: Literal["dummy", "real"] = "dummy"
     dtype: str = "auto"
     seed: int = 0
-    max_model_len: int
-    block_size: int
+    max_model_len: int = Field(gt=0)
+    block_size: int = Field(gt=0)
     kv_cache_dtype: str = "auto"
     max_num_seqs: int | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: int | None = None
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = Field(1, gt=0)
     enable_prefix_caching: bool | None = None
     max_num_batched_tokens: int | None = None
     async_scheduling: bool | None = Field(None, description="None: the platform's default (on for CUDA, off on CPU)")
@@ -235,18 +271,18 @@ class CapacityFacts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    num_gpu_blocks: int = Field(description="blocks in the KV pool (one is vLLM's null block)")
-    block_size: int
+    num_gpu_blocks: int = Field(ge=0, description="blocks in the KV pool (one is vLLM's null block)")
+    block_size: int = Field(gt=0)
     cache_dtype: str
     kv_cache_size_tokens: int | None = None
     kv_cache_max_concurrency: float | None = Field(None, description="vLLM's 'maximum concurrency' at max_model_len")
     kv_cache_memory_bytes: int | None = None
-    max_model_len: int
-    max_num_batched_tokens: int
-    max_num_seqs: int
+    max_model_len: int = Field(gt=0)
+    max_num_batched_tokens: int = Field(gt=0)
+    max_num_seqs: int = Field(gt=0)
     async_scheduling: bool = False
     enable_chunked_prefill: bool = True
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = Field(1, gt=0)
     model_dtype: str
 
 
@@ -358,6 +394,10 @@ class EngineRecord(Record):
     status: EngineStatus
     engine: EngineSettings
     llm_kwargs: dict[str, Any] | None = Field(None, description="the keyword arguments vllm.LLM really got")
+    config_json: dict[str, Any] | None = Field(
+        None, description="the model's config.json as the engine read it: the analysis takes the architecture from "
+                          "here, so the results directory alone is enough wherever it is read (records written "
+                          "before kvprof stored it fall back to engine.model_dir)")
     message: str | None = None
     traceback: str | None = None
     log_tail: str | None = None
@@ -570,13 +610,14 @@ POINT_RECORD: TypeAdapter[DecodePoint | SaturationPoint | FailedPoint] = TypeAda
 def load_point(path: str | Path, text: str | None = None) -> DecodePoint | SaturationPoint | FailedPoint:
     """A point record, whichever kind, or ResultsError naming the file and the field."""
     path = Path(path)
-    try:
-        text = path.read_text() if text is None else text
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    text = read_record_text(path) if text is None else text
     try:
         return POINT_RECORD.validate_json(text)
     except ValidationError as exc:
+        other = record_kind(text)
+        if other not in (None, "a point record"):
+            raise ResultsError(f"{path}: holds {other}, not a point record — a file copied or moved into the "
+                               "wrong place") from None
         raise ResultsError(f"{path}: does not follow the point record contract: {describe_errors(exc)}") from None
 
 
@@ -614,6 +655,46 @@ class Manifest(Record):
             raise ValueError(f"results schema version {version!r}; this kvprof reads versions "
                              f"{', '.join(map(str, READABLE_VERSIONS))}")
         return data
+
+
+# --- probe -------------------------------------------------------------------------------------------
+
+class ProbeQuantiles(BaseModel):
+    """A measurement's median and quartiles over its repeats (positive, finite)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    median: float = Field(gt=0, allow_inf_nan=False)
+    p25: float | None = Field(None, allow_inf_nan=False)
+    p75: float | None = Field(None, allow_inf_nan=False)
+
+
+class ProbeCopy(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    bandwidth_Bps: ProbeQuantiles = Field(description="bytes read + written per second")
+
+
+class ProbeMatmul(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    flops_per_s: ProbeQuantiles
+
+
+class ProbeResult(BaseModel):
+    """``probe.json`` (``kvprof probe``): the machine's measured ceilings. Only what the analysis reads is
+    checked (the copy bandwidth, the bf16 matmul rate, the device); the rest is kept as written."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    probe_version: int | None = None
+    device: str | None = None
+    device_type: Literal["cpu", "cuda"] | None = None
+    torch_version: str | None = None
+    memory_total_bytes: int | None = Field(None, gt=0, description="device memory on a GPU, host RAM on a CPU")
+    copy_: ProbeCopy | None = Field(None, alias="copy")  # `copy` is a BaseModel method
+    matmul_bf16: ProbeMatmul | None = None
+    decode_attention: list[dict[str, Any]] = []
 
 
 # --- telemetry -------------------------------------------------------------------------------------
@@ -680,14 +761,15 @@ def json_schema() -> dict[str, Any]:
 
     _, defs = models_json_schema(
         [(Manifest, "serialization"), (EngineRecord, "serialization"), (DecodePoint, "serialization"),
-         (SaturationPoint, "serialization"), (FailedPoint, "serialization"), (TelemetrySample, "serialization")],
+         (SaturationPoint, "serialization"), (FailedPoint, "serialization"), (TelemetrySample, "serialization"),
+         (ProbeResult, "serialization")],
         title="kvprof results directory",
     )
     defs["description"] = (
         f"kvprof results directory, schema version {SCHEMA_VERSION}. manifest.json is Manifest, "
         "engines/<id>.json EngineRecord, points/<id>.json one of DecodePoint, SaturationPoint, FailedPoint "
         "(FailedPoint when status is not 'ok', else by point.phase), telemetry/<id>.parquet has the columns "
-        "of TelemetrySample. Generated from analysis/results_schema.py; do not edit.")
+        "of TelemetrySample, probe.json is ProbeResult. Generated from analysis/results_schema.py; do not edit.")
     defs["schema_version"] = SCHEMA_VERSION
     return defs
 

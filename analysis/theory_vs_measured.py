@@ -9,6 +9,7 @@ from the profiler: the architecture is read from the config.json the engine ran.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -29,23 +30,36 @@ from analysis.roofline import crossover_context, decode_step
 
 
 @cache
-def architecture(model_dir: str | None, model: str | None, dtype: str | None = None) -> Architecture | None:
-    """The engine's architecture: its config.json where it ran, else the catalog entry of that name;
-    ``dtype`` (the engine record's ``model_dtype``, what vLLM ran the weights in, e.g. a float32 sweep of a
+def architecture(model_dir: str | None, model: str | None, dtype: str | None = None,
+                 config_json: str | None = None) -> Architecture | None:
+    """The engine's architecture: the model's config.json its engine record keeps (``config_json``, the text of
+    the engine table's ``model_config_json``), else the config.json where it ran, else the catalog entry of that
+    name; ``dtype`` (the engine record's ``model_dtype``, what vLLM ran the weights in, e.g. a float32 sweep of a
     bfloat16 checkpoint) replaces the config's torch_dtype, and with it the bytes of weights and auto KV."""
-    for ref in (model_dir, model):
-        if not ref:
+    name = model or (Path(model_dir).name if model_dir else None)
+    for kind, ref in (("stored", config_json), ("path", model_dir), ("name", model)):
+        if not ref or not isinstance(ref, str):
             continue
         try:
-            if Path(ref).exists() or ref == model:
+            if kind == "stored":
+                a = Architecture.from_config(json.loads(ref), name=name or None)
+            elif Path(ref).exists() or kind == "name":
                 a = resolve_model(ref)[0]
-                if dtype and isinstance(dtype, str) and dtype != a.torch_dtype:
-                    dtype_bytes(dtype)  # a dtype the model does not know: keep looking, as for a bad config
-                    a = a.model_copy(update={"torch_dtype": dtype})
-                return a
-        except (UnknownName, UnsupportedArchitecture, OSError, ValueError):
+            else:
+                continue
+            if dtype and isinstance(dtype, str) and dtype != a.torch_dtype:
+                dtype_bytes(dtype)  # a dtype the model does not know: keep looking, as for a bad config
+                a = a.model_copy(update={"torch_dtype": dtype})
+            return a
+        except (UnknownName, UnsupportedArchitecture, OSError, ValueError, TypeError, AttributeError):
             continue
     return None
+
+
+def _config(e: Any) -> str | None:
+    """The model config.json an engine record keeps (JSON text), or None for records written before kvprof kept it."""
+    v = e.get("model_config_json") if hasattr(e, "get") else getattr(e, "model_config_json", None)
+    return v if isinstance(v, str) and v else None
 
 
 def _model_dtype(e: Any) -> str | None:
@@ -103,7 +117,7 @@ def capacity_table(res: Results) -> pd.DataFrame:
     for e in res.engines.itertuples(index=False):
         if e.status != "ok" or pd.isna(e.num_gpu_blocks):
             continue
-        a = architecture(e.model_dir, e.model, _model_dtype(e))
+        a = architecture(e.model_dir, e.model, _model_dtype(e), _config(e))
         row: dict[str, Any] = {"engine_id": e.engine_id, "model": e.model, "block_size": int(e.block_size),
                                "max_model_len": int(e.max_model_len), "kv_cache_dtype": e.kv_cache_dtype,
                                "num_blocks_vllm": int(e.num_gpu_blocks),
@@ -226,7 +240,7 @@ def decode_table(res: Results, ceilings: Ceilings | None = None) -> pd.DataFrame
     rows = []
     for r in d.itertuples(index=False):
         e = engines.loc[r.engine_id]
-        a = architecture(e["model_dir"], e["model"], _model_dtype(e))
+        a = architecture(e["model_dir"], e["model"], _model_dtype(e), _config(e))
         row = {"point_id": r.point_id, "engine_id": r.engine_id, "model": e["model"], "model_dir": e["model_dir"],
                "model_dtype": _model_dtype(e),
                "kv_cache_dtype": r.kv_cache_dtype, "block_size": r.block_size, "max_model_len": r.max_model_len,

@@ -43,6 +43,11 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_BAD_INPUT)
 
 
+def warn(message: str) -> None:
+    """One warning line on stderr: something left out, the command goes on."""
+    err.print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False)
+
+
 def output_path(path: Path, option: str, *, results_dirs: tuple[Path, ...] = (),
                 inputs: tuple[Path | None, ...] = (), example: str = "report.pdf") -> Path:
     """``path`` as a file a command may write, or the one-line error (exit 2) saying why not: a directory, a
@@ -488,13 +493,14 @@ def report_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print the written paths and headline as JSON.")] = False,
 ):
     """Build report.pdf, summary.md, results.parquet and calibration.json from a results directory."""
-    from analysis.load import LoadError
+    from analysis.load import LoadError, results_warnings
     from analysis.report import build_report
 
     if pdf is not None:
         output_path(pdf, "--pdf", results_dirs=(results_dir,))
     try:
-        written = build_report(results_dir, pdf)
+        with results_warnings(warn):
+            written = build_report(results_dir, pdf)
     except LoadError as exc:
         raise fail(str(exc)) from None
     if json_out:
@@ -518,17 +524,19 @@ def compare_cmd(
         _check_plan(inputs[0], inputs[1], json_out)
         return
     from analysis.comparison_report import build_comparison
+    from analysis.load import results_warnings
     from analysis.run_comparison import CompareError, compare_runs
 
     names = [x.strip() for x in labels.split(",")] if labels else None
     if pdf is not None:
         output_path(pdf, "--pdf", results_dirs=tuple(inputs), inputs=tuple(inputs))
     try:
-        cmp = compare_runs(inputs, names)
+        with results_warnings(warn):
+            cmp = compare_runs(inputs, names)
+            out = out or Path("reports") / ("compare-" + "-vs-".join(r.label for r in cmp.runs))
+            written = build_comparison(cmp, out, pdf)
     except CompareError as exc:
         raise fail(str(exc)) from None
-    out = out or Path("reports") / ("compare-" + "-vs-".join(r.label for r in cmp.runs))
-    written = build_comparison(cmp, out, pdf)
     if json_out:
         print(json.dumps({"verdict": cmp.verdict, "align_on": cmp.align_on,
                           "differing_axes": {k: [list(map(str, v)) for v in vals]
@@ -543,10 +551,12 @@ def compare_cmd(
 
 
 def _check_plan(plan_path: Path, results_dir: Path, json_out: bool) -> None:
+    from analysis.load import results_warnings
     from analysis.plan_check import PlanCheckError, check_plan, plan_check_markdown
 
     try:
-        df = check_plan(plan_path, results_dir)
+        with results_warnings(warn):
+            df = check_plan(plan_path, results_dir)
     except PlanCheckError as exc:
         raise fail(str(exc)) from None
     if json_out:
