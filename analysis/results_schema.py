@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -113,6 +114,33 @@ def read_record_text(path: Path) -> str:
                            "writes its records as UTF-8 JSON — the file is damaged or was re-encoded") from None
 
 
+class _NonFinite(Exception):
+    """A NaN or infinite number in a record (internal: check_finite turns it into a ResultsError)."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(text)
+    return value
+
+
+def _constant(name: str) -> float:
+    raise _NonFinite(name)
+
+
+def check_finite(text: str, source: str | Path) -> None:
+    """ResultsError where a record's JSON holds NaN or an infinite number: kvprof writes a number it could not
+    measure as null, so such a number was put there by hand or by damage (and would poison every mean)."""
+    try:
+        json.loads(text, parse_constant=_constant, parse_float=_finite)
+    except _NonFinite as exc:
+        raise ResultsError(f"{source}: holds the number {exc}, which kvprof never writes (a quantity it could not "
+                           "measure is null) — the file was edited or damaged") from None
+    except (ValueError, RecursionError):
+        pass  # not JSON at all: the model's own error says where
+
+
 # What each record model is, in words, for a record found where another kind belongs.
 KIND_OF_MODEL = {"Manifest": "a manifest", "EngineRecord": "an engine record", "DecodePoint": "a point record",
                  "SaturationPoint": "a point record", "FailedPoint": "a point record"}
@@ -145,6 +173,7 @@ class Record(BaseModel):
 
     @classmethod
     def from_json_text(cls: type[R], text: str, source: str | Path) -> R:
+        check_finite(text, source)
         try:
             return cls.model_validate_json(text)
         except ValidationError as exc:
@@ -611,6 +640,7 @@ def load_point(path: str | Path, text: str | None = None) -> DecodePoint | Satur
     """A point record, whichever kind, or ResultsError naming the file and the field."""
     path = Path(path)
     text = read_record_text(path) if text is None else text
+    check_finite(text, path)
     try:
         return POINT_RECORD.validate_json(text)
     except ValidationError as exc:

@@ -29,31 +29,38 @@ from analysis.params import weight_bytes
 from analysis.roofline import crossover_context, decode_step
 
 
-@cache
 def architecture(model_dir: str | None, model: str | None, dtype: str | None = None,
                  config_json: str | None = None) -> Architecture | None:
     """The engine's architecture: the model's config.json its engine record keeps (``config_json``, the text of
     the engine table's ``model_config_json``), else the config.json where it ran, else the catalog entry of that
     name; ``dtype`` (the engine record's ``model_dtype``, what vLLM ran the weights in, e.g. a float32 sweep of a
     bfloat16 checkpoint) replaces the config's torch_dtype, and with it the bytes of weights and auto KV."""
-    name = model or (Path(model_dir).name if model_dir else None)
+    name = model or (Path(model_dir).name if isinstance(model_dir, str) and model_dir else None)
     for kind, ref in (("stored", config_json), ("path", model_dir), ("name", model)):
         if not ref or not isinstance(ref, str):
             continue
-        try:
-            if kind == "stored":
-                a = Architecture.from_config(json.loads(ref), name=name or None)
-            elif Path(ref).exists() or kind == "name":
-                a = resolve_model(ref)[0]
-            else:
-                continue
-            if dtype and isinstance(dtype, str) and dtype != a.torch_dtype:
-                dtype_bytes(dtype)  # a dtype the model does not know: keep looking, as for a bad config
-                a = a.model_copy(update={"torch_dtype": dtype})
-            return a
-        except (UnknownName, UnsupportedArchitecture, OSError, ValueError, TypeError, AttributeError):
+        if kind == "path" and not Path(ref).exists():
             continue
+        # A path is read again on every call (a directory may change under a long-lived process); a stored config
+        # and a catalog name always mean the same architecture.
+        a = (_resolve if kind == "path" else _resolve_cached)(kind, ref, name, dtype)
+        if a is not None:
+            return a
     return None
+
+
+def _resolve(kind: str, ref: str, name: str | None, dtype: str | None) -> Architecture | None:
+    try:
+        a = Architecture.from_config(json.loads(ref), name=name or None) if kind == "stored" else resolve_model(ref)[0]
+        if dtype and isinstance(dtype, str) and dtype != a.torch_dtype:
+            dtype_bytes(dtype)  # a dtype the model does not know: keep looking, as for a bad config
+            a = a.model_copy(update={"torch_dtype": dtype})
+        return a
+    except (UnknownName, UnsupportedArchitecture, OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+_resolve_cached = cache(_resolve)
 
 
 def _config(e: Any) -> str | None:
@@ -68,8 +75,9 @@ def _model_dtype(e: Any) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def device_gpu(name: str | None) -> GPU | None:
-    if not name or name.startswith("CPU"):
+def device_gpu(name: Any) -> GPU | None:
+    """The catalog GPU of a recorded device name (None for a CPU, an unknown part, or no name: None or NaN)."""
+    if not isinstance(name, str) or not name or name.startswith("CPU"):
         return None
     try:
         return gpu(name)
@@ -154,7 +162,7 @@ def capacity_table(res: Results) -> pd.DataFrame:
         # Concurrency from vLLM's real block count (isolates the allocator model from the budget).
         real = dataclasses.replace(cap, num_blocks=int(e.num_gpu_blocks))
         row["max_concurrency_from_vllm_blocks"] = real.max_concurrency
-        g = device_gpu(e.gpu_name or e.device)
+        g = device_gpu(e.gpu_name if isinstance(e.gpu_name, str) and e.gpu_name else e.device)
         if fixed is None and g is not None and pd.notna(e.gpu_memory_utilization):
             version = e.vllm_version if isinstance(e.vllm_version, str) and e.vllm_version else None
             try:

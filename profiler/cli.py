@@ -583,11 +583,13 @@ def probe_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ):
     """Measure this machine's ceilings: copy bandwidth, bf16 matmul FLOP/s, decode attention."""
-    from profiler.probe import run_probe
+    from profiler.probe import ProbeUnavailable, run_probe
     from profiler.store import atomic_write_json
 
     try:
         result = run_probe(device, quick)
+    except ProbeUnavailable as exc:  # no torch on this machine
+        raise fail(str(exc)) from None
     except (RuntimeError, ValueError) as exc:  # e.g. --device cuda without a GPU
         raise fail(f"--device {device}: {_one_line(exc)}") from None
     if out:
