@@ -8,7 +8,6 @@ mismatch is a ``PlanCheckError`` whose message says why.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,8 @@ from analysis.catalog import UnknownName, gpu, resolve_model
 from analysis.load import LoadError, Results, load
 from analysis.pdf_pages import fnum, format_columns, fpct
 from analysis.pipeline import analyse
+from analysis.saved_plan import SavedPlanError, load_saved_plan
 from analysis.theory_vs_measured import architecture, rel
-
-PLAN_KIND = "kvprof-plan"
 
 
 class PlanCheckError(ValueError):
@@ -32,11 +30,9 @@ class PlanCheckError(ValueError):
 def check_plan(plan_path: str | Path, results_dir: str | Path) -> pd.DataFrame:
     """Per predicted quantity: predicted, measured, error — for the engine the plan describes."""
     try:
-        saved = json.loads(Path(plan_path).read_text())
-    except (OSError, ValueError) as exc:
-        raise PlanCheckError(f"{plan_path}: not a readable plan: {exc}") from None
-    if saved.get("kind") != PLAN_KIND:
-        raise PlanCheckError(f"{plan_path}: not a saved kvprof plan (write one with `kvprof plan … --save FILE`)")
+        saved = load_saved_plan(plan_path)  # the file through its model (analysis.saved_plan)
+    except SavedPlanError as exc:
+        raise PlanCheckError(str(exc)) from None
     try:
         res = load(results_dir)
     except LoadError as exc:

@@ -251,12 +251,12 @@ class PointSettings(BaseModel):
 
     engine_id: str
     phase: Literal["decode", "saturation"]
-    concurrency: int | None = Field(description="requests submitted together; None: factor × predicted ceiling")
-    prompt_len: int
-    output_len: int
-    repeats: int
-    warmup: int
-    factor: float | None = None
+    concurrency: int | None = Field(gt=0, description="requests submitted together; None: factor × predicted ceiling")
+    prompt_len: int = Field(gt=0)
+    output_len: int = Field(gt=0)
+    repeats: int = Field(ge=1)
+    warmup: int = Field(ge=0)
+    factor: float | None = Field(None, gt=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -265,10 +265,19 @@ class PointSettings(BaseModel):
         if isinstance(data, dict) and "id" in data:
             data = dict(data)
             stored = data.pop("id")
-            expected = cls.model_validate(data).id
+            try:
+                expected = cls.model_validate(data).id
+            except ValidationError:
+                return data  # the fields' own errors are what this validation reports
             if stored != expected:
                 raise ValueError(f"id {stored!r} does not match its fields (expected {expected!r})")
         return data
+
+    @model_validator(mode="after")
+    def _level(self) -> PointSettings:
+        if self.concurrency is None and self.factor is None:
+            raise ValueError("a point needs its concurrency or its factor (× the predicted ceiling)")
+        return self
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -303,8 +312,9 @@ class CapacityFacts(BaseModel):
     num_gpu_blocks: int = Field(ge=0, description="blocks in the KV pool (one is vLLM's null block)")
     block_size: int = Field(gt=0)
     cache_dtype: str
-    kv_cache_size_tokens: int | None = None
-    kv_cache_max_concurrency: float | None = Field(None, description="vLLM's 'maximum concurrency' at max_model_len")
+    kv_cache_size_tokens: int | None = Field(None, ge=0)
+    kv_cache_max_concurrency: float | None = Field(None, ge=0, description="vLLM's 'maximum concurrency' at "
+                                                                           "max_model_len")
     kv_cache_memory_bytes: int | None = None
     max_model_len: int = Field(gt=0)
     max_num_batched_tokens: int = Field(gt=0)
@@ -389,10 +399,10 @@ class BlockRoundingRow(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    length: int = Field(description="prompt tokens of each sequence")
+    length: int = Field(gt=0, description="prompt tokens of each sequence")
     kv_positions: int | None = Field(None, description="KV positions each sequence held when the usage was read: "
                                                        "length, or length + 1 under async scheduling (None: length)")
-    requests: int
+    requests: int = Field(gt=0)
     kv_cache_usage_perc: float | None
     used_blocks_measured: float | None = Field(description="usage × (num_gpu_blocks − 1)")
     used_blocks_full_attention: int = Field(description="requests × ceil(kv_positions / block_size)")
@@ -476,17 +486,17 @@ class DecodeMeasurements(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ttft_s: float
-    tpot_s: float | None
+    ttft_s: float = Field(ge=0)
+    tpot_s: float | None = Field(ge=0)
     tpot_spread_s: float | None = Field(None, description="interquartile range of TPOT over requests")
     e2e_s: float | None = Field(None, description="median request latency, arrival to last token")
-    decode_step_s: float | None
+    decode_step_s: float | None = Field(gt=0)
     decode_step_spread_s: float | None = Field(None, description="interquartile range of decode steps")
     decode_step_medians_s: list[float] = Field([], description="median decode step of each repeat")
     decode_steps_per_repeat: float | None = None
-    output_tokens_per_s: float
-    mean_context: float = Field(description="prompt_len + output_len / 2: mean KV length during decode")
-    requests_measured: int
+    output_tokens_per_s: float = Field(ge=0)
+    mean_context: float = Field(ge=0, description="prompt_len + output_len / 2: mean KV length during decode")
+    requests_measured: int = Field(ge=0)
     model_bytes_per_decode_step: float | None = Field(None, description="weights + KV bytes the analytic model says "
                                                                         "one decode step reads")
     model_weight_bytes_per_decode_step: float | None = None
@@ -501,7 +511,7 @@ class PredictedCeiling(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    ceiling: int
+    ceiling: int = Field(ge=0)
     limited_by: str
     vllm_reported: float = Field(description="what vLLM's own 'maximum concurrency' arithmetic implies")
 
@@ -511,17 +521,17 @@ class SaturationMeasurements(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    concurrency: int
-    factor: float | None = None
+    concurrency: int = Field(gt=0)
+    factor: float | None = Field(None, gt=0)
     predicted: PredictedCeiling
-    peak_running: int
-    peak_waiting: int = 0
-    preemptions: int
-    preempted_requests: int
-    peak_kv_cache_usage_perc: float
+    peak_running: int = Field(ge=0)
+    peak_waiting: int = Field(0, ge=0)
+    preemptions: int = Field(ge=0)
+    preempted_requests: int = Field(ge=0)
+    peak_kv_cache_usage_perc: float = Field(ge=0)
     ran_together: bool = Field(description="every request decoded at once, no preemption")
-    output_tokens: int
-    output_tokens_per_s: float | None = Field(description="generated tokens ÷ time inside engine steps")
+    output_tokens: int = Field(ge=0)
+    output_tokens_per_s: float | None = Field(ge=0, description="generated tokens ÷ time inside engine steps")
     engine_step_s: float | None = None
     wall_s: float | None = None
     steps: int | None = None

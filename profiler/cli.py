@@ -273,7 +273,7 @@ def plan_cmd(
     if save:
         import time
 
-        from analysis.plan_check import PLAN_KIND
+        from analysis.saved_plan import PLAN_KIND
         from profiler.store import atomic_write_json
 
         atomic_write_json(save, {"kind": PLAN_KIND, "created_at": time.time(), "model": model,

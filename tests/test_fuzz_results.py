@@ -176,37 +176,32 @@ def test_check_plan_on_a_corrupted_results_directory_succeeds_or_is_one_line(bas
     assert_clean(CliRunner().invoke(app, ["check-plan", str(plan), str(run)]), "check-plan")
 
 
+HOW = st.sampled_from(["field", "field", "field", "field", "delete-field", "truncate", "json", "bytes"])
+
+
+def _corrupt_copy(src: Path, dest: Path, how: str, index: int, value, cut: float, raw: bytes) -> Path:
+    shutil.copy(src, dest)
+    corrupt(dest, how, {"field": (index, value), "delete-field": (index, value), "truncate": cut, "json": value,
+                        "bytes": raw}[how])
+    return dest
+
+
 @seed(20261132)
 @fuzz(40)
-@given(how=st.sampled_from(["field", "field", "field", "delete-field", "truncate", "json", "bytes", "delete"]),
-       arg=st.one_of(st.tuples(st.integers(0, 10**6), json_values), st.floats(0, 1), json_values,
-                     st.binary(max_size=64)))
-def test_plan_with_a_corrupted_calibration_succeeds_or_is_one_line(base, tmp_path_factory, how, arg):
+@given(how=HOW, index=st.integers(0, 10**6), value=json_values, cut=st.floats(0, 1), raw=st.binary(max_size=64))
+def test_plan_with_a_corrupted_calibration_succeeds_or_is_one_line(base, tmp_path_factory, how, index, value, cut,
+                                                                   raw):
     _, calibration, _ = base
-    path = tmp_path_factory.mktemp("fz") / "calibration.json"
-    shutil.copy(calibration, path)
-    if how in ("field", "delete-field") and not isinstance(arg, tuple):
-        arg = (0, arg)
-    if how not in ("field", "delete-field") and isinstance(arg, tuple):
-        arg = arg[1]
-    if how == "truncate" and not isinstance(arg, float):
-        arg = 0.5
-    if how == "bytes" and not isinstance(arg, bytes):
-        arg = json.dumps(arg).encode("utf-16")
-    corrupt(path, how, arg)
+    path = _corrupt_copy(calibration, tmp_path_factory.mktemp("fz") / "calibration.json", how, index, value, cut, raw)
     assert_clean(CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--calibration", str(path)]),
                  "plan --calibration")
 
 
 @seed(20261133)
 @fuzz(25)
-@given(how=st.sampled_from(["field", "field", "field", "field", "delete-field", "truncate", "json", "bytes"]),
-       index=st.integers(0, 10**6), value=json_values, cut=st.floats(0, 1), raw=st.binary(max_size=64))
+@given(how=HOW, index=st.integers(0, 10**6), value=json_values, cut=st.floats(0, 1), raw=st.binary(max_size=64))
 def test_check_plan_with_a_corrupted_saved_plan_succeeds_or_is_one_line(base, tmp_path_factory, how, index, value,
                                                                         cut, raw):
     root, _, plan = base
-    path = tmp_path_factory.mktemp("fz") / "plan.json"
-    shutil.copy(plan, path)
-    corrupt(path, how, {"field": (index, value), "delete-field": (index, value), "truncate": cut, "json": value,
-                        "bytes": raw}[how])
+    path = _corrupt_copy(plan, tmp_path_factory.mktemp("fz") / "plan.json", how, index, value, cut, raw)
     assert_clean(CliRunner().invoke(app, ["check-plan", str(path), str(root)]), "check-plan")
