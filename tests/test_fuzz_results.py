@@ -92,6 +92,18 @@ def _paths(obj, prefix=()):
     return out
 
 
+# Values of a field's own type that pass a loose check and test the analysis: zero, negative, tiny, huge, empty.
+EXTREMES = {bool: [True, False], int: [0, -1, 1, 2**63, 10**30, -(2**40)],
+            float: [0.0, -1.0, 1e-300, 1e308, -0.0, 0.5, -1e308],
+            str: ["", "x", "fp8", "CPU", "auto", "saturation", "NVIDIA H100 80GB HBM3"],
+            list: [[], [None], [0], [{}], ["x"], [[]]], dict: [{}, {"x": 1}, {"x": None}, {"sources": 1}]}
+
+
+def _extreme(old, choice: int):
+    options = EXTREMES.get(type(old), [0, "x", 1.5, [], {}, True])
+    return options[choice % len(options)]
+
+
 def _set(obj, path, value, delete: bool):
     for k in path[:-1]:
         obj = obj[k]
@@ -105,7 +117,10 @@ def _set(obj, path, value, delete: bool):
 def corruption(draw, files: list[str]):
     """(file, how, argument): one change to one file of the directory."""
     name = draw(st.sampled_from(files))
-    how = draw(st.sampled_from(["field", "field", "field", "delete-field", "truncate", "json", "bytes", "delete"]))
+    how = draw(st.sampled_from(["extreme", "extreme", "extreme", "field", "field", "delete-field", "truncate",
+                                "json", "bytes", "delete"]))
+    if how == "extreme":
+        return name, how, (draw(st.integers(0, 10**6)), draw(st.integers(0, 6)))
     if how in ("field", "delete-field"):
         return name, how, (draw(st.integers(0, 10**6)), draw(json_values))
     if how == "truncate":
@@ -129,7 +144,7 @@ def corrupt(path: Path, how: str, arg) -> None:
         path.write_text(json.dumps(arg))
     elif how == "bytes":
         path.write_bytes(arg)
-    else:  # a field of a JSON file: another value or type, or gone
+    else:  # a field of a JSON file: an extreme value of its type, another value or type, or gone
         try:
             doc = json.loads(path.read_text())
         except ValueError:
@@ -138,7 +153,13 @@ def corrupt(path: Path, how: str, arg) -> None:
         if not paths:
             return
         index, value = arg
-        _set(doc, paths[index % len(paths)], value, delete=how == "delete-field")
+        path_in = paths[index % len(paths)]
+        if how == "extreme":
+            old = doc
+            for k in path_in:
+                old = old[k]
+            value = _extreme(old, value)
+        _set(doc, path_in, value, delete=how == "delete-field")
         path.write_text(json.dumps(doc))
 
 
@@ -159,7 +180,7 @@ def changes(root: Path):
 
 
 @seed(20261130)
-@fuzz(12)
+@fuzz(15)
 @given(data=st.data())
 def test_report_on_a_corrupted_results_directory_succeeds_or_is_one_line(base, fast_pdf, tmp_path_factory, data):
     root, _, _ = base
@@ -168,7 +189,7 @@ def test_report_on_a_corrupted_results_directory_succeeds_or_is_one_line(base, f
 
 
 @seed(20261131)
-@fuzz(12)
+@fuzz(15)
 @given(data=st.data())
 def test_check_plan_on_a_corrupted_results_directory_succeeds_or_is_one_line(base, tmp_path_factory, data):
     root, _, plan = base
@@ -176,13 +197,13 @@ def test_check_plan_on_a_corrupted_results_directory_succeeds_or_is_one_line(bas
     assert_clean(CliRunner().invoke(app, ["check-plan", str(plan), str(run)]), "check-plan")
 
 
-HOW = st.sampled_from(["field", "field", "field", "field", "delete-field", "truncate", "json", "bytes"])
+HOW = st.sampled_from(["extreme", "extreme", "field", "field", "delete-field", "truncate", "json", "bytes"])
 
 
 def _corrupt_copy(src: Path, dest: Path, how: str, index: int, value, cut: float, raw: bytes) -> Path:
     shutil.copy(src, dest)
-    corrupt(dest, how, {"field": (index, value), "delete-field": (index, value), "truncate": cut, "json": value,
-                        "bytes": raw}[how])
+    corrupt(dest, how, {"extreme": (index, int(cut * 7)), "field": (index, value), "delete-field": (index, value),
+                        "truncate": cut, "json": value, "bytes": raw}[how])
     return dest
 
 

@@ -314,7 +314,10 @@ def test_results_copied_from_another_machine_keep_their_predictions(tmp_path, fa
     in_place = _capacity((here / "summary.md").read_text())
     elsewhere = Path(shutil.copytree(here, tmp_path / "machine-b" / "run"))
     shutil.rmtree(tmp_path / "machine-a")  # the model directory is gone with its machine
-    assert warnings_of(runner.invoke(app, ["report", str(elsewhere)])) == []
+    # Machine B is another process: nothing of machine A's analysis is remembered.
+    proc = subprocess.run([sys.executable, "-m", "profiler.cli", "report", str(elsewhere)], capture_output=True,
+                          text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     # The same capacity table, predictions included, from the config.json the engine records keep.
     copied = _capacity((elsewhere / "summary.md").read_text())
     assert copied == in_place and "—" not in _column(copied, "blocks (model)")
