@@ -125,10 +125,10 @@ def _same_model(plan_arch: Architecture, res: Results, plan_path: str | Path,
     e = res.engines
     if e.empty:
         raise PlanCheckError(f"{results_dir}: no engine records — nothing measured to check the plan against")
-    keys = e[["model_dir", "model"]].dropna(how="all").drop_duplicates()
+    keys = e[["model_dir", "model", "model_config_json"]].dropna(how="all").drop_duplicates()
     same, others = [], []
-    for model_dir, model in keys.itertuples(index=False):
-        run_arch = architecture(model_dir, model)
+    for model_dir, model, config in keys.itertuples(index=False):  # the config.json the engine records keep
+        run_arch = architecture(model_dir, model, None, config if isinstance(config, str) else None)
         if run_arch is None:
             raise PlanCheckError(f"{results_dir}: the run's model {model_dir or model} cannot be read here (no "
                                   f"config.json at that path, not a catalog name), so the plan for {plan_arch.name} "

@@ -323,6 +323,17 @@ def test_results_copied_from_another_machine_keep_their_predictions(tmp_path, fa
     assert copied == in_place and "—" not in _column(copied, "blocks (model)")
     table = pd.read_parquet(elsewhere / "results.parquet")
     assert table.loc[table["phase"] == "decode", "roofline_spec_s"].notna().all()
+    # check-plan knows the run's model from the records too: a plan for that config.json is checked.
+    plan = tmp_path / "plan.json"
+    config = tmp_path / "config.json"
+    shutil.copy(model_dir("tiny-llama-gqa") / "config.json", config)
+    assert runner.invoke(app, ["plan", "--model", str(config), "--gpu", "h100-sxm", "--entry", "offline",
+                               "--max-model-len", "8192", "--block-size", "16", "--save", str(plan)]).exit_code == 0
+    res = runner.invoke(app, ["check-plan", str(plan), str(elsewhere), "--json"])
+    assert res.exit_code == 0, res.output
+    blocks = next(r for r in json.loads(res.stdout) if r["quantity"] == "KV blocks")
+    vllm = json.loads(next(p for p in engines_of(elsewhere) if "-auto-" in p.name).read_text())
+    assert blocks["measured"] == vllm["capacity"]["num_gpu_blocks"]
 
 
 def test_old_results_without_the_config_fall_back_to_the_model_directory(tmp_path, fast_pdf):
