@@ -743,10 +743,12 @@ def sweep_cmd(
         console.print(f"{f['status']}: {f['id']}: {f['message']}", highlight=False)
     console.print(f"results: {out_dir}")
     if not outcome.interrupted and not no_report:
+        from analysis.load import results_warnings
         from analysis.report import build_report
 
         try:
-            written = build_report(out_dir)
+            with results_warnings(warn):
+                written = build_report(out_dir)
             console.print(f"report: {written['pdf']}  summary: {written['summary']}", highlight=False)
         except Exception as exc:  # the measurements are safe on disk; say why the report is missing
             err.print(f"[yellow]report not built: {type(exc).__name__}: {exc}; "
