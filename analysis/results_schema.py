@@ -658,6 +658,9 @@ def load_point(path: str | Path, text: str | None = None) -> DecodePoint | Satur
         if other not in (None, "a point record"):
             raise ResultsError(f"{path}: holds {other}, not a point record — a file copied or moved into the "
                                "wrong place") from None
+        if exc.errors()[0]["type"] == "model_type":  # JSON, but no object: say so, not which kind it was tried as
+            raise ResultsError(f"{path}: does not follow the point record contract: (whole record): Input should "
+                               "be an object") from None
         raise ResultsError(f"{path}: does not follow the point record contract: {describe_errors(exc)}") from None
 
 
