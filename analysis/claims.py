@@ -50,16 +50,21 @@ def linear_past_crossover(dec: pd.DataFrame, min_r2: float = 0.95) -> dict[str, 
                   error=1 - worst[2], tolerance=1 - min_r2)
 
 
-def batching_amortises_weights(dec: pd.DataFrame, fit: DecodeFit | None, tol: float = 0.25) -> dict[str, Any]:
+def batching_amortises_weights(dec: pd.DataFrame, fit: DecodeFit | None, tol: float = 0.25,
+                               engines: pd.DataFrame | None = None) -> dict[str, Any]:
     claim = "Batching amortises the weight read but not the KV read"
     if dec.empty or fit is None or fit.effective_bandwidth_Bps is None:
         return _claim(claim, UNTESTED, "no fitted effective bandwidth")
+    # The model config.json each engine record keeps (the engine table's model_config_json), by engine id.
+    configs = {} if engines is None or "model_config_json" not in engines else {
+        e: c for e, c in zip(engines["engine_id"], engines["model_config_json"], strict=True) if isinstance(c, str)}
     errs, notes = [], []
-    for (_eid, ctx), g in dec.groupby(["engine_id", "mean_context"]):
+    for (eid, ctx), g in dec.groupby(["engine_id", "mean_context"]):
         if g["concurrency"].nunique() < 2:
             continue
         dtype = g["model_dtype"].iloc[0] if "model_dtype" in g else None
-        a = architecture(g["model_dir"].iloc[0], g["model"].iloc[0], dtype if isinstance(dtype, str) else None)
+        a = architecture(g["model_dir"].iloc[0], g["model"].iloc[0], dtype if isinstance(dtype, str) else None,
+                         configs.get(eid))
         if a is None:
             continue
         slope, _ = np.polyfit(g["concurrency"].to_numpy(float), g["decode_step_s"].to_numpy(float), 1)
@@ -141,6 +146,17 @@ def _why_no_pair(engines: pd.DataFrame | None, dropped: list[dict[str, Any]] | N
     return "no auto and fp8 engines that ran with otherwise equal settings"
 
 
+def _ratio(num: Any, den: Any) -> float | None:
+    """num / den, or None where either is missing or not finite, or den is zero."""
+    try:
+        n, d = float(num), float(den)
+    except (TypeError, ValueError):
+        return None
+    if not (np.isfinite(n) and np.isfinite(d)) or d == 0:
+        return None
+    return n / d
+
+
 def _span(values: Any, fmt: str = "{:.3f}") -> str:
     v = [float(x) for x in values if x is not None and not pd.isna(x)]
     if not v:
@@ -167,17 +183,26 @@ def fp8_doubles_capacity(cap: pd.DataFrame, tol: float = 0.05, engines: pd.DataF
     ratios: dict[str, list[float]] = {"blocks": [], "tokens": [], "conc": [], "bytes": [], "budget": []}
     predicted = []
     for r in pairs.to_dict("records"):
-        pred = r["kv_bytes_per_token_16"] / r["kv_bytes_per_token_8"]  # 2.0 for 16-bit → 8-bit
+        pred = _ratio(r["kv_bytes_per_token_16"], r["kv_bytes_per_token_8"])  # 2.0 for 16-bit → 8-bit
+        if pred is None:
+            continue
         predicted.append(pred)
         for name, col in (("blocks", "num_blocks_vllm"), ("tokens", "kv_tokens_vllm"),
                           ("conc", "max_concurrency_vllm")):
-            if pd.notna(r[f"{col}_8"]) and pd.notna(r[f"{col}_16"]) and r[f"{col}_16"]:
-                ratios[name].append(r[f"{col}_8"] / r[f"{col}_16"])
-                errs.append(rel(pred, ratios[name][-1]))
-        ratios["budget"].append(r["kv_budget_bytes_8"] / r["kv_budget_bytes_16"])
+            if (ratio := _ratio(r[f"{col}_8"], r[f"{col}_16"])) is not None:
+                ratios[name].append(ratio)
+                errs.append(rel(pred, ratio))
+        if (budget := _ratio(r["kv_budget_bytes_8"], r["kv_budget_bytes_16"])) is not None:
+            ratios["budget"].append(budget)
         # Bytes per pool token as vLLM sized the pool: its KV budget over the tokens its blocks hold.
-        ratios["bytes"].append((r["kv_budget_bytes_8"] / (r["num_blocks_vllm_8"] * r["block_size_8"]))
-                               / (r["kv_budget_bytes_16"] / (r["num_blocks_vllm_16"] * r["block_size_16"])))
+        per_token = [_ratio(r[f"kv_budget_bytes_{b}"], r[f"num_blocks_vllm_{b}"] * r[f"block_size_{b}"])
+                     for b in (8, 16)]
+        if (bytes_ratio := _ratio(*per_token)) is not None:
+            ratios["bytes"].append(bytes_ratio)
+    errs = [e for e in errs if e is not None]
+    if not errs:  # e.g. a 16-bit engine whose pool vLLM sized at zero blocks: no ratio to hold the claim to
+        return _claim(claim, UNTESTED, f"{len(pairs)} auto/fp8 pair(s) ran, but none with a nonzero 16-bit pool "
+                                       "(KV blocks, tokens or concurrency) to divide by")
     worst = max(errs, key=abs)
     ran = ""
     if "ceiling_measured_at_least_8" in pairs:  # the saturation phase: the batch that really ran together
@@ -302,7 +327,7 @@ def check_all(cap: pd.DataFrame, dec: pd.DataFrame, rounding: pd.DataFrame, sat:
     ``dropped`` (the manifest's) says why a comparison is missing when engines were skipped."""
     return pd.DataFrame([
         linear_past_crossover(dec),
-        batching_amortises_weights(dec, fit),
+        batching_amortises_weights(dec, fit, engines=engines),
         fp8_doubles_capacity(cap, engines=engines, dropped=dropped),
         fp8_decode_step(dec, fit, engines=engines, dropped=dropped),
         block_waste_below_one_block(rounding),

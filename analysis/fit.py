@@ -155,7 +155,10 @@ class DecodeFit:
 
 def _solve(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     w = 1.0 / y
-    res = lsq_linear(X * w[:, None], y * w, bounds=(0, np.inf), method="bvls")
+    try:
+        res = lsq_linear(X * w[:, None], y * w, bounds=(0, np.inf), method="bvls")
+    except (np.linalg.LinAlgError, ValueError) as exc:  # e.g. a step time so small its weight 1/t overflows
+        raise FitError(f"the weighted least-squares solve failed ({exc})") from None
     return res.x
 
 

@@ -1,33 +1,62 @@
 """A results directory → tidy pandas tables, through the contract in :mod:`analysis.results_schema`.
 
-Every file is validated against its model; a file that does not follow the
-contract stops the load with the file and the field named (``LoadError``), so a
-report never shows a silent "—" for a field that was written wrong. Nothing
-here imports vLLM, torch or the profiler: the report is rebuilt on any laptop
-from the directory alone. Failed points are kept, labelled by status.
+Every record (manifest, engine, point) is validated against its model; a record that
+does not follow the contract, or cannot be read, stops the load with the file and the
+field named (``LoadError``), so a report never shows a silent "—" for a field that was
+written wrong. What can be left out while the rest still means what it says is left
+out with a warning (``Results.warnings``, each also issued as a ``ResultsWarning``):
+a point whose engine record is missing, a telemetry file that cannot be read, a
+probe.json or spec.yaml that is not UTF-8 or not the probe's shape, an engine whose
+model config is neither stored nor on this machine. Nothing here imports vLLM, torch
+or the profiler: the report is rebuilt on any laptop from the directory alone (engine
+records keep the model's config.json). Failed points are kept, labelled by status.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 
 from analysis.results_schema import (
     SCHEMA_VERSION,
     EngineRecord,
     EngineSettings,
     Manifest,
+    ProbeResult,
     ResultsError,
     check_telemetry_columns,
+    describe_errors,
     load_point,
 )
 
 LoadError = ResultsError  # what callers catch: the message names the file and the field
-__all__ = ["SCHEMA_VERSION", "LoadError", "Results", "load"]
+__all__ = ["SCHEMA_VERSION", "LoadError", "Results", "ResultsWarning", "load"]
+
+
+class ResultsWarning(UserWarning):
+    """Something of a results directory left out of its analysis, and why (the rest still holds)."""
+
+
+@contextmanager
+def results_warnings(show: Callable[[str], None]) -> Iterator[None]:
+    """Run a command's loads and hand each ResultsWarning they issue to ``show`` (once, in order) when it ends;
+    other warnings go on as usual. A body that fails shows none: its error is the one line that matters."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResultsWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, ResultsWarning):
+            show(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 @dataclass
@@ -44,6 +73,12 @@ class Results:
     probe: dict[str, Any] | None
     telemetry_files: dict[str, Path] = field(default_factory=dict)
     engine_records: dict[str, EngineRecord] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # what was left out and why, one line each
+
+    def warn(self, message: str) -> None:
+        """Record something left out (and issue it as a ResultsWarning for whoever shows them)."""
+        self.warnings.append(message)
+        warnings.warn(message, ResultsWarning, stacklevel=2)
 
     @property
     def synthetic(self) -> bool:
@@ -55,9 +90,14 @@ class Results:
 
         frames = []
         for eid, path in sorted(self.telemetry_files.items()):
-            have = set(pq.read_schema(path).names)
-            wanted = None if columns is None else [c for c in columns if c in have]
-            df = pd.read_parquet(path, columns=wanted)
+            try:
+                have = set(pq.read_schema(path).names)
+                wanted = None if columns is None else [c for c in columns if c in have]
+                df = pd.read_parquet(path, columns=wanted)
+            except (OSError, ValueError) as exc:  # damaged past its footer (pyarrow's errors are both)
+                self.warn(_unreadable_telemetry(path, exc))
+                del self.telemetry_files[eid]
+                continue
             for c in columns or []:  # a signal this file never had is missing, not an error
                 if c not in df:
                     df[c] = float("nan")
@@ -66,11 +106,39 @@ class Results:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def _unreadable_telemetry(path: Path, exc: Exception) -> str:
+    why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"{path}: telemetry file cannot be read ({why}); that engine's samples are left out"
+
+
+def _text(path: Path, what: str, warn: Any) -> str | None:
+    """An optional file's UTF-8 text, or None with a warning naming the file and what is left out."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = path.read_bytes()
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        warn(f"{path}: cannot read ({exc.strerror or exc}); {what} left out")
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        warn(f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); {what} left out")
+        return None
+
+
+def _probe(path: Path, warn: Any) -> dict[str, Any] | None:
+    """probe.json through ProbeResult, or None with a warning (the probe's ceilings are then left out)."""
+    what = "the probe's measured ceilings are"
+    text = _text(path, what, warn)
+    if text is None:
+        return None
+    try:
+        ProbeResult.model_validate_json(text)
+    except ValidationError as exc:
+        warn(f"{path}: does not follow the ProbeResult contract: {describe_errors(exc, limit=2)}; {what} left out")
+        return None
+    return json.loads(text)
 
 
 def _model_name(model_dir: str | None) -> str | None:
@@ -131,15 +199,25 @@ def _engine_row(rec: EngineRecord) -> dict[str, Any]:
                 "peak_activation_bytes", "non_torch_bytes", "weights_bytes_logged", "log_kv_cache_tokens",
                 "log_max_concurrency"):
         row[key] = log.get(key)
+    row["model_config_json"] = json.dumps(rec.config_json, sort_keys=True) if rec.config_json is not None else None
     tel = rec.telemetry
     row["telemetry_unavailable"] = json.dumps(tel.unavailable, sort_keys=True) if tel else None
-    launches = tel.launches if tel else []
-    devices = [d for launch in launches[-1:] for s in launch.get("sources", []) for d in s.get("devices", [])]
-    row["gpu_name"] = devices[0].get("name") if devices else None
-    row["spec_bandwidth_Bps"] = devices[0].get("spec_bandwidth_Bps") if devices else None
-    row["driver"] = next((s.get("driver") for launch in launches[-1:] for s in launch.get("sources", [])
-                          if s.get("driver")), None)
+    sources = [s for launch in (tel.launches if tel else [])[-1:] for s in _dicts(launch.get("sources"))]
+    devices = [d for s in sources for d in _dicts(s.get("devices"))]
+    row["gpu_name"] = _str(devices[0].get("name")) if devices else None
+    bw = devices[0].get("spec_bandwidth_Bps") if devices else None
+    row["spec_bandwidth_Bps"] = float(bw) if isinstance(bw, int | float) and not isinstance(bw, bool) else None
+    row["driver"] = next((_str(s.get("driver")) for s in sources if _str(s.get("driver"))), None)
     return row
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The dicts of a free-form list of the telemetry description (anything else in it is ignored)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _flatten(prefix: str, obj: dict[str, Any], out: dict[str, Any]) -> None:
@@ -172,13 +250,18 @@ def _point_row(rec: Any) -> dict[str, Any]:
 
 
 def load(root: str | Path) -> Results:
-    """Read and validate a whole results directory (LoadError names the first file off-contract)."""
+    """Read and validate a whole results directory (LoadError names the first record off-contract; what can be
+    left out is, with a warning in ``Results.warnings``)."""
     root = Path(root)
     if not root.is_dir():
-        raise LoadError(f"{root}: not a directory")
+        raise LoadError(f"{root}: not a directory{'' if root.exists() else ' (nothing is there)'} — give a "
+                        "results directory (the --out of `kvprof sweep`)")
     if not (root / "manifest.json").exists():
         raise LoadError(f"{root}: no manifest.json — not a kvprof results directory")
     manifest = Manifest.load_file(root / "manifest.json")
+    res = Results(root=root, manifest=manifest.model_dump(), spec_text=None, engines=pd.DataFrame(),
+                  points=pd.DataFrame(), block_rounding=pd.DataFrame(), saturation_timeline=pd.DataFrame(),
+                  probe=None)
     engine_recs: dict[str, EngineRecord] = {}
     for path in sorted((root / "engines").glob("*.json")):
         if path.name.endswith(".job.json"):  # schema v1 kept the child's job files here
@@ -187,8 +270,13 @@ def load(root: str | Path) -> Results:
         if rec.id != path.stem:
             raise LoadError(f"{path}: id: {rec.id!r} does not match the file name")
         engine_recs[rec.id] = rec
+    if not engine_recs:
+        raise LoadError(f"{root}: no engine records (engines/*.json) — no engine of this sweep started yet; "
+                        "run or resume it with `kvprof sweep`")
+    _check_models(engine_recs.values(), res.warn)
     engines = pd.DataFrame([_engine_row(r) for r in engine_recs.values()])
     rows, timeline = [], []
+    orphans: dict[str, int] = {}
     for path in sorted((root / "points").glob("*.json")):
         try:
             rec = load_point(path)
@@ -197,31 +285,81 @@ def load(root: str | Path) -> Results:
                             "or remove the file") from None
         if rec.id != path.stem:
             raise LoadError(f"{path}: id: {rec.id!r} does not match the file name")
+        if rec.engine_id not in engine_recs:
+            orphans[rec.engine_id] = orphans.get(rec.engine_id, 0) + 1
+            continue
         rows.append(_point_row(rec))
         if rec.status == "ok" and rec.point.phase == "saturation" and rec.measurements.timeline:
             m = rec.measurements
-            tl = pd.DataFrame(m.timeline, columns=m.timeline_columns)
+            try:
+                tl = pd.DataFrame(m.timeline, columns=m.timeline_columns)
+            except ValueError as exc:  # rows and column names of different lengths
+                raise LoadError(f"{path}: measurements.timeline: rows do not match timeline_columns ({exc}) — "
+                                "rerun the sweep or remove the file") from None
             tl.insert(0, "point_id", rec.id)
             tl.insert(1, "concurrency", m.concurrency)
             timeline.append(tl)
+    for eid, n in sorted(orphans.items()):
+        res.warn(f"{root / 'points'}: {n} point record(s) of engine {eid} left out: its engine record "
+                 f"engines/{eid}.json is missing (rerun the sweep to measure that engine again)")
     points = pd.DataFrame(rows)
-    if not points.empty and not engines.empty:
+    if not points.empty:
         cfg_cols = ["engine_id", "model", "block_size", "max_model_len", "kv_cache_dtype", "num_gpu_blocks",
                     "max_num_seqs", "tensor_parallel_size"]
         points = points.merge(engines[cfg_cols], on="engine_id", how="left")
     rounding = [r.model_dump() | {"engine_id": eid, "block_size": rec.capacity.block_size if rec.capacity else None}
                 for eid, rec in engine_recs.items() for r in rec.block_rounding]
-    telemetry_files = {p.stem: p for p in sorted((root / "telemetry").glob("*.parquet"))
-                       if not p.name.endswith(".partial.parquet")}
-    if telemetry_files:
-        import pyarrow.parquet as pq
+    for eid, rec in engine_recs.items():
+        if rec.status == "ok" and rec.capacity is not None and rec.capacity.num_gpu_blocks < 2:
+            res.warn(f"{root / 'engines' / (eid + '.json')}: vLLM reported {rec.capacity.num_gpu_blocks} KV "
+                     "block(s), its null block included: no sequence fits in that engine's pool")
+    res.telemetry_files = _telemetry_files(root, res.warn)
+    res.spec_text = _text(root / "spec.yaml", "the spec's text is", res.warn)
+    res.probe = _probe(root / "probe.json", res.warn)
+    res.engines, res.points, res.block_rounding = engines, points, pd.DataFrame(rounding)
+    res.saturation_timeline = pd.concat(timeline, ignore_index=True) if timeline else pd.DataFrame()
+    res.engine_records = engine_recs
+    return res
 
-        for path in telemetry_files.values():
-            check_telemetry_columns(path, pq.read_schema(path).names)
-    spec_path = root / "spec.yaml"
-    return Results(
-        root=root, manifest=manifest.model_dump(), spec_text=spec_path.read_text() if spec_path.exists() else None,
-        engines=engines, points=points, block_rounding=pd.DataFrame(rounding),
-        saturation_timeline=pd.concat(timeline, ignore_index=True) if timeline else pd.DataFrame(),
-        probe=_read(root / "probe.json"), telemetry_files=telemetry_files, engine_records=engine_recs,
-    )
+
+def _telemetry_files(root: Path, warn: Any) -> dict[str, Path]:
+    """Readable telemetry files by engine id (an unreadable one is left out with a warning; one whose
+    columns are off the contract is a LoadError, like any record written wrong)."""
+    import pyarrow.parquet as pq
+
+    out = {}
+    for path in sorted((root / "telemetry").glob("*.parquet")):
+        if path.name.endswith(".partial.parquet"):
+            continue
+        try:
+            names = pq.read_schema(path).names
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            warn(_unreadable_telemetry(path, exc))
+            continue
+        check_telemetry_columns(path, names)
+        out[path.stem] = path
+    return out
+
+
+def _check_models(recs: Any, warn: Any) -> None:
+    """Warn, once per model directory, where ok engines' architecture can come from nowhere: no stored
+    config.json (records written before kvprof kept it), no config at their model_dir on this machine, and
+    not a catalog name."""
+    from analysis.catalog import UnknownName, model_dir
+
+    missing: dict[str, list[str]] = {}
+    for rec in recs:
+        if rec.status != "ok" or rec.config_json is not None:
+            continue
+        where = Path(rec.engine.model_dir)
+        if (where / "config.json").is_file() or (where.suffix == ".json" and where.is_file()):
+            continue
+        try:
+            model_dir(where.name)
+            continue
+        except (UnknownName, OSError, ValueError):
+            missing.setdefault(rec.engine.model_dir, []).append(rec.id)
+    for where_ran, ids in missing.items():
+        warn(f"{len(ids)} engine record(s) ({ids[0]}{', …' if len(ids) > 1 else ''}) keep no copy of the model's "
+             f"config.json (written before kvprof stored it) and {where_ran} is not on this machine: their "
+             "predictions are left out (copy the model directory there)")

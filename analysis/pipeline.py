@@ -219,6 +219,7 @@ def setup_lines(a: Analysis) -> list[str]:
         f"kvprof {m.get('kvprof_version')}",
         f"Engines: {len(e)}  ·  points: {ok} ok of {len(pts)}  ·  engine launches: {m.get('engine_launches')}",
         *_skipped_lines(m),
+        *(f"Warning: {w}" for w in a.res.warnings),  # what the load left out (analysis.load), and why
         f"Ceilings: spec {fbw(a.ceilings.spec_bandwidth_Bps)}, probe copy {fbw(a.ceilings.probe_bandwidth_Bps)}, "
         f"probe bf16 matmul {fnum((a.ceilings.probe_flops or float('nan')) / 1e12)} TFLOP/s"
         + (f" ({probe.get('device')})" if probe else ""),

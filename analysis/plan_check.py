@@ -8,7 +8,6 @@ mismatch is a ``PlanCheckError`` whose message says why.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,9 @@ from analysis.catalog import UnknownName, gpu, resolve_model
 from analysis.load import LoadError, Results, load
 from analysis.pdf_pages import fnum, format_columns, fpct
 from analysis.pipeline import analyse
+from analysis.saved_plan import SavedPlanError, load_saved_plan
 from analysis.theory_vs_measured import architecture, rel
 
-PLAN_KIND = "kvprof-plan"
 # How far (relative) a decode point's mean context may lie from the plan's --context and still be compared.
 # A step reads the weights plus every sequence's KV, linear in context: 10 % off moves the KV part of the
 # step by at most 10 % and the whole step by less, within what check-plan resolves; further off, the error
@@ -38,11 +37,9 @@ class PlanCheckError(ValueError):
 def check_plan(plan_path: str | Path, results_dir: str | Path) -> pd.DataFrame:
     """Per predicted quantity: predicted, measured, error — for the engine the plan describes."""
     try:
-        saved = json.loads(Path(plan_path).read_text())
-    except (OSError, ValueError) as exc:
-        raise PlanCheckError(f"{plan_path}: not a readable plan: {exc}") from None
-    if saved.get("kind") != PLAN_KIND:
-        raise PlanCheckError(f"{plan_path}: not a saved kvprof plan (write one with `kvprof plan … --save FILE`)")
+        saved = load_saved_plan(plan_path)  # the file through its model (analysis.saved_plan)
+    except SavedPlanError as exc:
+        raise PlanCheckError(str(exc)) from None
     try:
         res = load(results_dir)
     except LoadError as exc:
@@ -162,10 +159,10 @@ def _same_model(plan_arch: Architecture, res: Results, plan_path: str | Path,
     e = res.engines
     if e.empty:
         raise PlanCheckError(f"{results_dir}: no engine records — nothing measured to check the plan against")
-    keys = e[["model_dir", "model"]].dropna(how="all").drop_duplicates()
+    keys = e[["model_dir", "model", "model_config_json"]].dropna(how="all").drop_duplicates()
     same, others = [], []
-    for model_dir, model in keys.itertuples(index=False):
-        run_arch = architecture(model_dir, model)
+    for model_dir, model, config in keys.itertuples(index=False):  # the config.json the engine records keep
+        run_arch = architecture(model_dir, model, None, config if isinstance(config, str) else None)
         if run_arch is None:
             raise PlanCheckError(f"{results_dir}: the run's model {model_dir or model} cannot be read here (no "
                                   f"config.json at that path, not a catalog name), so the plan for {plan_arch.name} "

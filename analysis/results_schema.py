@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -93,10 +94,73 @@ def describe_errors(exc: ValidationError, limit: int = 5) -> str:
         msg = e["msg"].removeprefix("Value error, ")
         got = e.get("input")
         if e["type"] not in ("missing",) and not isinstance(got, dict | list):
-            msg += f" (got {got!r})"
+            shown = repr(got)  # a broken file's whole text is the input of a JSON error: show its start
+            msg += f" (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
         out.append(f"{loc}: {msg}")
     more = len(exc.errors()) - limit
     return "; ".join(out) + (f"; and {more} more" if more > 0 else "")
+
+
+def read_record_text(path: Path) -> str:
+    """A record's text: UTF-8, as kvprof writes every record (ResultsError naming the file otherwise)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); kvprof "
+                           "writes its records as UTF-8 JSON — the file is damaged or was re-encoded") from None
+
+
+class _NonFinite(Exception):
+    """A NaN or infinite number in a record (internal: check_finite turns it into a ResultsError)."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(text)
+    return value
+
+
+def _constant(name: str) -> float:
+    raise _NonFinite(name)
+
+
+def check_finite(text: str, source: str | Path) -> None:
+    """ResultsError where a record's JSON holds NaN or an infinite number: kvprof writes a number it could not
+    measure as null, so such a number was put there by hand or by damage (and would poison every mean)."""
+    try:
+        json.loads(text, parse_constant=_constant, parse_float=_finite)
+    except _NonFinite as exc:
+        raise ResultsError(f"{source}: holds the number {exc}, which kvprof never writes (a quantity it could not "
+                           "measure is null) — the file was edited or damaged") from None
+    except (ValueError, RecursionError):
+        pass  # not JSON at all: the model's own error says where
+
+
+# What each record model is, in words, for a record found where another kind belongs.
+KIND_OF_MODEL = {"Manifest": "a manifest", "EngineRecord": "an engine record", "DecodePoint": "a point record",
+                 "SaturationPoint": "a point record", "FailedPoint": "a point record"}
+
+
+def record_kind(text: str) -> str | None:
+    """Which kind of record a JSON text looks like (by the keys only that kind has), or None."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    if "point" in data and "engine_id" in data:
+        return "a point record"
+    if "capacity" in data or ("engine" in data and "llm_kwargs" in data):
+        return "an engine record"
+    if "schema_version" in data and "engines" in data:
+        return "a manifest"
+    return None
 
 
 R = TypeVar("R", bound="Record")
@@ -109,20 +173,21 @@ class Record(BaseModel):
 
     @classmethod
     def from_json_text(cls: type[R], text: str, source: str | Path) -> R:
+        check_finite(text, source)
         try:
             return cls.model_validate_json(text)
         except ValidationError as exc:
+            other = record_kind(text)
+            if other is not None and other != KIND_OF_MODEL.get(cls.__name__, other):
+                raise ResultsError(f"{source}: holds {other}, not {cls.__name__} — a file copied or moved into "
+                                   "the wrong place; put it back or remove it") from None
             raise ResultsError(f"{source}: does not follow the {cls.__name__} contract: "
                                f"{describe_errors(exc)}") from None
 
     @classmethod
     def load_file(cls: type[R], path: str | Path) -> R:
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        return cls.from_json_text(text, path)
+        return cls.from_json_text(read_record_text(path), path)
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"
@@ -153,13 +218,13 @@ class EngineSettings(BaseModel):
     weights: Literal["dummy", "real"] = "dummy"
     dtype: str = "auto"
     seed: int = 0
-    max_model_len: int
-    block_size: int
+    max_model_len: int = Field(gt=0)
+    block_size: int = Field(gt=0)
     kv_cache_dtype: str = "auto"
     max_num_seqs: int | None = None
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: int | None = None
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = Field(1, gt=0)
     enable_prefix_caching: bool | None = None
     max_num_batched_tokens: int | None = None
     async_scheduling: bool | None = Field(None, description="None: the platform's default (on for CUDA, off on CPU)")
@@ -186,12 +251,12 @@ class PointSettings(BaseModel):
 
     engine_id: str
     phase: Literal["decode", "saturation"]
-    concurrency: int | None = Field(description="requests submitted together; None: factor × predicted ceiling")
-    prompt_len: int
-    output_len: int
-    repeats: int
-    warmup: int
-    factor: float | None = None
+    concurrency: int | None = Field(gt=0, description="requests submitted together; None: factor × predicted ceiling")
+    prompt_len: int = Field(gt=0)
+    output_len: int = Field(gt=0)
+    repeats: int = Field(ge=1)
+    warmup: int = Field(ge=0)
+    factor: float | None = Field(None, gt=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -200,10 +265,19 @@ class PointSettings(BaseModel):
         if isinstance(data, dict) and "id" in data:
             data = dict(data)
             stored = data.pop("id")
-            expected = cls.model_validate(data).id
+            try:
+                expected = cls.model_validate(data).id
+            except ValidationError:
+                return data  # the fields' own errors are what this validation reports
             if stored != expected:
                 raise ValueError(f"id {stored!r} does not match its fields (expected {expected!r})")
         return data
+
+    @model_validator(mode="after")
+    def _level(self) -> PointSettings:
+        if self.concurrency is None and self.factor is None:
+            raise ValueError("a point needs its concurrency or its factor (× the predicted ceiling)")
+        return self
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -235,18 +309,19 @@ class CapacityFacts(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    num_gpu_blocks: int = Field(description="blocks in the KV pool (one is vLLM's null block)")
-    block_size: int
+    num_gpu_blocks: int = Field(ge=0, description="blocks in the KV pool (one is vLLM's null block)")
+    block_size: int = Field(gt=0)
     cache_dtype: str
-    kv_cache_size_tokens: int | None = None
-    kv_cache_max_concurrency: float | None = Field(None, description="vLLM's 'maximum concurrency' at max_model_len")
+    kv_cache_size_tokens: int | None = Field(None, ge=0)
+    kv_cache_max_concurrency: float | None = Field(None, ge=0, description="vLLM's 'maximum concurrency' at "
+                                                                           "max_model_len")
     kv_cache_memory_bytes: int | None = None
-    max_model_len: int
-    max_num_batched_tokens: int
-    max_num_seqs: int
+    max_model_len: int = Field(gt=0)
+    max_num_batched_tokens: int = Field(gt=0)
+    max_num_seqs: int = Field(gt=0)
     async_scheduling: bool = False
     enable_chunked_prefill: bool = True
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = Field(1, gt=0)
     model_dtype: str
 
 
@@ -324,10 +399,10 @@ class BlockRoundingRow(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    length: int = Field(description="prompt tokens of each sequence")
+    length: int = Field(gt=0, description="prompt tokens of each sequence")
     kv_positions: int | None = Field(None, description="KV positions each sequence held when the usage was read: "
                                                        "length, or length + 1 under async scheduling (None: length)")
-    requests: int
+    requests: int = Field(gt=0)
     kv_cache_usage_perc: float | None
     used_blocks_measured: float | None = Field(description="usage × (num_gpu_blocks − 1)")
     used_blocks_full_attention: int = Field(description="requests × ceil(kv_positions / block_size)")
@@ -358,6 +433,10 @@ class EngineRecord(Record):
     status: EngineStatus
     engine: EngineSettings
     llm_kwargs: dict[str, Any] | None = Field(None, description="the keyword arguments vllm.LLM really got")
+    config_json: dict[str, Any] | None = Field(
+        None, description="the model's config.json as the engine read it: the analysis takes the architecture from "
+                          "here, so the results directory alone is enough wherever it is read (records written "
+                          "before kvprof stored it fall back to engine.model_dir)")
     message: str | None = None
     traceback: str | None = None
     log_tail: str | None = None
@@ -407,17 +486,17 @@ class DecodeMeasurements(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ttft_s: float
-    tpot_s: float | None
+    ttft_s: float = Field(ge=0)
+    tpot_s: float | None = Field(ge=0)
     tpot_spread_s: float | None = Field(None, description="interquartile range of TPOT over requests")
     e2e_s: float | None = Field(None, description="median request latency, arrival to last token")
-    decode_step_s: float | None
+    decode_step_s: float | None = Field(gt=0)
     decode_step_spread_s: float | None = Field(None, description="interquartile range of decode steps")
     decode_step_medians_s: list[float] = Field([], description="median decode step of each repeat")
     decode_steps_per_repeat: float | None = None
-    output_tokens_per_s: float
-    mean_context: float = Field(description="prompt_len + output_len / 2: mean KV length during decode")
-    requests_measured: int
+    output_tokens_per_s: float = Field(ge=0)
+    mean_context: float = Field(ge=0, description="prompt_len + output_len / 2: mean KV length during decode")
+    requests_measured: int = Field(ge=0)
     model_bytes_per_decode_step: float | None = Field(None, description="weights + KV bytes the analytic model says "
                                                                         "one decode step reads")
     model_weight_bytes_per_decode_step: float | None = None
@@ -432,7 +511,7 @@ class PredictedCeiling(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    ceiling: int
+    ceiling: int = Field(ge=0)
     limited_by: str
     vllm_reported: float = Field(description="what vLLM's own 'maximum concurrency' arithmetic implies")
 
@@ -442,17 +521,17 @@ class SaturationMeasurements(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    concurrency: int
-    factor: float | None = None
+    concurrency: int = Field(gt=0)
+    factor: float | None = Field(None, gt=0)
     predicted: PredictedCeiling
-    peak_running: int
-    peak_waiting: int = 0
-    preemptions: int
-    preempted_requests: int
-    peak_kv_cache_usage_perc: float
+    peak_running: int = Field(ge=0)
+    peak_waiting: int = Field(0, ge=0)
+    preemptions: int = Field(ge=0)
+    preempted_requests: int = Field(ge=0)
+    peak_kv_cache_usage_perc: float = Field(ge=0)
     ran_together: bool = Field(description="every request decoded at once, no preemption")
-    output_tokens: int
-    output_tokens_per_s: float | None = Field(description="generated tokens ÷ time inside engine steps")
+    output_tokens: int = Field(ge=0)
+    output_tokens_per_s: float | None = Field(ge=0, description="generated tokens ÷ time inside engine steps")
     engine_step_s: float | None = None
     wall_s: float | None = None
     steps: int | None = None
@@ -570,13 +649,18 @@ POINT_RECORD: TypeAdapter[DecodePoint | SaturationPoint | FailedPoint] = TypeAda
 def load_point(path: str | Path, text: str | None = None) -> DecodePoint | SaturationPoint | FailedPoint:
     """A point record, whichever kind, or ResultsError naming the file and the field."""
     path = Path(path)
-    try:
-        text = path.read_text() if text is None else text
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    text = read_record_text(path) if text is None else text
+    check_finite(text, path)
     try:
         return POINT_RECORD.validate_json(text)
     except ValidationError as exc:
+        other = record_kind(text)
+        if other not in (None, "a point record"):
+            raise ResultsError(f"{path}: holds {other}, not a point record — a file copied or moved into the "
+                               "wrong place") from None
+        if exc.errors()[0]["type"] == "model_type":  # JSON, but no object: say so, not which kind it was tried as
+            raise ResultsError(f"{path}: does not follow the point record contract: (whole record): Input should "
+                               "be an object") from None
         raise ResultsError(f"{path}: does not follow the point record contract: {describe_errors(exc)}") from None
 
 
@@ -614,6 +698,46 @@ class Manifest(Record):
             raise ValueError(f"results schema version {version!r}; this kvprof reads versions "
                              f"{', '.join(map(str, READABLE_VERSIONS))}")
         return data
+
+
+# --- probe -------------------------------------------------------------------------------------------
+
+class ProbeQuantiles(BaseModel):
+    """A measurement's median and quartiles over its repeats (positive, finite)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    median: float = Field(gt=0, allow_inf_nan=False)
+    p25: float | None = Field(None, allow_inf_nan=False)
+    p75: float | None = Field(None, allow_inf_nan=False)
+
+
+class ProbeCopy(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    bandwidth_Bps: ProbeQuantiles = Field(description="bytes read + written per second")
+
+
+class ProbeMatmul(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    flops_per_s: ProbeQuantiles
+
+
+class ProbeResult(BaseModel):
+    """``probe.json`` (``kvprof probe``): the machine's measured ceilings. Only what the analysis reads is
+    checked (the copy bandwidth, the bf16 matmul rate, the device); the rest is kept as written."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    probe_version: int | None = None
+    device: str | None = None
+    device_type: Literal["cpu", "cuda"] | None = None
+    torch_version: str | None = None
+    memory_total_bytes: int | None = Field(None, gt=0, description="device memory on a GPU, host RAM on a CPU")
+    copy_: ProbeCopy | None = Field(None, alias="copy")  # `copy` is a BaseModel method
+    matmul_bf16: ProbeMatmul | None = None
+    decode_attention: list[dict[str, Any]] = []
 
 
 # --- telemetry -------------------------------------------------------------------------------------
@@ -680,14 +804,15 @@ def json_schema() -> dict[str, Any]:
 
     _, defs = models_json_schema(
         [(Manifest, "serialization"), (EngineRecord, "serialization"), (DecodePoint, "serialization"),
-         (SaturationPoint, "serialization"), (FailedPoint, "serialization"), (TelemetrySample, "serialization")],
+         (SaturationPoint, "serialization"), (FailedPoint, "serialization"), (TelemetrySample, "serialization"),
+         (ProbeResult, "serialization")],
         title="kvprof results directory",
     )
     defs["description"] = (
         f"kvprof results directory, schema version {SCHEMA_VERSION}. manifest.json is Manifest, "
         "engines/<id>.json EngineRecord, points/<id>.json one of DecodePoint, SaturationPoint, FailedPoint "
         "(FailedPoint when status is not 'ok', else by point.phase), telemetry/<id>.parquet has the columns "
-        "of TelemetrySample. Generated from analysis/results_schema.py; do not edit.")
+        "of TelemetrySample, probe.json is ProbeResult. Generated from analysis/results_schema.py; do not edit.")
     defs["schema_version"] = SCHEMA_VERSION
     return defs
 

@@ -164,6 +164,12 @@ def _seqs_at(num_blocks: float, block_size: float, length: int) -> float | None:
     return float(sequences_that_fit(int(num_blocks), cdiv(length, int(block_size))))
 
 
+def _positive(s: pd.Series) -> pd.Series:
+    """The column as floats, with zero, negative and missing values as NaN: a denominator."""
+    s = pd.to_numeric(s, errors="coerce").astype(float)
+    return s.where(s > 0)
+
+
 def _capacity(runs: list[Run], align: list[str]) -> pd.DataFrame:
     frames = []
     for r in runs:
@@ -174,7 +180,7 @@ def _capacity(runs: list[Run], align: list[str]) -> pd.DataFrame:
                                                                                 strict=True)]
         total = e["device_memory_bytes"] if "device_memory_bytes" in e else pd.Series(np.nan, index=e.index)
         budget = e["kv_cache_memory_bytes"].fillna(e["available_kv_bytes"])
-        e["kv_fraction_of_memory"] = budget / total
+        e["kv_fraction_of_memory"] = budget / _positive(total)
         keep = {"num_gpu_blocks": "num_blocks", "kv_cache_size_tokens": "kv_tokens",
                 "kv_cache_max_concurrency": "max_concurrency", "seqs_at_ref": f"seqs_at_{REFERENCE_CONTEXT // 1024}K",
                 "kv_fraction_of_memory": "kv_fraction_of_memory"}
@@ -188,7 +194,7 @@ def _capacity(runs: list[Run], align: list[str]) -> pd.DataFrame:
         for q in ("kv_tokens", "max_concurrency", "num_blocks"):
             a, b = cap.get(f"{q}[{base}]"), cap.get(f"{q}[{r.label}]")
             if a is not None and b is not None:
-                cap[f"{q} {r.label}/{base}"] = b / a
+                cap[f"{q} {r.label}/{base}"] = b / _positive(a)  # no ratio to an empty pool
     return cap
 
 
@@ -232,6 +238,7 @@ def _shared_decode_ratio(cmp: Comparison, base: str, other: str) -> float | None
     a = d[d["run"] == base].groupby(keys)["tokens_per_s_per_gpu"].median()
     b = d[d["run"] == other].groupby(keys)["tokens_per_s_per_gpu"].median()
     both = pd.concat([a.rename("a"), b.rename("b")], axis=1).dropna()
+    both = both[(both["a"] > 0) & (both["b"] > 0)]  # a ratio needs tokens on both sides
     return float(np.exp(np.log(both["b"] / both["a"]).mean())) if not both.empty else None
 
 

@@ -9,6 +9,7 @@ from the profiler: the architecture is read from the config.json the engine ran.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -28,24 +29,44 @@ from analysis.params import weight_bytes
 from analysis.roofline import crossover_context, decode_step
 
 
-@cache
-def architecture(model_dir: str | None, model: str | None, dtype: str | None = None) -> Architecture | None:
-    """The engine's architecture: its config.json where it ran, else the catalog entry of that name;
-    ``dtype`` (the engine record's ``model_dtype``, what vLLM ran the weights in, e.g. a float32 sweep of a
+def architecture(model_dir: str | None, model: str | None, dtype: str | None = None,
+                 config_json: str | None = None) -> Architecture | None:
+    """The engine's architecture: the model's config.json its engine record keeps (``config_json``, the text of
+    the engine table's ``model_config_json``), else the config.json where it ran, else the catalog entry of that
+    name; ``dtype`` (the engine record's ``model_dtype``, what vLLM ran the weights in, e.g. a float32 sweep of a
     bfloat16 checkpoint) replaces the config's torch_dtype, and with it the bytes of weights and auto KV."""
-    for ref in (model_dir, model):
-        if not ref:
+    name = model or (Path(model_dir).name if isinstance(model_dir, str) and model_dir else None)
+    for kind, ref in (("stored", config_json), ("path", model_dir), ("name", model)):
+        if not ref or not isinstance(ref, str):
             continue
-        try:
-            if Path(ref).exists() or ref == model:
-                a = resolve_model(ref)[0]
-                if dtype and isinstance(dtype, str) and dtype != a.torch_dtype:
-                    dtype_bytes(dtype)  # a dtype the model does not know: keep looking, as for a bad config
-                    a = a.model_copy(update={"torch_dtype": dtype})
-                return a
-        except (UnknownName, UnsupportedArchitecture, OSError, ValueError):
+        if kind == "path" and not Path(ref).exists():
             continue
+        # A path is read again on every call (a directory may change under a long-lived process); a stored config
+        # and a catalog name always mean the same architecture.
+        a = (_resolve if kind == "path" else _resolve_cached)(kind, ref, name, dtype)
+        if a is not None:
+            return a
     return None
+
+
+def _resolve(kind: str, ref: str, name: str | None, dtype: str | None) -> Architecture | None:
+    try:
+        a = Architecture.from_config(json.loads(ref), name=name or None) if kind == "stored" else resolve_model(ref)[0]
+        if dtype and isinstance(dtype, str) and dtype != a.torch_dtype:
+            dtype_bytes(dtype)  # a dtype the model does not know: keep looking, as for a bad config
+            a = a.model_copy(update={"torch_dtype": dtype})
+        return a
+    except (UnknownName, UnsupportedArchitecture, OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+_resolve_cached = cache(_resolve)
+
+
+def _config(e: Any) -> str | None:
+    """The model config.json an engine record keeps (JSON text), or None for records written before kvprof kept it."""
+    v = e.get("model_config_json") if hasattr(e, "get") else getattr(e, "model_config_json", None)
+    return v if isinstance(v, str) and v else None
 
 
 def _model_dtype(e: Any) -> str | None:
@@ -54,8 +75,9 @@ def _model_dtype(e: Any) -> str | None:
     return v if isinstance(v, str) and v else None
 
 
-def device_gpu(name: str | None) -> GPU | None:
-    if not name or name.startswith("CPU"):
+def device_gpu(name: Any) -> GPU | None:
+    """The catalog GPU of a recorded device name (None for a CPU, an unknown part, or no name: None or NaN)."""
+    if not isinstance(name, str) or not name or name.startswith("CPU"):
         return None
     try:
         return gpu(name)
@@ -103,7 +125,7 @@ def capacity_table(res: Results) -> pd.DataFrame:
     for e in res.engines.itertuples(index=False):
         if e.status != "ok" or pd.isna(e.num_gpu_blocks):
             continue
-        a = architecture(e.model_dir, e.model, _model_dtype(e))
+        a = architecture(e.model_dir, e.model, _model_dtype(e), _config(e))
         row: dict[str, Any] = {"engine_id": e.engine_id, "model": e.model, "block_size": int(e.block_size),
                                "max_model_len": int(e.max_model_len), "kv_cache_dtype": e.kv_cache_dtype,
                                "num_blocks_vllm": int(e.num_gpu_blocks),
@@ -140,7 +162,7 @@ def capacity_table(res: Results) -> pd.DataFrame:
         # Concurrency from vLLM's real block count (isolates the allocator model from the budget).
         real = dataclasses.replace(cap, num_blocks=int(e.num_gpu_blocks))
         row["max_concurrency_from_vllm_blocks"] = real.max_concurrency
-        g = device_gpu(e.gpu_name or e.device)
+        g = device_gpu(e.gpu_name if isinstance(e.gpu_name, str) and e.gpu_name else e.device)
         if fixed is None and g is not None and pd.notna(e.gpu_memory_utilization):
             version = e.vllm_version if isinstance(e.vllm_version, str) and e.vllm_version else None
             try:
@@ -226,7 +248,7 @@ def decode_table(res: Results, ceilings: Ceilings | None = None) -> pd.DataFrame
     rows = []
     for r in d.itertuples(index=False):
         e = engines.loc[r.engine_id]
-        a = architecture(e["model_dir"], e["model"], _model_dtype(e))
+        a = architecture(e["model_dir"], e["model"], _model_dtype(e), _config(e))
         row = {"point_id": r.point_id, "engine_id": r.engine_id, "model": e["model"], "model_dir": e["model_dir"],
                "model_dtype": _model_dtype(e),
                "kv_cache_dtype": r.kv_cache_dtype, "block_size": r.block_size, "max_model_len": r.max_model_len,

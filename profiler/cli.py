@@ -110,6 +110,11 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_BAD_INPUT)
 
 
+def warn(message: str) -> None:
+    """One warning line on stderr: something left out, the command goes on."""
+    err.print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False)
+
+
 def output_path(path: Path, option: str, *, results_dirs: tuple[Path, ...] = (),
                 inputs: tuple[Path | None, ...] = (), example: str = "report.pdf") -> Path:
     """``path`` as a file a command may write, or the one-line error (exit 2) saying why not: a directory, a
@@ -349,7 +354,7 @@ def plan_cmd(
     if save:
         import time
 
-        from analysis.plan_check import PLAN_KIND
+        from analysis.saved_plan import PLAN_KIND
         from profiler.store import atomic_write_json
 
         atomic_write_json(save, {"kind": PLAN_KIND, "created_at": time.time(), "model": model,
@@ -652,7 +657,7 @@ def report_cmd(
     the lock when it has no lock file (no sweep can be writing it): give --out-dir.
     Exit codes: 0 written, 2 bad input, 3 a file could not be written, 130 interrupted.
     """
-    from analysis.load import LoadError
+    from analysis.load import LoadError, results_warnings
     from analysis.report import build_report
     from profiler.store import StoreError
 
@@ -660,7 +665,7 @@ def report_cmd(
     if pdf is not None:
         output_path(pdf, "--pdf", results_dirs=(results_dir,))
     try:
-        with _locked_for_report(results_dir):
+        with _locked_for_report(results_dir), results_warnings(warn):
             written = build_report(results_dir, pdf, out_dir=target)
     except (LoadError, StoreError) as exc:
         raise fail(str(exc)) from None
@@ -693,17 +698,19 @@ def compare_cmd(
         _check_plan(inputs[0], inputs[1], json_out)
         return
     from analysis.comparison_report import build_comparison
+    from analysis.load import results_warnings
     from analysis.run_comparison import CompareError, compare_runs
 
     names = [x.strip() for x in labels.split(",")] if labels else None
     if pdf is not None:
         output_path(pdf, "--pdf", results_dirs=tuple(inputs), inputs=tuple(inputs))
     try:
-        cmp = compare_runs(inputs, names)
+        with results_warnings(warn):
+            cmp = compare_runs(inputs, names)
+            out = out or Path("reports") / ("compare-" + "-vs-".join(r.label for r in cmp.runs))
+            written = build_comparison(cmp, out, pdf)
     except CompareError as exc:
         raise fail(str(exc)) from None
-    out = out or Path("reports") / ("compare-" + "-vs-".join(r.label for r in cmp.runs))
-    written = build_comparison(cmp, out, pdf)
     if json_out:
         print(json.dumps({"verdict": cmp.verdict, "align_on": cmp.align_on,
                           "differing_axes": {k: [list(map(str, v)) for v in vals]
@@ -718,10 +725,12 @@ def compare_cmd(
 
 
 def _check_plan(plan_path: Path, results_dir: Path, json_out: bool) -> None:
+    from analysis.load import results_warnings
     from analysis.plan_check import PlanCheckError, check_plan, plan_check_markdown
 
     try:
-        df = check_plan(plan_path, results_dir)
+        with results_warnings(warn):
+            df = check_plan(plan_path, results_dir)
     except PlanCheckError as exc:
         raise fail(str(exc)) from None
     if json_out:
@@ -748,11 +757,13 @@ def probe_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ):
     """Measure this machine's ceilings: copy bandwidth, bf16 matmul FLOP/s, decode attention."""
-    from profiler.probe import run_probe
+    from profiler.probe import ProbeUnavailable, run_probe
     from profiler.store import atomic_write_json
 
     try:
         result = run_probe(device, quick)
+    except ProbeUnavailable as exc:  # no torch on this machine
+        raise fail(str(exc)) from None
     except (RuntimeError, ValueError) as exc:  # e.g. --device cuda without a GPU
         raise fail(f"--device {device}: {_one_line(exc)}") from None
     if out:
@@ -993,10 +1004,11 @@ def sweep_cmd(
         err.print("[bold red]nothing was measured[/]: every engine failed (see the lines above and "
                   f"{out_dir / 'logs'}); no report built", highlight=False)
     elif not outcome.interrupted and not no_report:
+        from analysis.load import results_warnings
         from analysis.report import build_report
 
         try:
-            with _locked_for_report(out_dir):
+            with _locked_for_report(out_dir), results_warnings(warn):
                 written = build_report(out_dir)
             console.print(f"report: {written['pdf']}  summary: {written['summary']}", highlight=False)
         except Exception as exc:  # the measurements are safe on disk; say why the report is missing

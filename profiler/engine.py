@@ -14,6 +14,7 @@ token) are timed directly and prefill is kept out of them.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import statistics
 import sys
@@ -361,6 +362,18 @@ def _failure(exc: BaseException) -> dict[str, Any]:
             "traceback": tb[-4000:]}
 
 
+def model_config(model_dir: str) -> dict[str, Any] | None:
+    """The model's config.json (a directory's, or the file itself), kept in the engine record so the results
+    directory alone gives the analysis its architecture; None where it cannot be read (vLLM then says why)."""
+    path = Path(model_dir)
+    path = path if path.suffix == ".json" else path / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def run_job(job: EngineJob) -> int:
     """Build the engine, record its capacity facts, run the phases, write each record as it is measured."""
     store = ResultsDir(job.results_dir)
@@ -371,7 +384,7 @@ def run_job(job: EngineJob) -> int:
     prev = store.read_engine(engine_id)
     t0 = time.time()
     common = {"id": engine_id, "engine": job.engine, "llm_kwargs": job.llm_kwargs, "started_at": t0,
-              "telemetry": prev.telemetry if prev else None}
+              "config_json": model_config(job.engine.model_dir), "telemetry": prev.telemetry if prev else None}
     try:
         from profiler.capacity import build_llm
 

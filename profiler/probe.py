@@ -29,6 +29,23 @@ from pathlib import Path
 from typing import Any
 
 PROBE_VERSION = 2  # 2: memory_total_bytes, memory_source
+TORCH_INSTALL = ("install kvprof with its cpu or gpu extra (pip install -e '.[cpu]' or '.[gpu]'), which bring "
+                 "torch, or torch alone (pip install torch)")
+
+
+class ProbeUnavailable(RuntimeError):
+    """The probe cannot run on this machine (the message says why and what to install)."""
+
+
+def _import_torch() -> Any:
+    """torch, or ProbeUnavailable saying it is missing (or broken) and how to install it."""
+    try:
+        import torch
+    except ImportError as exc:  # not installed, or a build whose native libraries do not load
+        missing = isinstance(exc, ModuleNotFoundError) and exc.name == "torch"
+        why = "torch is not installed" if missing else f"torch cannot be imported ({str(exc).splitlines()[0]})"
+        raise ProbeUnavailable(f"{why}, and `kvprof probe` measures with it: {TORCH_INSTALL}") from None
+    return torch
 
 
 def _quantiles(xs: list[float]) -> dict[str, float]:
@@ -127,8 +144,9 @@ def run_probe(device: str = "auto", quick: bool = False) -> dict[str, Any]:
     """Measure this machine's ceilings (copy bandwidth, bf16 matmul, decode attention, device memory).
 
     Timed with CUDA events on a GPU, perf_counter on a CPU; medians and quartiles over repeats.
+    ProbeUnavailable where torch cannot be imported.
     """
-    import torch
+    torch = _import_torch()
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -166,10 +184,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     ap.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     ns = ap.parse_args(argv)
-    result = run_probe(ns.device, ns.quick)
+    try:
+        result = run_probe(ns.device, ns.quick)
+    except (ProbeUnavailable, ValueError) as exc:  # no torch; a device that is not there
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if ns.out:
+        from analysis.results_schema import ProbeResult
         from profiler.store import atomic_write_json
 
+        ProbeResult.model_validate(result)  # written through its contract, as every results file
         atomic_write_json(ns.out, result)
     print(json.dumps(result))
     return 0

@@ -18,7 +18,7 @@ import pandas as pd
 
 from analysis.allocator import batch_ceiling, paged_capacity
 from analysis.budget import default_reserve, kv_budget, vllm_default_batching
-from analysis.catalog import gpu, model_dir, resolve_model
+from analysis.catalog import gpu, resolve_model
 from analysis.params import weight_bytes
 from analysis.results_schema import (
     SCHEMA_VERSION,
@@ -37,6 +37,8 @@ GiB = 2**30
 @dataclass
 class Injected:
     model: str = "llama-3.1-8b"
+    model_dir: str | None = None  # a model directory of one's own instead of the catalog's `model`
+    store_config: bool = True  # engine records keep the model's config.json (False: as before kvprof did)
     gpu: str = "h100-sxm"
     bandwidth_Bps: float = 2.61e12  # effective decode bandwidth (MBU 78 % of 3.35 TB/s)
     overhead_s: float = 0.0042  # fixed per-step overhead
@@ -69,7 +71,8 @@ def _save(root: Path, kind: str, record: EngineRecord | DecodePoint | Saturation
 def make_results(root: Path, inj: Injected | None = None) -> Injected:
     inj = inj or Injected()
     root = Path(root)
-    arch, _ = resolve_model(inj.model)
+    arch, where = resolve_model(inj.model_dir or inj.model)
+    config = json.loads((Path(where) / "config.json").read_text())
     g = gpu(inj.gpu)
     mnbt, max_seqs = vllm_default_batching(g.cuda_total_bytes, g.name, "offline")
     weights = weight_bytes(arch, 1)
@@ -79,7 +82,7 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
     engines = []
     for mml in inj.max_model_lens:
         for dtype in inj.kv_dtypes:
-            settings = EngineSettings(model_dir=str(model_dir(inj.model)), model_sha256="synthetic", max_model_len=mml,
+            settings = EngineSettings(model_dir=str(where), model_sha256="synthetic", max_model_len=mml,
                                       block_size=inj.block_size, kv_cache_dtype=dtype,
                                       gpu_memory_utilization=inj.utilization)
             eid = settings.id
@@ -101,7 +104,7 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
                                 "compilation_mode": "VLLM_COMPILE", "enforce_eager": False, "multiprocessing": True,
                                 "platform": "cuda"},
                 "torch_version": "2.13.0+cu130", "startup_s": 95.0, "device_memory_bytes": g.memory_bytes,
-                "engine": settings,
+                "engine": settings, "config_json": config if inj.store_config else None,
                 "capacity": {"num_gpu_blocks": blocks, "block_size": inj.block_size,
                              "kv_cache_size_tokens": int(conc * mml), "kv_cache_max_concurrency": conc,
                              "max_model_len": mml, "max_num_batched_tokens": mnbt, "max_num_seqs": max_seqs,
