@@ -21,7 +21,7 @@ import pandas as pd
 from analysis.allocator import NotModelled, paged_capacity
 from analysis.architecture import Architecture, UnsupportedArchitecture, dtype_bytes
 from analysis.budget import default_reserve, kv_budget
-from analysis.catalog import GPU, UnknownName, gpu, resolve_model
+from analysis.catalog import CATALOG_PREFIX, GPU, UnknownName, gpu, resolve_model
 from analysis.fit import DecodeFit, FitError, fit_decode_selected
 from analysis.kv import ideal_capacity, kv_bytes_per_token
 from analysis.load import Results
@@ -51,7 +51,10 @@ def architecture(model_dir: str | None, model: str | None, dtype: str | None = N
 
 def _resolve(kind: str, ref: str, name: str | None, dtype: str | None) -> Architecture | None:
     try:
-        a = Architecture.from_config(json.loads(ref), name=name or None) if kind == "stored" else resolve_model(ref)[0]
+        if kind == "stored":
+            a = Architecture.from_config(json.loads(ref), name=name or None)
+        else:  # a name is the catalog's entry, whatever folder of that name the cwd holds
+            a = resolve_model(ref if kind == "path" else CATALOG_PREFIX + ref)[0]
         if dtype and isinstance(dtype, str) and dtype != a.torch_dtype:
             dtype_bytes(dtype)  # a dtype the model does not know: keep looking, as for a bad config
             a = a.model_copy(update={"torch_dtype": dtype})

@@ -134,3 +134,16 @@ def test_resolve_model_takes_config_json_paths_and_bare_folders(tmp_path, monkey
     assert directory == tmp_path / "models" / "mymodel" and arch.name == "mymodel"
     arch, directory = resolve_model("mymodel")  # no catalog entry of that name: the folder
     assert directory == tmp_path / "models" / "mymodel" and arch.num_layers == 4
+
+
+def test_a_results_model_name_is_the_catalog_entry_whatever_the_cwd_holds(tmp_path, monkeypatch):
+    """The analysis of a run whose spec named a catalog model reads the catalog, not a folder of that name in the
+    directory the report runs from (which a spec would have to call ./NAME)."""
+    from analysis.theory_vs_measured import architecture
+
+    shadow = tmp_path / "llama-3.1-8b"
+    shadow.mkdir()
+    (shadow / "config.json").write_text('{"model_type": "llama", "num_hidden_layers": 2}')
+    monkeypatch.chdir(tmp_path)
+    a = architecture("/nonexistent/model/dir", "llama-3.1-8b")
+    assert a is not None and a.num_layers == 32  # Llama 3.1 8B's 32 layers, not the folder's 2
