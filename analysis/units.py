@@ -9,11 +9,11 @@ in the CLI, the PDF and summary.md. Missing values (None, NaN, pd.NA) print as "
 from __future__ import annotations
 
 import math
+import numbers
 import re
+import sys
 from typing import Any
 
-import numpy as np
-import pandas as pd
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
 _BYTE_SIZE = TypeAdapter(ByteSize)
@@ -31,10 +31,20 @@ def parse_bytes(text: str | int) -> int:
 
 
 def missing(x: Any) -> bool:
-    if x is None or x is pd.NA:
+    """None, NaN (float or numpy), pandas' NA or NaT. pandas is asked only when already imported: a value of
+    its own can only come from code that imported it, and the CLI's plan and validate start faster without it."""
+    if x is None:
         return True
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        if x is pd.NA:
+            return True
+        try:
+            return bool(pd.isna(x))
+        except (TypeError, ValueError):
+            return False
     try:
-        return bool(pd.isna(x))
+        return isinstance(x, numbers.Real) and math.isnan(x)
     except (TypeError, ValueError):
         return False
 
@@ -75,9 +85,9 @@ def fmt_number(x: Any, digits: int = 3) -> str:
     """Whole numbers with thousands separators, others to `digits` significant digits; bools as yes/no."""
     if missing(x) or (isinstance(x, float) and math.isnan(x)):
         return MISSING
-    if isinstance(x, bool | np.bool_):
+    if isinstance(x, bool) or (type(x).__module__ == "numpy" and type(x).__name__ in ("bool", "bool_")):
         return "yes" if x else "no"
-    if isinstance(x, int | np.integer):
+    if isinstance(x, numbers.Integral):
         return f"{int(x):,}"
     x = float(x)
     if x == int(x) and abs(x) < 1e15:
