@@ -8,15 +8,16 @@ mismatch is a ``PlanCheckError`` whose message says why.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from analysis.allocator import batch_ceiling, paged_capacity
 from analysis.architecture import Architecture
 from analysis.catalog import UnknownName, gpu, resolve_model
+from analysis.inputs import InputFileError, read_json
 from analysis.load import LoadError, Results, load
 from analysis.pdf_pages import fnum, format_columns, fpct
 from analysis.pipeline import analyse
@@ -35,14 +36,69 @@ class PlanCheckError(ValueError):
     """A plan that cannot be checked against a results directory (the message says why)."""
 
 
+_Count = Annotated[int, Field(strict=True, ge=0)]
+_Positive = Annotated[int, Field(strict=True, gt=0)]
+_Real = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class SavedPrediction(BaseModel):
+    """What check_plan reads of a saved plan's prediction (`kvprof plan --json`'s object; the rest is kept)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    gpu: str | None = None
+    block_size: _Positive
+    max_model_len: _Positive
+    kv_cache_dtype: str
+    tensor_parallel_size: _Positive
+    max_num_batched_tokens: _Positive
+    max_num_seqs: _Positive
+    async_scheduling: bool
+    context: _Positive
+    weight_bytes: _Count | None = None
+    kv_budget_bytes: _Count | None = None
+    num_blocks: _Count | None = None
+    kv_cache_tokens: _Count | None = None
+    max_concurrency: _Real | None = None
+    batch: _Positive | None = None
+    decode_step_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    calibrated_decode_step_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    tokens_per_s: _Real | None = None
+
+
+class SavedPlan(BaseModel):
+    """A file written by `kvprof plan … --save` (PLAN_KIND): its inputs, its prediction and the model."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: Literal["kvprof-plan"]
+    model: str | None = None
+    architecture: dict[str, Any] | None = None
+    inputs: dict[str, Any]
+    prediction: SavedPrediction
+
+
+def _read_plan(plan_path: str | Path) -> dict[str, Any]:
+    """The saved plan as a dict whose prediction has the fields check_plan reads, or PlanCheckError naming the
+    file and the field."""
+    try:
+        saved = read_json(plan_path)
+    except InputFileError as exc:
+        raise PlanCheckError(f"{exc}; give a plan written by `kvprof plan … --save FILE`") from None
+    if not isinstance(saved, dict) or saved.get("kind") != PLAN_KIND:
+        raise PlanCheckError(f"{plan_path}: not a saved kvprof plan (write one with `kvprof plan … --save FILE`)")
+    try:
+        plan = SavedPlan.model_validate(saved)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        raise PlanCheckError(f"{plan_path}: {'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r:.60}) "
+                             "— save the plan again with `kvprof plan … --save`") from None
+    return saved | {"prediction": plan.prediction.model_dump()}
+
+
 def check_plan(plan_path: str | Path, results_dir: str | Path) -> pd.DataFrame:
     """Per predicted quantity: predicted, measured, error — for the engine the plan describes."""
-    try:
-        saved = json.loads(Path(plan_path).read_text())
-    except (OSError, ValueError) as exc:
-        raise PlanCheckError(f"{plan_path}: not a readable plan: {exc}") from None
-    if saved.get("kind") != PLAN_KIND:
-        raise PlanCheckError(f"{plan_path}: not a saved kvprof plan (write one with `kvprof plan … --save FILE`)")
+    saved = _read_plan(plan_path)
     try:
         res = load(results_dir)
     except LoadError as exc:
