@@ -153,8 +153,8 @@ def _results_and_plan(d: Path) -> None:
     _results(d)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, "-m", "profiler.cli", "plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
-                    "--max-model-len", "8192", "--batch", "4", "--context", "2048", "--save", str(d / "plan.json")], env=env, cwd=d,
-                   capture_output=True, check=True)
+                    "--max-model-len", "8192", "--batch", "4", "--context", "2048", "--save", str(d / "plan.json")],
+                   env=env, cwd=d, capture_output=True, check=True)
 
 
 def _edited_plan(edit: Callable[[dict], object]) -> Callable[[Path], None]:
@@ -183,7 +183,7 @@ _DEL = object()
 _NULL = object()  # an edit that replaces the whole plan with JSON null
 
 
-def cases() -> list[Case]:  # noqa: PLR0915 - one long list of data
+def cases() -> list[Case]:
     C: list[Case] = []
     add = C.append
     P = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm"]
