@@ -474,6 +474,8 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
             def cal_for(g: Any) -> Calibration:
                 return _checked_calibration(_load_calibration(calibration[0], g), calibration[0], g, arch.name,
                                             model, settings.get("vllm_version"), calibration[1])[0]
+        if context is not None and context < 1:
+            raise PlanError(f"--context {context}: Input should be greater than 0 (tokens each sequence holds)")
         ctx = context if context is not None else make_plan(arch, base).get("max_model_len")
         rows = procurement(arch, base, [g for g, _ in gpus], tps, concurrency=concurrency, context=ctx,
                            tpot_slo_s=slo, calibration=cal_for)
@@ -553,8 +555,8 @@ def _load_calibration(path: Path, gpu_spec: Any) -> Calibration:
     try:
         raw = read_json(path)
     except InputFileError as exc:
-        raise PlanError(f"--calibration {exc}; give a sweep's calibration.json or a saved `kvprof log --json`"
-                        ) from None
+        raise PlanError(f"--calibration {exc}: not a JSON calibration; give a sweep's calibration.json or a saved "
+                        "`kvprof log --json`") from None
     if isinstance(raw, dict) and raw.get("kind") == LOG_KIND:
         return calibration_from_log(raw, gpu_spec, source=str(path))
     fitted = ("effective_bandwidth_Bps", "effective_flops", "step_overhead_s", "reserve_bytes")
