@@ -235,7 +235,7 @@ class SweepSpec(BaseModel):
     saturation: SaturationAxes = SaturationAxes()
     phases: list[Literal["capacity", "decode", "saturation"]] = Field(["capacity", "decode"], min_length=1)
     telemetry: TelemetrySpec = TelemetrySpec()
-    probe: bool = Field(True, description="run `kvprof probe` into the results directory before the engines")
+    probe: Bool = Field(True, description="run `kvprof probe` into the results directory before the engines")
     timeouts: Timeouts = Timeouts()
     # The directory a relative `model:` path is taken against: the spec file's (load_spec sets it; None: the
     # current directory). Not a field: the same spec text hashes the same wherever it lies.

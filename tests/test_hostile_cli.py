@@ -241,6 +241,7 @@ def _spec(tmp_path: Path, **changes: object) -> Path:
     ({"phases": ["decode", "decode"]}, ("phases", "twice")),
     ({"engine_args": {"model": "/etc"}}, ("engine_args", "model is set by the spec's model")),
     ({"engine_args_sweep": {"load_format": ["auto", "dummy"]}}, ("engine_args_sweep", "load_format")),
+    ({"probe": "yes"}, ("probe", "valid boolean")),  # pydantic's lax bool read the string "yes" as true
 ])
 def test_validate_refuses(tmp_path, changes, words):
     refused(["validate", str(_spec(tmp_path, **changes))], *words)
