@@ -53,6 +53,6 @@ def read_json(path: str | Path, limit: int = MAX_JSON_BYTES) -> object:
     except UnicodeDecodeError as exc:
         raise InputFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except ValueError as exc:
-        raise InputFileError(f"{path}: not valid JSON ({exc})") from None
+        raise InputFileError(f"{path}: not JSON ({exc})") from None
     except RecursionError:
         raise InputFileError(f"{path}: nested too deeply to be a kvprof or model JSON file") from None

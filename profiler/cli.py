@@ -349,6 +349,13 @@ def plan_cmd(
         if batch is not None and batch > result["max_num_seqs"]:  # a decode step vLLM never takes
             raise PlanError(f"--batch {batch:,} is more than max_num_seqs {result['max_num_seqs']:,}: vLLM schedules "
                             "at most max_num_seqs sequences per step (raise --max-num-seqs, or plan a smaller batch)")
+        if result["max_concurrency"] is not None and result["max_concurrency"] < 1:  # vLLM refuses to start
+            need = result["blocks_per_request"] * result["bytes_per_block"]
+            given = "--kv-cache-memory-bytes" if kv_cache_memory_bytes is not None else "the KV budget"
+            raise PlanError(f"{given} {result['kv_budget_bytes']:,} B holds {result['max_concurrency']:.2f} sequences "
+                            f"of max_model_len {result['max_model_len']:,} (block {result['block_size']}); vLLM will "
+                            f"refuse to start. Allowed: at least {need:,} B ({result['blocks_per_request']:,} blocks "
+                            f"of {result['bytes_per_block']:,} B), or a shorter --max-model-len")
         if provenance is not None:
             result["calibration_provenance"] = provenance
         if gpu_note:

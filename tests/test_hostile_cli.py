@@ -178,6 +178,15 @@ def test_plan_batch_above_max_num_seqs_is_refused():
             "--batch 100,000,000", "max_num_seqs 256")
 
 
+def test_plan_budget_below_one_sequence_is_refused():
+    # 1 byte held 0 blocks and the plan said so with exit 0; vLLM refuses to start an engine that cannot hold one
+    # max_model_len sequence, as `kvprof validate` predicts. llama-3.1-8b at 4,096 tokens, block 16, bf16 KV:
+    # 256 blocks of 16 tok × 32 layers × 2 (K, V) × 8 kv heads × 128 × 2 B = 2,097,152 B → 536,870,912 B.
+    first = refused([*PLAN, "--kv-cache-memory-bytes", "1", "--max-model-len", "4096"],
+                    "--kv-cache-memory-bytes 1 B", "max_model_len 4,096")
+    assert "at least 536,870,912 B (256 blocks of 2,097,152 B)" in first
+
+
 @pytest.mark.parametrize(("slo", "words"), [
     ("1e400", ("--tpot-slo", "finite")),  # was accepted as an infinite SLO
     ("abc", ("--tpot-slo", "not a duration")),
