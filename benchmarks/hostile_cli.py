@@ -207,6 +207,10 @@ def cases() -> list[Case]:
                   "99999999999999999999999GiB"):
             add(Case(f"plan {opt} {v!r}", [*PJ, opt, v], BAD | ({0} if v in ("0", "5 GiB ") else set()), (opt,),
                      check=plan_sane))
+    add(Case("plan --kv-cache-memory-bytes 1 (zero blocks)", [*PJ, "--kv-cache-memory-bytes", "1"], BAD,
+             ("--kv-cache-memory-bytes",)))
+    add(Case("plan no gpu, --kv-cache-memory-bytes 1KiB", ["plan", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes",
+                                                           "1KiB", "--json"], BAD, ("--kv-cache-memory-bytes",)))
     add(Case("plan --kv-cache-memory-bytes 1PiB", [*PJ, "--kv-cache-memory-bytes", "1PiB"], BAD,
              ("--kv-cache-memory-bytes",), check=plan_sane))
     add(Case("plan --reserve-bytes 1TiB (more than the GPU)", [*PJ, "--reserve-bytes", "1TiB"], BAD | OK,
