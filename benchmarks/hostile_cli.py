@@ -249,8 +249,12 @@ def cases() -> list[Case]:
     add(Case("plan 405b --kv-cache-memory-bytes on l4",
              ["plan", "--model", "llama-3.1-405b", "--gpu", "l4", "--kv-cache-memory-bytes", "1GiB", "--json"],
              BAD, ("weights", "memory", "fit")))
+    # 4 GiB holds a quarter of one 131,072-token llama-3.1-8b sequence (16 GiB): vLLM refuses to start
     add(Case("plan no gpu, kv bytes", ["plan", "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "4GiB",
-                                       "--json"], OK, check=plan_sane))
+                                       "--json"], BAD, ("--kv-cache-memory-bytes",)))
+    add(Case("plan no gpu, kv bytes, short max_model_len", ["plan", "--model", "llama-3.1-8b",
+                                                            "--kv-cache-memory-bytes", "4GiB", "--max-model-len",
+                                                            "8192", "--json"], OK, check=plan_sane))
     add(Case("plan --gpu and --probe", [*PJ, "--probe", "nonexistent.json"], BAD, ("--probe", "--gpu")))
     add(Case("plan --probe missing", ["plan", "--model", "llama-3.1-8b", "--probe", "nope.json"], BAD,
              ("--probe", "nope.json")))
