@@ -250,9 +250,13 @@ class Architecture(BaseModel):
             raise UnsupportedArchitecture(f"{path}: {path.stat().st_size:,} bytes; a model's config.json is at most "
                                           f"{MAX_CONFIG_BYTES:,} bytes")
         try:
-            cfg = json.loads(path.read_text())
+            cfg = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise UnsupportedArchitecture(f"{path} is not valid JSON: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise UnsupportedArchitecture(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        except RecursionError:
+            raise UnsupportedArchitecture(f"{path}: nested too deeply to be a model's config.json") from None
         if not isinstance(cfg, dict):
             raise UnsupportedArchitecture(f"{path} does not hold a JSON object")
         return _from_dict(cfg, name or path.parent.name)
@@ -348,6 +352,8 @@ def _layer_types(cfg: dict[str, Any], model_type: str, n_layers: int, name: str)
             raise UnsupportedArchitecture(f"{name}: unknown layer types {unknown} in layer_types")
         return tuple(explicit)
     window = cfg.get("sliding_window")
+    if window:
+        _positive_int(window, "config.json sliding_window", name)  # -1 or 0.5 is no window size
     if not window:
         return ("full_attention",) * n_layers
     pattern = cfg.get("sliding_window_pattern")
@@ -424,6 +430,10 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
     heads = _positive_int(_first(cfg, ("num_attention_heads", "n_head"), "attention head count", name),
                           "attention head count", name)
     kv_heads = 1 if cfg.get("multi_query") else cfg.get("num_key_value_heads") or cfg.get("n_head_kv") or heads
+    for key in ("num_key_value_heads", "n_head_kv"):  # written but 0 or negative: not "absent" (= heads)
+        if not cfg.get("multi_query") and cfg.get(key) is not None:
+            kv_heads = _positive_int(cfg[key], f"config.json {key}", name)
+            break
     head_dim = cfg.get("head_dim")
     if head_dim is None:
         if hidden % heads:

@@ -103,10 +103,12 @@ def describe_errors(exc: ValidationError, limit: int = 5) -> str:
 
 def read_record_text(path: Path) -> str:
     """A record's text: UTF-8, as kvprof writes every record (ResultsError naming the file otherwise)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    from analysis.inputs import InputFileError, read_input
+
+    try:  # a regular file of bounded size: a FIFO or device among the records must not hang the reader
+        data = read_input(path)
+    except InputFileError as exc:
+        raise ResultsError(f"cannot read {exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

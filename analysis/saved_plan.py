@@ -8,7 +8,7 @@ the file and the field.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,7 +21,11 @@ class SavedPlanError(ValueError):
     """A file that is not a readable saved plan (the message names the file and what is wrong)."""
 
 
-Count = Field(None, ge=0)
+# Strict: a hand-edited `true` or "16" is not a block size; finite: NaN or inf is no prediction.
+Positive = Annotated[int, Field(strict=True, gt=0)]
+Count = Annotated[int, Field(strict=True, ge=0)]
+Real = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Duration = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class PlanPrediction(BaseModel):
@@ -29,23 +33,24 @@ class PlanPrediction(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    block_size: int = Field(gt=0)
-    max_model_len: int = Field(gt=0)
+    block_size: Positive
+    max_model_len: Positive
     kv_cache_dtype: str
-    tensor_parallel_size: int = Field(gt=0)
-    max_num_batched_tokens: int = Field(gt=0)
-    max_num_seqs: int = Field(gt=0)
+    tensor_parallel_size: Positive
+    max_num_batched_tokens: Positive
+    max_num_seqs: Positive
     async_scheduling: bool
-    context: int = Field(gt=0)
-    batch: int | None = Field(None, gt=0)
+    context: Positive
+    batch: Positive | None = None
     gpu: str | None = None
-    kv_budget_bytes: int | None = Count
-    num_blocks: int | None = Count
-    kv_cache_tokens: int | None = Count
-    max_concurrency: float | None = Count
-    decode_step_s: float | None = Field(None, gt=0)
-    calibrated_decode_step_s: float | None = Field(None, gt=0)
-    tokens_per_s: float | None = Count
+    weight_bytes: Count | None = None
+    kv_budget_bytes: Count | None = None
+    num_blocks: Count | None = None
+    kv_cache_tokens: Count | None = None
+    max_concurrency: Real | None = None
+    decode_step_s: Duration | None = None
+    calibrated_decode_step_s: Duration | None = None
+    tokens_per_s: Real | None = None
 
 
 class PlanInputsSaved(BaseModel):
@@ -53,7 +58,7 @@ class PlanInputsSaved(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    kv_cache_memory_bytes: int | None = Field(None, gt=0)
+    kv_cache_memory_bytes: Positive | None = None
 
 
 class SavedPlan(BaseModel):
@@ -81,7 +86,8 @@ def load_saved_plan(path: str | Path) -> dict[str, Any]:
     try:
         plan = SavedPlan.model_validate_json(text)
     except ValidationError as exc:
-        kind = next((e for e in exc.errors() if e["loc"] == ("kind",)), None)
+        kind = next((e for e in exc.errors()  # no kind, or JSON that is not an object (a truncated file is damaged)
+                     if e["loc"] == ("kind",) or (e["loc"] == () and e["type"] != "json_invalid")), None)
         if kind is not None:
             raise SavedPlanError(f"{path}: not a saved kvprof plan (write one with `kvprof plan … --save FILE`)"
                                  ) from None

@@ -17,12 +17,14 @@ from typing import Any
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
 _BYTE_SIZE = TypeAdapter(ByteSize)
+_BYTES_TEXT = re.compile(r"\s*(\d+(\.\d+)?|\.\d+)\s*[A-Za-z]*\s*")
 MISSING = "—"
 
 
 def parse_bytes(text: str | int) -> int:
     """'8GiB', '512 MiB', '16MB', '4096' → bytes. Raises ValueError naming the input."""
-    if isinstance(text, bool):
+    # pydantic's pattern is anchored only at the start: '1.5.5GiB' would read as 1 byte, '5GiB 3' as 5 GiB.
+    if isinstance(text, bool) or (isinstance(text, str) and not _BYTES_TEXT.fullmatch(text)):
         raise ValueError(f"{text!r} is not a byte count (examples: 8GiB, 512MiB, 16MB, 2000000000)")
     try:
         return int(_BYTE_SIZE.validate_python(text))
@@ -120,4 +122,6 @@ def parse_seconds(text: str) -> float:
         raise ValueError(f"{text!r} is not a duration: give seconds (0.05) or a number with s, ms or us (50ms)")
     if not value > 0:
         raise ValueError(f"{text!r}: a duration must be positive")
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r}: a duration must be finite")
     return value

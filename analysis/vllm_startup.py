@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from analysis.inputs import InputFileError, read_input
 from analysis.vllm_startup_log import parse_startup
 
 LOG_KIND = "kvprof log"
@@ -37,6 +38,9 @@ _EVIDENCE = ("model_loading_bytes", "weights_bytes_logged", "available_kv_bytes"
 _FINE_TUNE_SUFFIXES = {"instruct", "chat", "hf", "it"}
 
 
+MAX_LOG_BYTES = 1 << 30  # a start-up log is kilobytes; a whole server's day of logging stays under this
+
+
 class LogInputError(ValueError):
     """A file that is not a readable vLLM log (the message says which and why)."""
 
@@ -48,9 +52,9 @@ def read_log(path: Path) -> str:
     if path.is_dir():
         raise LogInputError(f"{path}: is a directory, not a log file")
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise LogInputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        data = read_input(path, MAX_LOG_BYTES)
+    except InputFileError as exc:
+        raise LogInputError(str(exc)) from None
     if not data.strip():
         raise LogInputError(f"{path}: empty file")
     if b"\x00" in data[:65536]:

@@ -9,7 +9,7 @@ when one does not. The inputs, written to a temporary directory:
   baseline       sweeps/tiny-cpu.yaml: the cost of starting the CLI (Python, pydantic, rich, the catalog)
   1mib-comments  1 MiB of YAML (just under the 1 MiB cap), a tiny sweep under 16k comment lines
   1mib-args      1 MiB of YAML: ~57,000 engine_args keys (114k values, refused by the 100,000-value cap)
-  args-under     45,000 engine_args keys in 2 engines: 90k values per engine, admitted and expanded
+  args-under     45,000 keys under engine_args.hf_overrides in 2 engines: 90k values per engine, admitted
   alias-bomb     ten levels of ten aliases (10^10 values once expanded): refused from the node graph
   deep-nesting   engine_args nested 100,000 lists deep: refused
   long-list      workload.prompt_len with 99,000 values: 99,000 points of one engine
@@ -80,7 +80,7 @@ def inputs(d: Path) -> dict[str, tuple[Path, str, bool]]:
     put("1mib-args", body.replace("engine_args:\n", "engine_args:\n" + args[: 2**20 - len(body) - 100]
                                   .rsplit("\n", 1)[0] + "\n"), "small", False)
     put("args-under", yaml.safe_dump(_spec(engine={"kv_cache_dtype": "auto", "block_size": [32, 64]},
-                                           engine_args={f"k{i}": i for i in range(45_000)}
+                                           engine_args={"hf_overrides": {f"k{i}": i for i in range(45_000)}}
                                            | TINY["engine_args"])), "small", True)
     lines = ["name: lol", "model: tiny-llama-gqa", "engine_args:", "  a: &a [x, x, x, x, x, x, x, x, x, x]"]
     for prev, c in zip("abcdefghi", "bcdefghij", strict=True):

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -41,6 +42,7 @@ from typer.core import TyperGroup
 
 from analysis import catalog
 from analysis.architecture import UnsupportedArchitecture
+from analysis.inputs import InputFileError, read_json
 from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
 from analysis.procurement import parse_gpu_list, parse_tp_list, procurement
 from analysis.units import fmt_bytes, fmt_count, fmt_ms, fmt_seconds, parse_bytes, parse_seconds
@@ -123,6 +125,8 @@ def output_path(path: Path, option: str, *, results_dirs: tuple[Path, ...] = (),
 
     if path.is_dir():
         raise fail(f"{option} {path} is a directory: give a file path (e.g. {path / example})")
+    if path.exists() and not path.is_file():  # a device or FIFO: the atomic rename would replace it
+        raise fail(f"{option} {path} is not a regular file (a device, FIFO or socket); give a file path")
     if not path.resolve().parent.is_dir():
         raise fail(f"{option} {path}: directory {path.resolve().parent} does not exist")
     for d in results_dirs:
@@ -297,6 +301,7 @@ def plan_cmd(
         tps = parse_tp_list(tp)
     except ValueError as exc:
         raise fail(str(exc)) from None
+    _check_plan_options(model, kv_cache_memory_bytes, reserve_bytes, tpot_slo)
     if transfer_calibration and calibration is None:
         raise fail("--transfer-calibration goes with --calibration FILE (it allows a calibration fitted on another "
                    "GPU or model)")
@@ -315,7 +320,8 @@ def plan_cmd(
     if gpu is not None and not gpu.strip():
         raise fail("--gpu is empty: give a catalog name (`kvprof gpus`), a comma list or all")
     if save is not None:
-        output_path(save, "--save", inputs=(calibration, probe, Path(model)), example="plan.json")
+        output_path(save, "--save", inputs=(calibration, probe, Path(model), Path(model) / "config.json"),
+                    example="plan.json")
     try:
         if gpu and probe:
             raise PlanError("give --gpu or --probe, not both")
@@ -323,18 +329,18 @@ def plan_cmd(
         gpu_spec, gpu_note = catalog.resolve_gpu(gpu) if gpu else (None, None)
         if probe:
             try:
-                probe_facts = json.loads(probe.read_text())
+                probe_facts = read_json(probe)
             except ValueError as exc:
-                raise PlanError(f"--probe {probe}: not JSON ({exc}) — rerun `kvprof probe --out {probe}`") from None
+                raise PlanError(f"--probe {exc} — rerun `kvprof probe --out {probe}`") from None
             gpu_spec = catalog.from_probe(probe_facts, f"--probe {probe}")
         inputs = PlanInputs(
             kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
             tensor_parallel_size=tps[0], gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_memory_bytes=parse_bytes(kv_cache_memory_bytes) if kv_cache_memory_bytes else None,
+            kv_cache_memory_bytes=_bytes_option("--kv-cache-memory-bytes", kv_cache_memory_bytes),
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
             async_scheduling=async_scheduling, enforce_eager=enforce_eager, entry=entry,
             vllm_version=vllm_version, quantization=quantization, dtype=dtype,
-            reserve_bytes=parse_bytes(reserve_bytes) if reserve_bytes else None,
+            reserve_bytes=_bytes_option("--reserve-bytes", reserve_bytes),
             batch=batch, context=context, prompt_len=prompt_len,
         )
         cal = _load_calibration(calibration, gpu_spec) if calibration else None
@@ -345,10 +351,22 @@ def plan_cmd(
             cal, provenance = _checked_calibration(cal, calibration, gpu_spec, arch.name, model, vllm_version,
                                                    transfer_calibration)
         result = make_plan(arch, inputs, gpu_spec, cal)
+        if batch is not None and batch > result["max_num_seqs"]:  # a decode step vLLM never takes
+            raise PlanError(f"--batch {batch:,} is more than max_num_seqs {result['max_num_seqs']:,}: vLLM schedules "
+                            "at most max_num_seqs sequences per step (raise --max-num-seqs, or plan a smaller batch)")
+        if result["max_concurrency"] is not None and result["max_concurrency"] < 1:  # vLLM refuses to start
+            need = result["blocks_per_request"] * result["bytes_per_block"]
+            given = "--kv-cache-memory-bytes" if kv_cache_memory_bytes is not None else "the KV budget"
+            raise PlanError(f"{given} {result['kv_budget_bytes']:,} B holds {result['max_concurrency']:.2f} sequences "
+                            f"of max_model_len {result['max_model_len']:,} (block {result['block_size']}); vLLM will "
+                            f"refuse to start. Allowed: at least {need:,} B ({result['blocks_per_request']:,} blocks "
+                            f"of {result['bytes_per_block']:,} B), or a shorter --max-model-len")
         if provenance is not None:
             result["calibration_provenance"] = provenance
         if gpu_note:
             result["gpu_note"] = gpu_note
+    except ValidationError as exc:
+        raise fail(_plan_options_line(exc)) from None
     except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
         raise fail(_one_line(exc)) from None
     if save:
@@ -386,6 +404,50 @@ def plan_cmd(
             highlight=False)
 
 
+_PLAN_OPTIONS = {"tensor_parallel_size": "--tp", "kv_cache_dtype": "--kv-dtype"}
+
+
+def _plan_options_line(exc: ValidationError) -> str:
+    """A PlanInputs validation error as one line, each field named by its `kvprof plan` option."""
+    if exc.title != "PlanInputs":
+        return _one_line(exc)
+    return "; ".join(
+        f"{_PLAN_OPTIONS.get(str(e['loc'][0]), '--' + str(e['loc'][0]).replace('_', '-')) if e['loc'] else 'input'}"
+        f": {e['msg'].removeprefix('Value error, ')}"
+        + (f" (got {e['input']!r})" if e["type"] != "value_error" and not isinstance(e.get("input"), dict) else "")
+        for e in exc.errors())
+
+
+def _bytes_option(option: str, text: str | None) -> int | None:
+    """A byte-size option's value (None when not given); a ValueError naming the option otherwise."""
+    if text is None:
+        return None
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise PlanError(f"{option}: {exc}") from None
+
+
+def _seconds_option(option: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return parse_seconds(text)
+    except ValueError as exc:
+        raise PlanError(f"{option}: {exc}") from None
+
+
+def _check_plan_options(model: str, *byte_and_slo: str | None) -> None:
+    """Options given as an empty string: refused by name (an empty --model would read ./config.json)."""
+    if not model.strip():
+        raise fail("--model is empty: give a catalog name (`kvprof models`), a model directory or a config.json")
+    for option, value in zip(("--kv-cache-memory-bytes", "--reserve-bytes", "--tpot-slo"), byte_and_slo,
+                             strict=True):
+        if value is not None and not value.strip():
+            raise fail(f"{option} is empty: give a value (e.g. "
+                       + ("50ms)" if option == "--tpot-slo" else "8GiB)"))
+
+
 def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[int], concurrency: int | None,
                      tpot_slo: str | None, context: int | None, calibration: tuple[Path, bool] | None,
                      save: Path | None, json_out: bool, settings: dict[str, Any]) -> None:
@@ -408,23 +470,29 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
         arch, _ = catalog.resolve_model(model)
         if probe:
             try:
-                gpus = [(catalog.from_probe(json.loads(probe.read_text()), f"--probe {probe}"), None)]
+                gpus = [(catalog.from_probe(read_json(probe), f"--probe {probe}"), None)]
+            except InputFileError as exc:
+                raise PlanError(f"--probe {exc}") from None
             except ValueError as exc:
                 raise PlanError(f"--probe {probe}: {_one_line(exc)}") from None
         else:
             gpus = parse_gpu_list(gpu)
         for key in ("kv_cache_memory_bytes", "reserve_bytes"):
-            settings[key] = parse_bytes(settings[key]) if settings[key] else None
+            settings[key] = _bytes_option("--" + key.replace("_", "-"), settings[key])
         base = PlanInputs(**settings)
-        slo = parse_seconds(tpot_slo) if tpot_slo is not None else None
+        slo = _seconds_option("--tpot-slo", tpot_slo)
         cal_for = None
         if calibration:
             def cal_for(g: Any) -> Calibration:
                 return _checked_calibration(_load_calibration(calibration[0], g), calibration[0], g, arch.name,
                                             model, settings.get("vllm_version"), calibration[1])[0]
-        ctx = context or make_plan(arch, base).get("max_model_len")
+        if context is not None and context < 1:
+            raise PlanError(f"--context {context}: Input should be greater than 0 (tokens each sequence holds)")
+        ctx = context if context is not None else make_plan(arch, base).get("max_model_len")
         rows = procurement(arch, base, [g for g, _ in gpus], tps, concurrency=concurrency, context=ctx,
                            tpot_slo_s=slo, calibration=cal_for)
+    except ValidationError as exc:
+        raise fail(_plan_options_line(exc)) from None
     except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
         raise fail(_one_line(exc)) from None
     if json_out:
@@ -497,13 +565,20 @@ def _load_calibration(path: Path, gpu_spec: Any) -> Calibration:
     from analysis.vllm_startup import LOG_KIND, calibration_from_log
 
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise PlanError(f"--calibration {path}: not a JSON calibration ({_one_line(exc)}); give a sweep's "
-                        "calibration.json or a saved `kvprof log --json`") from None
+        raw = read_json(path)
+    except InputFileError as exc:
+        raise PlanError(f"--calibration {exc}: not a JSON calibration; give a sweep's calibration.json or a saved "
+                        "`kvprof log --json`") from None
     if isinstance(raw, dict) and raw.get("kind") == LOG_KIND:
         return calibration_from_log(raw, gpu_spec, source=str(path))
-    return Calibration.model_validate(raw)
+    fitted = ("effective_bandwidth_Bps", "effective_flops", "step_overhead_s", "reserve_bytes")
+    if not isinstance(raw, dict) or not any(k in raw for k in fitted):
+        raise PlanError(f"--calibration {path}: not a calibration (a JSON object with at least one of "
+                        f"{', '.join(fitted)}); give a sweep's calibration.json or a saved `kvprof log --json`")
+    try:
+        return Calibration.model_validate(raw)
+    except ValidationError as exc:
+        raise PlanError(f"--calibration {path}: {_one_line(exc)}") from None
 
 
 _LOG_ROWS = (  # key, label, formatter
@@ -701,7 +776,9 @@ def compare_cmd(
     from analysis.load import results_warnings
     from analysis.run_comparison import CompareError, compare_runs
 
-    names = [x.strip() for x in labels.split(",")] if labels else None
+    names = [x.strip() for x in labels.split(",")] if labels is not None else None
+    if names is not None and not all(names):
+        raise fail(f"--labels {labels!r}: a name is empty; give one non-empty name per run, comma-separated")
     if pdf is not None:
         output_path(pdf, "--pdf", results_dirs=tuple(inputs), inputs=tuple(inputs))
     try:
@@ -972,6 +1049,9 @@ def sweep_cmd(
         except TelemetryError as exc:
             raise fail(str(exc)) from None
     out_dir = spec.out_dir(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise fail(f"{'--out' if out is not None else 'output_dir'} {out_dir} is not a directory: give a results "
+                   "directory (made if missing)")
     try:
         outcome = run_sweep(plan, out_dir, retry_failed=retry_failed, console=err,
                             spec_text=spec_path.read_text(), force=force)

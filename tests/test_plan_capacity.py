@@ -37,12 +37,14 @@ def plan_json(*args: str) -> dict:
     (1, 1, 511),     # one block each: every block but the null block
 ])
 def test_sequences_that_fit_at_context_leave_out_the_null_block(context, blocks_per_seq, fit):
-    p = plan_json(*TINY, "--context", str(context), "--batch", str(fit + 1))
+    # --max-num-seqs 1024: the scheduler admits the batch (kvprof plan refuses a --batch above max_num_seqs)
+    p = plan_json(*TINY, "--context", str(context), "--batch", str(fit + 1), "--max-num-seqs", "1024")
     assert p["kv_bytes_per_token"] == 1024 and p["bytes_per_block"] == 32_768 and p["num_blocks"] == 512
     assert p["kv_full_batch"] == fit
     assert p["batch_fits"] is False  # fit + 1 sequences do not
     assert p["blocks_per_sequence_at_context"] == blocks_per_seq
-    assert plan_json(*TINY, "--context", str(context), "--batch", str(fit))["batch_fits"] is True
+    fits = plan_json(*TINY, "--context", str(context), "--batch", str(fit), "--max-num-seqs", "1024")
+    assert fits["batch_fits"] is True
 
 
 def test_plan_at_context_and_batch_ceiling_agree():
