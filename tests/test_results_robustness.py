@@ -381,3 +381,15 @@ def test_the_probe_child_without_torch_exits_2_with_the_line(tmp_path):
                           cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2 and proc.stderr.strip() == TORCH_LINE and "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_a_fifo_among_the_records_is_refused_unread(run):
+    """A named pipe where a point record belongs would block a plain read until a writer appears; it is refused
+    as not a regular file (the test would hang on the old code rather than fail)."""
+    import os
+
+    victim = points_of(run)[0]
+    victim.unlink()
+    os.mkfifo(victim)
+    line = one_error_line(runner.invoke(app, ["report", str(run)]))
+    assert victim.name in line and "not a regular file" in line
