@@ -12,20 +12,22 @@ when one does not. The inputs, written to a temporary directory:
   args-under     45,000 keys under engine_args.hf_overrides in 2 engines: 90k values per engine, admitted
   alias-bomb     ten levels of ten aliases (10^10 values once expanded): refused from the node graph
   deep-nesting   engine_args nested 100,000 lists deep: refused
-  long-list      workload.prompt_len with 99,000 values: 99,000 points of one engine
+  long-list      workload.prompt_len with 99,000 values: 99,000 points of one engine (max_model_len 8,192, the
+                 model's limit: 8,176 run, the rest are dropped)
   max-points     100,000 points: 1 engine × 100 concurrencies × 100 prompts × 10 outputs
   max-grid       the biggest grid under both caps: 10,000 engines × 10 points = 100,000 points
   max-dropped    100,000 combinations of which 99,000 dropped (max_num_seqs 1): the manifest keeps each
   over-cap       10^9 points (3,000 YAML values): refused from the count, before anything is expanded
 
-Bounds, from measurements on a shared 2-core machine where other jobs run (the CLI alone, baseline,
-takes 0.85 to 2 s there and ~130 MB), with headroom for that load:
-  * refusals, specs up to 1 MiB and small grids: 6 s and 250 MB (measured: ≤ 4.8 s, ≤ 191 MB);
-  * grids at the caps (100,000 points, 10,000 engines): validate and the dry run 15 s and 400 MB (measured:
-    ≤ 7.8 s, ≤ 310 MB): linear in points and engines, and the dry run's table shows 50 engines and its --json
+Bounds, from measurements on a 2-core machine (idle: the CLI alone, baseline, starts in 0.55 s and 60 MB, since
+validate and the dry run import neither pandas nor numpy), with 2× headroom for a busy machine:
+  * refusals, specs up to 1 MiB and small grids: 4 s and 200 MB (measured idle: ≤ 1.95 s, ≤ 107 MB; a 1 MiB spec
+    of comments 0.6 s, of 45,000 engine_args keys 1.6 to 2.0 s);
+  * grids at the caps (100,000 points, 10,000 engines): validate and the dry run 10 s and 300 MB (measured idle:
+    ≤ 4.7 s, ≤ 225 MB): linear in points and engines, and the dry run's table shows 50 engines and its --json
     no point ids unless -v;
-  * the dry run costed on a GPU (--gpu) at the caps: 90 s and 800 MB (measured: 45 s, 622 MB). That is
-    analysis/sweep_cost.py's roofline for every point (~0.45 ms and ~3.5 kB a point), outside the grid
+  * the dry run costed on a GPU (--gpu) at the caps: 90 s and 800 MB (measured idle: 33 s, 538 MB). That is
+    analysis/sweep_cost.py's roofline for every point (~0.3 ms and ~3.5 kB a point), outside the grid
     code; it is the one to make faster.
 The manifest records every dropped combination, ~190 bytes each: at most ~19 MB at the cap (bound 25 MB).
 Beyond the caps nothing grows: the count refuses the spec in the time of the baseline.
@@ -47,8 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
 MB = 10**6
 
-SMALL = (6.0, 250)  # seconds, MB: refusals, small and 1 MiB specs
-GRID = (15.0, 400)  # validate and the dry run of a grid at the caps
+SMALL = (4.0, 200)  # seconds, MB: refusals, small and 1 MiB specs
+GRID = (10.0, 300)  # validate and the dry run of a grid at the caps
 GRID_GPU = (90.0, 800)  # the dry run costed on a GPU
 MANIFEST_MB = 25  # manifest.json with every dropped combination of a grid at the cap (~190 bytes each)
 
@@ -88,8 +90,8 @@ def inputs(d: Path) -> dict[str, tuple[Path, str, bool]]:
     put("alias-bomb", "\n".join(lines) + "\n", "small", False)
     put("deep-nesting", body.replace("engine_args:\n", "engine_args:\n  deep: " + "[" * 100_000 + "]" * 100_000
                                      + "\n"), "small", False)
-    put("long-list", yaml.safe_dump(_spec(engine={"max_model_len": 131072, "block_size": 32, "kv_cache_dtype": "auto",
-                                                  "kv_cache_memory_bytes": "64GiB", "max_num_seqs": None},
+    put("long-list", yaml.safe_dump(_spec(engine={"max_model_len": 8192, "block_size": 32, "kv_cache_dtype": "auto",
+                                                  "kv_cache_memory_bytes": "8GiB", "max_num_seqs": None},
                                           workload={"concurrency": 1, "prompt_len": list(range(1, 99_001)),
                                                     "output_len": 16}, phases=["capacity", "decode"])),
         "grid", True)

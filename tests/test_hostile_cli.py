@@ -272,7 +272,7 @@ def test_a_kv_budget_past_this_machines_ram_is_refused_on_the_cpu(tmp_path):
     spec["engine"]["kv_cache_memory_bytes"] = "1PiB"
     p = tmp_path / "s.yaml"
     p.write_text(yaml.safe_dump(spec, sort_keys=False))
-    refused(["validate", "--platform", "cpu", str(p)], "kv_cache_memory_bytes", "this machine's RAM")
+    refused(["validate", "--platform", "cpu", str(p)], "kv_cache_memory_bytes", "more than this machine's memory")
 
 
 def test_compare_empty_label_names_labels(tmp_path):
