@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from hostile_inputs import tiny_spec  # the benchmark beside this one
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
 TINY_CONFIG = json.loads((ROOT / "analysis" / "catalog" / "models" / "tiny-llama-gqa" / "config.json").read_text())
 LLAMA8B = json.loads((ROOT / "analysis" / "catalog" / "models" / "llama-3.1-8b" / "config.json").read_text())
 TIMEOUT_S = 30
@@ -59,14 +59,8 @@ class Case:
 
 
 def spec(**sections: object) -> str:
-    """tiny-cpu.yaml with sections replaced (a dict updates a dict section; anything else replaces it)."""
-    s = yaml.safe_load(yaml.safe_dump(TINY))
-    for key, changes in sections.items():
-        if isinstance(changes, dict) and isinstance(s.get(key), dict):
-            s[key].update(changes)
-        else:
-            s[key] = changes
-    return yaml.safe_dump(s, sort_keys=False)
+    """tiny-cpu.yaml with sections replaced, as YAML text."""
+    return yaml.safe_dump(tiny_spec(**sections), sort_keys=False)
 
 
 def cfg(**changes: object) -> dict:

@@ -55,7 +55,8 @@ GRID_GPU = (90.0, 800)  # the dry run costed on a GPU
 MANIFEST_MB = 25  # manifest.json with every dropped combination of a grid at the cap (~190 bytes each)
 
 
-def _spec(**sections: object) -> dict:
+def tiny_spec(**sections: object) -> dict:
+    """tiny-cpu.yaml with sections replaced (a dict updates a dict section; anything else replaces it)."""
     spec = yaml.safe_load(yaml.safe_dump(TINY))
     for section, changes in sections.items():
         if isinstance(changes, dict) and isinstance(spec.get(section), dict):
@@ -81,7 +82,7 @@ def inputs(d: Path) -> dict[str, tuple[Path, str, bool]]:
     args = "".join(f"  k{i}: {i}\n" for i in range(60_000))
     put("1mib-args", body.replace("engine_args:\n", "engine_args:\n" + args[: 2**20 - len(body) - 100]
                                   .rsplit("\n", 1)[0] + "\n"), "small", False)
-    put("args-under", yaml.safe_dump(_spec(engine={"kv_cache_dtype": "auto", "block_size": [32, 64]},
+    put("args-under", yaml.safe_dump(tiny_spec(engine={"kv_cache_dtype": "auto", "block_size": [32, 64]},
                                            engine_args={"hf_overrides": {f"k{i}": i for i in range(45_000)}}
                                            | TINY["engine_args"])), "small", True)
     lines = ["name: lol", "model: tiny-llama-gqa", "engine_args:", "  a: &a [x, x, x, x, x, x, x, x, x, x]"]
@@ -90,29 +91,31 @@ def inputs(d: Path) -> dict[str, tuple[Path, str, bool]]:
     put("alias-bomb", "\n".join(lines) + "\n", "small", False)
     put("deep-nesting", body.replace("engine_args:\n", "engine_args:\n  deep: " + "[" * 100_000 + "]" * 100_000
                                      + "\n"), "small", False)
-    put("long-list", yaml.safe_dump(_spec(engine={"max_model_len": 8192, "block_size": 32, "kv_cache_dtype": "auto",
+    put("long-list", yaml.safe_dump(tiny_spec(engine={"max_model_len": 8192, "block_size": 32, "kv_cache_dtype": "auto",
                                                   "kv_cache_memory_bytes": "8GiB", "max_num_seqs": None},
                                           workload={"concurrency": 1, "prompt_len": list(range(1, 99_001)),
                                                     "output_len": 16}, phases=["capacity", "decode"])),
         "grid", True)
-    put("max-points", yaml.safe_dump(_spec(engine={"max_model_len": 2048, "block_size": 32, "kv_cache_dtype": "auto",
+    put("max-points", yaml.safe_dump(tiny_spec(engine={"max_model_len": 2048, "block_size": 32,
+                                                       "kv_cache_dtype": "auto",
                                                    "kv_cache_memory_bytes": "8GiB", "max_num_seqs": None},
                                            workload={"concurrency": list(range(1, 101)),
                                                      "prompt_len": list(range(1, 101)),
                                                      "output_len": list(range(1, 11))},
                                            phases=["capacity", "decode"])), "grid", True)
-    put("max-grid", yaml.safe_dump(_spec(engine={"max_model_len": list(range(1024, 1024 + 5000)),
+    put("max-grid", yaml.safe_dump(tiny_spec(engine={"max_model_len": list(range(1024, 1024 + 5000)),
                                                  "block_size": [32, 64], "kv_cache_dtype": "auto",
                                                  "kv_cache_memory_bytes": "1GiB"},
                                          workload={"concurrency": [1, 2], "prompt_len": [16, 32, 48, 64, 80],
                                                    "output_len": 16},
                                          phases=["capacity", "decode"])), "grid", True)
-    put("max-dropped", yaml.safe_dump(_spec(engine={"max_model_len": 1024, "block_size": 32, "kv_cache_dtype": "auto",
+    put("max-dropped", yaml.safe_dump(tiny_spec(engine={"max_model_len": 1024, "block_size": 32,
+                                                        "kv_cache_dtype": "auto",
                                                     "max_num_seqs": 1},
                                             workload={"concurrency": list(range(1, 101)),
                                                       "prompt_len": list(range(1, 1001)), "output_len": 1},
                                             phases=["capacity", "decode"])), "grid", True)
-    put("over-cap", yaml.safe_dump(_spec(engine={"block_size": 32, "kv_cache_dtype": "auto"},
+    put("over-cap", yaml.safe_dump(tiny_spec(engine={"block_size": 32, "kv_cache_dtype": "auto"},
                                          workload={"concurrency": list(range(1, 1001)),
                                                    "prompt_len": list(range(1, 1001)),
                                                    "output_len": list(range(1, 1001))}, phases=["decode"])),

@@ -29,7 +29,7 @@ _sigint = signal.signal(signal.SIGINT, _interrupted_while_loading) if _loading e
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -336,11 +336,11 @@ def plan_cmd(
         inputs = PlanInputs(
             kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
             tensor_parallel_size=tps[0], gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_memory_bytes=_bytes_option("--kv-cache-memory-bytes", kv_cache_memory_bytes),
+            kv_cache_memory_bytes=_option_value("--kv-cache-memory-bytes", kv_cache_memory_bytes, parse_bytes),
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
             async_scheduling=async_scheduling, enforce_eager=enforce_eager, entry=entry,
             vllm_version=vllm_version, quantization=quantization, dtype=dtype,
-            reserve_bytes=_bytes_option("--reserve-bytes", reserve_bytes),
+            reserve_bytes=_option_value("--reserve-bytes", reserve_bytes, parse_bytes),
             batch=batch, context=context, prompt_len=prompt_len,
         )
         cal = _load_calibration(calibration, gpu_spec) if calibration else None
@@ -418,21 +418,13 @@ def _plan_options_line(exc: ValidationError) -> str:
         for e in exc.errors())
 
 
-def _bytes_option(option: str, text: str | None) -> int | None:
-    """A byte-size option's value (None when not given); a ValueError naming the option otherwise."""
+def _option_value(option: str, text: str | None, parse: Callable[[str], Any]) -> Any:
+    """An option's text through its parser (parse_bytes, parse_seconds); None when not given, a PlanError
+    naming the option otherwise."""
     if text is None:
         return None
     try:
-        return parse_bytes(text)
-    except ValueError as exc:
-        raise PlanError(f"{option}: {exc}") from None
-
-
-def _seconds_option(option: str, text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return parse_seconds(text)
+        return parse(text)
     except ValueError as exc:
         raise PlanError(f"{option}: {exc}") from None
 
@@ -478,9 +470,9 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
         else:
             gpus = parse_gpu_list(gpu)
         for key in ("kv_cache_memory_bytes", "reserve_bytes"):
-            settings[key] = _bytes_option("--" + key.replace("_", "-"), settings[key])
+            settings[key] = _option_value("--" + key.replace("_", "-"), settings[key], parse_bytes)
         base = PlanInputs(**settings)
-        slo = _seconds_option("--tpot-slo", tpot_slo)
+        slo = _option_value("--tpot-slo", tpot_slo, parse_seconds)
         cal_for = None
         if calibration:
             def cal_for(g: Any) -> Calibration:
