@@ -380,11 +380,11 @@ def validate(path: str | Path, platform: str | None = None) -> tuple[SweepSpec, 
     """Everything before an engine starts: YAML, types, the model, then `check`. Raises SpecError."""
     from analysis.architecture import UnsupportedArchitecture
     from analysis.catalog import UnknownName
-    from profiler.spec import load_spec, yaml_lines
+    from profiler.spec import load_spec
 
     path = Path(path)
     spec = load_spec(path)
-    lines = yaml_lines(path.read_text())
+    lines = spec._lines or {}  # composed once, by load_spec
     try:
         plan = expand(spec)
     except (UnknownName, UnsupportedArchitecture, OSError, ValueError) as exc:

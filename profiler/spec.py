@@ -252,6 +252,7 @@ class SweepSpec(BaseModel):
     # The directory a relative `model:` path is taken against: the spec file's (load_spec sets it; None: the
     # current directory). Not a field: the same spec text hashes the same wherever it lies.
     _base_dir: Path | None = None
+    _lines: dict[tuple[Any, ...], int] | None = None  # load_spec's: each key's YAML line, for pre-flight's messages
 
     @field_validator("engine_args")
     @classmethod
@@ -407,13 +408,8 @@ FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_SPEC_DEPTH = 64  # mappings and lists inside each other; a spec nests a few (engine_args' dicts)
 
 
-_last_lines: tuple[str, dict[tuple[Any, ...], int]] = ("", {})  # load_spec's, for validate's yaml_lines
-
-
 def yaml_lines(text: str) -> dict[tuple[Any, ...], int]:
     """Each mapping key / sequence item of a YAML document → its 1-based line."""
-    if text and text == _last_lines[0]:
-        return dict(_last_lines[1])  # the spec load_spec has just composed: not again
     try:
         root = yaml.compose(text, Loader=FAST_LOADER)
     except yaml.YAMLError:
@@ -551,11 +547,10 @@ def load_spec(path: str | Path) -> SweepSpec:
         raise SpecError(f"{path}{where}: not valid YAML: {what}") from None
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: a sweep spec is a YAML mapping (name:, model:, engine:, workload:)")
-    global _last_lines
     lines = node_lines(root)
-    _last_lines = (text, lines)
     spec = parse_spec(raw, source=str(path), lines=lines)
     spec._base_dir = path.parent.absolute()  # a relative model path means the same from any directory
+    spec._lines = lines
     check_grid(spec, source=str(path), lines=lines)  # before anything is expanded
     return spec
 
