@@ -12,9 +12,12 @@ Layout of a results directory (schema version ``SCHEMA_VERSION``)::
     spec.yaml                  the spec as the user wrote it
     probe.json                 ``kvprof probe`` (copy bandwidth, matmul, attention)
     engines/<engine id>.json   EngineRecord: vLLM's capacity facts, start-up log, phases
-    points/<point id>.json     PointRecord: DecodePoint | SaturationPoint | FailedPoint
+    servers/<engine id>.json   ServerRecord: the engine served by vLLM's OpenAI server (serve phase)
+    points/<point id>.json     PointRecord: DecodePoint | SaturationPoint | ServePoint | FailedPoint
     telemetry/<engine id>.parquet   rows of TelemetrySample (columns below)
     logs/<engine id>.log       the engine child's stdout and stderr
+    logs/<engine id>.server.log, .serve.log   the OpenAI server's output, the serve child's (load generator)
+    tokenizers/<model digest>/ the synthetic tokenizer a config-only model is served with
     jobs/<engine id>.json      the engine child's instructions (internal, not a record)
 
 Ids are derived from content, never paths: an engine id is a readable slug of its
@@ -145,7 +148,8 @@ def check_finite(text: str, source: str | Path) -> None:
 
 # What each record model is, in words, for a record found where another kind belongs.
 KIND_OF_MODEL = {"Manifest": "a manifest", "EngineRecord": "an engine record", "DecodePoint": "a point record",
-                 "SaturationPoint": "a point record", "FailedPoint": "a point record"}
+                 "SaturationPoint": "a point record", "ServePoint": "a point record", "FailedPoint": "a point record",
+                 "ServerRecord": "a server record"}
 
 
 def record_kind(text: str) -> str | None:
@@ -158,6 +162,8 @@ def record_kind(text: str) -> str | None:
         return None
     if "point" in data and "engine_id" in data:
         return "a point record"
+    if "server_kwargs" in data:
+        return "a server record"
     if "capacity" in data or ("engine" in data and "llm_kwargs" in data):
         return "an engine record"
     if "schema_version" in data and "engines" in data:
@@ -247,18 +253,36 @@ class EngineSettings(BaseModel):
 
 
 class PointSettings(BaseModel):
-    """One workload point inside an engine. Its id is derived from these fields."""
+    """One workload point inside an engine. Its id is derived from these fields.
+
+    Decode and saturation points run in the offline engine child; a ``serve`` point is one run of
+    vLLM's own benchmark client (``vllm.benchmarks.serve``) against the engine's OpenAI server:
+    ``num_requests`` requests of ``prompt_len`` / ``output_len`` tokens (each uniform within
+    ± ``range_ratio``; the first ``prefix_len`` prompt tokens shared by every request), sent at
+    ``request_rate`` per second (Poisson, gamma-shaped by ``burstiness``; None: all at once) with at
+    most ``concurrency`` in flight (None: no cap). The serve-only fields are None on other points,
+    so their ids are those of earlier kvprof versions.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     engine_id: str
-    phase: Literal["decode", "saturation"]
-    concurrency: int | None = Field(gt=0, description="requests submitted together; None: factor × predicted ceiling")
+    phase: Literal["decode", "saturation", "serve"]
+    concurrency: int | None = Field(gt=0, description="requests submitted together (serve: the most in flight); "
+                                                      "None: factor × predicted ceiling (serve: no cap)")
     prompt_len: int = Field(gt=0)
     output_len: int = Field(gt=0)
     repeats: int = Field(ge=1)
-    warmup: int = Field(ge=0)
+    warmup: int = Field(ge=0, description="unmeasured batches before the measured ones (serve: warm-up requests)")
     factor: float | None = Field(None, gt=0)
+    request_rate: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                       description="serve: requests per second (None: all at once)")
+    burstiness: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                     description="serve: gamma shape of the inter-arrival times (1 or None: Poisson)")
+    num_requests: int | None = Field(None, gt=0, description="serve: requests measured")
+    prefix_len: int | None = Field(None, ge=0, description="serve: prompt tokens every request shares")
+    range_ratio: float | None = Field(None, ge=0, lt=1, allow_inf_nan=False,
+                                      description="serve: lengths uniform in [L·(1 − r), L·(1 + r)]")
 
     @model_validator(mode="before")
     @classmethod
@@ -277,16 +301,45 @@ class PointSettings(BaseModel):
 
     @model_validator(mode="after")
     def _level(self) -> PointSettings:
-        if self.concurrency is None and self.factor is None:
-            raise ValueError("a point needs its concurrency or its factor (× the predicted ceiling)")
+        serve_only = {k: getattr(self, k) for k in SERVE_ONLY_FIELDS if getattr(self, k) is not None}
+        if self.phase != "serve":
+            if serve_only:
+                raise ValueError(f"{sorted(serve_only)} apply to serve points only, not to a {self.phase} point")
+            if self.concurrency is None and self.factor is None:
+                raise ValueError("a point needs its concurrency or its factor (× the predicted ceiling)")
+            return self
+        if self.factor is not None:
+            raise ValueError("a serve point has a concurrency and/or a request rate, not a factor")
+        if self.concurrency is None and self.request_rate is None:
+            raise ValueError("a serve point needs its concurrency (the most in flight) or its request rate")
+        if self.num_requests is None:
+            raise ValueError("a serve point needs num_requests")
+        if self.prefix_len is not None and self.prefix_len >= self.prompt_len:
+            raise ValueError(f"prefix_len {self.prefix_len} must be shorter than prompt_len {self.prompt_len}")
         return self
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def id(self) -> str:
-        """``<engine id>--<phase>-c<concurrency>|x<factor>-p<prompt_len>-o<output_len>``."""
+        """``<engine id>--<phase>-c<concurrency>|x<factor>-p<prompt_len>-o<output_len>``; a serve point's level
+        is ``c<concurrency>``, ``r<rate>`` or both, followed by ``-n<requests>`` and, where set, ``-b<burstiness>``,
+        ``-s<shared prefix>``, ``-rr<range ratio>``."""
+        if self.phase == "serve":
+            level = (f"c{self.concurrency}" if self.concurrency is not None else "") + (
+                f"r{self.request_rate:g}" if self.request_rate is not None else "")
+            extra = f"-n{self.num_requests}"
+            if self.burstiness is not None and self.burstiness != 1:
+                extra += f"-b{self.burstiness:g}"
+            if self.prefix_len:
+                extra += f"-s{self.prefix_len}"
+            if self.range_ratio:
+                extra += f"-rr{self.range_ratio:g}"
+            return f"{self.engine_id}--serve-{level}-p{self.prompt_len}-o{self.output_len}{extra}"
         level = f"x{self.factor:g}" if self.concurrency is None else f"c{self.concurrency}"
         return f"{self.engine_id}--{self.phase}-{level}-p{self.prompt_len}-o{self.output_len}"
+
+
+SERVE_ONLY_FIELDS = ("request_rate", "burstiness", "num_requests", "prefix_len", "range_ratio")
 
 
 class Dropped(BaseModel):
@@ -471,6 +524,55 @@ class EngineRecord(Record):
         return self
 
 
+class SyntheticTokenizer(BaseModel):
+    """The tokenizer a server of a config-only model loads: generated by kvprof, not the model's own."""
+
+    model_config = ConfigDict(extra="allow")
+
+    path: str
+    vocab_size: int = Field(gt=0)
+    synthetic: bool = True
+    note: str = Field("word-level tokenizer generated over the model's vocabulary ids; prompts are real text and "
+                      "detokenization runs, but token boundaries are not the model's")
+
+
+class ServerRecord(Record):
+    """``servers/<engine id>.json``: the engine configuration served by vLLM's OpenAI server (serve phase).
+
+    The server is started once per engine configuration with the same engine arguments as the offline
+    engine (``server_kwargs``: ``llm_kwargs`` with a tokenizer instead of ``skip_tokenizer_init``), on a
+    loopback port, and every serve point of the engine runs against it.
+    """
+
+    id: str = Field(description="the engine id")
+    status: EngineStatus
+    engine: EngineSettings
+    server_kwargs: dict[str, Any] = Field(description="the engine arguments the server was given")
+    command: list[str] = Field([], description="the equivalent `vllm serve` command line")
+    host: str = "127.0.0.1"
+    port: int = Field(gt=0, lt=65536)
+    tokenizer: SyntheticTokenizer | None = None
+    message: str | None = None
+    log_tail: str | None = None
+    started_at: float | None = None
+    ready_at: float | None = Field(None, description="when /health first answered 200")
+    finished_at: float | None = None
+    startup_s: float | None = None
+    vllm_version: str | None = None
+    startup_log: StartupLog | None = None
+    returncode: int | None = None
+    process: ProcessTimes | None = None
+    telemetry: EngineTelemetry | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServerRecord:
+        if self.status == "ok" and self.ready_at is None:
+            raise ValueError("status ok needs ready_at (when /health first answered)")
+        if self.status != "ok" and not (self.message or self.log_tail):
+            raise ValueError(f"status {self.status} needs a message or a log tail saying why")
+        return self
+
+
 # --- point records -----------------------------------------------------------------------------------
 
 class DecodeMeasurements(BaseModel):
@@ -540,6 +642,81 @@ class SaturationMeasurements(BaseModel):
     timeline_columns: list[str] = []
     timeline: list[list[float | None]] = []
     engine_s: float | None = None
+
+
+class LatencyStats(BaseModel):
+    """One latency over a serve point's requests, as vLLM's benchmark client computes it (seconds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mean_s: float | None = Field(None, ge=0)
+    median_s: float | None = Field(None, ge=0)
+    std_s: float | None = Field(None, ge=0)
+    p50_s: float | None = Field(None, ge=0)
+    p90_s: float | None = Field(None, ge=0)
+    p99_s: float | None = Field(None, ge=0)
+
+
+class ServeRequests(BaseModel):
+    """Per request of a serve point (successful ones, in the client's order): what the percentiles
+    and goodput are computed from, kept so any SLO can be applied afterwards."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_s: list[float] = []
+    e2el_s: list[float] = Field([], description="request latency: sent to last token")
+    input_len: list[int] = []
+    output_len: list[int] = []
+    start_s: list[float] = Field([], description="when each request was sent, from the first one")
+
+
+class ServeMeasurements(BaseModel):
+    """A serve point: vLLM's benchmark client (``vllm.benchmarks.serve``) against the OpenAI server.
+
+    * **TTFT** — from sending the request to its first streamed token (queueing, prefill and the
+      HTTP/detokenization path included).
+    * **TPOT** — per request ``(latency − TTFT) / (output tokens − 1)``; statistics over requests.
+    * **ITL** — every gap between two streamed chunks, over all requests.
+    * **E2EL** — sending to the last token.
+    * **throughput** — completed requests, or output tokens, ÷ the benchmark's duration.
+    * **goodput** — requests per second that met every SLO in ``slo`` (None without SLOs).
+    The statistics are vLLM's own numbers (what ``vllm bench serve`` prints), in seconds.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    load_generator: str = Field(description="the client and its version, e.g. 'vllm.benchmarks.serve 0.32.0'")
+    duration_s: float = Field(gt=0)
+    completed: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    total_input_tokens: int = Field(ge=0)
+    total_output_tokens: int = Field(ge=0)
+    request_throughput: float = Field(ge=0)
+    output_tokens_per_s: float = Field(ge=0)
+    total_tokens_per_s: float = Field(ge=0)
+    request_goodput: float | None = Field(None, ge=0)
+    slo: dict[str, float] = Field({}, description="'ttft_s', 'tpot_s', 'e2el_s' → the bound goodput counts against")
+    ttft: LatencyStats
+    tpot: LatencyStats
+    itl: LatencyStats
+    e2el: LatencyStats
+    max_concurrent_requests: float | None = Field(None, description="the client's peak requests in flight")
+    mean_context: float = Field(ge=0, description="prompt_len + output_len / 2: mean KV length during decode")
+    errors: list[str] = Field([], description="the first failed requests' errors")
+    requests: ServeRequests = ServeRequests()
+    client_cpu_s: float | None = Field(None, ge=0, description="CPU seconds of the load generator's process")
+    client_wall_s: float | None = Field(None, gt=0, description="wall seconds of the load generator's run")
+    server_counters: dict[str, float | None] = Field(
+        {}, description="rise of the server's /metrics counters over the point (preemptions, prefix-cache hits "
+                        "and queries, prompt and generation tokens); null where a counter is missing or reset")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def client_cpu_share(self) -> float | None:
+        """The load generator's CPU seconds per wall second (1.0: one core busy the whole point)."""
+        if self.client_cpu_s is None or not self.client_wall_s:
+            return None
+        return self.client_cpu_s / self.client_wall_s
 
 
 class GpuPointTelemetry(BaseModel):
@@ -621,6 +798,19 @@ class SaturationPoint(_PointBase):
         return self
 
 
+class ServePoint(_PointBase):
+    """``points/<id>.json`` of a serve point that ran."""
+
+    status: Literal["ok"]
+    measurements: ServeMeasurements
+
+    @model_validator(mode="after")
+    def _phase(self) -> ServePoint:
+        if self.point.phase != "serve":
+            raise ValueError(f"serve measurements on a {self.point.phase} point")
+        return self
+
+
 class FailedPoint(_PointBase):
     """``points/<id>.json`` of a point that did not produce measurements, and why."""
 
@@ -637,18 +827,19 @@ def _point_kind(v: Any) -> str:
         return "failed"
     point = get("point") or {}
     phase = point.get("phase") if isinstance(point, dict) else getattr(point, "phase", None)
-    return "saturation" if phase == "saturation" else "decode"
+    return phase if phase in ("saturation", "serve") else "decode"
 
 
 PointRecord = Annotated[
     Annotated[DecodePoint, Tag("decode")] | Annotated[SaturationPoint, Tag("saturation")]
-    | Annotated[FailedPoint, Tag("failed")],
+    | Annotated[ServePoint, Tag("serve")] | Annotated[FailedPoint, Tag("failed")],
     Discriminator(_point_kind),
 ]
-POINT_RECORD: TypeAdapter[DecodePoint | SaturationPoint | FailedPoint] = TypeAdapter(PointRecord)
+AnyPoint = DecodePoint | SaturationPoint | ServePoint | FailedPoint
+POINT_RECORD: TypeAdapter[AnyPoint] = TypeAdapter(PointRecord)
 
 
-def load_point(path: str | Path, text: str | None = None) -> DecodePoint | SaturationPoint | FailedPoint:
+def load_point(path: str | Path, text: str | None = None) -> AnyPoint:
     """A point record, whichever kind, or ResultsError naming the file and the field."""
     path = Path(path)
     text = read_record_text(path) if text is None else text
@@ -805,14 +996,16 @@ def json_schema() -> dict[str, Any]:
     from pydantic.json_schema import models_json_schema
 
     _, defs = models_json_schema(
-        [(Manifest, "serialization"), (EngineRecord, "serialization"), (DecodePoint, "serialization"),
-         (SaturationPoint, "serialization"), (FailedPoint, "serialization"), (TelemetrySample, "serialization"),
+        [(Manifest, "serialization"), (EngineRecord, "serialization"), (ServerRecord, "serialization"),
+         (DecodePoint, "serialization"), (SaturationPoint, "serialization"), (ServePoint, "serialization"),
+         (FailedPoint, "serialization"), (TelemetrySample, "serialization"),
          (ProbeResult, "serialization")],
         title="kvprof results directory",
     )
     defs["description"] = (
         f"kvprof results directory, schema version {SCHEMA_VERSION}. manifest.json is Manifest, "
-        "engines/<id>.json EngineRecord, points/<id>.json one of DecodePoint, SaturationPoint, FailedPoint "
+        "engines/<id>.json EngineRecord, servers/<id>.json ServerRecord, points/<id>.json one of DecodePoint, "
+        "SaturationPoint, ServePoint, FailedPoint "
         "(FailedPoint when status is not 'ok', else by point.phase), telemetry/<id>.parquet has the columns "
         "of TelemetrySample, probe.json is ProbeResult. Generated from analysis/results_schema.py; do not edit.")
     defs["schema_version"] = SCHEMA_VERSION

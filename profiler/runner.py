@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from analysis.results_schema import EngineRecord, EngineTelemetry, ProcessTimes, ResultsError, StartupLog
-from profiler.spec import EngineConfig, EngineJob, Plan, Point
+from profiler.spec import EngineConfig, EngineJob, Plan, Point, ServeJob
 from profiler.store import SCHEMA_VERSION, ResultsDir, StoreError, atomic_write_text, read_json
 from profiler.vllm_log import parse_startup
 
@@ -121,6 +121,36 @@ def _point_label(point_id: str) -> str:
     return point_id.split("--", 1)[-1]
 
 
+def _supervise(proc: subprocess.Popen[bytes], store: ResultsDir, ready_now: Any, points: list[Point], timeouts: Any,
+               on_point_done: Any, on_current: Any, progress_marker: Any = None) -> tuple[str | None, bool, set[str]]:
+    """Watch a child until it exits: (outcome — None when it exited by itself, "timeout" when killed —,
+    whether it became ready, the points whose records appeared).
+
+    Timeouts restart at each sign of progress: ``engine_start_s`` until ``ready_now()`` says the child is
+    up, then ``point_s`` for each point (and for whatever ``progress_marker()`` counts, e.g. phases)."""
+    ready, marker, last_progress = False, None, time.monotonic()
+    seen_done: set[str] = set()
+    while proc.poll() is None:
+        time.sleep(POLL_S)
+        ready = ready or ready_now()
+        for p in points:
+            if p.id not in seen_done and store.point_status(p.id) is not None:
+                seen_done.add(p.id)
+                if on_point_done:
+                    on_point_done(p)
+        current = next((p for p in points if p.id not in seen_done), None)
+        now_marker = (ready, progress_marker() if progress_marker else 0, len(seen_done))
+        if now_marker != marker:
+            marker, last_progress = now_marker, time.monotonic()
+            if on_current:
+                on_current("starting engine" if not ready else _point_label(current.id) if current else "finishing")
+        limit = timeouts.point_s if ready else timeouts.engine_start_s
+        if time.monotonic() - last_progress > limit:
+            _kill_group(proc)
+            return "timeout", ready, seen_done
+    return None, ready, seen_done
+
+
 def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases: list[str], seed: int,
                timeouts: Any, on_point_done: Any = None, on_current: Any = None,
                telemetry: Any = None) -> EngineRun:
@@ -138,9 +168,15 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
     sampler = _start_sampler(store, cfg, telemetry, lambda: child["pid"])  # its first sample is the baseline
     # A stale record from an earlier launch must not count as "ready" for this one.
     launched_at = time.time()
-    ready, marker, last_progress = False, None, time.monotonic()
-    seen_done: set[str] = set()
-    outcome = None
+
+    def ready_now() -> bool:
+        rec = store.read_engine(cfg.id)
+        return rec is not None and rec.status == "ok" and (rec.started_at or 0) >= launched_at - 1
+
+    def phases_done() -> int:
+        rec = store.read_engine(cfg.id)
+        return len(rec.phases) if rec else 0
+
     # CUDA indices in PCI order, so the sampler's NVML devices are the engine's devices.
     env = {**os.environ, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
     with log_path.open("ab") as log:
@@ -150,28 +186,8 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
         )
         child["pid"] = proc.pid
         try:
-            while proc.poll() is None:
-                time.sleep(POLL_S)
-                rec = store.read_engine(cfg.id)
-                ready = ready or (rec is not None and rec.status == "ok"
-                                  and (rec.started_at or 0) >= launched_at - 1)
-                for p in points:
-                    if p.id not in seen_done and store.point_status(p.id) is not None:
-                        seen_done.add(p.id)
-                        if on_point_done:
-                            on_point_done(p)
-                current = next((p for p in points if p.id not in seen_done), None)
-                now_marker = (ready, len(rec.phases) if rec else 0, len(seen_done))
-                if now_marker != marker:
-                    marker, last_progress = now_marker, time.monotonic()
-                    if on_current:
-                        on_current("starting engine" if not ready else
-                                   _point_label(current.id) if current else "finishing")
-                limit = timeouts.point_s if ready else timeouts.engine_start_s
-                if time.monotonic() - last_progress > limit:
-                    _kill_group(proc)
-                    outcome = "timeout"
-                    break
+            outcome, ready, seen_done = _supervise(proc, store, ready_now, points, timeouts, on_point_done, on_current,
+                                                   phases_done)
             if outcome is None:
                 outcome = "ok" if proc.returncode == 0 else "crash"
                 _kill_group(proc)  # workers the child left behind (it exits without teardown)
@@ -192,36 +208,138 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
     return EngineRun(outcome=outcome, ready=ready, failed_point=failed)
 
 
-def _start_sampler(store: ResultsDir, cfg: EngineConfig, telemetry: Any, root_pid: Any) -> Any:
+# The serve child's command line, before its job file (tests put a failing double here).
+SERVE_COMMAND = [sys.executable, "-u", "-m", "profiler.serve"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A loopback port nobody listens on now (the server binds it moments later; a port taken in between
+    makes the server fail to start, recorded with its log)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something already listens on ``host:port`` (pre-flight for a spec's fixed serve.port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: Any, on_point_done: Any = None,
+               on_current: Any = None) -> EngineRun:
+    """Run one serve child (the engine's OpenAI server and vLLM's client) over ``points`` to completion.
+
+    The same rules as an engine child: its own process group (the server and its engine core in it),
+    ``engine_start_s`` until /health answers, ``point_s`` per point, everything killed on Ctrl-C."""
+    from analysis.results_schema import ServerRecord
+
+    port = spec.serve.port or free_port()
+    host = "127.0.0.1"
+    from profiler.tokenizer import tokenizer_dir
+
+    tok_dir = tokenizer_dir(store.root, cfg.model_sha256 or cfg.id)
+    job = ServeJob(results_dir=str(store.root), engine_id=cfg.id, engine=cfg, seed=spec.seed, host=host, port=port,
+                   tokenizer_dir=str(tok_dir), server_kwargs=cfg.server_kwargs(str(tok_dir)),
+                   ready_timeout_s=spec.timeouts.engine_start_s, slo=spec.serve.slo.seconds(), points=points)
+    job_path = store.serve_job_path(cfg.id)
+    atomic_write_text(job_path, job.model_dump_json(indent=2))
+    log_path = store.logs / f"{cfg.id}.serve.log"
+    child: dict[str, int | None] = {"pid": None}
+    sampler = _start_sampler(store, cfg, spec.telemetry, lambda: child["pid"], metrics_url=f"{job.base_url}/metrics")
+    launched_at = time.time()
+
+    def ready_now() -> bool:
+        rec = store.read_server(cfg.id)
+        return rec is not None and rec.status == "ok" and (rec.started_at or 0) >= launched_at - 1
+
+    env = {**os.environ, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the server runs its engine core in its own process
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen([*SERVE_COMMAND, str(job_path)], stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+        child["pid"] = proc.pid
+        try:
+            outcome, ready, seen_done = _supervise(proc, store, ready_now, points, spec.timeouts, on_point_done,
+                                                   on_current)
+            if outcome is None:
+                outcome = "ok" if proc.returncode == 0 else "crash"
+            _kill_group(proc)  # the server: the child exits without stopping it
+        except BaseException:
+            _kill_group(proc)
+            if sampler:
+                sampler.stop()
+                sampler.flush()
+            raise
+    server_log = store.logs / f"{cfg.id}.server.log"
+    log_text = server_log.read_text(errors="replace") if server_log.exists() else ""
+    rec = store.read_server(cfg.id)
+    if rec is None or (rec.started_at or 0) < launched_at - 1:
+        rec = ServerRecord(id=cfg.id, status="crash" if outcome == "ok" else outcome, engine=cfg,
+                           server_kwargs=job.server_kwargs, host=host, port=port,
+                           telemetry=rec.telemetry if rec else None,
+                           message=f"serve child ended with {outcome} (return code {proc.returncode}) before it "
+                                   "wrote its record", log_tail=_tail(log_path))
+    elif outcome != "ok" and rec.status == "ok":
+        rec.status = outcome
+        rec.message = rec.message or f"serve child ended with {outcome} (return code {proc.returncode})"
+        rec.log_tail = log_text[-LOG_TAIL_CHARS:] or _tail(log_path)
+    rec.startup_log = StartupLog(**parse_startup(log_text))
+    rec.process = ProcessTimes(launched_at=launched_at, exited_at=time.time())
+    store.write_server(rec)
+    failed = None
+    if outcome != "ok":
+        failed = _fail_unfinished(store, cfg, points, outcome, proc.returncode, ready, log_path, "serve")
+    if sampler:
+        store_telemetry(store, cfg.id, sampler, launched_at, points, owner="server")
+    if on_point_done:
+        for p in points:
+            if p.id not in seen_done:
+                on_point_done(p)
+    return EngineRun(outcome=outcome, ready=ready, failed_point=failed)
+
+
+def _start_sampler(store: ResultsDir, cfg: EngineConfig, telemetry: Any, root_pid: Any,
+                   metrics_url: str | None = None) -> Any:
     if telemetry is None or not telemetry.enabled:
         return None
     from profiler.telemetry import Sampler, open_sources
 
-    sources, unavailable = open_sources(telemetry.backend, cfg.tensor_parallel_size, root_pid)
+    sources, unavailable = open_sources(telemetry.backend, cfg.tensor_parallel_size, root_pid,
+                                        metrics_url=metrics_url)
     # One partial file per launch: an interrupted launch's samples are never overwritten.
     partial = store.telemetry / f"{cfg.id}.{int(time.time() * 1000)}.partial.parquet"
     return Sampler(sources, telemetry.interval_s, partial, unavailable).start()
 
 
 def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at: float,
-                    points: list[Point]) -> None:
-    """Tag this launch's samples, append them to telemetry/<engine>.parquet, aggregate per point."""
+                    points: list[Point], owner: str = "engine") -> None:
+    """Tag this launch's samples, append them to telemetry/<engine>.parquet, aggregate per point.
+
+    ``owner``: whose launch it was, the engine child's ("engine") or the serve child's ("server"); that
+    record keeps the launch's description. Launches are numbered across both in the one file."""
     import pandas as pd
 
     from profiler.store import atomic_write_bytes
     from profiler.telemetry import aggregate, tag_phases
 
     df = sampler.stop()
-    rec = store.read_engine(engine_id)
-    if rec is None:  # _finish_engine_record always leaves one; a vanished file is a write failure
-        raise OSError(f"engine record {store.engine_path(engine_id)} is missing or unreadable")
+    rec: Any = store.read_engine(engine_id) if owner == "engine" else store.read_server(engine_id)
+    if rec is None:  # the runner always leaves one; a vanished file is a write failure
+        where = store.engine_path(engine_id) if owner == "engine" else store.server_path(engine_id)
+        raise OSError(f"{owner} record {where} is missing or unreadable")
     point_recs = [r for r in (store.read_point(p.id) for p in points) if r is not None]
     df = tag_phases(df, rec.model_dump(), [r.model_dump() | {"id": r.id} for r in point_recs], launched_at)
     info = rec.telemetry or EngineTelemetry(file=f"telemetry/{engine_id}.parquet")
-    df["launch"] = len(info.launches)
     path = store.telemetry / f"{engine_id}.parquet"
-    if path.exists() and info.launches:
-        df = pd.concat([pd.read_parquet(path), df], ignore_index=True)
+    earlier = pd.read_parquet(path) if path.exists() else None
+    df["launch"] = 0 if earlier is None or earlier.empty else int(earlier["launch"].max()) + 1
+    if earlier is not None:
+        df = pd.concat([earlier, df], ignore_index=True)
     atomic_write_bytes(path, df.to_parquet(index=False))
     if sampler.partial_path:
         sampler.partial_path.unlink(missing_ok=True)
@@ -236,7 +354,10 @@ def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at
         used = rec.cuda_uuids[: len(sampled)]
         info.device_match = "ok" if used == sampled else f"MISMATCH: engine used {used}, sampled {sampled}"
     rec.telemetry = info
-    store.write_engine(rec)
+    if owner == "engine":
+        store.write_engine(rec)
+    else:
+        store.write_server(rec)
     for prec in point_recs:
         mine = df[df["point_id"] == prec.id]
         if mine.empty:
@@ -269,20 +390,29 @@ def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, 
     store.write_engine(rec)
     if outcome == "ok":
         return None
-    unfinished = [p for p in points if store.point_status(p.id) in (None, "corrupt")]
     in_capacity = "capacity" in phases and not any(ph.phase == "capacity" for ph in rec.phases)
-    # Engine never came up: every point shares its failure. Up and died on a point:
-    # that point failed, the ones after it were never tried.
-    culprit = unfinished[0] if ready and unfinished and not in_capacity else None
+    return _fail_unfinished(store, cfg, points, outcome, returncode, ready and not in_capacity, log_path,
+                            "engine", where="the capacity phase" if ready else None)
+
+
+def _fail_unfinished(store: ResultsDir, cfg: EngineConfig, points: list[Point], outcome: str,
+                     returncode: int | None, ready: bool, log_path: Path, who: str,
+                     where: str | None = None) -> str | None:
+    """Give every point without a record its fate after a child ended with ``outcome``; returns the point
+    it died on. Never ready: every point shares the failure. Up and died on a point: that point failed,
+    the ones after it were never tried (aborted: a plain rerun runs them). ``where``: what it died in when
+    not on a point (the capacity phase)."""
+    unfinished = [p for p in points if store.point_status(p.id) in (None, "corrupt")]
+    culprit = unfinished[0] if ready and unfinished else None
     for p in unfinished:
         base = {"id": p.id, "engine_id": cfg.id, "engine": cfg, "point": p}
-        if ready and p is not culprit:
-            where = f"point {_point_label(culprit.id)}" if culprit else "the capacity phase"
-            store.write_failure(base, ABORTED, f"not run: the engine ended with {outcome} during {where}; "
-                                               "a rerun of the sweep runs it")
+        if (ready or where) and p is not culprit:
+            at = f"point {_point_label(culprit.id)}" if culprit else where
+            store.write_failure(base, ABORTED, f"not run: the {who} ended with {outcome} during "
+                                               f"{at}; a rerun of the sweep runs it")
             continue
-        store.write_failure(base, outcome, f"engine child ended with {outcome} (return code {returncode})"
-                                           + ("" if ready else " before the engine was ready"),
+        store.write_failure(base, outcome, f"{who} child ended with {outcome} (return code {returncode})"
+                                           + ("" if ready or where else " before the engine was ready"),
                             log_tail=_tail(log_path))
     return culprit.id if culprit else None
 
@@ -327,28 +457,38 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
             engines_task = progress.add_task("engines", total=len(plan.engines))
             points_task = progress.add_task("points", total=total, completed=outcome.points_skipped)
             for cfg in plan.engines:
-                pts = todo[cfg.id]
+                pending = todo[cfg.id]
+                pts = [p for p in pending if p.phase != "serve"]
+                serve_pts = [p for p in pending if p.phase == "serve"]
                 engine_done = store.read_engine(cfg.id)
                 needs_engine = bool(pts) or ("capacity" in plan.spec.phases
                                              and (engine_done is None or engine_done.status != "ok"))
-                if not needs_engine:
+                if not needs_engine and not serve_pts:
                     progress.advance(engines_task)
                     continue
                 label = f"engine {plan.engines.index(cfg) + 1}/{len(plan.engines)} {cfg.id}"
                 progress.update(engines_task, description=label)
-                while True:
-                    outcome.engines_launched += 1
-                    run = run_engine(store, cfg, pts, list(plan.spec.phases), plan.spec.seed, plan.spec.timeouts,
-                                     telemetry=plan.spec.telemetry,
-                                     on_point_done=lambda p: progress.advance(points_task),
-                                     on_current=lambda what: progress.update(
-                                         points_task, description=f"points · {what}"))
-                    # A hung point costs that point only: one relaunch for the ones after it.
-                    retry = [p for p in pts if store.point_status(p.id) == ABORTED]
-                    if run.outcome != "timeout" or not run.failed_point or not retry or pts is not todo[cfg.id]:
-                        break
-                    pts = retry
-                    progress.update(points_task, advance=-len(retry))
+
+                def advance(p: Point) -> None:
+                    progress.advance(points_task)
+
+                def current(what: str, prefix: str = "") -> None:
+                    progress.update(points_task, description=f"points · {prefix}{what}")
+
+                if needs_engine:
+                    _run_with_relaunch(store, pts, outcome, lambda ps, c=cfg: run_engine(
+                        store, c, ps, list(plan.spec.phases), plan.spec.seed, plan.spec.timeouts,
+                        telemetry=plan.spec.telemetry, on_point_done=advance, on_current=current),
+                        relaunch_on=("timeout",), progress=progress, points_task=points_task)
+                if serve_pts:
+                    if not _engine_can_serve(store, cfg, serve_pts):
+                        for p in serve_pts:
+                            advance(p)
+                    else:
+                        _run_with_relaunch(store, serve_pts, outcome, lambda ps, c=cfg: run_server(
+                            store, c, ps, plan.spec, on_point_done=advance,
+                            on_current=lambda what: current(what, "serve · ")),
+                            relaunch_on=("timeout", "crash"), progress=progress, points_task=points_task)
                 progress.advance(engines_task)
         _count(store, plan, outcome)
         store.update_manifest(status=outcome.status, finished_at=time.time(), devices=_devices(store, plan),
@@ -369,6 +509,35 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
         with contextlib.suppress(OSError):
             store.unlock()
     return outcome
+
+
+def _run_with_relaunch(store: ResultsDir, pts: list[Point], outcome: SweepOutcome, launch: Any,
+                       relaunch_on: tuple[str, ...], progress: Any, points_task: Any) -> None:
+    """Launch a child over ``pts``; when it ends with one of ``relaunch_on`` on a point, the points after
+    that one get one relaunch (a hung or crashed point costs that point only)."""
+    first = pts
+    while True:
+        outcome.engines_launched += 1
+        run = launch(pts)
+        retry = [p for p in pts if store.point_status(p.id) == ABORTED]
+        if run.outcome not in relaunch_on or not run.failed_point or not retry or pts is not first:
+            return
+        pts = retry
+        progress.update(points_task, advance=-len(retry))
+
+
+def _engine_can_serve(store: ResultsDir, cfg: EngineConfig, points: list[Point]) -> bool:
+    """False (and every serve point recorded with the engine's failure) when this configuration's offline
+    engine never came up: the server would build the same engine and fail the same way."""
+    rec = store.read_engine(cfg.id)
+    if rec is None or rec.status == "ok" or rec.ready_at is not None:
+        return True
+    why = (rec.message or "").strip().splitlines()[0] if rec.message and rec.message.strip() else "see its log"
+    for p in points:
+        store.write_failure({"id": p.id, "engine_id": cfg.id, "engine": cfg, "point": p}, rec.status,
+                            f"not served: the offline engine of this configuration failed to start ({rec.status}: "
+                            f"{why}); the server would build the same engine", log_tail=rec.log_tail)
+    return False
 
 
 def _count(store: ResultsDir, plan: Plan, outcome: SweepOutcome) -> None:

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationInfo, fie
 
 from analysis.results_schema import Dropped, EngineSettings, PointSettings
 
-PHASES = ("capacity", "decode", "saturation")
+PHASES = ("capacity", "decode", "saturation", "serve")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")  # checkpoint files vLLM loads
 
 
@@ -191,6 +191,106 @@ class SaturationAxes(BaseModel):
         return None if v is None else _positive_list(v)
 
 
+# A serve point holds its requests' prompts in the client and per-request results in its record: 100,000 requests
+# is hours of load on any GPU, and keeps a typo (1e9) from exhausting the host.
+MAX_SERVE_REQUESTS = 100_000
+MAX_SERVE_LEVELS = 1_000  # concurrency levels or rates: each is one run of the load generator
+
+
+class Slo(BaseModel):
+    """Service-level objectives a request must meet to count toward goodput (vLLM's --goodput), in ms."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttft_ms: Number | None = Field(None, gt=0, description="time to first token")
+    tpot_ms: Number | None = Field(None, gt=0, description="time per output token after the first")
+    e2el_ms: Number | None = Field(None, gt=0, description="request latency, sent to last token")
+
+    def seconds(self) -> dict[str, float]:
+        """The bounds that are set, as ServeMeasurements.slo keys (seconds)."""
+        return {k.replace("_ms", "_s"): v / 1000 for k, v in self.model_dump().items() if v is not None}
+
+
+class ServeAxes(BaseModel):
+    """The serve phase: each engine configuration is served by vLLM's OpenAI server and loaded by vLLM's own
+    benchmark client (vllm.benchmarks.serve), once per concurrency level and once per request rate, for every
+    prompt_len × output_len × prefix_fraction."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: list[Int] = Field([], description="closed loop: at most N requests in flight, all sent at once")
+    request_rate: list[Number] = Field([], description="open loop: requests per second (Poisson arrivals)")
+    burstiness: Number = Field(1.0, gt=0, le=100, description="gamma shape of inter-arrival times: 1 Poisson, "
+                                                               "below 1 burstier, above 1 more regular")
+    max_concurrency: Int | None = Field(None, gt=0, description="cap on requests in flight at a request rate")
+    prompt_len: list[Int] = [128]
+    output_len: list[Int] = [64]
+    range_ratio: Number = Field(0.0, ge=0, lt=1, description="lengths uniform in [L·(1 − r), L·(1 + r)]")
+    prefix_fraction: list[Number] = Field([0.0], description="share of each prompt every request has in common "
+                                                            "(prefix caching's effect on KV usage)")
+    num_requests: Int = Field(64, ge=1, le=MAX_SERVE_REQUESTS, description="requests measured per point")
+    duration_s: Number | None = Field(None, gt=0, le=86_400, description="at a request rate: rate × duration "
+                                                                         "requests instead of num_requests")
+    warmup_requests: Int = Field(2, ge=0, le=1000, description="unmeasured requests before each point")
+    slo: Slo = Slo()
+    port: Int | None = Field(None, ge=1024, le=65535, description="the server's loopback port (null: a free one)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _listify(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        lists = ("concurrency", "request_rate", "prompt_len", "output_len", "prefix_fraction")
+        return {k: _as_list(v) if k in lists else v for k, v in data.items()}
+
+    @field_validator("concurrency", "request_rate")
+    @classmethod
+    def _levels(cls, v: list[Any]) -> list[Any]:
+        if any(x <= 0 for x in v):
+            raise ValueError(f"values must be positive, got {v}")
+        if len(v) > MAX_SERVE_LEVELS:
+            raise ValueError(f"{len(v):,} levels; at most {MAX_SERVE_LEVELS:,} (each is one run of the load generator)")
+        return v
+
+    @field_validator("concurrency")
+    @classmethod
+    def _concurrency_bound(cls, v: list[int]) -> list[int]:
+        if any(x > MAX_SERVE_REQUESTS for x in v):
+            raise ValueError(f"levels must be at most {MAX_SERVE_REQUESTS:,} requests in flight, got {v}")
+        return v
+
+    @field_validator("prompt_len", "output_len")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        return _positive_list(v)
+
+    @field_validator("prefix_fraction")
+    @classmethod
+    def _fractions(cls, v: list[float]) -> list[float]:
+        if not v:
+            raise ValueError("must list at least one value (0: no shared prefix)")
+        if any(not 0 <= x < 1 for x in v):
+            raise ValueError(f"values must be fractions in [0, 1), got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _rate_options(self) -> ServeAxes:
+        if not self.request_rate and self.duration_s is not None:
+            raise ValueError("duration_s sets the requests of request_rate points (rate × duration); list "
+                             "request_rate, or give num_requests for concurrency levels")
+        return self
+
+    def requests_at(self, rate: float | None) -> int:
+        """Requests measured at ``rate`` (None: a concurrency level)."""
+        if rate is not None and self.duration_s is not None:
+            return min(MAX_SERVE_REQUESTS, max(1, math.ceil(rate * self.duration_s)))
+        return self.num_requests
+
+    @property
+    def levels(self) -> int:
+        return len(self.concurrency) + len(self.request_rate)
+
+
 class TelemetrySpec(BaseModel):
     """The parent's sampler (ARCHITECTURE.md §6)."""
 
@@ -245,7 +345,8 @@ class SweepSpec(BaseModel):
                           "Each combination is merged into engine_args and gives its own engines.")
     workload: WorkloadAxes = WorkloadAxes()
     saturation: SaturationAxes = SaturationAxes()
-    phases: list[Literal["capacity", "decode", "saturation"]] = Field(["capacity", "decode"], min_length=1)
+    serve: ServeAxes = ServeAxes()
+    phases: list[Literal["capacity", "decode", "saturation", "serve"]] = Field(["capacity", "decode"], min_length=1)
     telemetry: TelemetrySpec = TelemetrySpec()
     probe: Bool = Field(True, description="run `kvprof probe` into the results directory before the engines")
     timeouts: Timeouts = Timeouts()
@@ -263,8 +364,15 @@ class SweepSpec(BaseModel):
     @classmethod
     def _phases_once(cls, v: list[str]) -> list[str]:
         if len(set(v)) < len(v):
-            raise ValueError(f"{v} names a phase twice; list each once (capacity, decode, saturation)")
+            raise ValueError(f"{v} names a phase twice; list each once (capacity, decode, saturation, serve)")
         return v
+
+    @model_validator(mode="after")
+    def _serve_levels(self) -> SweepSpec:
+        if "serve" in self.phases and not self.serve.levels:
+            raise ValueError("serve: the serve phase needs serve.concurrency (closed-loop levels) and/or "
+                             "serve.request_rate (requests per second)")
+        return self
 
     @field_validator("engine_args_sweep", mode="before")
     @classmethod
@@ -350,6 +458,15 @@ class EngineConfig(EngineSettings):
         kw.update(self.engine_args)
         return kw
 
+    def server_kwargs(self, tokenizer: str) -> dict[str, Any]:
+        """The engine arguments of the serve phase's OpenAI server: ``llm_kwargs`` with ``tokenizer`` (the
+        synthetic one a config-only model is served with) instead of ``skip_tokenizer_init``, so the server
+        tokenizes and detokenizes text as in production."""
+        kw = self.llm_kwargs()
+        kw.pop("skip_tokenizer_init", None)
+        kw.pop("disable_log_stats", None)  # the server logs its stats by default
+        return kw | {"tokenizer": tokenizer}
+
 
 Point = PointSettings
 
@@ -366,6 +483,28 @@ class EngineJob(BaseModel):
     phases: list[str]
     llm_kwargs: dict[str, Any]
     points: list[PointSettings]
+
+
+class ServeJob(BaseModel):
+    """What the sweep's parent tells one serve child (``jobs/<engine id>.serve.json``; internal)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    results_dir: str
+    engine_id: str
+    engine: EngineSettings
+    seed: int
+    host: str = "127.0.0.1"
+    port: int
+    tokenizer_dir: str
+    server_kwargs: dict[str, Any]  # EngineConfig.server_kwargs
+    ready_timeout_s: float
+    slo: dict[str, float] = {}  # ServeMeasurements.slo: "ttft_s" → seconds
+    points: list[PointSettings]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
 
 class Plan(BaseModel):
@@ -446,7 +585,7 @@ def _line(lines: dict[tuple[Any, ...], int], loc: tuple[Any, ...]) -> int | None
 
 
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
-    sections = {"engine": EngineAxes, "workload": WorkloadAxes, "saturation": SaturationAxes,
+    sections = {"engine": EngineAxes, "workload": WorkloadAxes, "saturation": SaturationAxes, "serve": ServeAxes,
                 "telemetry": TelemetrySpec, "timeouts": Timeouts}
     model = sections.get(loc[0]) if len(loc) == 2 else SweepSpec if len(loc) == 1 else None
     return list(model.model_fields) if model else []
@@ -648,6 +787,7 @@ class GridSize(BaseModel):
     engine_arg_combinations: int  # engine_args_sweep's combinations (1 when nothing is swept)
     decode_axes: dict[str, int]  # "workload.<axis>" → values; empty without the decode phase
     saturation_levels: int  # saturation.concurrency or .factors; 0 without the saturation phase
+    serve_axes: dict[str, int] = {}  # "serve.<axis>" → values; empty without the serve phase
     engine_arg_values: int  # values of engine_args plus the largest swept combination
 
     @property
@@ -657,7 +797,8 @@ class GridSize(BaseModel):
 
     @property
     def points_per_engine(self) -> int:
-        return (math.prod(self.decode_axes.values()) if self.decode_axes else 0) + self.saturation_levels
+        return ((math.prod(self.decode_axes.values()) if self.decode_axes else 0) + self.saturation_levels
+                + (math.prod(self.serve_axes.values()) if self.serve_axes else 0))
 
     @property
     def points(self) -> int:
@@ -708,6 +849,9 @@ def grid_size(spec: SweepSpec) -> GridSize:
         if "decode" in spec.phases else {},
         saturation_levels=(len(sat.concurrency if sat.concurrency is not None else sat.factors)
                            if "saturation" in spec.phases else 0),
+        serve_axes={"serve.levels": spec.serve.levels, **{
+            f"serve.{n}": len(getattr(spec.serve, n)) for n in ("prompt_len", "output_len", "prefix_fraction")}}
+        if "serve" in spec.phases else {},
         engine_arg_values=_count_values(spec.engine_args, MAX_SPEC_VALUES) - 1
         + (_count_values(largest, MAX_SPEC_VALUES) - 1 if largest else 0))
 
@@ -739,8 +883,9 @@ def check_grid(spec: SweepSpec, limits: GridLimits | None = None, source: str = 
                          f"allowed; narrow an axis, or allow them with --max-engines {g.engines}")
     if g.points > limits.max_points:
         parts = ([f"{_product(g.decode_axes)} decode"] if g.decode_axes else []) + (
-            [f"{g.saturation_levels:,} saturation"] if g.saturation_levels else [])
-        add(g.decode_axes | engine_axes | {"saturation": g.saturation_levels},
+            [f"{g.saturation_levels:,} saturation"] if g.saturation_levels else []) + (
+            [f"{_product(g.serve_axes)} serve"] if g.serve_axes else [])
+        add(g.decode_axes | g.serve_axes | engine_axes | {"saturation": g.saturation_levels},
             f"{g.points:,} points ({g.engines:,} engines × {g.points_per_engine:,} each: {' + '.join(parts)}; "
             f"counted before combinations that do not fit are dropped), more than the {limits.max_points:,} "
             f"allowed; narrow an axis, or allow them with --max-points {g.points}")
@@ -803,6 +948,8 @@ def expand(spec: SweepSpec, limits: GridLimits | None = None) -> Plan:
                                  output_len=o, repeats=w.repeats, warmup=w.warmup))
         if "saturation" in spec.phases:
             pts.extend(_saturation_points(spec.saturation, cfg, dropped))
+        if "serve" in spec.phases:
+            pts.extend(_serve_points(spec.serve, cfg, dropped))
         points[eid] = pts
     return Plan(spec=spec, engines=engines, points=points, dropped=dropped)
 
@@ -819,3 +966,31 @@ def _saturation_points(sat: SaturationAxes, cfg: EngineConfig, dropped: list[Dro
     if sat.concurrency is not None:
         return [Point(concurrency=c, **common) for c in sat.concurrency]
     return [Point(concurrency=None, factor=f, **common) for f in sat.factors]
+
+
+def _serve_points(serve: ServeAxes, cfg: EngineConfig, dropped: list[Dropped]) -> list[Point]:
+    """One point per concurrency level and per request rate, for each prompt_len × output_len × prefix_fraction.
+    A combination whose longest request (lengths × (1 + range_ratio)) passes max_model_len is dropped: vLLM
+    would refuse those requests."""
+    pts = []
+    r = serve.range_ratio
+    levels = [(c, None) for c in serve.concurrency] + [(serve.max_concurrency, rate) for rate in serve.request_rate]
+    for p, o, frac in itertools.product(serve.prompt_len, serve.output_len, serve.prefix_fraction):
+        longest_p, longest_o = math.floor(p * (1 + r)), math.floor(o * (1 + r))
+        what = f"serve prompt={p} output={o}" + (f" prefix_fraction={frac:g}" if frac else "")
+        if longest_p + longest_o > cfg.max_model_len:
+            dropped.append(Dropped(engine_id=cfg.id, what=what, reason=(
+                f"prompt_len + output_len = {longest_p + longest_o}" + (f" at range_ratio {r:g}" if r else "")
+                + f" > max_model_len {cfg.max_model_len}")))
+            continue
+        if r and o * (1 - r) < 2:
+            dropped.append(Dropped(engine_id=cfg.id, what=what, reason=(
+                f"output_len {o} at range_ratio {r:g} can be under 2 tokens: no TPOT")))
+            continue
+        prefix = round(frac * p) or None
+        for c, rate in levels:
+            pts.append(Point(engine_id=cfg.id, phase="serve", concurrency=c, request_rate=rate,
+                             burstiness=serve.burstiness if rate is not None and serve.burstiness != 1 else None,
+                             num_requests=serve.requests_at(rate), prefix_len=prefix, range_ratio=r or None,
+                             prompt_len=p, output_len=o, repeats=1, warmup=serve.warmup_requests))
+    return pts

@@ -25,6 +25,7 @@ from analysis.results_schema import (
     FailedPoint,
     Manifest,
     ResultsError,
+    ServerRecord,
     atomic_write_bytes,
     load_point,
 )
@@ -64,6 +65,8 @@ class ResultsDir:
         self.root = Path(root)
         self.points = self.root / "points"
         self.engines = self.root / "engines"
+        self.servers = self.root / "servers"  # the serve phase's OpenAI servers, one per engine configuration
+        self.tokenizers = self.root / "tokenizers"  # synthetic tokenizers the servers load
         self.logs = self.root / "logs"
         self.telemetry = self.root / "telemetry"
         self.jobs = self.root / "jobs"  # the engine children's instructions: kept apart from the records
@@ -79,8 +82,8 @@ class ResultsDir:
         p, root = Path(path).resolve(), self.root.resolve()
         if p in (self.manifest.resolve(), root / "spec.yaml", root / "probe.json", root / LOCK_NAME):
             return True
-        return any(p.is_relative_to(d.resolve()) for d in (self.points, self.engines, self.telemetry,
-                                                             self.jobs, self.logs, self.superseded))
+        return any(p.is_relative_to(d.resolve()) for d in (self.points, self.engines, self.servers, self.telemetry,
+                                                             self.jobs, self.logs, self.superseded, self.tokenizers))
 
     def prepare(self) -> None:
         """Create the layout; fail early and clearly when the directory is not writable."""
@@ -191,6 +194,27 @@ class ResultsDir:
 
     def job_path(self, engine_id: str) -> Path:
         return self.jobs / f"{engine_id}.json"
+
+    def server_path(self, engine_id: str) -> Path:
+        return self.servers / f"{engine_id}.json"
+
+    def serve_job_path(self, engine_id: str) -> Path:
+        return self.jobs / f"{engine_id}.serve.json"
+
+    def read_server(self, engine_id: str) -> ServerRecord | None:
+        """The engine's server record (serve phase), or None when missing or off-contract."""
+        path = self.server_path(engine_id)
+        if not path.exists():
+            return None
+        try:
+            return ServerRecord.load_file(path)
+        except ResultsError:
+            return None
+
+    def write_server(self, record: ServerRecord) -> None:
+        self.servers.mkdir(parents=True, exist_ok=True)
+        record = ServerRecord.model_validate(record.model_dump(warnings=False))
+        record.save_file(self.server_path(record.id))
 
     def read_point(self, point_id: str) -> Any | None:
         """The point's record, or None when missing or off-contract (a truncated write: rerun it)."""
