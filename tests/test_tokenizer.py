@@ -191,7 +191,7 @@ def test_tokenizer_dir():
 
 def test_two_writes_are_byte_identical(written, tmp_path):
     again = write_tokenizer(_config("llama-3.1-8b"), tmp_path / "again")
-    for f in ("tokenizer.json", "tokenizer_config.json", METADATA_FILE):
+    for f in ("tokenizer.json", "tokenizer_config.json", "config.json", METADATA_FILE):
         assert (again / f).read_bytes() == (written["llama-3.1-8b"] / f).read_bytes()
 
 
@@ -225,7 +225,7 @@ def test_another_version_vocab_or_a_damaged_file_is_rewritten(tmp_path, monkeypa
 def test_a_crash_mid_write_leaves_nothing_and_the_next_write_cleans_up(tmp_path, monkeypatch):
     real_build = tk._build
 
-    def crash(plan, into):
+    def crash(plan, config, into):
         (into / "tokenizer.json").write_text("{")
         raise RuntimeError("killed mid-write")
 
@@ -242,9 +242,9 @@ def test_a_crash_mid_write_leaves_nothing_and_the_next_write_cleans_up(tmp_path,
 def test_racing_writers_build_once_and_all_get_the_whole_tokenizer(tmp_path, monkeypatch):
     real_build, builds = tk._build, []
 
-    def counted(plan, into):
+    def counted(plan, config, into):
         builds.append(into)
-        real_build(plan, into)
+        real_build(plan, config, into)
 
     monkeypatch.setattr(tk, "_build", counted)
     start, results, errors = threading.Barrier(4), [], []
@@ -277,6 +277,7 @@ def test_vllm_random_dataset_prompts_have_the_asked_token_count(written):
     from vllm.tokenizers import get_tokenizer
 
     tok = get_tokenizer(str(written["tiny-llama-gqa"]))
+    assert (len(tok), tok.vocab_size, tok.bos_token_id, tok.eos_token_id) == (2048, 2048, 1, 2)
     requests = RandomDataset(random_seed=0).sample(tokenizer=tok, num_requests=4, input_len=64, output_len=8)
     assert len(requests) == 4
     for r in requests:
@@ -286,3 +287,27 @@ def test_vllm_random_dataset_prompts_have_the_asked_token_count(written):
         assert len(tok.encode(r.prompt)) == 64
         words = r.prompt.split(" ")
         assert len(words) == 64 and all(WORD.match(w) for w in words)
+
+
+def test_vllm_finds_the_config_copy_instead_of_retrying(written, monkeypatch):
+    """vLLM 0.32's get_tokenizer parses the tokenizer directory's config (tokenizers/registry.py → get_config,
+    with_retry in transformers_utils/repo_utils.py: an ERROR line, time.sleep(2), a second ERROR line when
+    there is none). The config copy beside the tokenizer is the model's own, so that parse succeeds at once."""
+    import vllm.transformers_utils.repo_utils as repo_utils
+    from vllm.tokenizers import get_tokenizer
+    from vllm.transformers_utils.config import get_config
+
+    def no_retry(seconds):
+        raise AssertionError(f"vLLM retried parsing the tokenizer directory's config (slept {seconds} s)")
+
+    monkeypatch.setattr(repo_utils.time, "sleep", no_retry)
+    out = written["llama-3.1-8b"]
+    assert json.loads((out / "config.json").read_text()) == _config("llama-3.1-8b")
+    assert get_config(str(out), trust_remote_code=False, config_format="hf").model_type == "llama"
+    assert len(get_tokenizer(str(out))) == 128256
+
+
+def test_a_changed_config_with_the_same_vocab_rewrites_the_copy(tmp_path):
+    out = write_tokenizer({"vocab_size": 300, "model_type": "llama"}, tmp_path / "t")
+    write_tokenizer({"vocab_size": 300, "model_type": "llama", "hidden_size": 64}, out)
+    assert json.loads((out / "config.json").read_text())["hidden_size"] == 64
