@@ -173,6 +173,15 @@ def _plan(config: dict[str, Any]) -> SyntheticTokenizer:
         config_json_sha256=hashlib.sha256(_config_bytes(config)).hexdigest())
 
 
+def config_problem(config: dict[str, Any]) -> str | None:
+    """Why no synthetic tokenizer can be generated for this config (pre-flight's check), or None."""
+    try:
+        _plan(config)
+    except TokenizerError as exc:
+        return str(exc)
+    return None
+
+
 def _config_bytes(config: dict[str, Any]) -> bytes:
     try:
         return (json.dumps(config, indent=2, allow_nan=False) + "\n").encode()
