@@ -157,7 +157,7 @@ def test_grid_counts_serve_points_on_the_served_engines_only():
     g = grid_size(parse_spec(raw))
     # 4 engines; the serve phase runs on the 2 of block size 32, 3 points each.
     assert (g.engines, g.served_engines, g.points) == (4, 2, 2 * 3)
-    with pytest.raises(SpecError, match=r"6 points \(2 served engines × 3 serve each: serve.levels 3\)"):
+    with pytest.raises(SpecError, match=r"6 points \(2 served engines × 3 serve each: serve.levels 3; counted before"):
         from profiler.spec import GridLimits, check_grid
 
         check_grid(parse_spec(raw), GridLimits(max_points=5))
