@@ -588,7 +588,7 @@ class ServerPointTelemetry(BaseModel):
     peak_kv_cache_usage: float | None = Field(None, description="vllm:kv_cache_usage_perc, 0..1, highest sample")
     mean_kv_cache_usage: float | None = None
     peak_requests_running: float | None = None
-    peak_requests_waiting: float | None = Field(None, description="above 0: requests queued, the served ceiling")
+    peak_requests_waiting: float | None = Field(None, description="above 0: requests queued for a slot")
     preemptions: float | None = Field(None, description="rise of vllm:num_preemptions_total over the point")
     prefix_cache_hits: float | None = Field(None, description="rise of vllm:prefix_cache_hits_total (tokens)")
     prefix_cache_queries: float | None = Field(None, description="rise of vllm:prefix_cache_queries_total (tokens)")
