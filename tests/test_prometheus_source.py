@@ -85,6 +85,11 @@ def serve(page: Page):
         srv.server_close()
 
 
+def relaxed(url, **kw) -> PrometheusSource:
+    """A source for scrapes that must succeed: a generous limit, so a busy test machine cannot fail them."""
+    return PrometheusSource(url, timeout_s=5.0, **kw)
+
+
 def free_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as s:
@@ -105,7 +110,7 @@ def add_engine(page: str, engine: str, values: dict[str, float]) -> str:
 
 def test_the_fixture_page_gives_its_numbers():
     with serve(Page()) as url:
-        src = PrometheusSource(url)
+        src = relaxed(url)
         assert src.sample() == [FIXTURE_ROW]
     d = src.describe()
     assert (d["backend"], d["url"], d["scrapes"], d["failed_scrapes"], d["last_error"]) == ("vllm", url, 1, 0, None)
@@ -124,7 +129,7 @@ def test_engines_are_summed_and_usage_is_the_fullest():
                         f'vllm:num_requests_waiting_by_reason{{engine="0",{MODEL},reason="capacity"}} 9.0')
     assert page.count('engine="1"') == 8 and page.count('engine="2"') == 1
     with serve(Page(page)) as url:
-        row = PrometheusSource(url).sample()[0]
+        row = relaxed(url).sample()[0]
     assert row == {"device": "server",
                    "kv_cache_usage": 0.5,  # max(0.0137, 0.5, 0.001): not the sum, not the last engine's
                    "requests_running": 5.0, "requests_waiting": 4.0, "preemptions_total": 7.0,
@@ -143,7 +148,7 @@ def test_an_unreachable_server_gives_no_row_and_is_counted():
 
 def test_the_url_callable_is_asked_at_every_sample():
     port: list[str | None] = [None]
-    src = PrometheusSource(lambda: port[0])
+    src = relaxed(lambda: port[0])
     assert src.sample() == []  # not launched yet: not a failed scrape
     assert (src.describe()["no_url_samples"], src.describe()["failed_scrapes"]) == (1, 0)
     with serve(Page()) as url:
@@ -173,7 +178,7 @@ def test_a_failing_url_callable_is_a_counted_failure():
 ])
 def test_a_page_that_is_not_vllm_metrics_gives_no_row_and_is_counted(page, why):
     with serve(page) as url:
-        src = PrometheusSource(url)
+        src = relaxed(url)
         assert src.sample() == []
     d = src.describe()
     assert (d["scrapes"], d["failed_scrapes"]) == (1, 1)
@@ -246,15 +251,15 @@ def test_an_oversized_page_is_refused():
     assert MAX_BYTES == 8 * 2**20
     big = b"# filler\n" * (MAX_BYTES // 9 + 1)  # one line past 8 MiB, announced in Content-Length
     with serve(Page(big)) as url:
-        src = PrometheusSource(url)
+        src = relaxed(url)
         assert src.sample() == []
     assert src.describe()["last_error"] == f"{url}: the page is {len(big)} bytes, more than the {MAX_BYTES} allowed"
     # Without a Content-Length (read until the server closes) the count of bytes read is the limit.
     with serve(Page(length=False)) as url:
-        src = PrometheusSource(url, max_bytes=1000)
+        src = relaxed(url, max_bytes=1000)
         assert src.sample() == []
         assert src.describe()["last_error"] == f"{url}: the page is more than the 1000 bytes allowed"
-        assert PrometheusSource(url, max_bytes=len(PAGE.encode())).sample() == [FIXTURE_ROW]  # exactly at the limit
+        assert relaxed(url, max_bytes=len(PAGE.encode())).sample() == [FIXTURE_ROW]  # exactly at the limit
 
 
 def test_open_sources_adds_the_server_only_when_given_a_url():
@@ -267,7 +272,7 @@ def test_open_sources_adds_the_server_only_when_given_a_url():
 
 def test_the_sampler_puts_server_rows_in_the_timeline():
     with serve(Page()) as url:
-        sampler = Sampler([PrometheusSource(url)], interval_s=1.0)
+        sampler = Sampler([relaxed(url)], interval_s=1.0)
         sampler.sample_once()
         sampler.sample_once()
     df = frame(sampler.snapshot())
