@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from analysis.results_schema import EngineRecord, EngineTelemetry, ProcessTimes, ResultsError, StartupLog
+from profiler.serve import SERVER_DIED
 from profiler.spec import EngineConfig, EngineJob, Plan, Point, ServeJob
 from profiler.store import SCHEMA_VERSION, ResultsDir, StoreError, atomic_write_text, read_json
 from profiler.vllm_log import parse_startup
@@ -213,6 +214,15 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
 SERVE_COMMAND = [sys.executable, "-u", "-m", "profiler.serve"]
 
 
+def _recorded_death(store: ResultsDir, points: list[Point], launched_at: float) -> str | None:
+    """The point this launch's serve child recorded as a crash (the server died during it), if any."""
+    for p in points:
+        rec = store.read_point(p.id)
+        if rec is not None and rec.status == "crash" and (rec.started_at or 0) >= launched_at - 1:
+            return p.id
+    return None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A loopback port nobody listens on now (the server binds it moments later; a port taken in between
     makes the server fail to start, recorded with its log)."""
@@ -296,7 +306,13 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
     store.write_server(rec)
     failed = None
     if outcome != "ok":
-        failed = _fail_unfinished(store, cfg, points, outcome, proc.returncode, ready, log_path, "serve")
+        died_on = _recorded_death(store, points, launched_at) if proc.returncode == SERVER_DIED else None
+        if died_on is not None:  # the child recorded the point the server died on: the ones after it wait
+            _fail_unfinished(store, cfg, points, outcome, proc.returncode, False, log_path, "serve",
+                             where=f"point {_point_label(died_on)} (the server exited)")
+            failed = died_on
+        else:
+            failed = _fail_unfinished(store, cfg, points, outcome, proc.returncode, ready, log_path, "serve")
     if sampler:
         store_telemetry(store, cfg.id, sampler, launched_at, points, owner="server")
     if on_point_done:
