@@ -706,19 +706,11 @@ class ServeMeasurements(BaseModel):
     requests: ServeRequests = ServeRequests()
     client_cpu_s: float | None = Field(None, ge=0, description="CPU seconds of the load generator's process")
     client_wall_s: float | None = Field(None, gt=0, description="wall seconds of the load generator's run")
+    client_cpu_share: float | None = Field(None, ge=0, description="client_cpu_s / client_wall_s: 1.0 is one core "
+                                                                   "busy the whole point")
     server_counters: dict[str, float | None] = Field(
         {}, description="rise of the server's /metrics counters over the point (preemptions, prefix-cache hits "
                         "and queries, prompt and generation tokens); null where a counter is missing or reset")
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def client_cpu_share(self) -> float | None:
-        """The load generator's CPU seconds per wall second (1.0: one core busy the whole point)."""
-        if self.client_cpu_s is None or not self.client_wall_s:
-            return None
-        return self.client_cpu_s / self.client_wall_s
-
-
 class GpuPointTelemetry(BaseModel):
     """NVML aggregates of one GPU over a point's samples (null: not available, never zero)."""
 

@@ -17,6 +17,10 @@ Every phase is costed as the engine child (``profiler/engine.py``) runs it:
   is flagged, since its steps measure queueing and preemption, not decode of that batch.
 * **saturation** points: one batch of ``factor × predicted ceiling`` requests, plus the one
   warm-up batch of ``ceil(max_num_batched_tokens / prompt_len) + 1`` short requests before the first.
+* **serve** points (``profiler/serve.py``): a second start-up (the OpenAI server), then per point
+  ``warmup + num_requests`` requests in waves of the requests in flight (the level, or the batch
+  ceiling when uncapped), each wave a prefill and ``output_len − 1`` decode steps; at a request rate
+  at least ``requests / rate`` seconds.
 
 Step times are the spec-sheet roofline (:mod:`analysis.roofline`): a floor, since vLLM's
 measured steps add per-step overhead, and preempted requests' recomputed prefills are not
@@ -131,12 +135,14 @@ class EngineCost(BaseModel):
     startup: EngineStartup
     capacity_s: float
     saturation_warmup_s: float
+    server_startup_s: float = Field(0.0, description="the OpenAI server start-up (0 without serve points)")
     points: list[PointCost]
     error: str | None = Field(None, description="why the engine cannot start on this GPU (then only start-up counts)")
 
     @property
     def seconds(self) -> float:
-        return self.startup.total_s + self.capacity_s + self.saturation_warmup_s + sum(p.seconds for p in self.points)
+        return (self.startup.total_s + self.capacity_s + self.saturation_warmup_s + self.server_startup_s
+                + sum(p.seconds for p in self.points))
 
 
 class SweepCost(BaseModel):
@@ -214,6 +220,8 @@ def point_cost(a: Architecture, gpu: GPU, engine: EngineSettings, point: PointSe
     kv, tp = engine.kv_cache_dtype, engine.tensor_parallel_size
     p, o = point.prompt_len, point.output_len
     ceil_: BatchCeiling = batch_ceiling(cap, p, o, max_num_seqs, mnbt, async_sched)
+    if point.phase == "serve":
+        return _serve_point_cost(a, gpu, point, ceil_, mnbt, kv, tp)
     c = point.concurrency or saturation_levels(ceil_.ceiling, [point.factor or 1.0])[0]
     ceiling = max(1, ceil_.ceiling)
     waves = math.ceil(c / ceiling)
@@ -246,6 +254,27 @@ def point_cost(a: Architecture, gpu: GPU, engine: EngineSettings, point: PointSe
         decode_steps=waves * steps_per_wave, decode_step_s=full.time_s, decode_bound=full.bound, decode_s=decode_s,
         kv_bytes_needed=need, seconds=(point.warmup + point.repeats) * (prefill_s + decode_s),
         flags=flags, reasons=reasons)
+
+
+def _serve_point_cost(a: Architecture, gpu: GPU, point: PointSettings, ceil_: BatchCeiling, mnbt: int, kv: str,
+                      tp: int) -> PointCost:
+    """A serve point: its requests in waves of those in flight, at least requests ÷ rate seconds."""
+    p, o = point.prompt_len, point.output_len
+    in_flight = max(1, min(point.concurrency or ceil_.ceiling, ceil_.ceiling))
+    n = (point.num_requests or 1) + point.warmup
+    waves = math.ceil(n / in_flight)
+    flops, prefill_s = _prefill(a, gpu, in_flight, p, mnbt, kv, tp)
+    step = _step(a, gpu, in_flight, round(p + o / 2), kv, tp)
+    decode_s = (o - 1) * step.time_s
+    seconds = waves * (prefill_s + decode_s)
+    if point.request_rate:
+        seconds = max(seconds, n / point.request_rate)
+    return PointCost(
+        id=point.id, phase=point.phase, concurrency=in_flight, prompt_len=p, output_len=o, batches=1,
+        ceiling=ceil_.ceiling, kv_limit=ceil_.kv_limit, limited_by=ceil_.limited_by, waves=waves,
+        prefill_tokens=n * p, prefill_flops=flops * waves, prefill_s=prefill_s, decode_steps=waves * (o - 1),
+        decode_step_s=step.time_s, decode_bound=step.bound, decode_s=decode_s,
+        kv_bytes_needed=in_flight * kv_bytes_per_sequence(a, p + o - 1, kv, tp), seconds=seconds)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -297,8 +326,9 @@ def engine_cost(a: Architecture, gpu: GPU, engine: EngineSettings, points: list[
     costs = [point_cost(a, gpu, engine, p, cap, mnbt, seqs, async_sched, budget) for p in points]
     return EngineCost(id=engine.id, tensor_parallel_size=tp, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
                       kv_budget_bytes=budget, num_blocks=cap.num_blocks, max_concurrency=cap.max_concurrency,
-                      startup=startup, capacity_s=capacity_s,
-                      saturation_warmup_s=sat_warmup_s, points=costs)
+                      startup=startup, capacity_s=capacity_s, saturation_warmup_s=sat_warmup_s,
+                      server_startup_s=startup.total_s if any(p.phase == "serve" for p in points) else 0.0,
+                      points=costs)
 
 
 def sweep_cost(a: Architecture, gpu: GPU, engines: list[EngineSettings], points: dict[str, list[PointSettings]],

@@ -16,6 +16,7 @@ which the manifest records and the report repeats.
 
 from __future__ import annotations
 
+import json
 import os
 from functools import cache
 from pathlib import Path
@@ -254,6 +255,8 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
     empty_phases = _empty_phases(spec, plan)
     for _, loc, message in empty_phases:
         add(loc, message)
+    for loc, message in _serve_problems(spec, plan):
+        add(loc, message)
     seen: set[tuple[int, int, int, str, int]] = set()
     for cfg in plan.engines:
         budget = cfg.kv_cache_memory_bytes
@@ -363,6 +366,13 @@ def _empty_phases(spec: SweepSpec, plan: Plan) -> list[tuple[str, tuple[str, str
                              f"phase decode has no runnable point: concurrency {w.concurrency} > max_num_seqs "
                              f"{seqs} on every engine where prompt_len + output_len fit in max_model_len "
                              f"(allowed: concurrency ≤ max_num_seqs)"))
+    sv = spec.serve
+    if "serve" in spec.phases and "serve" not in ran and plan.engines:
+        axis = "output_len" if min(sv.output_len) > min(sv.prompt_len) else "prompt_len"
+        ratio = f" at range_ratio {sv.range_ratio:g}" if sv.range_ratio else ""
+        problems.append(("serve", ("serve", axis),
+                         f"phase serve has no runnable point: prompt_len {sv.prompt_len} + output_len {sv.output_len}"
+                         f"{ratio} > max_model_len {mmls} on every engine {allowed}"))
     sat = spec.saturation
     if "saturation" in spec.phases and "saturation" not in ran and plan.engines:
         if sat.prompt_len is not None:
@@ -374,6 +384,30 @@ def _empty_phases(spec: SweepSpec, plan: Plan) -> list[tuple[str, tuple[str, str
                          f"phase saturation has no runnable point: prompt_len {prompts} + output_len "
                          f"[{sat.output_len}] > max_model_len {mmls} on every engine {allowed}"))
     return problems
+
+
+def _serve_problems(spec: SweepSpec, plan: Plan) -> list[tuple[tuple[str, ...], str]]:
+    """The serve phase on this machine: a fixed port someone already listens on, a model whose config gives
+    no vocabulary for the synthetic tokenizer."""
+    if "serve" not in spec.phases or not plan.engines:
+        return []
+    from profiler.runner import port_in_use
+
+    out: list[tuple[tuple[str, ...], str]] = []
+    port = spec.serve.port
+    if port is not None and port_in_use(port):
+        out.append((("serve", "port"), f"{port} is in use on 127.0.0.1 (something already listens there); "
+                                       "allowed: a free port, or null for a free one chosen per server"))
+    config = Path(plan.engines[0].model_dir) / "config.json"
+    try:
+        cfg = json.loads(config.read_text())
+        vocab = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        vocab = None
+    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab <= 0:
+        out.append((("model",), f"{config} gives no vocab_size; the serve phase generates the server's tokenizer "
+                                "over the model's vocabulary ids and needs it"))
+    return out
 
 
 def validate(path: str | Path, platform: str | None = None) -> tuple[SweepSpec, Plan]:

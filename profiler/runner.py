@@ -814,11 +814,19 @@ def cost_lines(cost: Any, flagged: int | None = None) -> list[str]:
 
 
 def estimate_seconds(plan: Plan, startup_s: float = FLAT_STARTUP_S, step_s: float = FLAT_STEP_S) -> float:
-    """Rough duration without a target GPU: engine start-ups plus (warm-up + repeats) × output tokens per point."""
+    """Rough duration without a target GPU: engine start-ups (and a server's, for serve points) plus
+    (warm-up + repeats) × output tokens per point; a serve point's requests in waves of those in flight."""
     total = startup_s * len(plan.engines)
     for pts in plan.points.values():
+        if any(p.phase == "serve" for p in pts):
+            total += startup_s
         for p in pts:
-            total += (p.warmup + p.repeats) * (p.output_len + 2) * step_s
+            if p.phase == "serve":
+                n = (p.num_requests or 1) + p.warmup
+                t = -(-n // (p.concurrency or n)) * (p.output_len + 2) * step_s
+                total += max(t, n / p.request_rate) if p.request_rate else t
+            else:
+                total += (p.warmup + p.repeats) * (p.output_len + 2) * step_s
     return total
 
 

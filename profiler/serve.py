@@ -159,7 +159,8 @@ def measurements(result: dict[str, Any], point: PointSettings, slo: dict[str, fl
         errors=[e for e in errors if e][:10],
         requests=ServeRequests(ttft_s=pick("ttfts"), e2el_s=pick("latencies"), input_len=pick("input_lens"),
                                output_len=pick("output_lens"), start_s=[s - t0 for s in pick("start_times")]),
-        client_cpu_s=cpu_s, client_wall_s=wall_s, server_counters=rises)
+        client_cpu_s=cpu_s, client_wall_s=wall_s, client_cpu_share=cpu_s / wall_s if wall_s > 0 else None,
+        server_counters=rises)
 
 
 def run_point(job: ServeJob, point: PointSettings) -> ServeMeasurements:

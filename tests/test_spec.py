@@ -142,7 +142,7 @@ def test_every_problem_at_once_with_line_field_and_what_is_allowed(tmp_path):
         (6, "engine.kv_cache_dtype: ['fp7'] not allowed; use one of auto,"),
         (8, "workload.concurrency.0: Input should be a valid integer"),
         (9, "workload.prompt_len: must list at least one value"),
-        (10, "phases.1: Input should be 'capacity', 'decode' or 'saturation', got 'warmup'"),
+        (10, "phases.1: Input should be 'capacity', 'decode', 'saturation' or 'serve', got 'warmup'"),
         (11, "telemetri: unknown key; did you mean 'telemetry'?"),
     ]
     for line_no, text in expect:
