@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import claims as claims_mod
+from analysis import serve_analysis
 from analysis import theory_vs_measured as tvm
 from analysis.fit import DecodeFit, calibration_dict
 from analysis.load import Results
@@ -36,6 +37,7 @@ class Analysis:
     claims: pd.DataFrame
     divergences: pd.DataFrame
     tables: dict[str, Table] = field(default_factory=dict)
+    serve: serve_analysis.ServeAnalysis | None = None  # None: the run has no serve point that ran
 
 
 def analyse(res: Results) -> Analysis:
@@ -52,7 +54,7 @@ def analyse(res: Results) -> Analysis:
                  rounding=rnd, saturation=sat,
                  claims=claims_mod.check_all(cap, dec, rnd, sat, f, engines=res.engines,
                                              dropped=res.manifest.get("dropped")),
-                 divergences=tvm.divergences(cap, dec, rnd))
+                 divergences=tvm.divergences(cap, dec, rnd), serve=serve_analysis.analyse_serve(res))
     a.tables = build_tables(a)
     return a
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import analysis.results_schema as _schema
@@ -12,6 +13,7 @@ from analysis.results_schema import (
     EngineRecord,
     EngineSettings,
     LatencyStats,
+    Manifest,
     PointSettings,
     ServeMeasurements,
     ServePoint,
@@ -93,3 +95,17 @@ def serve_point(engine_id: str = "e", *, concurrency: int | None = 4, request_ra
     if server is not None:
         rec["telemetry"] = {"server": {"samples": 20} | server}
     return ServePoint.model_validate(rec | fields)
+
+
+def write_run(root: Path, records: list[Any], name: str = "serve-test") -> Path:
+    """A results directory of `records` (engine, server and point records, each through its model) and a
+    manifest naming the engines."""
+    root = Path(root)
+    engines = []
+    for rec in records:
+        kind = "engines" if isinstance(rec, EngineRecord) else "servers" if isinstance(rec, ServerRecord) else "points"
+        if kind != "points":
+            engines.append(rec.id)
+        rec.save_file(root / kind / f"{rec.id}.json")
+    Manifest(name=name, status="complete", engines=sorted(set(engines))).save_file(root / "manifest.json")
+    return root
