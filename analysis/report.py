@@ -273,13 +273,18 @@ def _plot_settings(pdf: PdfPages, a: Analysis) -> None:
 
 # --- serve mode (pages drawn only when the run has serve points) -----------------------------------------
 
+def _wrap(title: str) -> str:
+    """A finding that fits the page's width: broken onto a second line where it is long."""
+    return textwrap.fill(title, 120)
+
+
 def _plot_served_vs_offline(pdf: PdfPages, a: Analysis) -> None:
     """Served TPOT and ITL against the offline decode step at the same batch and context, with the fitted line."""
     s = a.serve
     if s is None or s.matched.empty:
         return
     m, f = s.matched, s.fit
-    fig = titled_page(overhead_finding(s) or "Served vs offline")
+    fig = titled_page(_wrap(overhead_finding(s) or "Served vs offline"))
     ax = fig.add_subplot(1, 1, 1)
     x = 1e3 * m["offline_step_s"]
     ax.scatter(x, 1e3 * m["served_tpot_s"], marker="o", label="served TPOT (median)")
@@ -287,7 +292,9 @@ def _plot_served_vs_offline(pdf: PdfPages, a: Analysis) -> None:
         ax.scatter(x, 1e3 * m["served_itl_s"], marker="s", label="served ITL (median)")
     for xi, yi, c in zip(x, 1e3 * m["served_tpot_s"], m["concurrency"], strict=True):
         ax.annotate(f"c{c}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    lo, hi = 0.0, float(max(x.max(), (1e3 * m[["served_tpot_s", "served_itl_s"]]).max().max())) * 1.1
+    ys = 1e3 * m[["served_tpot_s", "served_itl_s"]]
+    lo = 0.9 * float(min(x.min(), ys.min().min()))
+    hi = 1.1 * float(max(x.max(), ys.max().max()))
     ax.plot([lo, hi], [lo, hi], ":", color="grey", label="served = offline (no overhead)")
     if f is not None and f.slope is not None:
         ax.plot([lo, hi], [f.slope * lo + 1e3 * f.intercept_s, f.slope * hi + 1e3 * f.intercept_s], "-",
@@ -330,7 +337,7 @@ def _plot_serve_load(pdf: PdfPages, a: Analysis) -> None:
               if not df.empty]
     if not panels:
         return
-    fig = titled_page(_load_finding(s))
+    fig = titled_page(_wrap(_load_finding(s)))
     axes = fig.subplots(len(panels), 2, squeeze=False)
     for row, (df, x, label) in zip(axes, panels, strict=True):
         groups = df.groupby(["engine_id", "prompt_len", "output_len", "prefix_len"], sort=True)
@@ -370,7 +377,7 @@ def _plot_frontier(pdf: PdfPages, a: Analysis) -> None:
     f = s.frontier.dropna(subset=["latency_s", "output_tokens_per_s"])
     if f.empty:
         return
-    fig = titled_page(_frontier_finding(s))
+    fig = titled_page(_wrap(_frontier_finding(s)))
     ax = fig.add_subplot(1, 1, 1)
     other = f[~f["pareto"].astype(bool)]
     best = f[f["pareto"].astype(bool)].sort_values("latency_s")
@@ -399,7 +406,7 @@ def _plot_serve_capacity(pdf: PdfPages, a: Analysis) -> None:
     d = s.serve[(s.serve["loop"] == "closed") & (s.serve["prefix_len"] == 0)]
     if d.empty or "tel_server_peak_requests_running" not in d or d["tel_server_peak_requests_running"].isna().all():
         return
-    fig = titled_page(ceiling_finding(s) or "Served ceiling")
+    fig = titled_page(_wrap(ceiling_finding(s) or "Served ceiling"))
     ax = fig.add_subplot(1, 1, 1)
     for (eid, p, o), g in d.groupby(["engine_id", "prompt_len", "output_len"]):
         g = g.sort_values("concurrency")
@@ -410,9 +417,14 @@ def _plot_serve_capacity(pdf: PdfPages, a: Analysis) -> None:
     lim = float(d["concurrency"].max())
     ax.plot([0, lim], [0, lim], ":", color="grey", label="every request running")
     for r in s.ceiling.to_dict("records"):
-        if pd.notna(r.get("predicted_ceiling")):
-            ax.axhline(r["predicted_ceiling"], color="black", ls="-.",
-                       label=f"predicted ceiling at {r['prompt_len'] + r['output_len']} tokens")
+        pred = r.get("predicted_ceiling")
+        if pred is None or pd.isna(pred):
+            continue
+        label = f"predicted ceiling {pred:,.0f} at {r['prompt_len'] + r['output_len']} tokens"
+        if pred <= 2 * lim:
+            ax.axhline(pred, color="black", ls="-.", label=label)
+        else:  # far above every level run: named, not drawn (it would flatten the measured lines)
+            ax.plot([], [], " ", label=label + " (above the levels run)")
     ax.set_xlabel("requests in flight (closed-loop level)")
     ax.set_ylabel("requests (count, the server's /metrics peak)")
     ax.legend(fontsize=7)
