@@ -398,15 +398,16 @@ def _serve_problems(spec: SweepSpec, plan: Plan) -> list[tuple[tuple[str, ...], 
     if port is not None and port_in_use(port):
         out.append((("serve", "port"), f"{port} is in use on 127.0.0.1 (something already listens there); "
                                        "allowed: a free port, or null for a free one chosen per server"))
+    from profiler.tokenizer import config_problem
+
     config = Path(plan.engines[0].model_dir) / "config.json"
     try:
-        cfg = json.loads(config.read_text())
-        vocab = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
-    except (OSError, ValueError, AttributeError):
-        vocab = None
-    if not isinstance(vocab, int) or isinstance(vocab, bool) or vocab <= 0:
-        out.append((("model",), f"{config} gives no vocab_size; the serve phase generates the server's tokenizer "
-                                "over the model's vocabulary ids and needs it"))
+        problem = config_problem(json.loads(config.read_text()))
+    except (OSError, ValueError) as exc:
+        problem = f"cannot read it: {exc}"
+    if problem:
+        out.append((("model",), f"{config}: the serve phase generates the server's tokenizer over the model's "
+                                f"vocabulary ids: {problem}"))
     return out
 
 

@@ -240,9 +240,11 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
 
     port = spec.serve.port or free_port()
     host = "127.0.0.1"
+    import hashlib
+
     from profiler.tokenizer import tokenizer_dir
 
-    tok_dir = tokenizer_dir(store.root, cfg.model_sha256 or cfg.id)
+    tok_dir = tokenizer_dir(store.root, cfg.model_sha256 or hashlib.sha256(cfg.model_dir.encode()).hexdigest())
     job = ServeJob(results_dir=str(store.root), engine_id=cfg.id, engine=cfg, seed=spec.seed, host=host, port=port,
                    tokenizer_dir=str(tok_dir), server_kwargs=cfg.server_kwargs(str(tok_dir)),
                    ready_timeout_s=spec.timeouts.engine_start_s, slo=spec.serve.slo.seconds(), points=points)

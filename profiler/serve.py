@@ -35,7 +35,7 @@ from analysis.results_schema import (
     ServePoint,
     ServeRequests,
     ServerRecord,
-    SyntheticTokenizer,
+    ServerTokenizer,
 )
 from profiler.spec import ServeJob
 from profiler.store import ResultsDir
@@ -175,15 +175,16 @@ def run_point(job: ServeJob, point: PointSettings) -> ServeMeasurements:
     return measurements(result, point, job.slo, cpu_s, wall_s, counter_rises(before, counters(job.base_url)))
 
 
-def ensure_tokenizer(job: ServeJob) -> SyntheticTokenizer:
+def ensure_tokenizer(job: ServeJob) -> ServerTokenizer:
     """The model's synthetic tokenizer in the results directory (written once, shared by every engine)."""
-    from profiler.tokenizer import write_tokenizer
+    from profiler.tokenizer import SyntheticTokenizer, write_tokenizer
 
     model_dir = Path(job.engine.model_dir)
     config = json.loads((model_dir / "config.json" if model_dir.is_dir() else model_dir).read_text())
     path = write_tokenizer(config, Path(job.tokenizer_dir))
-    meta = json.loads((path / "kvprof_tokenizer.json").read_text())
-    return SyntheticTokenizer(path=str(path), vocab_size=meta["vocab_size"])
+    meta = SyntheticTokenizer.model_validate_json((path / "kvprof_tokenizer.json").read_text())
+    return ServerTokenizer(path=str(path), vocab_size=meta.vocab_size, note=meta.note,
+                           generator=f"{meta.generator} v{meta.generator_version}")
 
 
 def _failure(point: PointSettings, job: ServeJob, status: str, message: str, **extra: Any) -> FailedPoint:

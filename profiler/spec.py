@@ -234,6 +234,8 @@ class ServeAxes(BaseModel):
     warmup_requests: Int = Field(2, ge=0, le=1000, description="unmeasured requests before each point")
     slo: Slo = Slo()
     port: Int | None = Field(None, ge=1024, le=65535, description="the server's loopback port (null: a free one)")
+    engines: dict[str, list[Any]] = Field({}, description="serve only the engines with these settings (engine axis "
+                                                          "→ value or values); empty: every engine")
 
     @model_validator(mode="before")
     @classmethod
@@ -241,7 +243,10 @@ class ServeAxes(BaseModel):
         if not isinstance(data, dict):
             return data
         lists = ("concurrency", "request_rate", "prompt_len", "output_len", "prefix_fraction")
-        return {k: _as_list(v) if k in lists else v for k, v in data.items()}
+        out = {k: _as_list(v) if k in lists else v for k, v in data.items()}
+        if isinstance(out.get("engines"), dict):
+            out["engines"] = {k: _as_list(v) for k, v in out["engines"].items()}
+        return out
 
     @field_validator("concurrency", "request_rate")
     @classmethod
@@ -279,6 +284,10 @@ class ServeAxes(BaseModel):
             raise ValueError("duration_s sets the requests of request_rate points (rate × duration); list "
                              "request_rate, or give num_requests for concurrency levels")
         return self
+
+    def serves(self, engine: EngineSettings) -> bool:
+        """Whether ``engine`` is one of the engines the serve phase runs."""
+        return all(getattr(engine, k) in v for k, v in self.engines.items())
 
     def requests_at(self, rate: float | None) -> int:
         """Requests measured at ``rate`` (None: a concurrency level)."""
@@ -372,6 +381,15 @@ class SweepSpec(BaseModel):
         if "serve" in self.phases and not self.serve.levels:
             raise ValueError("serve: the serve phase needs serve.concurrency (closed-loop levels) and/or "
                              "serve.request_rate (requests per second)")
+        for k, values in self.serve.engines.items():
+            if k not in EngineAxes.model_fields:
+                raise ValueError(f"serve.engines: {k!r} is not an engine axis (allowed: "
+                                 f"{', '.join(EngineAxes.model_fields)})")
+            axis = getattr(self.engine, k)
+            missing = [v for v in values if v not in axis]
+            if missing:
+                raise ValueError(f"serve.engines.{k}: {missing} not among engine.{k} {axis}: no engine would be "
+                                 "served")
         return self
 
     @field_validator("engine_args_sweep", mode="before")
@@ -948,7 +966,7 @@ def expand(spec: SweepSpec, limits: GridLimits | None = None) -> Plan:
                                  output_len=o, repeats=w.repeats, warmup=w.warmup))
         if "saturation" in spec.phases:
             pts.extend(_saturation_points(spec.saturation, cfg, dropped))
-        if "serve" in spec.phases:
+        if "serve" in spec.phases and spec.serve.serves(cfg):
             pts.extend(_serve_points(spec.serve, cfg, dropped))
         points[eid] = pts
     return Plan(spec=spec, engines=engines, points=points, dropped=dropped)

@@ -87,7 +87,8 @@ def test_a_grid_over_the_cap_is_refused_from_its_count_before_expand(tmp_path, m
     monkeypatch.setattr(preflight, "expand", never)
     with pytest.raises(SpecError) as info:
         preflight.validate(path, platform="cpu")
-    line = path.read_text().splitlines().index("  concurrency:") + 1
+    lines = path.read_text().splitlines()
+    line = lines.index("  concurrency:", lines.index("workload:")) + 1
     assert str(info.value) == (
         f"{path}:{line}: workload.concurrency: 1,000,000,000 points (1 engines × 1,000,000,000 each: "
         "workload.concurrency 1,000 × workload.prompt_len 1,000 × workload.output_len 1,000 decode; counted "

@@ -132,3 +132,20 @@ def test_a_fixed_port_in_use_is_refused_before_anything_starts(tmp_path):
         with pytest.raises(SpecError) as exc:
             validate(spec, platform="cpu")
     assert f"s.yaml:7: serve.port: {port} is in use on 127.0.0.1" in str(exc.value)
+
+
+def test_serve_engines_picks_the_engines_that_are_served():
+    raw = BASE | {"engine": BASE["engine"] | {"block_size": [32, 64]},
+                  "serve": BASE["serve"] | {"engines": {"block_size": 32}}}
+    plan = expand(parse_spec(raw))
+    served = {e.block_size: len(plan.points[e.id]) for e in plan.engines}
+    assert served == {32: 3, 64: 0}  # 2 levels + 1 rate on the block-32 engine only
+
+
+@pytest.mark.parametrize("engines, message", [
+    ({"block_sise": 32}, "'block_sise' is not an engine axis"),
+    ({"block_size": 128}, r"serve.engines.block_size: \[128\] not among engine.block_size \[32\]"),
+])
+def test_serve_engines_must_match_an_engine(engines, message):
+    with pytest.raises(SpecError, match=message):
+        _spec(engines=engines)
