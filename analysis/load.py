@@ -10,6 +10,12 @@ probe.json or spec.yaml that is not UTF-8 or not the probe's shape, an engine wh
 model config is neither stored nor on this machine. Nothing here imports vLLM, torch
 or the profiler: the report is rebuilt on any laptop from the directory alone (engine
 records keep the model's config.json). Failed points are kept, labelled by status.
+
+Serve mode: ``servers/*.json`` (ServerRecord, refused like an engine record when off the contract) make the
+``servers`` table; each serve point that ran is a row of ``serve`` (its settings, every statistic of its
+measurements flattened: ``ttft_p50_s``, ``tpot_p99_s``, ``request_goodput``, ``counter_preemptions``,
+``tel_server_*``), while ``points`` keeps one row per point record of every phase (a serve point there with its
+settings only). A serve point whose engine has a server record but no engine record (a serve-only sweep) is kept.
 """
 
 from __future__ import annotations

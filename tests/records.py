@@ -18,8 +18,9 @@ from analysis.results_schema import (
     ServeMeasurements,
     ServePoint,
     ServerRecord,
-    SyntheticTokenizer,
+    ServerTokenizer,
 )
+from profiler.tokenizer import SYNTHETIC_NOTE
 
 SETTINGS = EngineSettings(model_dir="/models/tiny", model_sha256="0" * 64, max_model_len=1024, block_size=32)
 FACTS = CapacityFacts(num_gpu_blocks=512, block_size=32, cache_dtype="auto", max_model_len=1024,
@@ -47,7 +48,8 @@ def decode_point(engine_id: str = "e", concurrency: int = 1, **fields: Any) -> D
 # The server's per-point /metrics aggregates (device "server") are another helper's model; records that carry
 # them can be built only once it is in the contract.
 HAVE_SERVER_TELEMETRY = hasattr(_schema, "ServerPointTelemetry")
-TOKENIZER = SyntheticTokenizer(path="tokenizers/0000/", vocab_size=32000)
+TOKENIZER = ServerTokenizer(path="tokenizers/0000/", vocab_size=32000, note=SYNTHETIC_NOTE,
+                            generator="kvprof word-level v1")
 
 
 def server_record(engine_id: str = "e", settings: EngineSettings = SETTINGS, **fields: Any) -> ServerRecord:

@@ -31,9 +31,10 @@ from analysis.results_schema import (
     ServeMeasurements,
     ServePoint,
     ServerRecord,
-    SyntheticTokenizer,
+    ServerTokenizer,
 )
 from analysis.roofline import decode_step
+from profiler.tokenizer import SYNTHETIC_NOTE
 
 GiB = 2**30
 
@@ -189,7 +190,8 @@ def _serve(root, inj, settings, decode):
     ServerRecord(id=eid, status="ok", engine=settings, server_kwargs={"model": settings.model_dir}, port=8000,
                  ready_at=1.8e9 + 100, startup_s=60.0, vllm_version=inj.vllm_version,
                  command=["vllm", "serve", settings.model_dir],
-                 tokenizer=SyntheticTokenizer(path="tokenizers/synthetic", vocab_size=128256),
+                 tokenizer=ServerTokenizer(path="tokenizers/synthetic", vocab_size=128256, note=SYNTHETIC_NOTE,
+                                           generator="kvprof word-level v1"),
                  ).save_file(root / "servers" / f"{eid}.json")
     steps = {r.point.concurrency: r.measurements.decode_step_s for r in decode
              if (r.point.prompt_len, r.point.output_len) == (p, o)}
