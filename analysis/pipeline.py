@@ -196,7 +196,8 @@ def serve_lines(a: Analysis) -> list[str]:
     if s is None:
         return []
     n = len(s.serve)
-    return [f"Serve: {n} point(s) through vLLM's OpenAI server; load generator "
+    servers = len(a.res.servers)
+    return [f"Serve: {n} point(s) through vLLM's OpenAI server ({servers} server(s)); load generator "
             f"{', '.join(s.load_generators) or '—'}", s.tokenizer_sentence]
 
 
@@ -204,7 +205,7 @@ def serve_tables(s: serve_analysis.ServeAnalysis) -> dict[str, Table]:
     """The serve pages' tables (only those with rows, but the served-vs-offline table always)."""
     t: dict[str, Table] = {}
     fit = s.fit.sentence if s.fit else ("No serve point matches an offline decode point (closed loop, no shared "
-                                        "prefix, range 0, same engine, batch, prompt_len and output_len).")
+                                        "prefix, range 0, same engine, batch, prompt_len and output_len)")
     t["serve_offline"] = Table("Served vs offline: TPOT and ITL over the offline decode step at the same batch and "
                                "context", format_columns(s.matched, {
         "engine_id": ("engine", str), "concurrency": ("batch", fnum), "prompt_len": ("prompt", fnum),
@@ -328,7 +329,8 @@ def _untested(e: pd.DataFrame) -> str:
 
 def setup_lines(a: Analysis) -> list[str]:
     m, e = a.res.manifest, a.res.engines
-    first = e.iloc[0] if not e.empty else {}
+    # A serve-only sweep has no engine record: its server records say which model and vLLM ran.
+    first = e.iloc[0] if not e.empty else a.res.servers.iloc[0] if not a.res.servers.empty else {}
 
     def get(k: str) -> Any:
         return first.get(k) if hasattr(first, "get") else None
@@ -341,7 +343,7 @@ def setup_lines(a: Analysis) -> list[str]:
     return [
         f"Sweep: {m.get('name')} ({when}, status {m.get('status')})",
         f"Model: {get('model')}  ·  KV dtypes: {', '.join(sorted(map(str, e['kv_cache_dtype'].dropna().unique())))}"
-        if not e.empty else "Model: —",
+        if not e.empty else f"Model: {get('model') or '—'}",
         f"Device: {get('gpu_name') or get('device')}  ·  driver {get('driver') or '—'}  ·  host {m.get('host')}",
         f"vLLM {get('vllm_version')}{_untested(e)}  ·  torch {get('torch_version')}  ·  "
         f"kvprof {m.get('kvprof_version')}",

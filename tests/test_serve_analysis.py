@@ -166,12 +166,13 @@ def test_the_frontier_marks_the_pareto_efficient_points(tmp_path):
 
 # --- (d) the served ceiling -----------------------------------------------------------------------------
 
-P, O = 128, 64  # 191 KV positions at the longest: ceil(191 / 32) = 6 blocks per sequence
+PROMPT, OUT = 128, 64  # 191 KV positions at the longest: ceil(191 / 32) = 6 blocks per sequence
 
 
 def test_predicted_served_ceiling_from_the_engine_record_without_metrics(tmp_path):
     srv = server_record(startup_log=StartupLog(max_num_seqs=64))
-    res = load(write_run(tmp_path, [engine(blocks=41), srv, serve_point(concurrency=4, prompt_len=P, output_len=O)]))
+    point = serve_point(concurrency=4, prompt_len=PROMPT, output_len=OUT)
+    res = load(write_run(tmp_path, [engine(blocks=41), srv, point]))
     r = served_ceiling(res).iloc[0]
     assert r["predicted_ceiling"] == (41 - 1) // 6 == 6  # the null block out, 6 blocks per sequence
     assert r["limited_by"] == "kv_cache" and r["vllm_arithmetic"] == pytest.approx(41 / 6)
@@ -183,7 +184,8 @@ def test_predicted_served_ceiling_from_the_engine_record_without_metrics(tmp_pat
 def test_the_servers_own_kv_pool_wins_when_it_differs_from_the_offline_engines(tmp_path):
     # The server logged 992 KV tokens = int(31 blocks / 32 blocks per 1,024-token request × 1,024): 31 blocks.
     srv = server_record(startup_log=StartupLog(log_kv_cache_tokens=992, max_num_seqs=64))
-    res = load(write_run(tmp_path, [engine(blocks=41), srv, serve_point(concurrency=4, prompt_len=P, output_len=O)]))
+    point = serve_point(concurrency=4, prompt_len=PROMPT, output_len=OUT)
+    res = load(write_run(tmp_path, [engine(blocks=41), srv, point]))
     r = served_ceiling(res).iloc[0]
     assert r["num_blocks"] == 31 and r["blocks_source"] == "server log (KV cache tokens)"
     assert r["predicted_ceiling"] == (31 - 1) // 6 == 5
@@ -194,7 +196,7 @@ def test_the_servers_own_kv_pool_wins_when_it_differs_from_the_offline_engines(t
 def test_measured_served_ceiling_from_running_and_waiting(tmp_path):
     levels = {2: (2, 0, 0), 4: (4, 0, 0), 8: (6, 2, 0), 16: (6, 10, 3)}  # c → running, waiting, preemptions
     recs = [engine(blocks=41), server_record(startup_log=StartupLog(max_num_seqs=64))]
-    recs += [serve_point(concurrency=c, prompt_len=P, output_len=O,
+    recs += [serve_point(concurrency=c, prompt_len=PROMPT, output_len=OUT,
                          server={"peak_requests_running": r, "peak_requests_waiting": w, "preemptions": p})
              for c, (r, w, p) in levels.items()]
     row = served_ceiling(load(write_run(tmp_path, recs))).iloc[0]
@@ -237,10 +239,10 @@ def test_goodput_recomputed_from_the_requests_agrees_with_the_client(tmp_path):
 # --- (f) prefix sharing -----------------------------------------------------------------------------------
 
 def test_prefix_hit_rate_from_the_counters_without_metrics(tmp_path):
-    shared = serve_point(concurrency=4, prompt_len=P, output_len=O, prefix_len=96,
+    shared = serve_point(concurrency=4, prompt_len=PROMPT, output_len=OUT, prefix_len=96,
                          measurements={"server_counters": {"prefix_cache_hits": 2400.0,
                                                            "prefix_cache_queries": 4000.0}})
-    plain = serve_point(concurrency=4, prompt_len=P, output_len=O)
+    plain = serve_point(concurrency=4, prompt_len=PROMPT, output_len=OUT)
     t = prefix_sharing(load(write_run(tmp_path, [engine(blocks=41), server_record(), plain, shared])))
     assert t["prefix_len"].tolist() == [0, 96] and t["shared_blocks"].tolist() == [0, 96 // 32]
     assert t["hit_rate"].iloc[1] == 2400 / 4000
@@ -251,9 +253,9 @@ def test_prefix_hit_rate_from_the_counters_without_metrics(tmp_path):
 def test_prefix_sharing_predicted_and_measured_kv_usage(tmp_path):
     # 4 running requests of ceil(191 / 32) = 6 blocks in a pool of 41 blocks (40 usable): 24 / 40 = 0.6 unshared;
     # a 96-token prefix is 3 full blocks held once: 24 − 3 × 3 = 15 blocks, 15 / 40 = 0.375 shared.
-    plain = serve_point(concurrency=4, prompt_len=P, output_len=O,
+    plain = serve_point(concurrency=4, prompt_len=PROMPT, output_len=OUT,
                         server={"peak_requests_running": 4, "peak_kv_cache_usage": 0.55, "mean_kv_cache_usage": 0.3})
-    shared = serve_point(concurrency=4, prompt_len=P, output_len=O, prefix_len=96,
+    shared = serve_point(concurrency=4, prompt_len=PROMPT, output_len=OUT, prefix_len=96,
                          server={"peak_requests_running": 4, "peak_kv_cache_usage": 0.35, "mean_kv_cache_usage": 0.2,
                                  "prefix_cache_hit_rate": 0.7})
     t = prefix_sharing(load(write_run(tmp_path, [engine(blocks=41), server_record(), plain, shared])))

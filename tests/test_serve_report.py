@@ -57,7 +57,7 @@ def test_the_pdf_has_the_serve_pages_and_says_the_tokenizer_is_synthetic(served)
 
 
 def test_summary_has_the_serve_sections(served):
-    root, inj, written = served
+    _, inj, written = served
     summary = written["summary"].read_text()
     for heading in ("## Served vs offline", "## Serve latency vs load", "## Serve frontier", "## Serve capacity"):
         assert heading in summary
@@ -99,3 +99,17 @@ def test_compare_aligns_serve_points_across_runs(served, tmp_path):
     md = (tmp_path / "compare.md").read_text()
     assert "### Served latency and throughput per aligned serve point" in md
     assert "Served latency and throughput per aligned serve point" in pdf_text(tmp_path / "compare.pdf")
+
+
+def test_a_serve_only_sweep_reports_from_its_server_records(tmp_path):
+    # phases: [serve] writes no engine record: the model and vLLM come from the server record.
+    from records import serve_point, server_record, write_run
+
+    root = write_run(tmp_path / "run", [server_record(), serve_point(concurrency=1), serve_point(concurrency=4)])
+    out = tmp_path / "out"
+    out.mkdir()
+    written = build_report(root, out_dir=out)
+    summary = written["summary"].read_text()
+    assert "- Model: tiny\n" in summary and "vLLM 0.32.0" in summary  # SETTINGS' model_dir is /models/tiny
+    assert "Serve: 2 point(s) through vLLM's OpenAI server (1 server(s))" in summary
+    assert "Serve latency vs load: TPOT p50" in pdf_text(written["pdf"])
