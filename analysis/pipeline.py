@@ -396,6 +396,9 @@ def results_table(a: Analysis) -> pd.DataFrame:
     if not a.decode.empty:
         theory = [c for c in a.decode.columns if c not in pts.columns or c == "point_id"]
         pts = pts.merge(a.decode[theory], on="point_id", how="left")
+    if a.serve is not None:  # serve points: their statistics (the serve table's columns the points table lacks)
+        served = [c for c in a.serve.serve.columns if c not in pts.columns or c == "point_id"]
+        pts = pts.merge(a.serve.serve[served], on="point_id", how="left")
     for col in pts.columns:  # parquet needs one type per column
         if pts[col].dtype == object:
             pts[col] = pts[col].map(lambda v: v if v is None or isinstance(v, str) else str(v))

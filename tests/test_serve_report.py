@@ -113,3 +113,13 @@ def test_a_serve_only_sweep_reports_from_its_server_records(tmp_path):
     assert "- Model: tiny\n" in summary and "vLLM 0.32.0" in summary  # SETTINGS' model_dir is /models/tiny
     assert "Serve: 2 point(s) through vLLM's OpenAI server (1 server(s))" in summary
     assert "Serve latency vs load: TPOT p50" in pdf_text(written["pdf"])
+
+
+def test_results_parquet_carries_the_serve_statistics(served):
+    import pandas as pd
+
+    _, inj, written = served
+    t = pd.read_parquet(written["results"])
+    serve = t[t["phase"] == "serve"]
+    assert len(serve) == len(inj.serve_levels) + len(inj.serve_rates) + 1
+    assert serve["tpot_p50_s"].notna().all() and t.loc[t["phase"] == "decode", "tpot_p50_s"].isna().all()
