@@ -275,7 +275,7 @@ def _plot_settings(pdf: PdfPages, a: Analysis) -> None:
 
 def _wrap(title: str) -> str:
     """A finding that fits the page's width: broken onto a second line where it is long."""
-    return textwrap.fill(title, 120)
+    return textwrap.fill(title, 100)
 
 
 def _plot_served_vs_offline(pdf: PdfPages, a: Analysis) -> None:
