@@ -18,7 +18,14 @@ from records import (
 from analysis.catalog import model_dir
 from analysis.load import LoadError, load
 from analysis.pipeline import analyse
-from analysis.results_schema import DecodeMeasurements, FailedPoint, PointSettings, ServeRequests, StartupLog
+from analysis.results_schema import (
+    DecodeMeasurements,
+    FailedPoint,
+    LatencyStats,
+    PointSettings,
+    ServeRequests,
+    StartupLog,
+)
 from analysis.serve_analysis import (
     analyse_serve,
     frontier,
@@ -108,7 +115,11 @@ def test_a_failed_serve_point_is_listed_with_the_failures(tmp_path):
 # --- (a) served vs offline ------------------------------------------------------------------------------
 
 def test_served_tpot_and_itl_against_the_offline_step_at_the_same_batch(tmp_path):
-    recs = [engine(), server_record(), offline(4, 4.0), serve_point(concurrency=4, tpot_ms=5.0, itl_ms=4.5),
+    # The medians are what is compared: the mean and the tail percentiles differ from them on purpose.
+    tpot = LatencyStats(mean_s=0.0055, median_s=0.005, std_s=0.001, p50_s=0.005, p90_s=0.007, p99_s=0.009)
+    itl = LatencyStats(mean_s=0.0052, median_s=0.0045, std_s=0.002, p50_s=0.0045, p90_s=0.008, p99_s=0.012)
+    recs = [engine(), server_record(), offline(4, 4.0),
+            serve_point(concurrency=4, measurements={"tpot": tpot, "itl": itl}),
             # not matched: a shared prefix, an open-loop rate, a batch the offline sweep did not run
             serve_point(concurrency=4, prefix_len=32, tpot_ms=9.0),
             serve_point(concurrency=None, request_rate=2.0, tpot_ms=9.0), serve_point(concurrency=8, tpot_ms=9.0)]
