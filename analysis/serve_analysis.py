@@ -20,8 +20,8 @@ from scipy import stats
 
 from analysis.allocator import (
     NotModelled,
+    batch_ceiling,
     blocks_for_sequence,
-    kv_ceiling,
     paged_capacity,
     usage_fraction,
 )
@@ -321,8 +321,8 @@ def served_ceiling(res: Results) -> pd.DataFrame:
         row.update(num_blocks=pool.num_blocks, blocks_source=pool.blocks_source, max_num_seqs=pool.max_num_seqs,
                    max_num_seqs_source=pool.seqs_source, note=pool.note)
         if pool.capacity is not None:
-            ceil = kv_ceiling(pool.capacity, int(p) + int(o) - 1, pool.max_num_seqs, pool.max_num_batched_tokens,
-                              pool.async_scheduling)
+            ceil = batch_ceiling(pool.capacity, int(p), int(o), pool.max_num_seqs, pool.max_num_batched_tokens,
+                                 pool.async_scheduling)
             row.update(predicted_ceiling=ceil.ceiling, limited_by=ceil.limited_by,
                        vllm_arithmetic=ceil.vllm_reported)
             if row["running_clean_max"] is not None:
