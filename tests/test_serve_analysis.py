@@ -275,3 +275,16 @@ def test_prefix_sharing_predicted_and_measured_kv_usage(tmp_path):
     assert t.loc[96, "predicted_usage_shared"] == pytest.approx(15 / 40)
     assert t.loc[96, "predicted_saving"] == pytest.approx(24 / 40 - 15 / 40)
     assert t.loc[96, "measured_saving"] == pytest.approx(0.55 - 0.35) and t.loc[96, "hit_rate"] == 0.7
+
+
+def test_a_server_that_never_came_up_is_a_row_of_the_servers_table(tmp_path):
+    point = PointSettings(engine_id="e", phase="serve", concurrency=4, num_requests=8, prompt_len=64, output_len=16,
+                          repeats=1, warmup=1)
+    failed = FailedPoint(id=point.id, engine_id="e", engine=SETTINGS, point=point, status="timeout",
+                         error_class="timeout", message="the server did not answer /health within 600 s")
+    srv = server_record(status="timeout", ready_at=None, message="/health never answered", tokenizer=None)
+    res = load(write_run(tmp_path, [engine(), srv, failed]))
+    assert res.servers[["status", "message"]].to_dict("records") == [
+        {"status": "timeout", "message": "/health never answered"}]
+    assert res.serve.empty and analyse_serve(res) is None  # no serve page without a served point
+    assert analyse(res).tables["failed"].frame["status"].tolist() == ["timeout"]
