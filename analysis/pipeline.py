@@ -192,12 +192,15 @@ def ceiling_finding(s: serve_analysis.ServeAnalysis) -> str | None:
 
 def serve_lines(a: Analysis) -> list[str]:
     """The setup lines of a run with serve points: what loaded the server and the tokenizer it served with."""
+    srv = a.res.servers
+    down = [f"Server of {r['engine_id']} did not serve: {r['status']} — {r['message'] or 'see its log'}"
+            for r in srv.to_dict("records") if r["status"] != "ok"] if not srv.empty else []
     s = a.serve
     if s is None:
-        return []
+        return down
     n = len(s.serve)
     servers = len(a.res.servers)
-    return [f"Serve: {n} point(s) through vLLM's OpenAI server ({servers} server(s)); load generator "
+    return [*down, f"Serve: {n} point(s) through vLLM's OpenAI server ({servers} server(s)); load generator "
             f"{', '.join(s.load_generators) or '—'}", s.tokenizer_sentence]
 
 

@@ -287,4 +287,8 @@ def test_a_server_that_never_came_up_is_a_row_of_the_servers_table(tmp_path):
     assert res.servers[["status", "message"]].to_dict("records") == [
         {"status": "timeout", "message": "/health never answered"}]
     assert res.serve.empty and analyse_serve(res) is None  # no serve page without a served point
-    assert analyse(res).tables["failed"].frame["status"].tolist() == ["timeout"]
+    a = analyse(res)
+    assert a.tables["failed"].frame["status"].tolist() == ["timeout"]
+    from analysis.pipeline import setup_lines
+
+    assert "Server of e did not serve: timeout — /health never answered" in setup_lines(a)
