@@ -190,10 +190,15 @@ def ceiling_finding(s: serve_analysis.ServeAnalysis) -> str | None:
     return f"Served ceiling ({r['engine_id']}): " + "; ".join(parts)
 
 
+def _first_line(message: Any) -> str:
+    lines = message.strip().splitlines() if isinstance(message, str) else []
+    return lines[0] if lines else "see its log"
+
+
 def serve_lines(a: Analysis) -> list[str]:
     """The setup lines of a run with serve points: what loaded the server and the tokenizer it served with."""
     srv = a.res.servers
-    down = [f"Server of {r['engine_id']} did not serve: {r['status']} — {r['message'] or 'see its log'}"
+    down = [f"Server of {r['engine_id']} did not serve: {r['status']} — {_first_line(r['message'])}"
             for r in srv.to_dict("records") if r["status"] != "ok"] if not srv.empty else []
     s = a.serve
     if s is None:
