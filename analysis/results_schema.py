@@ -48,6 +48,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     computed_field,
+    field_validator,
     model_validator,
 )
 
@@ -745,6 +746,29 @@ class HostPointTelemetry(BaseModel):
     peak_sys_mem_used_bytes: float | None = None
 
 
+class ServerPointTelemetry(BaseModel):
+    """A served engine's /metrics samples over a point (device 'server'): how full its KV cache was,
+    how many requests ran and queued, and what its counters rose by from the point's first sample to
+    its last (null with under two samples, or when a counter went down: the server restarted)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    samples: int
+    peak_kv_cache_usage: float | None = Field(None, description="vllm:kv_cache_usage_perc, 0..1, highest sample")
+    mean_kv_cache_usage: float | None = None
+    peak_requests_running: float | None = None
+    peak_requests_waiting: float | None = Field(None, description="above 0: requests queued for a slot")
+    preemptions: float | None = Field(None, description="rise of vllm:num_preemptions_total over the point")
+    prefix_cache_hits: float | None = Field(None, description="rise of vllm:prefix_cache_hits_total (tokens)")
+    prefix_cache_queries: float | None = Field(None, description="rise of vllm:prefix_cache_queries_total (tokens)")
+    prefix_cache_hit_rate: float | None = Field(None, description="hits ÷ queries; null when nothing was queried")
+    prompt_tokens: float | None = Field(None, description="rise of vllm:prompt_tokens_total")
+    generation_tokens: float | None = Field(None, description="rise of vllm:generation_tokens_total")
+
+
+_POINT_TELEMETRY_MODELS: dict[str, type[BaseModel]] = {"host": HostPointTelemetry, "server": ServerPointTelemetry}
+
+
 class _PointBase(Record):
     id: str
     engine_id: str
@@ -752,8 +776,32 @@ class _PointBase(Record):
     point: PointSettings
     started_at: float | None = None
     finished_at: float | None = None
-    telemetry: dict[str, HostPointTelemetry | GpuPointTelemetry] | None = Field(
-        None, description="device label ('gpu0' …, 'host') → aggregates over the point's samples")
+    telemetry: dict[str, HostPointTelemetry | GpuPointTelemetry | ServerPointTelemetry] | None = Field(
+        None, description="device label → aggregates over the point's samples: 'host' is HostPointTelemetry, "
+                          "'server' ServerPointTelemetry, any other label ('gpu0' …) GpuPointTelemetry")
+
+    @field_validator("telemetry", mode="before")
+    @classmethod
+    def _telemetry_by_label(cls, value: Any) -> Any:
+        """Each device's aggregates as the model its label names (their shapes can coincide: all-null
+        aggregates are ``{"samples": n}`` in any of them)."""
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for label, agg in value.items():
+            model = _POINT_TELEMETRY_MODELS.get(label, GpuPointTelemetry)
+            if isinstance(agg, dict):
+                try:
+                    agg = model.model_validate(agg)
+                except ValidationError as exc:
+                    first = exc.errors()[0]
+                    where = ".".join(map(str, first["loc"]))
+                    raise ValueError(f"telemetry[{label!r}] is not {model.__name__}: "
+                                     f"{where + ': ' if where else ''}{first['msg']}") from None
+            elif isinstance(agg, BaseModel) and not isinstance(agg, model):
+                raise ValueError(f"telemetry[{label!r}] must be {model.__name__}, not {type(agg).__name__}")
+            out[label] = agg
+        return out
 
     @model_validator(mode="after")
     def _ids(self) -> _PointBase:
@@ -938,8 +986,9 @@ class TelemetrySample(BaseModel):
 
     t: float = Field(description="Unix time the row was sampled")
     launch: int = Field(description="engine launch index (a relaunch after a hang appends)")
-    source: Literal["nvml", "cpu"] = Field(description="the sampler source: nvml, or cpu for the host")
-    device: str = Field(description="'gpu0' … in the engine's CUDA order, or 'host'")
+    source: Literal["nvml", "cpu", "vllm"] = Field(
+        description="the sampler source: nvml, cpu for the host, vllm for a served engine's /metrics page")
+    device: str = Field(description="'gpu0' … in the engine's CUDA order, 'host', or 'server' (the vLLM server)")
     phase: str = Field(description="baseline, startup, capacity, decode, saturation, idle, …")
     point_id: str | None = None
     mem_used_bytes: float | None = None
@@ -965,6 +1014,16 @@ class TelemetrySample(BaseModel):
     sys_mem_available_bytes: float | None = None
     sys_mem_total_bytes: float | None = None
     sys_cpu_pct: float | None = None
+    kv_cache_usage: float | None = Field(None, description="vllm:kv_cache_usage_perc (0..1), the fullest engine")
+    requests_running: float | None = Field(None, description="vllm:num_requests_running, summed over engines")
+    requests_waiting: float | None = Field(None, description="vllm:num_requests_waiting, summed over engines")
+    preemptions_total: float | None = Field(None, description="vllm:num_preemptions_total since the server "
+                                                              "started (counter), summed over engines")
+    prefix_cache_hits_total: float | None = Field(None, description="vllm:prefix_cache_hits_total (tokens, counter)")
+    prefix_cache_queries_total: float | None = Field(None, description="vllm:prefix_cache_queries_total (tokens, "
+                                                                       "counter)")
+    prompt_tokens_total: float | None = Field(None, description="vllm:prompt_tokens_total (counter)")
+    generation_tokens_total: float | None = Field(None, description="vllm:generation_tokens_total (counter)")
 
 
 TELEMETRY_COLUMNS = tuple(TelemetrySample.model_fields)

@@ -122,7 +122,8 @@ def _point_label(point_id: str) -> str:
 
 
 def _supervise(proc: subprocess.Popen[bytes], store: ResultsDir, ready_now: Any, points: list[Point], timeouts: Any,
-               on_point_done: Any, on_current: Any, progress_marker: Any = None) -> tuple[str | None, bool, set[str]]:
+               on_point_done: Any, on_current: Any, progress_marker: Any = None,
+               starting: str = "starting engine") -> tuple[str | None, bool, set[str]]:
     """Watch a child until it exits: (outcome — None when it exited by itself, "timeout" when killed —,
     whether it became ready, the points whose records appeared).
 
@@ -143,7 +144,7 @@ def _supervise(proc: subprocess.Popen[bytes], store: ResultsDir, ready_now: Any,
         if now_marker != marker:
             marker, last_progress = now_marker, time.monotonic()
             if on_current:
-                on_current("starting engine" if not ready else _point_label(current.id) if current else "finishing")
+                on_current(starting if not ready else _point_label(current.id) if current else "finishing")
         limit = timeouts.point_s if ready else timeouts.engine_start_s
         if time.monotonic() - last_progress > limit:
             _kill_group(proc)
@@ -267,7 +268,7 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
         child["pid"] = proc.pid
         try:
             outcome, ready, seen_done = _supervise(proc, store, ready_now, points, spec.timeouts, on_point_done,
-                                                   on_current)
+                                                   on_current, starting="starting server")
             if outcome is None:
                 outcome = "ok" if proc.returncode == 0 else "crash"
             _kill_group(proc)  # the server: the child exits without stopping it

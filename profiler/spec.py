@@ -806,6 +806,7 @@ class GridSize(BaseModel):
     decode_axes: dict[str, int]  # "workload.<axis>" → values; empty without the decode phase
     saturation_levels: int  # saturation.concurrency or .factors; 0 without the saturation phase
     serve_axes: dict[str, int] = {}  # "serve.<axis>" → values; empty without the serve phase
+    served_engines: int = 0  # engines the serve phase runs on (serve.engines filters them)
     engine_arg_values: int  # values of engine_args plus the largest swept combination
 
     @property
@@ -814,14 +815,20 @@ class GridSize(BaseModel):
         return math.prod(self.engine_axes.values()) * self.engine_arg_combinations
 
     @property
+    def serve_points_per_engine(self) -> int:
+        return math.prod(self.serve_axes.values()) if self.serve_axes else 0
+
+    @property
     def points_per_engine(self) -> int:
+        """Decode and saturation points of every engine, and serve points of a served one."""
         return ((math.prod(self.decode_axes.values()) if self.decode_axes else 0) + self.saturation_levels
-                + (math.prod(self.serve_axes.values()) if self.serve_axes else 0))
+                + self.serve_points_per_engine)
 
     @property
     def points(self) -> int:
         """Points before the combinations that do not fit an engine are dropped."""
-        return self.engines * self.points_per_engine
+        offline = self.points_per_engine - self.serve_points_per_engine
+        return self.engines * offline + self.served_engines * self.serve_points_per_engine
 
 
 def _count_values(obj: Any, limit: int) -> int:
@@ -870,6 +877,9 @@ def grid_size(spec: SweepSpec) -> GridSize:
         serve_axes={"serve.levels": spec.serve.levels, **{
             f"serve.{n}": len(getattr(spec.serve, n)) for n in ("prompt_len", "output_len", "prefix_fraction")}}
         if "serve" in spec.phases else {},
+        served_engines=combos * math.prod(
+            len([v for v in getattr(spec.engine, n) if n not in spec.serve.engines or v in spec.serve.engines[n]])
+            for n in EngineAxes.model_fields) if "serve" in spec.phases else 0,
         engine_arg_values=_count_values(spec.engine_args, MAX_SPEC_VALUES) - 1
         + (_count_values(largest, MAX_SPEC_VALUES) - 1 if largest else 0))
 
@@ -901,10 +911,14 @@ def check_grid(spec: SweepSpec, limits: GridLimits | None = None, source: str = 
                          f"allowed; narrow an axis, or allow them with --max-engines {g.engines}")
     if g.points > limits.max_points:
         parts = ([f"{_product(g.decode_axes)} decode"] if g.decode_axes else []) + (
-            [f"{g.saturation_levels:,} saturation"] if g.saturation_levels else []) + (
-            [f"{_product(g.serve_axes)} serve"] if g.serve_axes else [])
+            [f"{g.saturation_levels:,} saturation"] if g.saturation_levels else [])
+        offline = g.points_per_engine - g.serve_points_per_engine
+        each = (f"{g.engines:,} engines × {offline:,} each: {' + '.join(parts)}" if parts else "")
+        if g.serve_axes:
+            each += ("; " if each else "") + (f"{g.served_engines:,} served engines × {g.serve_points_per_engine:,} "
+                                              f"serve each: {_product(g.serve_axes)}")
         add(g.decode_axes | g.serve_axes | engine_axes | {"saturation": g.saturation_levels},
-            f"{g.points:,} points ({g.engines:,} engines × {g.points_per_engine:,} each: {' + '.join(parts)}; "
+            f"{g.points:,} points ({each}; "
             f"counted before combinations that do not fit are dropped), more than the {limits.max_points:,} "
             f"allowed; narrow an axis, or allow them with --max-points {g.points}")
     if g.engines * g.engine_arg_values > limits.max_engine_arg_values:

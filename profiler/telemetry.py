@@ -12,37 +12,41 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from profiler import cpu_source, nvml_source
+from profiler import cpu_source, nvml_source, prometheus_source
 
 FLUSH_S = 30.0
 BASE_COLUMNS = ("t", "launch", "source", "device", "phase", "point_id")
-SIGNAL_COLUMNS = nvml_source.SIGNALS + cpu_source.SIGNALS
+SIGNAL_COLUMNS = nvml_source.SIGNALS + cpu_source.SIGNALS + prometheus_source.SIGNALS
 
 
 class TelemetryError(RuntimeError):
     """The telemetry the spec asked for cannot run (e.g. backend nvml without NVML)."""
 
 
-def open_sources(backend: str, tp: int, root_pid: Any) -> tuple[list[Any], dict[str, str]]:
-    """The sources for one engine: NVML devices (when asked for or found) and the host.
+def open_sources(backend: str, tp: int, root_pid: Any,
+                 metrics_url: str | Callable[[], str | None] | None = None) -> tuple[list[Any], dict[str, str]]:
+    """The sources for one engine: NVML devices (when asked for or found), the host and, given
+    ``metrics_url`` (a served engine's /metrics URL, or a callable returning it), the server.
 
     Returns (sources, unavailable) where unavailable explains a missing GPU source.
     """
     host = cpu_source.CpuSource(root_pid=root_pid)
+    server = [] if metrics_url is None else [prometheus_source.PrometheusSource(metrics_url)]
     if backend == "cpu":
-        return [host], {"nvml": "telemetry.backend is cpu"}
+        return [host, *server], {"nvml": "telemetry.backend is cpu"}
     try:
         gpu = nvml_source.NvmlSource(count=tp, engine_pids=host.pids)
     except nvml_source.NvmlUnavailable as exc:
         if backend == "nvml":
             raise TelemetryError(f"telemetry.backend nvml: {exc}") from None
-        return [host], {"nvml": str(exc)}
-    return [gpu, host], {}
+        return [host, *server], {"nvml": str(exc)}
+    return [gpu, host, *server], {}
 
 
 def check_backend(backend: str, tp: int) -> None:
@@ -208,9 +212,34 @@ def _gpm_means(g: pd.DataFrame, start: float | None) -> tuple[dict[str, float | 
     return means, len(rows), partial
 
 
+def _rise(s: pd.Series) -> float | None:
+    """A counter's rise from its first to its last sample; None with under two samples or
+    when it ever went down (the server restarted: the rise across the reset is unknown)."""
+    s = s.dropna()
+    if len(s) < 2 or (s.diff().dropna() < 0).any():
+        return None
+    return float(s.iloc[-1] - s.iloc[0])
+
+
+def _server(g: pd.DataFrame) -> dict[str, Any]:
+    """A served engine's /metrics samples over a point (ServerPointTelemetry)."""
+    g = g.sort_values("t")
+    hits, queries = _rise(g["prefix_cache_hits_total"]), _rise(g["prefix_cache_queries_total"])
+    return {
+        "samples": len(g),
+        "peak_kv_cache_usage": _max(g["kv_cache_usage"]), "mean_kv_cache_usage": _mean(g["kv_cache_usage"]),
+        "peak_requests_running": _max(g["requests_running"]), "peak_requests_waiting": _max(g["requests_waiting"]),
+        "preemptions": _rise(g["preemptions_total"]),
+        "prefix_cache_hits": hits, "prefix_cache_queries": queries,
+        "prefix_cache_hit_rate": hits / queries if hits is not None and queries else None,
+        "prompt_tokens": _rise(g["prompt_tokens_total"]), "generation_tokens": _rise(g["generation_tokens_total"]),
+    }
+
+
 def aggregate(samples: pd.DataFrame, devices: dict[str, dict[str, Any]],
               start: float | None = None) -> dict[str, Any]:
-    """Per device: peak/mean memory, bandwidth, power, clocks, throttling over a point's samples.
+    """Per device: peak/mean memory, bandwidth, power, clocks, throttling over a point's samples;
+    for the server, KV-cache usage, queue depths and counter rises.
 
     ``start`` (the point's wall-clock start) lets GPM means keep to windows inside the point.
     """
@@ -220,6 +249,9 @@ def aggregate(samples: pd.DataFrame, devices: dict[str, dict[str, Any]],
             out[label] = {"samples": len(g), "peak_rss_bytes": _max(g["rss_bytes"]),
                           "mean_rss_bytes": _mean(g["rss_bytes"]), "mean_cpu_pct": _mean(g["cpu_pct"]),
                           "peak_sys_mem_used_bytes": _max(g["sys_mem_used_bytes"])}
+            continue
+        if label == "server":
+            out[label] = _server(g)
             continue
         gpm, gpm_windows, gpm_partial = _gpm_means(g, start)
         bw_pct = gpm["gpm_dram_bw_pct"]

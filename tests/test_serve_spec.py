@@ -149,3 +149,15 @@ def test_serve_engines_picks_the_engines_that_are_served():
 def test_serve_engines_must_match_an_engine(engines, message):
     with pytest.raises(SpecError, match=message):
         _spec(engines=engines)
+
+
+def test_grid_counts_serve_points_on_the_served_engines_only():
+    raw = BASE | {"engine": BASE["engine"] | {"block_size": [32, 64], "max_model_len": [1024, 2048]},
+                  "serve": BASE["serve"] | {"engines": {"block_size": 32}}}
+    g = grid_size(parse_spec(raw))
+    # 4 engines; the serve phase runs on the 2 of block size 32, 3 points each.
+    assert (g.engines, g.served_engines, g.points) == (4, 2, 2 * 3)
+    with pytest.raises(SpecError, match=r"6 points \(2 served engines × 3 serve each: serve.levels 3; counted before"):
+        from profiler.spec import GridLimits, check_grid
+
+        check_grid(parse_spec(raw), GridLimits(max_points=5))

@@ -99,8 +99,9 @@ def test_single_impossible_combinations_are_still_dropped_with_their_reason(tmp_
     assert len(dropped) == 4, res.stdout
     assert all("len1024-" in line and "prompt=2000 output=16: prompt_len + output_len = 2016 > max_model_len 1024"
                in line for line in dropped), res.stdout
-    # 4 engines × 4 saturation factors, plus decode: 2 concurrencies × 1 prompt (1024) or 2 prompts (2048).
-    assert "ok — 4 engines, 28 points, 4 dropped" in res.stdout
+    # 4 engines × 4 saturation factors, plus decode: 2 concurrencies × 1 prompt (1024) or 2 prompts (2048) = 28,
+    # plus the demo's serve phase on its 2 block-32 engines: 2 prompts × (3 levels + 1 rate) × 2 prefix fractions.
+    assert f"ok — 4 engines, {28 + 2 * 16} points, 4 dropped" in res.stdout
 
 
 def test_an_engine_left_empty_is_still_named_when_its_phases_run_elsewhere(tmp_path):
