@@ -25,6 +25,7 @@ from analysis.pdf_pages import (
 )
 from analysis.results_schema import atomic_write_bytes
 from analysis.run_comparison import REFERENCE_CONTEXT, Comparison
+from analysis.serve_analysis import level_text
 
 
 def tables(cmp: Comparison) -> dict[str, Table]:
@@ -51,6 +52,22 @@ def tables(cmp: Comparison) -> dict[str, Table]:
         wide = cmp.throughput.pivot(index="concurrency", columns="run", values="tokens_per_s_per_gpu").reset_index()
         t["throughput"] = Table("Decode throughput per GPU (median over contexts)", format_columns(
             wide, {"concurrency": ("batch", fnum)} | {r: (f"tokens/s/GPU {r}", fnum) for r in runs}))
+    if not cmp.serve.empty:
+        sv = cmp.serve.assign(level=[level_text(r) for r in cmp.serve.to_dict("records")])
+        cols = {a: (a.replace("_", " "), str if a in ("model", "kv_cache_dtype") else fnum)
+                for a in cmp.align_on if a in sv}
+        cols |= {"level": ("level", str), "prompt_len": ("prompt", fnum), "output_len": ("output", fnum),
+                 "prefix_len": ("prefix", fnum)}
+        for r in runs:
+            cols |= {f"tpot_p50[{r}]": (f"TPOT p50 {r}", fms), f"ttft_p50[{r}]": (f"TTFT p50 {r}", fms),
+                     f"tokens_per_s[{r}]": (f"tokens/s {r}", fnum)}
+        for r in runs[1:]:
+            cols |= {f"tpot_p50 {r}/{runs[0]}": (f"TPOT {r}/{runs[0]}", lambda x: fnum(x, 4)),
+                     f"ttft_p50 {r}/{runs[0]}": (f"TTFT {r}/{runs[0]}", lambda x: fnum(x, 4)),
+                     f"tokens_per_s {r}/{runs[0]}": (f"tokens/s {r}/{runs[0]}", lambda x: fnum(x, 4))}
+        t["serve"] = Table("Served latency and throughput per aligned serve point", format_columns(sv, cols),
+                           note="Serve points aligned on the engine axes the runs share and on their workload "
+                                "(level, lengths, shared prefix, arrival shape); ratios are each run over the first.")
     diff = [{"what": k, **{r.label: str(v) for r, v in zip(cmp.runs, vals, strict=True)}}
             for k, vals in {**cmp.differing_facts, **cmp.differing_axes}.items()]
     t["differs"] = Table("What differs between the runs", pd.DataFrame(diff))
@@ -109,6 +126,8 @@ def build_comparison(cmp: Comparison, out_dir: str | Path, pdf_path: str | Path 
         _plots(pdf, cmp)
         if "throughput" in t:
             table_page(pdf, t["throughput"])
+        if "serve" in t:
+            table_page(pdf, t["serve"])
         table_page(pdf, t["fits"])
         if not t["only"].frame.empty:
             table_page(pdf, t["only"])
@@ -116,6 +135,6 @@ def build_comparison(cmp: Comparison, out_dir: str | Path, pdf_path: str | Path 
     parts = ["# kvprof compare — " + " vs ".join(r.label for r in cmp.runs) + "\n",
              "## Runs\n\n" + "\n".join(f"- {x}" for x in runs_lines) + "\n",
              "## Which is better, and by how much\n\n" + "\n".join(f"- {x}" for x in cmp.verdict) + "\n"]
-    parts += [t[k].markdown() for k in ("differs", "capacity", "throughput", "fits", "only") if k in t]
+    parts += [t[k].markdown() for k in ("differs", "capacity", "throughput", "serve", "fits", "only") if k in t]
     atomic_write_bytes(md, "\n".join(parts).encode())  # an interrupted compare leaves the previous one whole
     return {"pdf": pdf_path, "markdown": md}

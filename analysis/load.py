@@ -10,6 +10,12 @@ probe.json or spec.yaml that is not UTF-8 or not the probe's shape, an engine wh
 model config is neither stored nor on this machine. Nothing here imports vLLM, torch
 or the profiler: the report is rebuilt on any laptop from the directory alone (engine
 records keep the model's config.json). Failed points are kept, labelled by status.
+
+Serve mode: ``servers/*.json`` (ServerRecord, refused like an engine record when off the contract) make the
+``servers`` table; each serve point that ran is a row of ``serve`` (its settings, every statistic of its
+measurements flattened: ``ttft_p50_s``, ``tpot_p99_s``, ``request_goodput``, ``counter_preemptions``,
+``tel_server_*``), while ``points`` keeps one row per point record of every phase (a serve point there with its
+settings only). A serve point whose engine has a server record but no engine record (a serve-only sweep) is kept.
 """
 
 from __future__ import annotations
@@ -27,11 +33,14 @@ from pydantic import ValidationError
 
 from analysis.results_schema import (
     SCHEMA_VERSION,
+    SERVE_ONLY_FIELDS,
     EngineRecord,
     EngineSettings,
     Manifest,
     ProbeResult,
     ResultsError,
+    ServePoint,
+    ServerRecord,
     check_telemetry_columns,
     describe_errors,
     load_point,
@@ -74,6 +83,10 @@ class Results:
     telemetry_files: dict[str, Path] = field(default_factory=dict)
     engine_records: dict[str, EngineRecord] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # what was left out and why, one line each
+    servers: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per OpenAI server (servers/*.json)
+    serve: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per serve point that ran (SERVE_COLUMNS)
+    server_records: dict[str, ServerRecord] = field(default_factory=dict)
+    serve_records: dict[str, ServePoint] = field(default_factory=dict)  # by point id: the per-request lists
 
     def warn(self, message: str) -> None:
         """Record something left out (and issue it as a ResultsWarning for whoever shows them)."""
@@ -230,7 +243,8 @@ def _flatten(prefix: str, obj: dict[str, Any], out: dict[str, Any]) -> None:
 
 def _point_row(rec: Any) -> dict[str, Any]:
     p = rec.point
-    m = rec.measurements.model_dump() if rec.status == "ok" else {}
+    serve = p.phase == "serve"
+    m = rec.measurements.model_dump() if rec.status == "ok" and not serve else {}
     row: dict[str, Any] = {
         "point_id": rec.id, "engine_id": rec.engine_id, "status": rec.status,
         "error_class": getattr(rec, "error_class", None), "message": getattr(rec, "message", None),
@@ -239,6 +253,8 @@ def _point_row(rec: Any) -> dict[str, Any]:
         "concurrency": m.get("concurrency", p.concurrency),
         "started_at": rec.started_at, "finished_at": rec.finished_at,
     }
+    if serve:  # the serve-only settings; the statistics are the serve table's (_serve_row)
+        row.update({k: getattr(p, k) for k in SERVE_ONLY_FIELDS})
     scalars = {k: v for k, v in m.items() if not isinstance(v, list | dict)}
     scalars.pop("concurrency", None)
     row.update(scalars)
@@ -247,6 +263,72 @@ def _point_row(rec: Any) -> dict[str, Any]:
     if rec.telemetry:
         _flatten("tel_", {k: v.model_dump() for k, v in rec.telemetry.items()}, row)
     return row
+
+
+# Columns every serve table row has (the statistics of ServeMeasurements flattened: ``ttft_p50_s``, ``tpot_p99_s``,
+# ``slo_tpot_s``, ``counter_preemptions`` …; the server's /metrics aggregates as ``tel_server_*`` where sampled).
+SERVE_SETTINGS = ("concurrency", "request_rate", "burstiness", "num_requests", "prefix_len", "range_ratio",
+                  "prompt_len", "output_len", "warmup")
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+STATISTICS = ("mean_s", "median_s", "std_s", "p50_s", "p90_s", "p99_s")
+
+
+def _serve_row(rec: ServePoint) -> dict[str, Any]:
+    """One serve point that ran: its settings (``prefix_len`` 0, ``range_ratio`` 0, ``burstiness`` 1 where the
+    point left them unset: what the load generator ran), the engine settings it was served with, every statistic
+    of its measurements flattened, the counters' rises (``counter_<name>``) and its telemetry (``tel_<device>_*``)."""
+    p, m, e = rec.point, rec.measurements, rec.engine
+    row: dict[str, Any] = {"point_id": rec.id, "engine_id": rec.engine_id, "status": rec.status,
+                           "model": _model_name(e.model_dir), "block_size": e.block_size,
+                           "max_model_len": e.max_model_len, "kv_cache_dtype": e.kv_cache_dtype,
+                           "tensor_parallel_size": e.tensor_parallel_size,
+                           "enable_prefix_caching": e.enable_prefix_caching}
+    row.update({k: getattr(p, k) for k in SERVE_SETTINGS})
+    row["prefix_len"] = p.prefix_len or 0
+    row["range_ratio"] = p.range_ratio or 0.0
+    row["burstiness"] = p.burstiness or 1.0
+    row["loop"] = "closed" if p.request_rate is None else "open"
+    row.update(started_at=rec.started_at, finished_at=rec.finished_at)
+    dump = m.model_dump(exclude={"requests", "server_counters", "slo", "errors"})
+    _flatten("", dump, row)  # ttft: {p50_s: …} → ttft_p50_s; the scalars under their own name
+    for name in ("ttft_s", "tpot_s", "e2el_s"):
+        row[f"slo_{name}"] = m.slo.get(name)
+    for k, v in m.server_counters.items():
+        row[f"counter_{k}"] = v
+    row["errors_kept"] = len(m.errors)
+    row["requests_kept"] = len(m.requests.ttft_s)
+    if rec.telemetry:
+        _flatten("tel_", {k: v.model_dump() for k, v in rec.telemetry.items()}, row)
+    return row
+
+
+def _server_row(rec: ServerRecord) -> dict[str, Any]:
+    """One OpenAI server: how it came up, its engine settings, the tokenizer it served and its start-up log."""
+    e, log, tok = rec.engine, rec.startup_log, rec.tokenizer
+    return {"engine_id": rec.id, "status": rec.status, "model": _model_name(e.model_dir),
+            "block_size": e.block_size, "max_model_len": e.max_model_len, "kv_cache_dtype": e.kv_cache_dtype,
+            "startup_s": rec.startup_s, "ready_at": rec.ready_at, "vllm_version": rec.vllm_version,
+            "message": rec.message, "command": " ".join(rec.command) or None,
+            "tokenizer_synthetic": tok.synthetic if tok else None, "tokenizer_note": tok.note if tok else None,
+            "tokenizer_vocab_size": tok.vocab_size if tok else None,
+            "server_max_num_seqs": rec.server_kwargs.get("max_num_seqs"),
+            "server_max_num_batched_tokens": rec.server_kwargs.get("max_num_batched_tokens"),
+            "server_async_scheduling": rec.server_kwargs.get("async_scheduling"),
+            "log_kv_cache_tokens": log.log_kv_cache_tokens if log else None,
+            "log_num_gpu_blocks": log.log_num_gpu_blocks if log else None,
+            "log_max_num_seqs": log.max_num_seqs if log else None,
+            "log_max_num_batched_tokens": log.max_num_batched_tokens if log else None}
+
+
+def _servers(root: Path) -> dict[str, ServerRecord]:
+    """servers/*.json through ServerRecord (LoadError for a record off the contract, as for engine records)."""
+    out = {}
+    for path in sorted((root / "servers").glob("*.json")):
+        rec = ServerRecord.load_file(path)
+        if rec.id != path.stem:
+            raise LoadError(f"{path}: id: {rec.id!r} does not match the file name")
+        out[rec.id] = rec
+    return out
 
 
 def load(root: str | Path) -> Results:
@@ -270,12 +352,13 @@ def load(root: str | Path) -> Results:
         if rec.id != path.stem:
             raise LoadError(f"{path}: id: {rec.id!r} does not match the file name")
         engine_recs[rec.id] = rec
-    if not engine_recs:
+    server_recs = _servers(root)
+    if not engine_recs and not server_recs:
         raise LoadError(f"{root}: no engine records (engines/*.json) — no engine of this sweep started yet; "
                         "run or resume it with `kvprof sweep`")
     _check_models(engine_recs.values(), res.warn)
     engines = pd.DataFrame([_engine_row(r) for r in engine_recs.values()])
-    rows, timeline = [], []
+    rows, timeline, serve_rows = [], [], []
     orphans: dict[str, int] = {}
     for path in sorted((root / "points").glob("*.json")):
         try:
@@ -285,10 +368,14 @@ def load(root: str | Path) -> Results:
                             "or remove the file") from None
         if rec.id != path.stem:
             raise LoadError(f"{path}: id: {rec.id!r} does not match the file name")
-        if rec.engine_id not in engine_recs:
+        served = rec.point.phase == "serve" and rec.engine_id in server_recs  # a serve-only sweep has no engine
+        if rec.engine_id not in engine_recs and not served:
             orphans[rec.engine_id] = orphans.get(rec.engine_id, 0) + 1
             continue
         rows.append(_point_row(rec))
+        if isinstance(rec, ServePoint):
+            serve_rows.append(_serve_row(rec))
+            res.serve_records[rec.id] = rec
         if rec.status == "ok" and rec.point.phase == "saturation" and rec.measurements.timeline:
             m = rec.measurements
             try:
@@ -303,7 +390,7 @@ def load(root: str | Path) -> Results:
         res.warn(f"{root / 'points'}: {n} point record(s) of engine {eid} left out: its engine record "
                  f"engines/{eid}.json is missing (rerun the sweep to measure that engine again)")
     points = pd.DataFrame(rows)
-    if not points.empty:
+    if not points.empty and not engines.empty:
         cfg_cols = ["engine_id", "model", "block_size", "max_model_len", "kv_cache_dtype", "num_gpu_blocks",
                     "max_num_seqs", "tensor_parallel_size"]
         points = points.merge(engines[cfg_cols], on="engine_id", how="left")
@@ -319,7 +406,20 @@ def load(root: str | Path) -> Results:
     res.engines, res.points, res.block_rounding = engines, points, pd.DataFrame(rounding)
     res.saturation_timeline = pd.concat(timeline, ignore_index=True) if timeline else pd.DataFrame()
     res.engine_records = engine_recs
+    res.server_records = server_recs
+    res.servers = pd.DataFrame([_server_row(r) for r in server_recs.values()])
+    res.serve = _with_engine_facts(pd.DataFrame(serve_rows), engines)
     return res
+
+
+def _with_engine_facts(serve: pd.DataFrame, engines: pd.DataFrame) -> pd.DataFrame:
+    """The serve table with the offline engine's block count and max_num_seqs, where an engine record exists."""
+    if serve.empty:
+        return serve
+    facts = ["num_gpu_blocks", "max_num_seqs"]
+    if engines.empty:
+        return serve.assign(**{c: None for c in facts})
+    return serve.merge(engines[["engine_id", *facts]], on="engine_id", how="left")
 
 
 def _telemetry_files(root: Path, warn: Any) -> dict[str, Path]:

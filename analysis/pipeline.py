@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from analysis import claims as claims_mod
+from analysis import serve_analysis
 from analysis import theory_vs_measured as tvm
 from analysis.fit import DecodeFit, calibration_dict
 from analysis.load import Results
@@ -36,6 +37,7 @@ class Analysis:
     claims: pd.DataFrame
     divergences: pd.DataFrame
     tables: dict[str, Table] = field(default_factory=dict)
+    serve: serve_analysis.ServeAnalysis | None = None  # None: the run has no serve point that ran
 
 
 def analyse(res: Results) -> Analysis:
@@ -52,7 +54,7 @@ def analyse(res: Results) -> Analysis:
                  rounding=rnd, saturation=sat,
                  claims=claims_mod.check_all(cap, dec, rnd, sat, f, engines=res.engines,
                                              dropped=res.manifest.get("dropped")),
-                 divergences=tvm.divergences(cap, dec, rnd))
+                 divergences=tvm.divergences(cap, dec, rnd), serve=serve_analysis.analyse_serve(res))
     a.tables = build_tables(a)
     return a
 
@@ -137,10 +139,143 @@ def build_tables(a: Analysis) -> dict[str, Table]:
                              format_columns(a.divergences.head(25), {
         "quantity": ("quantity", str), "where": ("where", str), "predicted": ("predicted", fnum),
         "measured": ("measured", fnum), "rel_error": ("error", fpct)}))
+    if a.serve is not None:
+        t.update(serve_tables(a.serve))
     failed = a.res.points[a.res.points["status"] != "ok"] if not a.res.points.empty else a.res.points
     t["failed"] = Table("Failed points", format_columns(failed, {
         "point_id": ("point", str), "status": ("status", str),
         "message": ("message", lambda m: textwrap.shorten(str(m), 90) if m is not None else "—")}))
+    return t
+
+
+# --- serve mode ---------------------------------------------------------------------------------
+
+def _level(df: pd.DataFrame) -> pd.DataFrame:
+    return df.assign(level=[serve_analysis.level_text(r) for r in df.to_dict("records")]) if not df.empty else df
+
+
+def _share(x: Any) -> str:
+    return fpct(x).lstrip("+")
+
+
+def overhead_finding(s: serve_analysis.ServeAnalysis) -> str | None:
+    """The served-vs-offline finding in one sentence (the page's title), or None without a matched point."""
+    f = s.fit
+    if f is None:
+        return None
+    ms = f"{1e3 * abs(f.median_overhead_s):.3g} ms ({fpct(f.median_ratio)})"
+    if f.median_overhead_s >= 0:
+        return f"Serving adds {ms} per output token over the offline decode step (median of {f.n} points)"
+    return f"Served TPOT is {ms} below the offline decode step (median of {f.n} points)"
+
+
+def ceiling_finding(s: serve_analysis.ServeAnalysis) -> str | None:
+    """The served ceiling against the prediction in one sentence, or None where nothing was measured or predicted."""
+    c = s.ceiling
+    if c.empty:
+        return None
+    r = c.iloc[0]
+    pred = r.get("predicted_ceiling")
+    parts = []
+    if r.get("sampled") and pd.notna(r.get("running_clean_max")):
+        parts.append(f"ran up to {fnum(r['running_clean_max'])} requests with none waiting or preempted")
+    if isinstance(r.get("queueing_from"), str):
+        parts.append(f"{r['queueing_cause']} from {r['queueing_from']}")
+    elif r.get("sampled"):
+        parts.append("no level queued or preempted")
+    if pred is not None and pd.notna(pred):
+        parts.append(f"predicted ceiling {fnum(pred)} at {fnum(r['prompt_len'] + r['output_len'])} tokens")
+    if not parts:
+        return None
+    return f"Served ceiling ({r['engine_id']}): " + "; ".join(parts)
+
+
+def _first_line(message: Any) -> str:
+    lines = message.strip().splitlines() if isinstance(message, str) else []
+    return lines[0] if lines else "see its log"
+
+
+def serve_lines(a: Analysis) -> list[str]:
+    """The setup lines of a run with serve points: what loaded the server and the tokenizer it served with."""
+    srv = a.res.servers
+    down = [f"Server of {r['engine_id']} did not serve: {r['status']} — {_first_line(r['message'])}"
+            for r in srv.to_dict("records") if r["status"] != "ok"] if not srv.empty else []
+    s = a.serve
+    if s is None:
+        return down
+    n = len(s.serve)
+    servers = len(a.res.servers)
+    return [*down, f"Serve: {n} point(s) through vLLM's OpenAI server ({servers} server(s)); load generator "
+            f"{', '.join(s.load_generators) or '—'}", s.tokenizer_sentence]
+
+
+def serve_tables(s: serve_analysis.ServeAnalysis) -> dict[str, Table]:
+    """The serve pages' tables (only those with rows, but the served-vs-offline table always)."""
+    t: dict[str, Table] = {}
+    fit = s.fit.sentence if s.fit else ("No serve point matches an offline decode point (closed loop, no shared "
+                                        "prefix, range 0, same engine, batch, prompt_len and output_len)")
+    t["serve_offline"] = Table("Served vs offline: TPOT and ITL over the offline decode step at the same batch and "
+                               "context", format_columns(s.matched, {
+        "engine_id": ("engine", str), "concurrency": ("batch", fnum), "prompt_len": ("prompt", fnum),
+        "output_len": ("output", fnum), "mean_context": ("context", fnum), "offline_step_s": ("offline step", fms),
+        "offline_tpot_s": ("offline TPOT", fms), "served_tpot_s": ("served TPOT", fms),
+        "tpot_overhead_s": ("TPOT overhead", fms), "tpot_overhead_ratio": ("TPOT +%", fpct),
+        "served_itl_s": ("served ITL", fms), "itl_overhead_s": ("ITL overhead", fms),
+        "itl_overhead_ratio": ("ITL +%", fpct)}),
+        note=f"{fit}. Served: vLLM's benchmark client against the OpenAI server (median over requests); offline: "
+             "kvprof's stepped engine (median decode step).")
+    load = _level(pd.concat([s.closed, s.open], ignore_index=True))
+    t["serve_load"] = Table("Serve latency vs load: TTFT and TPOT percentiles per level", format_columns(load, {
+        "engine_id": ("engine", str), "level": ("level", str), "prompt_len": ("prompt", fnum),
+        "output_len": ("output", fnum), "prefix_len": ("prefix", fnum), "ttft_p50_s": ("TTFT p50", fms),
+        "ttft_p90_s": ("TTFT p90", fms), "ttft_p99_s": ("TTFT p99", fms), "tpot_p50_s": ("TPOT p50", fms),
+        "tpot_p90_s": ("TPOT p90", fms), "tpot_p99_s": ("TPOT p99", fms),
+        "output_tokens_per_s": ("tokens/s", fnum), "request_throughput": ("req/s", fnum), "failed": ("failed", fnum)}),
+        note="Level: cN = at most N requests in flight, all sent at once (closed loop); R req/s = Poisson arrivals "
+             "(open loop). " + s.tokenizer_sentence)
+    t["serve_frontier"] = Table("Throughput–latency frontier: output tokens/s vs TPOT p50", format_columns(
+        _level(s.frontier), {
+            "engine_id": ("engine", str), "level": ("level", str), "prompt_len": ("prompt", fnum),
+            "output_len": ("output", fnum), "prefix_len": ("prefix", fnum), "output_tokens_per_s": ("tokens/s", fnum),
+            "tpot_p50_s": ("TPOT p50", fms), "e2el_p50_s": ("E2EL p50", fms), "pareto": ("Pareto-efficient", fnum)}),
+        note="Pareto-efficient: no other point of the same lengths and prefix has at least its tokens/s at no more "
+             "TPOT p50.")
+    if not s.ceiling.empty:
+        t["serve_ceiling"] = Table("Served concurrency ceiling: measured under load vs predicted", format_columns(
+            s.ceiling, {
+                "engine_id": ("engine", str), "prompt_len": ("prompt", fnum), "output_len": ("output", fnum),
+                "running_clean_max": ("ran clean up to", fnum), "clean_level": ("at level", str),
+                "queueing_from": ("queued/preempted from", str), "queueing_running": ("running there", fnum),
+                "queueing_cause": ("cause", str), "predicted_ceiling": ("predicted", fnum),
+                "limited_by": ("limited by", str), "vllm_arithmetic": ("vLLM's arithmetic", fnum),
+                "num_blocks": ("KV blocks", fnum), "blocks_source": ("blocks from", str),
+                "max_num_seqs": ("max_num_seqs", fnum), "max_num_seqs_source": ("max_num_seqs from", str),
+                "note": ("note", lambda x: x or "—")}),
+            note="Measured from the server's /metrics during each point (peak running and waiting requests, "
+                 "preemptions; '—' where it was not sampled). Predicted: (KV blocks − 1) // ceil((prompt + output − "
+                 "1) / block_size), capped by max_num_seqs. Waiting also counts requests queued for their prefill "
+                 "chunk (max_num_batched_tokens).")
+    if not s.goodput.empty:
+        t["serve_goodput"] = Table("Goodput under the SLOs", format_columns(_level(s.goodput), {
+            "engine_id": ("engine", str), "level": ("level", str), "prompt_len": ("prompt", fnum),
+            "output_len": ("output", fnum), "slo_ttft_s": ("SLO TTFT", fms), "slo_tpot_s": ("SLO TPOT", fms),
+            "slo_e2el_s": ("SLO E2EL", fms), "request_throughput": ("req/s", fnum),
+            "request_goodput": ("goodput req/s", fnum), "goodput_share": ("share", _share),
+            "recomputed_goodput": ("recomputed", fnum), "agrees": ("agrees", fnum)}),
+            note="Goodput: requests per second that met every SLO (vLLM's client); recomputed from the per-request "
+                 "lists with TPOT = (E2EL − TTFT) / (output tokens − 1).")
+    if not s.prefix.empty:
+        t["serve_prefix"] = Table("Prefix sharing: KV usage and prefix-cache hits, measured vs predicted",
+                                  format_columns(s.prefix, {
+            "engine_id": ("engine", str), "level": ("level", str), "prompt_len": ("prompt", fnum),
+            "output_len": ("output", fnum), "prefix_len": ("prefix", fnum), "shared_blocks": ("shared blocks", fnum),
+            "running": ("running", fnum), "peak_kv_usage": ("peak KV", _share), "mean_kv_usage": ("mean KV", _share),
+            "hit_rate": ("hit rate", _share), "predicted_usage_unshared": ("predicted, unshared", _share),
+            "predicted_usage_shared": ("predicted, shared", _share), "predicted_saving": ("predicted saving", _share),
+            "measured_saving": ("measured saving", _share)}),
+            note="KV usage as vLLM reports it (share of the pool less its null block). Predicted at the observed "
+                 "running requests, each holding prompt + output − 1 positions; with sharing the prefix's full "
+                 "blocks (prefix // block_size) are held once.")
     return t
 
 
@@ -179,6 +314,8 @@ def headline(a: Analysis) -> list[str]:
     if not a.claims.empty:
         counts = a.claims["verdict"].value_counts()
         lines.append("Claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".")
+    if a.serve is not None:
+        lines += [x + "." for x in (overhead_finding(a.serve), ceiling_finding(a.serve)) if x]
     if not a.divergences.empty:
         # The largest divergence of each kind of quantity, not three noisy points of one kind.
         top = a.divergences.dropna(subset=["rel_error"])
@@ -200,7 +337,8 @@ def _untested(e: pd.DataFrame) -> str:
 
 def setup_lines(a: Analysis) -> list[str]:
     m, e = a.res.manifest, a.res.engines
-    first = e.iloc[0] if not e.empty else {}
+    # A serve-only sweep has no engine record: its server records say which model and vLLM ran.
+    first = e.iloc[0] if not e.empty else a.res.servers.iloc[0] if not a.res.servers.empty else {}
 
     def get(k: str) -> Any:
         return first.get(k) if hasattr(first, "get") else None
@@ -213,11 +351,12 @@ def setup_lines(a: Analysis) -> list[str]:
     return [
         f"Sweep: {m.get('name')} ({when}, status {m.get('status')})",
         f"Model: {get('model')}  ·  KV dtypes: {', '.join(sorted(map(str, e['kv_cache_dtype'].dropna().unique())))}"
-        if not e.empty else "Model: —",
+        if not e.empty else f"Model: {get('model') or '—'}",
         f"Device: {get('gpu_name') or get('device')}  ·  driver {get('driver') or '—'}  ·  host {m.get('host')}",
         f"vLLM {get('vllm_version')}{_untested(e)}  ·  torch {get('torch_version')}  ·  "
         f"kvprof {m.get('kvprof_version')}",
         f"Engines: {len(e)}  ·  points: {ok} ok of {len(pts)}  ·  engine launches: {m.get('engine_launches')}",
+        *serve_lines(a),
         *_skipped_lines(m),
         *(f"Warning: {w}" for w in a.res.warnings),  # what the load left out (analysis.load), and why
         f"Ceilings: spec {fbw(a.ceilings.spec_bandwidth_Bps)}, probe copy {fbw(a.ceilings.probe_bandwidth_Bps)}, "
@@ -265,6 +404,9 @@ def results_table(a: Analysis) -> pd.DataFrame:
     if not a.decode.empty:
         theory = [c for c in a.decode.columns if c not in pts.columns or c == "point_id"]
         pts = pts.merge(a.decode[theory], on="point_id", how="left")
+    if a.serve is not None:  # serve points: their statistics (the serve table's columns the points table lacks)
+        served = [c for c in a.serve.serve.columns if c not in pts.columns or c == "point_id"]
+        pts = pts.merge(a.serve.serve[served], on="point_id", how="left")
     for col in pts.columns:  # parquet needs one type per column
         if pts[col].dtype == object:
             pts[col] = pts[col].map(lambda v: v if v is None or isinstance(v, str) else str(v))

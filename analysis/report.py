@@ -20,9 +20,29 @@ import seaborn as sns
 from matplotlib.backends.backend_pdf import PdfPages
 
 from analysis.load import load
-from analysis.pdf_pages import PAGE, Table, atomic_pdf, fbw, fms, save_page, table_page, text_page, titled_page
-from analysis.pipeline import Analysis, analyse, calibration, headline, results_table, setup_lines
+from analysis.pdf_pages import (
+    PAGE,
+    Table,
+    atomic_pdf,
+    fbw,
+    fms,
+    save_page,
+    table_page,
+    text_page,
+    titled_page,
+)
+from analysis.pipeline import (
+    Analysis,
+    analyse,
+    calibration,
+    ceiling_finding,
+    headline,
+    overhead_finding,
+    results_table,
+    setup_lines,
+)
 from analysis.results_schema import atomic_write_bytes
+from analysis.serve_analysis import ServeAnalysis, level_text
 
 # --- pages -------------------------------------------------------------------------------------
 
@@ -251,6 +271,172 @@ def _plot_settings(pdf: PdfPages, a: Analysis) -> None:
     save_page(pdf, fig)
 
 
+# --- serve mode (pages drawn only when the run has serve points) -----------------------------------------
+
+def _wrap(title: str) -> str:
+    """A finding that fits the page's width: broken onto a second line where it is long."""
+    return textwrap.fill(title, 100)
+
+
+def _plot_served_vs_offline(pdf: PdfPages, a: Analysis) -> None:
+    """Served TPOT and ITL against the offline decode step at the same batch and context, with the fitted line."""
+    s = a.serve
+    if s is None or s.matched.empty:
+        return
+    m, f = s.matched, s.fit
+    fig = titled_page(_wrap(overhead_finding(s) or "Served vs offline"))
+    ax = fig.add_subplot(1, 1, 1)
+    x = 1e3 * m["offline_step_s"]
+    ax.scatter(x, 1e3 * m["served_tpot_s"], marker="o", label="served TPOT (median)")
+    if m["served_itl_s"].notna().any():
+        ax.scatter(x, 1e3 * m["served_itl_s"], marker="s", label="served ITL (median)")
+    for xi, yi, c in zip(x, 1e3 * m["served_tpot_s"], m["concurrency"], strict=True):
+        ax.annotate(f"c{c}", (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ys = 1e3 * m[["served_tpot_s", "served_itl_s"]]
+    lo = 0.9 * float(min(x.min(), ys.min().min()))
+    hi = 1.1 * float(max(x.max(), ys.max().max()))
+    ax.plot([lo, hi], [lo, hi], ":", color="grey", label="served = offline (no overhead)")
+    if f is not None and f.slope is not None:
+        ax.plot([lo, hi], [f.slope * lo + 1e3 * f.intercept_s, f.slope * hi + 1e3 * f.intercept_s], "-",
+                color="black", label=f"fit: {f.slope:.3f} × offline + {1e3 * f.intercept_s:.3f} ms (R² {f.r2:.3f})")
+    ax.set_title(f.sentence if f is not None else "", fontsize=8)
+    ax.set_xlabel("offline decode step, same batch and lengths (ms)")
+    ax.set_ylabel("served time per output token (ms)")
+    ax.legend(fontsize=8)
+    save_page(pdf, fig)
+
+
+def _served_vs_offline_markdown(a: Analysis) -> list[str]:
+    s = a.serve
+    if s is None:
+        return []
+    return [f"## Served vs offline\n\n{overhead_finding(s) or 'No serve point matches an offline decode point.'}."
+            + (f" {s.fit.sentence}." if s.fit else "") + f"\n\n{s.tokenizer_sentence}\n"]
+
+
+def _load_finding(s: ServeAnalysis) -> str:
+    """What the latency-vs-load curves show, in words: TPOT p50 and TTFT p99 from the lowest to the highest load."""
+    for df, x in ((s.closed, "concurrency"), (s.open, "request_rate")):
+        d = df.dropna(subset=["tpot_p50_s"]) if not df.empty else df
+        if len(d) < 2:
+            continue
+        lo, hi = d.loc[d[x].idxmin()], d.loc[d[x].idxmax()]
+        return (f"Serve latency vs load: TPOT p50 {fms(lo['tpot_p50_s'])} at {level_text(lo)} → "
+                f"{fms(hi['tpot_p50_s'])} at {level_text(hi)}; TTFT p99 {fms(lo['ttft_p99_s'])} → "
+                f"{fms(hi['ttft_p99_s'])}")
+    return "Serve latency vs load: TTFT and TPOT percentiles per level"
+
+
+def _plot_serve_load(pdf: PdfPages, a: Analysis) -> None:
+    """TTFT and TPOT percentiles vs concurrency (closed loop) and vs request rate (open loop)."""
+    s = a.serve
+    if s is None:
+        return
+    panels = [(df, x, label) for df, x, label in ((s.closed, "concurrency", "requests in flight (closed loop)"),
+                                                  (s.open, "request_rate", "request rate (req/s, open loop)"))
+              if not df.empty]
+    if not panels:
+        return
+    fig = titled_page(_wrap(_load_finding(s)))
+    axes = fig.subplots(len(panels), 2, squeeze=False)
+    for row, (df, x, label) in zip(axes, panels, strict=True):
+        groups = df.groupby(["engine_id", "prompt_len", "output_len", "prefix_len"], sort=True)
+        engines = df["engine_id"].nunique()
+        palette = sns.color_palette("tab10", groups.ngroups)
+        for ax, metric, name in ((row[0], "ttft", "TTFT"), (row[1], "tpot", "TPOT")):
+            for color, ((eid, p, o, pre), g) in zip(palette, groups, strict=False):
+                g = g.sort_values(x)
+                tag = f"p{p}/o{o}" + (f"/prefix {pre}" if pre else "") + (f" {eid}" if engines > 1 else "")
+                for q, ls in (("p50", "-"), ("p90", "--"), ("p99", ":")):
+                    ax.plot(g[x], 1e3 * g[f"{metric}_{q}_s"], ls, marker="o", ms=3, color=color,
+                            label=f"{q} {tag}" if q == "p50" or groups.ngroups == 1 else None)
+            ax.set_xlabel(label)
+            ax.set_ylabel(f"{name} (ms)")
+            ax.set_title(f"{name} p50 (solid), p90 (dashed), p99 (dotted)", fontsize=8)
+            ax.legend(fontsize=6)
+    save_page(pdf, fig)
+
+
+def _serve_load_markdown(a: Analysis) -> list[str]:
+    return [f"## Serve latency vs load\n\n{_load_finding(a.serve)}.\n"] if a.serve is not None else []
+
+
+def _frontier_finding(s: ServeAnalysis) -> str:
+    f = s.frontier.dropna(subset=["latency_s", "output_tokens_per_s"]) if not s.frontier.empty else s.frontier
+    if f.empty:
+        return "Throughput–latency frontier: no point with both throughput and latency"
+    best = f.loc[f["output_tokens_per_s"].idxmax()]
+    return (f"Throughput–latency frontier: {int(f['pareto'].sum())} of {len(f)} points Pareto-efficient; most "
+            f"{best['output_tokens_per_s']:,.0f} tokens/s at {level_text(best)} (TPOT p50 {fms(best['latency_s'])})")
+
+
+def _plot_frontier(pdf: PdfPages, a: Analysis) -> None:
+    s = a.serve
+    if s is None or s.frontier.empty:
+        return
+    f = s.frontier.dropna(subset=["latency_s", "output_tokens_per_s"])
+    if f.empty:
+        return
+    fig = titled_page(_wrap(_frontier_finding(s)))
+    ax = fig.add_subplot(1, 1, 1)
+    other = f[~f["pareto"].astype(bool)]
+    best = f[f["pareto"].astype(bool)].sort_values("latency_s")
+    ax.scatter(1e3 * other["latency_s"], other["output_tokens_per_s"], color="grey", label="dominated")
+    for (p, o, pre), g in best.groupby(["prompt_len", "output_len", "prefix_len"]):
+        ax.plot(1e3 * g["latency_s"], g["output_tokens_per_s"], "-o",
+                label=f"Pareto-efficient, p{p}/o{o}" + (f"/prefix {pre}" if pre else ""))
+    for r in f.to_dict("records"):
+        ax.annotate(level_text(r), (1e3 * r["latency_s"], r["output_tokens_per_s"]), textcoords="offset points",
+                    xytext=(4, 4), fontsize=7)
+    ax.set_xlabel("TPOT p50 (ms)")
+    ax.set_ylabel("output tokens/s (served)")
+    ax.legend(fontsize=8)
+    save_page(pdf, fig)
+
+
+def _frontier_markdown(a: Analysis) -> list[str]:
+    return [f"## Serve frontier\n\n{_frontier_finding(a.serve)}.\n"] if a.serve is not None else []
+
+
+def _plot_serve_capacity(pdf: PdfPages, a: Analysis) -> None:
+    """Peak running and waiting requests per closed-loop level from the server's /metrics, with the prediction."""
+    s = a.serve
+    if s is None:
+        return
+    d = s.serve[(s.serve["loop"] == "closed") & (s.serve["prefix_len"] == 0)]
+    if d.empty or "tel_server_peak_requests_running" not in d or d["tel_server_peak_requests_running"].isna().all():
+        return
+    fig = titled_page(_wrap(ceiling_finding(s) or "Served ceiling"))
+    ax = fig.add_subplot(1, 1, 1)
+    for (eid, p, o), g in d.groupby(["engine_id", "prompt_len", "output_len"]):
+        g = g.sort_values("concurrency")
+        tag = f"p{p}/o{o}" + (f" {eid[:24]}" if d["engine_id"].nunique() > 1 else "")
+        ax.plot(g["concurrency"], g["tel_server_peak_requests_running"], "-o", label=f"peak running, {tag}")
+        if "tel_server_peak_requests_waiting" in g:
+            ax.plot(g["concurrency"], g["tel_server_peak_requests_waiting"], "--s", label=f"peak waiting, {tag}")
+    lim = float(d["concurrency"].max())
+    ax.plot([0, lim], [0, lim], ":", color="grey", label="every request running")
+    for r in s.ceiling.to_dict("records"):
+        pred = r.get("predicted_ceiling")
+        if pred is None or pd.isna(pred):
+            continue
+        label = f"predicted ceiling {pred:,.0f} at {r['prompt_len'] + r['output_len']} tokens"
+        if pred <= 2 * lim:
+            ax.axhline(pred, color="black", ls="-.", label=label)
+        else:  # far above every level run: named, not drawn (it would flatten the measured lines)
+            ax.plot([], [], " ", label=label + " (above the levels run)")
+    ax.set_xlabel("requests in flight (closed-loop level)")
+    ax.set_ylabel("requests (count, the server's /metrics peak)")
+    ax.legend(fontsize=7)
+    save_page(pdf, fig)
+
+
+def _serve_capacity_markdown(a: Analysis) -> list[str]:
+    if a.serve is None:
+        return []
+    return [f"## Serve capacity\n\n{ceiling_finding(a.serve) or 'No served ceiling measured or predicted'}.\n"]
+
+
 def _environment(a: Analysis) -> Table:
     m = a.res.manifest
     rows = [("sweep", m.get("name")), ("status", m.get("status")), ("schema", m.get("schema_version")),
@@ -358,6 +544,17 @@ PAGES: list[ReportPage] = [
     ReportPage("bandwidth plot", _plot_bandwidth),
     ReportPage("settings plot", _plot_settings),
     _table("kv_dtype"),
+    # serve mode: each page only where the run has serve points
+    ReportPage("served vs offline", _plot_served_vs_offline, _served_vs_offline_markdown),
+    _table("serve_offline"),
+    ReportPage("serve latency vs load", _plot_serve_load, _serve_load_markdown),
+    _table("serve_load"),
+    ReportPage("serve frontier", _plot_frontier, _frontier_markdown),
+    _table("serve_frontier"),
+    ReportPage("serve capacity", _plot_serve_capacity, _serve_capacity_markdown),
+    _table("serve_ceiling"),
+    _table("serve_goodput"),
+    _table("serve_prefix"),
     _table("claims"),
     _table("divergences"),
     ReportPage("environment", lambda pdf, a: table_page(pdf, _environment(a)), lambda a: [_environment(a).markdown()]),

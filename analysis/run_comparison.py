@@ -69,6 +69,7 @@ class Comparison:
     fits: pd.DataFrame
     verdict: list[str] = field(default_factory=list)
     only_in: dict[str, list[str]] = field(default_factory=dict)
+    serve: pd.DataFrame = field(default_factory=pd.DataFrame)  # serve points aligned across runs (_serve)
 
 
 def _values(df: pd.DataFrame, col: str) -> list[Any]:
@@ -152,7 +153,7 @@ def compare_runs(dirs: list[str | Path], labels: list[str] | None = None) -> Com
             if mask.any():
                 only_in[r.label] = [", ".join(f"{a}={row[a]}" for a in align) for _, row in cap[mask].iterrows()]
     cmp = Comparison(runs=runs, align_on=align, differing_axes=differing, differing_facts=differing_facts,
-                     capacity=cap, decode=dec, throughput=tput, fits=fits, only_in=only_in)
+                     capacity=cap, decode=dec, throughput=tput, fits=fits, only_in=only_in, serve=_serve(runs, align))
     cmp.verdict = verdict(cmp)
     return cmp
 
@@ -211,6 +212,44 @@ def _decode(runs: list[Run], align: list[str]) -> tuple[pd.DataFrame, pd.DataFra
         tputs.append(d.groupby(["run", "concurrency"], as_index=False)["tokens_per_s_per_gpu"].median())
     dec = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return dec, (pd.concat(tputs, ignore_index=True) if tputs else pd.DataFrame())
+
+
+# A serve point's workload: its level, lengths, shared prefix and arrival shape (num_requests is left out: a
+# duration-bound rate point may send a different number in another run and still be the same load).
+SERVE_KEYS = ["loop", "concurrency", "request_rate", "burstiness", "prompt_len", "output_len", "prefix_len",
+              "range_ratio"]
+SERVE_VALUES = {"tpot_p50_s": "tpot_p50", "ttft_p50_s": "ttft_p50", "output_tokens_per_s": "tokens_per_s"}
+
+
+def _serve(runs: list[Run], align: list[str]) -> pd.DataFrame:
+    """Serve points side by side: one row per aligned engine configuration and serve workload, each run's TPOT
+    p50, TTFT p50 and output tokens/s (``<name>[<label>]``) and every other run's ratio to the first
+    (``<name> <label>/<base>``)."""
+    frames = []
+    for r in runs:
+        s = r.analysis.serve.serve if r.analysis.serve is not None else pd.DataFrame()
+        if s.empty:
+            continue
+        keys = [k for k in align if k in s] + SERVE_KEYS
+        s = s.assign(**{k: s[k].astype(float) for k in ("concurrency", "request_rate") if k in s})
+        g = s[keys + list(SERVE_VALUES)].groupby(keys, dropna=False).first().rename(columns=SERVE_VALUES)
+        frames.append(g.add_suffix(f"[{r.label}]"))
+    if len(frames) < 2:
+        return pd.DataFrame()
+    out = pd.concat(frames, axis=1).reset_index()
+    base = runs[0].label
+    for r in runs[1:]:
+        for q in SERVE_VALUES.values():
+            a, b = out.get(f"{q}[{base}]"), out.get(f"{q}[{r.label}]")
+            if a is not None and b is not None:
+                out[f"{q} {r.label}/{base}"] = b / _positive(a)
+    return out
+
+
+def _geomean(s: pd.Series | None) -> tuple[float | None, int]:
+    v = pd.to_numeric(s, errors="coerce").dropna() if s is not None else pd.Series(dtype=float)
+    v = v[v > 0]
+    return (float(np.exp(np.log(v).mean())), len(v)) if not v.empty else (None, 0)
 
 
 def _fits(runs: list[Run]) -> pd.DataFrame:
@@ -273,4 +312,11 @@ def verdict(cmp: Comparison) -> list[str]:
             better, by = (r.label, tput - 1) if tput > 1 else (base, 1 / tput - 1)
             out.append(f"Decode throughput per GPU: {r.label} is {tput:.3g}× {base} (geometric mean over shared "
                        f"points) — {better} is faster by {100 * by:.1f}%.")
+        if not cmp.serve.empty:
+            tok, n = _geomean(cmp.serve.get(f"tokens_per_s {r.label}/{base}"))
+            tpot, _ = _geomean(cmp.serve.get(f"tpot_p50 {r.label}/{base}"))
+            if tok is not None:
+                out.append(f"Serving: {r.label} delivers {tok:.3g}× the output tokens/s of {base}"
+                           + (f" at {tpot:.3g}× its TPOT p50" if tpot is not None else "")
+                           + f" (geometric mean over {n} shared serve point(s)).")
     return out

@@ -28,8 +28,13 @@ from analysis.results_schema import (
     Manifest,
     PointSettings,
     SaturationPoint,
+    ServeMeasurements,
+    ServePoint,
+    ServerRecord,
+    ServerTokenizer,
 )
 from analysis.roofline import decode_step
+from profiler.tokenizer import SYNTHETIC_NOTE
 
 GiB = 2**30
 
@@ -56,6 +61,15 @@ class Injected:
     output_len: int = 128
     telemetry_samples_per_engine: int = 2000
     vllm_version: str = "0.32.0"
+    # serve mode (off by default: the directories of the other tests keep their records)
+    serve: bool = False  # the first engine also served by vLLM's OpenAI server, loaded by vLLM's client
+    serve_slope: float = 1.1  # served TPOT = slope × offline decode step + serve_overhead_s
+    serve_overhead_s: float = 0.0013
+    serve_levels: tuple[int, ...] = (1, 4, 16)  # closed loop: each a concurrency the decode phase ran
+    serve_rates: tuple[float, ...] = (2.0, 8.0)  # open loop, requests per second
+    serve_prompt_len: int = 512
+    serve_prefix_len: int = 256  # one extra closed-loop point at the highest level with this shared prefix
+    serve_queue_from: int = 16  # the server's /metrics show requests waiting from this level on
 
 
 def _write(path: Path, obj: object) -> None:
@@ -122,6 +136,8 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
             engines.append(eid)
             _save(root, "engines", rec)
             points = _decode_points(root, inj, arch, settings, mml, dtype, blocks, rng, g.bandwidth_Bps)
+            if inj.serve and len(engines) == 1:
+                _serve(root, inj, settings, points)
             points += _saturation_points(root, inj, settings, cap, blocks, mnbt, max_seqs, arch, dtype)
             _telemetry(root, eid, inj, points, weights, g.memory_bytes)
     Manifest(schema_version=SCHEMA_VERSION, name="synthetic-h100", synthetic=True, status="complete",
@@ -163,6 +179,61 @@ def _decode_points(root, inj, arch, settings, mml, dtype, blocks, rng, spec_bw):
             _save(root, "points", rec)
             out.append(rec)
     return out
+
+
+def _serve(root, inj, settings, decode):
+    """The engine served: closed-loop levels whose TPOT is serve_slope × the offline step at the same batch and
+    lengths + serve_overhead_s, open-loop rates, a shared-prefix point, SLOs with per-request lists."""
+    import analysis.results_schema as schema
+
+    eid, p, o = settings.id, inj.serve_prompt_len, inj.output_len
+    ServerRecord(id=eid, status="ok", engine=settings, server_kwargs={"model": settings.model_dir}, port=8000,
+                 ready_at=1.8e9 + 100, startup_s=60.0, vllm_version=inj.vllm_version,
+                 command=["vllm", "serve", settings.model_dir],
+                 tokenizer=ServerTokenizer(path="tokenizers/synthetic", vocab_size=128256, note=SYNTHETIC_NOTE,
+                                           generator="kvprof word-level v1"),
+                 ).save_file(root / "servers" / f"{eid}.json")
+    steps = {r.point.concurrency: r.measurements.decode_step_s for r in decode
+             if (r.point.prompt_len, r.point.output_len) == (p, o)}
+    levels = [(c, None, None) for c in inj.serve_levels] + [(None, r, None) for r in inj.serve_rates]
+    levels.append((inj.serve_levels[-1], None, inj.serve_prefix_len))
+    for c, rate, prefix in levels:
+        batch = c if c is not None else max(1, round(rate))
+        step = steps.get(batch) or min(steps.values())
+        tpot = inj.serve_slope * step + inj.serve_overhead_s
+        ttft = 0.02 + 0.002 * batch
+        n = 32
+        e2el = ttft + tpot * (o - 1)
+        duration = n * e2el / batch
+        lat = {k: {"mean_s": v, "median_s": v, "std_s": 0.0, "p50_s": v, "p90_s": 1.2 * v, "p99_s": 1.5 * v}
+               for k, v in (("ttft", ttft), ("tpot", tpot), ("itl", 0.98 * tpot), ("e2el", e2el))}
+        slo = {"ttft_s": 0.05, "tpot_s": 0.012}
+        ttfts = [ttft * (1 + 0.05 * (i % 5)) for i in range(n)]
+        good = sum(1 for t in ttfts if t <= slo["ttft_s"] and tpot <= slo["tpot_s"])
+        point = PointSettings(engine_id=eid, phase="serve", concurrency=c, request_rate=rate, num_requests=n,
+                              prefix_len=prefix, prompt_len=p, output_len=o, repeats=1, warmup=2)
+        running = min(batch, inj.serve_queue_from - 4) if batch >= inj.serve_queue_from else batch
+        waiting = batch - running
+        m = ServeMeasurements(
+            load_generator=f"vllm.benchmarks.serve {inj.vllm_version}", duration_s=duration, completed=n, failed=0,
+            total_input_tokens=n * p, total_output_tokens=n * o, request_throughput=n / duration,
+            output_tokens_per_s=n * o / duration, total_tokens_per_s=n * (p + o) / duration,
+            request_goodput=good / duration, slo=slo, mean_context=p + o / 2, **lat,
+            requests={"ttft_s": ttfts, "e2el_s": [t + tpot * (o - 1) for t in ttfts], "output_len": [o] * n,
+                      "input_len": [p] * n, "start_s": [i / batch for i in range(n)]},
+            client_cpu_s=0.2 * duration, client_wall_s=duration, client_cpu_share=0.2,
+            server_counters={"preemptions": 0.0, "prefix_cache_hits": float(n * (prefix or 0)),
+                             "prefix_cache_queries": float(n * p)})
+        rec = {"id": point.id, "engine_id": eid, "engine": settings, "point": point, "status": "ok",
+               "started_at": 0.0, "finished_at": duration, "measurements": m}
+        if hasattr(schema, "ServerPointTelemetry"):
+            usage = running * -(-(p + o - 1) // inj.block_size) / 10_000
+            rec["telemetry"] = {"server": {
+                "samples": 50, "peak_requests_running": running, "peak_requests_waiting": waiting,
+                "peak_kv_cache_usage": usage * (0.6 if prefix else 1.0), "mean_kv_cache_usage": usage / 2,
+                "preemptions": 0, "prefix_cache_hits": n * (prefix or 0), "prefix_cache_queries": n * p,
+                "prefix_cache_hit_rate": (prefix or 0) / p}}
+        ServePoint.model_validate(rec).save_file(root / "points" / f"{point.id}.json")
 
 
 def _saturation_points(root, inj, settings, cap, blocks, mnbt, max_seqs, arch, dtype):
