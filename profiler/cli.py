@@ -786,6 +786,7 @@ def compare_cmd(
                                              for k, vals in cmp.differing_axes.items()},
                           "differing_facts": cmp.differing_facts,
                           "capacity": json.loads(cmp.capacity.to_json(orient="records")),
+                          "serve": json.loads(cmp.serve.to_json(orient="records")),
                           "files": {k: str(v) for k, v in written.items()}}))
         return
     for line in cmp.verdict:
