@@ -7,6 +7,7 @@ Rendering lives elsewhere: analysis.report writes these into report.pdf and summ
 from __future__ import annotations
 
 import datetime as dt
+import math
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
@@ -154,6 +155,11 @@ def _level(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(level=[serve_analysis.level_text(r) for r in df.to_dict("records")]) if not df.empty else df
 
 
+def _text(x: Any) -> str:
+    """A text cell: '—' where there is nothing (None or NaN)."""
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
+
+
 def _share(x: Any) -> str:
     return fpct(x).lstrip("+")
 
@@ -174,13 +180,17 @@ def ceiling_finding(s: serve_analysis.ServeAnalysis) -> str | None:
     c = s.ceiling
     if c.empty:
         return None
-    r = c.iloc[0]
+    # Where queueing or preemption began says most: the first such row, else the first row.
+    began = c[[isinstance(v, str) for v in c["queueing_from"]]] if "queueing_from" in c else c.iloc[:0]
+    r = (began if not began.empty else c).iloc[0]
     pred = r.get("predicted_ceiling")
     parts = []
     if r.get("sampled") and pd.notna(r.get("running_clean_max")):
         parts.append(f"ran up to {fnum(r['running_clean_max'])} requests with none waiting or preempted")
     if isinstance(r.get("queueing_from"), str):
-        parts.append(f"{r['queueing_cause']} from {r['queueing_from']}")
+        parts.append(f"{r['queueing_cause']} from {r['queueing_from']}"
+                     + (f" ({fnum(r['queueing_running'])} running there)"
+                        if pd.notna(r.get("queueing_running")) else ""))
     elif r.get("sampled"):
         parts.append("no level queued or preempted")
     if pred is not None and pd.notna(pred):
@@ -244,19 +254,19 @@ def serve_tables(s: serve_analysis.ServeAnalysis) -> dict[str, Table]:
         t["serve_ceiling"] = Table("Served concurrency ceiling: measured under load vs predicted", format_columns(
             s.ceiling, {
                 "engine_id": ("engine", str), "prompt_len": ("prompt", fnum), "output_len": ("output", fnum),
-                "running_clean_max": ("ran clean up to", fnum), "clean_level": ("at level", str),
-                "queueing_from": ("queued/preempted from", str), "queueing_running": ("running there", fnum),
-                "queueing_cause": ("cause", str), "predicted_ceiling": ("predicted", fnum),
-                "limited_by": ("limited by", str), "vllm_arithmetic": ("vLLM's arithmetic", fnum),
-                "num_blocks": ("KV blocks", fnum), "blocks_source": ("blocks from", str),
-                "max_num_seqs": ("max_num_seqs", fnum), "max_num_seqs_source": ("max_num_seqs from", str),
+                "running_clean_max": ("ran clean up to", fnum), "clean_level": ("at level", _text),
+                "queueing_from": ("queued/preempted from", _text), "queueing_running": ("running there", fnum),
+                "queueing_cause": ("cause", _text), "predicted_ceiling": ("predicted", fnum),
+                "limited_by": ("limited by", _text), "vllm_arithmetic": ("vLLM's arithmetic", fnum),
+                "num_blocks": ("KV blocks", fnum), "blocks_source": ("blocks from", _text),
+                "max_num_seqs": ("max_num_seqs", fnum), "max_num_seqs_source": ("max_num_seqs from", _text),
                 "note": ("note", lambda x: x or "—")}),
             note="Measured from the server's /metrics during each point (peak running and waiting requests, "
                  "preemptions; '—' where it was not sampled). Predicted: (KV blocks − 1) // ceil((prompt + output − "
                  "1) / block_size), capped by max_num_seqs. Waiting also counts requests queued for their prefill "
                  "chunk (max_num_batched_tokens).")
     if not s.goodput.empty:
-        t["serve_goodput"] = Table("Goodput under the SLOs", format_columns(_level(s.goodput), {
+        t["serve_goodput"] = Table("Goodput under the SLOs", format_columns(s.goodput, {
             "engine_id": ("engine", str), "level": ("level", str), "prompt_len": ("prompt", fnum),
             "output_len": ("output", fnum), "slo_ttft_s": ("SLO TTFT", fms), "slo_tpot_s": ("SLO TPOT", fms),
             "slo_e2el_s": ("SLO E2EL", fms), "request_throughput": ("req/s", fnum),

@@ -129,10 +129,11 @@ def _plot_timeline(pdf: PdfPages, a: Analysis, max_points: int = 1500) -> None:
     tel = a.res.telemetry(columns=["t", "device", "phase", "mem_used_bytes", "rss_bytes"])
     if tel.empty:
         return
-    gpu = tel["device"] != "host"
+    gpu = tel["device"].astype(str).str.startswith("gpu")  # not the host, nor a served engine's /metrics rows
+    host = tel["device"] == "host"
     col, label = (("mem_used_bytes", "device memory used (GiB, NVML)") if tel.loc[gpu, "mem_used_bytes"].notna().any()
                   else ("rss_bytes", "engine process-tree RSS (GiB)"))
-    tel = tel[gpu] if col == "mem_used_bytes" else tel[~gpu]
+    tel = tel[gpu] if col == "mem_used_bytes" else tel[host]
     tel = tel.dropna(subset=[col])
     if tel.empty:
         return
@@ -298,7 +299,8 @@ def _plot_served_vs_offline(pdf: PdfPages, a: Analysis) -> None:
     ax.plot([lo, hi], [lo, hi], ":", color="grey", label="served = offline (no overhead)")
     if f is not None and f.slope is not None:
         ax.plot([lo, hi], [f.slope * lo + 1e3 * f.intercept_s, f.slope * hi + 1e3 * f.intercept_s], "-",
-                color="black", label=f"fit: {f.slope:.3f} × offline + {1e3 * f.intercept_s:.3f} ms (R² {f.r2:.3f})")
+                color="black", label=f"fit: {f.slope:.3f} × offline {'−' if f.intercept_s < 0 else '+'} "
+                      f"{abs(1e3 * f.intercept_s):.3f} ms (R² {f.r2:.3f})")
     ax.set_title(f.sentence if f is not None else "", fontsize=8)
     ax.set_xlabel("offline decode step, same batch and lengths (ms)")
     ax.set_ylabel("served time per output token (ms)")

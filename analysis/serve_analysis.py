@@ -108,7 +108,8 @@ class OverheadFit:
         med = f"{1e3 * self.median_overhead_s:+.3f} ms ({100 * self.median_ratio:+.1f} %)"
         if self.slope is None:
             return (f"Served TPOT − offline decode step: {med} over {self.n} matched point(s); {self.note}")
-        return (f"served TPOT ≈ {self.slope:.3f} × offline step + {1e3 * self.intercept_s:.3f} ms "
+        b = 1e3 * (self.intercept_s or 0.0)
+        return (f"served TPOT ≈ {self.slope:.3f} × offline step {'+' if b >= 0 else '−'} {abs(b):.3f} ms "
                 f"(R² {self.r2:.3f}, {self.n} points); median overhead {med}" + (f"; {self.note}" if self.note else ""))
 
 

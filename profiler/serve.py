@@ -100,6 +100,15 @@ def counter_rises(before: dict[str, float | None], after: dict[str, float | None
     return out
 
 
+def point_seed(seed: int, point: PointSettings) -> int:
+    """The client's seed for one point: the spec's seed and the point's id, so every point sends its own random
+    prompts (vLLM's random dataset draws them from the seed: one seed for all would repeat the previous point's
+    prompts, and the server's prefix cache would serve them) and a rerun of the point sends the same ones."""
+    import hashlib
+
+    return (seed + int(hashlib.sha256(point.id.split("--", 1)[1].encode()).hexdigest()[:8], 16)) % 2**32
+
+
 def client_args(job: ServeJob, point: PointSettings) -> Any:
     """vLLM's benchmark client arguments for one point (its own parser, so its defaults and checks hold)."""
     from vllm.benchmarks import serve
@@ -114,7 +123,8 @@ def client_args(job: ServeJob, point: PointSettings) -> Any:
             "--random-output-len", str(point.output_len), "--random-range-ratio", str(point.range_ratio or 0.0),
             "--num-prompts", str(point.num_requests), "--num-warmups", str(point.warmup),
             "--request-rate", "inf" if point.request_rate is None else repr(point.request_rate),
-            "--burstiness", repr(point.burstiness or 1.0), "--seed", str(job.seed), "--temperature", "0",
+            "--burstiness", repr(point.burstiness or 1.0), "--seed", str(point_seed(job.seed, point)),
+            "--temperature", "0",
             "--percentile-metrics", ",".join(METRICS), "--metric-percentiles", "50,90,99",
             "--ready-check-timeout-sec", "0", "--disable-tqdm", "--save-detailed"]
     if point.concurrency is not None:
