@@ -182,6 +182,10 @@ def run_point(job: ServeJob, point: PointSettings) -> ServeMeasurements:
     c0, t0 = time.process_time(), time.perf_counter()
     result = asyncio.run(serve.main_async(args))
     cpu_s, wall_s = time.process_time() - c0, time.perf_counter() - t0
+    if not result.get("completed"):  # vLLM's client only warns; a point with no answer measured nothing
+        errors = [e for e in result.get("errors") or [] if e]
+        raise RuntimeError(f"all {point.num_requests} requests failed" + (
+            f"; the first: {' '.join(errors[0].split())[:300]}" if errors else ""))
     return measurements(result, point, job.slo, cpu_s, wall_s, counter_rises(before, counters(job.base_url)))
 
 
