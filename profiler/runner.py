@@ -25,10 +25,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from analysis.results_schema import EngineRecord, EngineTelemetry, ProcessTimes, ResultsError, StartupLog
 from profiler.serve import SERVER_DIED
 from profiler.spec import EngineConfig, EngineJob, Plan, Point, ServeJob
-from profiler.store import SCHEMA_VERSION, ResultsDir, StoreError, atomic_write_text, read_json
+from profiler.store import (
+    LOG_TAIL_CHARS,
+    SCHEMA_VERSION,
+    ResultsDir,
+    StoreError,
+    atomic_write_text,
+    log_tail,
+    read_json,
+)
 from profiler.vllm_log import parse_startup
 
-LOG_TAIL_CHARS = 4000
 POLL_S = 0.2  # how often the parent looks at the child's records
 # The engine child's command line, before its job file (tests put a failing double here).
 ENGINE_COMMAND = [sys.executable, "-u", "-m", "profiler.engine"]
@@ -92,16 +99,6 @@ def pending_points(store: ResultsDir, points: list[Point], retry_failed: bool) -
             continue
         todo.append(p)
     return todo
-
-
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - LOG_TAIL_CHARS))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -296,11 +293,11 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
                            server_kwargs=job.server_kwargs, host=host, port=port,
                            telemetry=rec.telemetry if rec else None,
                            message=f"serve child ended with {outcome} (return code {proc.returncode}) before it "
-                                   "wrote its record", log_tail=_tail(log_path))
+                                   "wrote its record", log_tail=log_tail(log_path))
     elif outcome != "ok" and rec.status == "ok":
         rec.status = outcome
         rec.message = rec.message or f"serve child ended with {outcome} (return code {proc.returncode})"
-        rec.log_tail = log_text[-LOG_TAIL_CHARS:] or _tail(log_path)
+        rec.log_tail = log_text[-LOG_TAIL_CHARS:] or log_tail(log_path)
     rec.startup_log = StartupLog(**parse_startup(log_text))
     rec.process = ProcessTimes(launched_at=launched_at, exited_at=time.time())
     store.write_server(rec)
@@ -432,7 +429,7 @@ def _fail_unfinished(store: ResultsDir, cfg: EngineConfig, points: list[Point], 
             continue
         store.write_failure(base, outcome, f"{who} child ended with {outcome} (return code {returncode})"
                                            + ("" if ready or where else " before the engine was ready"),
-                            log_tail=_tail(log_path))
+                            log_tail=log_tail(log_path))
     return culprit.id if culprit else None
 
 

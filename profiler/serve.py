@@ -39,25 +39,15 @@ from analysis.results_schema import (
 )
 from profiler.spec import ServeJob
 from profiler.store import ResultsDir
+from profiler.store import log_tail as tail
 
 SERVER_DIED = 4  # exit code: the server exited during a point (that point is recorded as a crash)
 SERVER_FAILED = 3  # exit code: the server never became ready (every point shares its failure)
-LOG_TAIL_CHARS = 4000
 HEALTH_POLL_S = 0.5
 SERVER_COMMAND = [sys.executable, "-u", "-m", "profiler.server"]  # tests put a double here
 METRICS = ("ttft", "tpot", "itl", "e2el")
 COUNTERS = ("preemptions_total", "prefix_cache_hits_total", "prefix_cache_queries_total", "prompt_tokens_total",
             "generation_tokens_total")
-
-
-def tail(path: Path, n: int = LOG_TAIL_CHARS) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - n))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def healthy(base_url: str, timeout_s: float = 2.0) -> bool:

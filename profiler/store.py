@@ -50,6 +50,20 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+LOG_TAIL_CHARS = 4000
+
+
+def log_tail(path: Path, n: int = LOG_TAIL_CHARS) -> str:
+    """The last ``n`` bytes of a child's log as text ("" when it cannot be read): what a failure record keeps."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - n))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def read_json(path: Path) -> Any | None:
     """The parsed file, or None when it is missing or corrupt (a truncated write)."""
     try:

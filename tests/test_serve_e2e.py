@@ -181,15 +181,21 @@ def _server_tree(pgid: int) -> list[int]:
     return pids
 
 
-def test_server_killed_mid_point_is_a_crash_the_rest_runs_and_a_rerun_resumes(tmp_path):
-    spec = serve_spec(tmp_path, concurrency=[2], request_rate=[2], num_requests=12, prefix_fraction=[0, 0.5])
+def start_serve_only(tmp_path: Path, **serve) -> tuple[Path, object, Path, subprocess.Popen]:
+    """A serve-only sweep started in the background: (spec, plan, results directory, the kvprof process)."""
+    spec = serve_spec(tmp_path, **serve)
     text = yaml.safe_load(spec.read_text())
     text["phases"] = ["serve"]
     spec.write_text(yaml.safe_dump(text))
-    plan = expand(load_spec(spec))
     out = tmp_path / "out"
     proc = subprocess.Popen([*KVPROF, "sweep", str(spec), "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    return spec, expand(load_spec(spec)), out, proc
+
+
+def test_server_killed_mid_point_is_a_crash_the_rest_runs_and_a_rerun_resumes(tmp_path):
+    spec, plan, out, proc = start_serve_only(tmp_path, concurrency=[2], request_rate=[2], num_requests=12,
+                                             prefix_fraction=[0, 0.5])
     # 12 requests at 2/s: the rate point lasts seconds; the c2 point before it is done, two points follow.
     frozen = freeze_serve_point(proc, out, plan, "serve-r2-p64-o16-n12")
     assert any(k.endswith("serve-c2-p64-o16-n12") for k in frozen.ok_before)
@@ -219,14 +225,7 @@ def test_server_killed_mid_point_is_a_crash_the_rest_runs_and_a_rerun_resumes(tm
 
 
 def test_ctrl_c_during_a_serve_point_leaves_no_server(tmp_path):
-    spec = serve_spec(tmp_path, concurrency=[], request_rate=[1], num_requests=30)
-    text = yaml.safe_load(spec.read_text())
-    text["phases"] = ["serve"]
-    spec.write_text(yaml.safe_dump(text))
-    plan = expand(load_spec(spec))
-    out = tmp_path / "out"
-    proc = subprocess.Popen([*KVPROF, "sweep", str(spec), "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    _, plan, out, proc = start_serve_only(tmp_path, concurrency=[], request_rate=[1], num_requests=30)
     # The serve child's group stays stopped: the point cannot finish before Ctrl-C, and the parent's
     # SIGKILL of the group takes stopped processes down as well.
     frozen = freeze_serve_point(proc, out, plan, "serve-r1-p64-o16-n30")
