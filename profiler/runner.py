@@ -298,6 +298,9 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
         rec.status = outcome
         rec.message = rec.message or f"serve child ended with {outcome} (return code {proc.returncode})"
         rec.log_tail = log_text[-LOG_TAIL_CHARS:] or log_tail(log_path)
+    elif outcome == "timeout" and rec.ready_at is None:  # killed while the server was starting
+        rec.status, rec.message = "timeout", "/health did not answer within timeouts.engine_start_s"
+        rec.log_tail = rec.log_tail or log_text[-LOG_TAIL_CHARS:] or log_tail(log_path)
     rec.startup_log = StartupLog(**parse_startup(log_text))
     rec.process = ProcessTimes(launched_at=launched_at, exited_at=time.time())
     store.write_server(rec)

@@ -216,7 +216,8 @@ def run_job(job: ServeJob, job_path: Path) -> int:
     log_path = store.logs / f"{job.engine_id}.server.log"
     record = ServerRecord(id=job.engine_id, status="crash", engine=job.engine, server_kwargs=job.server_kwargs,
                           command=command_line(job.server_kwargs, job.host, job.port), host=job.host, port=job.port,
-                          started_at=time.time(), vllm_version=vllm.__version__, message="starting")
+                          started_at=time.time(), vllm_version=vllm.__version__,
+                          message="the serve child ended while the server was starting (before /health answered)")
     try:
         record.tokenizer = ensure_tokenizer(job)
     except Exception as exc:
