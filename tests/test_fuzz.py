@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from analysis.catalog import gpus, model_names
 from profiler.cli import app
 from profiler.preflight import validate
-from profiler.spec import EngineAxes, SpecError
+from profiler.spec import EngineAxes, ServeAxes, SpecError
 
 FUZZ = settings(max_examples=150, derandomize=True, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -40,8 +40,9 @@ specs = st.fixed_dictionaries(
      "model": st.one_of(st.sampled_from(["tiny-llama-gqa", "tiny-mistral-swa", "llama-3.1-8b", "nope", "/tmp"]),
                         st.text(max_size=8))},
     optional={"engine": st.one_of(section(ENGINE_KEYS), values), "workload": st.one_of(section(WORKLOAD_KEYS), values),
-              "phases": st.lists(st.sampled_from(["capacity", "decode", "saturation", "warmup"]), max_size=3),
+              "phases": st.lists(st.sampled_from(["capacity", "decode", "saturation", "serve", "warmup"]), max_size=3),
               "saturation": section(["prompt_len", "output_len", "factors", "concurrency"]),
+              "serve": section(list(ServeAxes.model_fields)),
               "telemetry": section(["enabled", "interval_s", "backend"]), "timeouts": section(["engine_start_s"]),
               "probe": values, "seed": values, "weights": values, "engine_args": values},
 )
@@ -77,6 +78,7 @@ spec_texts = st.one_of(
               st.integers(0, len(TINY_LINES)),
               st.one_of(st.just(""), st.text(max_size=30),
                         st.sampled_from(["  prompt_len: 10000000", "  concurrency: [100]", "phases: [saturation]",
+                                         "phases: [serve]", "  request_rate: [0]", "  prefix_fraction: 1",
                                          "  max_num_seqs: 1", "  output_len: 5000", "  block_size: 48"]))),
 )
 
