@@ -409,7 +409,33 @@ def load(root: str | Path) -> Results:
     res.server_records = server_recs
     res.servers = pd.DataFrame([_server_row(r) for r in server_recs.values()])
     res.serve = _with_engine_facts(pd.DataFrame(serve_rows), engines)
+    launches = _launches(engine_recs, server_recs)
+    for table in (res.points, res.serve):
+        if not table.empty:
+            table["beside"] = [_beside(launches, r) for r in table.to_dict("records")]
     return res
+
+
+def _launches(engine_recs: dict[str, EngineRecord],
+              server_recs: dict[str, ServerRecord]) -> dict[str, tuple[float, float]]:
+    """Every launch's span as the sweep's parent saw it (spawn to exit): 'engine <id>' and 'server <id>'."""
+    out = {}
+    for kind, recs in (("engine", engine_recs), ("server", server_recs)):
+        for eid, rec in recs.items():
+            if rec.process is not None:
+                out[f"{kind} {eid}"] = (rec.process.launched_at, rec.process.exited_at)
+    return out
+
+
+def _beside(launches: dict[str, tuple[float, float]], row: dict[str, Any]) -> str:
+    """The other launches that ran while a point was measured (engines side by side, `--devices`): '' when
+    none, else their names joined by ', '. A point's own launch is its engine's, or its server's."""
+    start, end = row.get("started_at"), row.get("finished_at")
+    if start is None or end is None or pd.isna(start) or pd.isna(end):
+        return ""
+    own = f"{'server' if row.get('loop') in ('closed', 'open') or row.get('phase') == 'serve' else 'engine'} " \
+          f"{row['engine_id']}"
+    return ", ".join(sorted(name for name, (a, b) in launches.items() if name != own and a < end and start < b))
 
 
 def _with_engine_facts(serve: pd.DataFrame, engines: pd.DataFrame) -> pd.DataFrame:

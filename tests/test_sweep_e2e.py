@@ -231,3 +231,41 @@ def test_rerun_skips_finished_points(tiny_sweep):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert {p: p.stat().st_mtime_ns for p in (out / "points").glob("*.json")} == before
     assert json.loads((out / "manifest.json").read_text())["engine_launches"] == 0
+
+
+def test_two_engines_at_once_measure_what_one_at_a_time_does(tiny_sweep, tmp_path):
+    """The demo sweep with --devices: two engines side by side, each pinned to its own core, gives the same
+    capacity facts and the same set of ok points as the sequential run; the manifest shows the overlap."""
+    import os
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip(f"this machine gives the tests {len(cores)} core(s); two engines side by side need two")
+    seq, plan = tiny_sweep
+    out = tmp_path / "par"
+    proc = kvprof("sweep", "sweeps/tiny-cpu.yaml", "--out", str(out), "--devices", f"{cores[0]},{cores[1]}",
+                  "--no-report", timeout=1800)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+    def engines(d):
+        return {e.id: json.loads((d / "engines" / f"{e.id}.json").read_text()) for e in plan.engines}
+
+    def ok(d):
+        return sorted(p.stem for p in (d / "points").glob("*.json") if json.loads(p.read_text())["status"] == "ok")
+
+    a, b = engines(seq), engines(out)
+    for eid in a:
+        assert a[eid]["capacity"] == b[eid]["capacity"], eid
+        assert a[eid]["devices"] == [] and len(b[eid]["devices"]) == 1  # one core each (tensor_parallel_size 1)
+    assert ok(out) == ok(seq) and len(ok(out)) == plan.num_points
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["device_pool"] == [f"cpu{cores[0]}", f"cpu{cores[1]}"] and manifest["isolation"] == "shared"
+    assert manifest["max_concurrent_engines"] == 2
+    # Launches that overlapped ran on different cores, and say whom they ran beside.
+    beside = {eid: r["beside"] for eid, r in b.items()}
+    assert any(beside.values())
+    for eid, names in beside.items():
+        for name in names:
+            kind, other = name.split(" ", 1)
+            if kind == "engine":
+                assert b[other]["devices"] != b[eid]["devices"], (eid, other)
