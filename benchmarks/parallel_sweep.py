@@ -1,0 +1,101 @@
+"""What running engines side by side buys: the demo sweep one engine at a time and with --devices, in one run.
+
+    python benchmarks/parallel_sweep.py [--spec sweeps/tiny-cpu.yaml] [--devices all] [--gpus 8]
+
+Runs the spec twice through `kvprof sweep` (no report), sequentially and with the device pool, and prints each
+run's wall time, the most engines that ran at once, and whether both measured the same capacity facts and the
+same set of ok points. Then, from the sequential run's own launches (each engine's start-up and its points, and
+each server's), it packs the same launches onto --gpus devices in plan order (each on the first device free, a
+launch taking tensor_parallel_size devices) and prints what the sweep would take there: the start-ups stay, the
+wait for a device goes. Ray (several machines) is not built yet, and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def sweep(spec: Path, out: Path, *extra: str) -> float:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "profiler.cli", "sweep", str(spec), "--out", str(out),
+                           "--no-report", *extra], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"kvprof sweep {' '.join(extra)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return time.monotonic() - t0
+
+
+def records(out: Path) -> tuple[dict[str, dict], list[str]]:
+    engines = {p.stem: json.loads(p.read_text()) for p in (out / "engines").glob("*.json")}
+    ok = sorted(p.stem for p in (out / "points").glob("*.json") if json.loads(p.read_text())["status"] == "ok")
+    return engines, ok
+
+
+def launches(out: Path) -> list[tuple[str, int, float, float]]:
+    """(name, devices, start-up s, work s) of every launch, in the order the sweep ran them."""
+    out_list = []
+    for kind in ("engines", "servers"):
+        for p in (out / kind).glob("*.json"):
+            r = json.loads(p.read_text())
+            proc, ready = r.get("process") or {}, r.get("ready_at")
+            if not proc or ready is None:
+                continue
+            tp = r["engine"]["tensor_parallel_size"]
+            out_list.append((f"{kind[:-1]} {r['id']}", tp, ready - proc["launched_at"], proc["exited_at"] - ready,
+                             proc["launched_at"]))
+    return [x[:4] for x in sorted(out_list, key=lambda x: x[4])]
+
+
+def makespan(items: list[tuple[str, int, float, float]], devices: int) -> float:
+    """List scheduling in order: each launch starts when its tensor_parallel_size devices are free."""
+    free = [0.0] * devices  # the time each device becomes free
+    end = 0.0
+    for _, tp, startup, work in items:
+        free.sort()
+        start = free[tp - 1]
+        for i in range(tp):
+            free[i] = start + startup + work
+        end = max(end, start + startup + work)
+    return end
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spec", type=Path, default=ROOT / "sweeps" / "tiny-cpu.yaml")
+    ap.add_argument("--devices", default="all")
+    ap.add_argument("--gpus", type=int, default=8)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        seq_out, par_out = Path(tmp) / "seq", Path(tmp) / "par"
+        t_seq = sweep(args.spec, seq_out)
+        t_par = sweep(args.spec, par_out, "--devices", args.devices)
+        (a, ok_a), (b, ok_b) = records(seq_out), records(par_out)
+        same = all(a[k]["capacity"] == b[k]["capacity"] for k in a) and ok_a == ok_b
+        m = json.loads((par_out / "manifest.json").read_text())
+        print(f"{os.cpu_count()} CPUs; {args.spec.name}: {len(a)} engines, {len(ok_a)} ok points")
+        print(f"  one engine at a time       {t_seq:7.1f} s")
+        pool = ", ".join(m["device_pool"])
+        print(f"  --devices {args.devices:<17}{t_par:7.1f} s  ({t_seq / t_par:.2f}x; pool {pool}, "
+              f"at most {m['max_concurrent_engines']} at once)")
+        print(f"  same capacity facts and ok points: {'yes' if same else 'NO'}")
+        print("  --ray                      not run: running engines across machines (Ray) is not built yet")
+        items = launches(seq_out)
+        total = sum(s + w for _, _, s, w in items)
+        print(f"from the sequential run's {len(items)} launches (start-up {sum(s for _, _, s, _ in items):.1f} s, "
+              f"work {sum(w for _, _, _, w in items):.1f} s):")
+        for n in sorted({1, 2, args.gpus}):
+            print(f"  on {n} device(s): {makespan(items, n):7.1f} s of launches (sum {total:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
