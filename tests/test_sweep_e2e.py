@@ -73,9 +73,13 @@ def test_every_file_follows_the_results_contract(tiny_sweep):
     for path in (out / "engines").glob("*.json"):
         check(path, "EngineRecord")
         assert json.loads(path.read_text())["llm_kwargs"]["load_format"] == "dummy"
-    kinds = {"decode": "DecodePoint", "saturation": "SaturationPoint"}
+    kinds = {"decode": "DecodePoint", "saturation": "SaturationPoint", "serve": "ServePoint"}
     for path in (out / "points").glob("*.json"):
         check(path, kinds[json.loads(path.read_text())["point"]["phase"]])
+    servers = list((out / "servers").glob("*.json"))
+    assert servers  # the demo serves one engine configuration
+    for path in servers:
+        check(path, "ServerRecord")
     for path in (out / "telemetry").glob("*.parquet"):
         assert set(pq.read_schema(path).names) == set(TELEMETRY_COLUMNS)
 
@@ -84,7 +88,9 @@ def test_one_engine_launch_per_distinct_engine_config(tiny_sweep):
     out, plan = tiny_sweep
     assert len(plan.engines) >= 4
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["engine_launches"] == len(plan.engines)
+    served = {p.engine_id for pts in plan.points.values() for p in pts if p.phase == "serve"}
+    assert len(served) == 1  # serve.engines: the block-32 bf16 engine
+    assert manifest["engine_launches"] == len(plan.engines) + len(served)  # one server per served engine
 
 
 def test_measured_blocks_equal_the_prediction_exactly(tiny_sweep):
@@ -180,7 +186,7 @@ def test_telemetry_timeline_with_phase_tags_and_point_aggregates(tiny_sweep):
             if prec["finished_at"] - prec["started_at"] <= gap:
                 continue  # shorter than the longest gap between samples: it may hold none
             agg = prec["telemetry"]["host"]
-            assert agg["samples"] == (df["point_id"] == p.id).sum() > 0 and p.id in tagged
+            assert agg["samples"] == (host["point_id"] == p.id).sum() > 0 and p.id in tagged
             assert agg["peak_rss_bytes"] >= agg["mean_rss_bytes"] > 100 * 2**20
             if p.phase == "decode":  # bandwidth implied by the analytic bytes and the measured step
                 m = prec["measurements"]
