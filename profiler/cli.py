@@ -1035,6 +1035,8 @@ def sweep_cmd(
     if gpu_name is not None:
         platform = "cuda"
     spec, plan = _validated(spec_path, platform, _limits(max_engines, max_points))
+    if platform is None:  # this machine's devices (a dry run for another platform cannot check them)
+        pool, isolation = _device_pool(spec, plan, devices, isolation)
     if dry_run:
         try:
             gpu, note = target_gpu(gpu_name, platform)
@@ -1071,7 +1073,6 @@ def sweep_cmd(
             check_backend(spec.telemetry.backend, max(e.tensor_parallel_size for e in plan.engines))
         except TelemetryError as exc:
             raise fail(str(exc)) from None
-    pool, isolation = _device_pool(spec, plan, devices, isolation)
     out_dir = spec.out_dir(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise fail(f"{'--out' if out is not None else 'output_dir'} {out_dir} is not a directory: give a results "

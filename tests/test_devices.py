@@ -160,6 +160,8 @@ def test_the_cli_refuses_devices_the_machine_lacks_and_engines_larger_than_the_p
     missing = max(CORES) + 1
     res = cli.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o"), "--devices", str(missing)])
     assert res.exit_code == 2 and f"--devices: [{missing}] not among the cores this process may use" in res.output
+    res = cli.invoke(app, ["sweep", str(spec), "--dry-run", "--devices", str(missing)])  # the dry run checks too
+    assert res.exit_code == 2 and "not among the cores" in res.output
     res = cli.invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o"), "--devices", "0", "--isolation", "x"])
     assert res.exit_code == 2 and "--isolation 'x': use shared or exclusive" in res.output
     spec.write_text(json.dumps(SPEC | {"engine": SPEC["engine"] | {"tensor_parallel_size": 2}, "probe": False}))
