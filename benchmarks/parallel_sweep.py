@@ -4,10 +4,10 @@
 
 Runs the spec twice through `kvprof sweep` (no report), sequentially and with the device pool, and prints each
 run's wall time, the most engines that ran at once, and whether both measured the same capacity facts and the
-same set of ok points. Then, from the sequential run's own launches (each engine's start-up and its points, and
-each server's), it packs the same launches onto --gpus devices in plan order (each on the first device free, a
-launch taking tensor_parallel_size devices) and prints what the sweep would take there: the start-ups stay, the
-wait for a device goes. Ray (several machines) is not built yet, and says so.
+same set of ok points. Then, from the sequential run's own records, it packs each engine configuration's work
+(its offline launch, then its server's: start-up and points) onto --gpus devices in plan order, each on the
+first devices free, taking tensor_parallel_size of them, and prints what the sweep would take there: the
+start-ups stay, the wait for a device goes. Ray (several machines) is not built yet, and says so.
 """
 
 from __future__ import annotations
@@ -41,18 +41,20 @@ def records(out: Path) -> tuple[dict[str, dict], list[str]]:
 
 
 def launches(out: Path) -> list[tuple[str, int, float, float]]:
-    """(name, devices, start-up s, work s) of every launch, in the order the sweep ran them."""
-    out_list = []
+    """(engine id, devices, start-up s, work s) of every engine configuration's work, in the order the sweep
+    ran it: its offline launch and its server's, which run one after the other on the same devices."""
+    units: dict[str, list[float]] = {}  # id → [tp, start-up, work, first launch time]
     for kind in ("engines", "servers"):
         for p in (out / kind).glob("*.json"):
             r = json.loads(p.read_text())
             proc, ready = r.get("process") or {}, r.get("ready_at")
             if not proc or ready is None:
                 continue
-            tp = r["engine"]["tensor_parallel_size"]
-            out_list.append((f"{kind[:-1]} {r['id']}", tp, ready - proc["launched_at"], proc["exited_at"] - ready,
-                             proc["launched_at"]))
-    return [x[:4] for x in sorted(out_list, key=lambda x: x[4])]
+            u = units.setdefault(r["id"], [r["engine"]["tensor_parallel_size"], 0.0, 0.0, proc["launched_at"]])
+            u[1] += ready - proc["launched_at"]
+            u[2] += proc["exited_at"] - ready
+            u[3] = min(u[3], proc["launched_at"])
+    return [(eid, int(u[0]), u[1], u[2]) for eid, u in sorted(units.items(), key=lambda kv: kv[1][3])]
 
 
 def makespan(items: list[tuple[str, int, float, float]], devices: int) -> float:
@@ -89,11 +91,12 @@ def main() -> int:
         print(f"  same capacity facts and ok points: {'yes' if same else 'NO'}")
         print("  --ray                      not run: running engines across machines (Ray) is not built yet")
         items = launches(seq_out)
-        total = sum(s + w for _, _, s, w in items)
-        print(f"from the sequential run's {len(items)} launches (start-up {sum(s for _, _, s, _ in items):.1f} s, "
-              f"work {sum(w for _, _, _, w in items):.1f} s):")
+        startup, work = sum(s for _, _, s, _ in items), sum(w for _, _, _, w in items)
+        print(f"from the sequential run's {len(items)} engine configurations (offline and serve launches; "
+              f"start-up {startup:.1f} s, work {work:.1f} s):")
         for n in sorted({1, 2, args.gpus}):
-            print(f"  on {n} device(s): {makespan(items, n):7.1f} s of launches (sum {total:.1f} s)")
+            print(f"  on {n} device(s): {makespan(items, n):7.1f} s (the longest configuration: "
+                  f"{max(st + w for _, _, st, w in items):.1f} s)")
     return 0
 
 
