@@ -221,27 +221,9 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
         rec = store.read_engine(cfg.id)
         return len(rec.phases) if rec else 0
 
-    with log_path.open("ab") as log:
-        try:
-            proc = _start_child([*ENGINE_COMMAND, str(job_path)], log, env)
-        except Stopped:
-            _abandon(sampler)
-            raise
-        child["pid"] = proc.pid
-        try:
-            outcome, ready, seen_done = _supervise(proc, store, ready_now, points, timeouts, on_point_done, on_current,
-                                                   phases_done)
-            if outcome is None:
-                outcome = "ok" if proc.returncode == 0 else "crash"
-                _kill_group(proc)  # workers the child left behind (it exits without teardown)
-            if _STOP.is_set():
-                raise Stopped
-        except BaseException:
-            _kill_group(proc)  # Ctrl-C or any parent failure: take the engine down with us
-            _abandon(sampler)
-            raise
-        finally:
-            _reaped(proc)
+    proc, outcome, ready, seen_done = _run_child(
+        [*ENGINE_COMMAND, str(job_path)], log_path, env, child, sampler,
+        lambda proc: _supervise(proc, store, ready_now, points, timeouts, on_point_done, on_current, phases_done))
     failed = _finish_engine_record(store, cfg, log_path, proc.returncode, outcome, points, ready, phases,
                                    {"launched_at": launched_at, "exited_at": time.time()},
                                    placement.labels if placement else [])
@@ -252,6 +234,35 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
             if p.id not in seen_done:
                 on_point_done(p)
     return EngineRun(outcome=outcome, ready=ready, failed_point=failed)
+
+
+def _run_child(cmd: list[str], log_path: Path, env: dict[str, str], child: dict[str, int | None], sampler: Any,
+               supervise: Any) -> tuple[subprocess.Popen[bytes], str, bool, set[str]]:
+    """Start a child (output appended to ``log_path``), watch it with ``supervise`` until it exits, then take
+    its process group down: what it leaves behind (vLLM's workers, the server) goes with it. On Ctrl-C, any
+    failure in the parent or a stopping sweep the group goes at once and what was sampled stays in the
+    partial file. Returns (the child, its outcome: ok / crash / timeout, whether it became ready, the points
+    whose records appeared)."""
+    with log_path.open("ab") as log:
+        try:
+            proc = _start_child(cmd, log, env)
+        except Stopped:
+            _abandon(sampler)
+            raise
+        child["pid"] = proc.pid
+        try:
+            outcome, ready, seen_done = supervise(proc)
+            outcome = outcome or ("ok" if proc.returncode == 0 else "crash")
+            _kill_group(proc)
+            if _STOP.is_set():
+                raise Stopped
+        except BaseException:
+            _kill_group(proc)
+            _abandon(sampler)
+            raise
+        finally:
+            _reaped(proc)
+    return proc, outcome, ready, seen_done
 
 
 def _child_env(placement: Placement | None) -> dict[str, str]:
@@ -331,27 +342,10 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
         rec = store.read_server(cfg.id)
         return rec is not None and rec.status == "ok" and (rec.started_at or 0) >= launched_at - 1
 
-    with log_path.open("ab") as log:
-        try:
-            proc = _start_child([*SERVE_COMMAND, str(job_path)], log, env)
-        except Stopped:
-            _abandon(sampler)
-            raise
-        child["pid"] = proc.pid
-        try:
-            outcome, ready, seen_done = _supervise(proc, store, ready_now, points, spec.timeouts, on_point_done,
-                                                   on_current, starting="starting server")
-            if outcome is None:
-                outcome = "ok" if proc.returncode == 0 else "crash"
-            _kill_group(proc)  # the server: the child exits without stopping it
-            if _STOP.is_set():
-                raise Stopped
-        except BaseException:
-            _kill_group(proc)
-            _abandon(sampler)
-            raise
-        finally:
-            _reaped(proc)
+    proc, outcome, ready, seen_done = _run_child(
+        [*SERVE_COMMAND, str(job_path)], log_path, env, child, sampler,
+        lambda proc: _supervise(proc, store, ready_now, points, spec.timeouts, on_point_done, on_current,
+                                starting="starting server"))
     server_log = store.logs / f"{cfg.id}.server.log"
     log_text = server_log.read_text(errors="replace") if server_log.exists() else ""
     rec = store.read_server(cfg.id)
@@ -526,6 +520,9 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
     store.lock()
     outcome = SweepOutcome()
     _STOP.clear()
+    from profiler.preflight import detect_platform
+
+    on = detect_platform()  # where the device pool's indices point: GPUs or cores
     try:
         _check_resumable(store)
         outcome.superseded = _check_same_sweep(store, plan, spec_text, force)
@@ -597,13 +594,12 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
                 progress.advance(engines_task)
 
             pool = Pool(devices) if devices is not None else None
-            _dispatch(work, pool, detect_platform_once(), isolation == "exclusive", run_one)
+            _dispatch(work, pool, on, isolation == "exclusive", run_one)
         _count(store, plan, outcome)
         placed = _mark_beside(store, plan)
         store.update_manifest(status=outcome.status, finished_at=time.time(), devices=_devices(store, plan),
                               engine_launches=outcome.engines_launched,
-                              device_pool=[f"{'cpu' if detect_platform_once() == 'cpu' else 'gpu'}{d}"
-                                           for d in devices or []],
+                              device_pool=Placement(on, devices).labels if devices else [],
                               isolation=isolation if devices is not None else None, max_concurrent_engines=placed)
     except KeyboardInterrupt:
         outcome.interrupted = True
@@ -631,12 +627,6 @@ class _Work:
     points: list[Point]
     serve_points: list[Point]
     needs_engine: bool = False
-
-
-def detect_platform_once() -> str:
-    from profiler.preflight import detect_platform
-
-    return detect_platform()
 
 
 def _engines_label(progress: Any, task: Any, running: dict[str, str], single: str) -> None:
