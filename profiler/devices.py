@@ -42,21 +42,22 @@ def parse(value: Any, what: str = "--devices") -> list[int] | str | None:
     if value is None:
         return None
     what = f"{what}: " if what else ""
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "…"  # the message stays one short line
     if isinstance(value, str):
         text = value.strip()
         if text == "all":
             return "all"
         parts = [p.strip() for p in text.split(",")]
         if not text or not all(p.isdigit() for p in parts):
-            raise DeviceError(f"{what}{value!r} is not a device list; allowed: all, or indices such as 0,1,3")
+            raise DeviceError(f"{what}{shown} is not a device list; allowed: all, or indices such as 0,1,3")
         value = [int(p) for p in parts]
     if isinstance(value, int) and not isinstance(value, bool):
         value = [value]
     if (not isinstance(value, list) or not value
             or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
-        raise DeviceError(f"{what}{value!r} is not a device list; allowed: all, or indices such as [0, 1, 3]")
+        raise DeviceError(f"{what}{shown} is not a device list; allowed: all, or indices such as [0, 1, 3]")
     if len(set(value)) != len(value):
-        raise DeviceError(f"{what}{value} names a device twice")
+        raise DeviceError(f"{what}{shown} names a device twice")
     return list(value)
 
 
@@ -73,7 +74,8 @@ def resolve(value: list[int] | str | None, platform: str, what: str = "--devices
         return have
     missing = [d for d in value if d not in have]
     if missing:
-        raise DeviceError(f"{what}: {missing} not among the {kind} ({_ranges(have)})")
+        listed = f"{missing[:8]}"[:-1] + (f", … {len(missing) - 8:,} more]" if len(missing) > 8 else "]")
+        raise DeviceError(f"{what}: {listed} not among the {kind} ({_ranges(have)})")
     return list(value)
 
 

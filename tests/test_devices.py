@@ -170,3 +170,12 @@ def test_the_cli_refuses_devices_the_machine_lacks_and_engines_larger_than_the_p
     assert f"--devices: 1 device(s) [{CORES[0]}], but tensor_parallel_size [2] needs that many" in " ".join(
         res.output.split())
     assert not (tmp_path / "o").exists()  # refused before anything was written
+
+
+def test_a_huge_device_list_gets_a_short_message():
+    with pytest.raises(DeviceError) as bad:
+        parse("x" * 100_000)
+    assert len(str(bad.value)) < 200 and "…" in str(bad.value)
+    with pytest.raises(DeviceError) as far:
+        resolve(list(range(max(CORES) + 1, max(CORES) + 10_001)), "cpu")
+    assert len(str(far.value)) < 200 and "9,992 more" in str(far.value)  # 10,000 missing: 8 shown
