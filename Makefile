@@ -3,7 +3,7 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 KVPROF := $(VENV)/bin/kvprof
-EXTRAS ?= cpu,dev
+EXTRAS ?= cpu,dev,ray
 
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

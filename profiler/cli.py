@@ -1003,6 +1003,11 @@ def sweep_cmd(
         "--isolation", help="shared (engines run side by side; the report marks points measured beside another "
                             "engine) or exclusive (one at a time on the devices). Overrides the spec's "
                             "isolation:.")] = None,
+    ray_address: Annotated[str | None, typer.Option(
+        "--ray", metavar="ADDRESS|auto",
+        help="Run the engines on a Ray cluster (its head's host:port, or auto): each engine configuration "
+             "reserves tensor_parallel_size GPUs on one node (CPUs on a cluster without GPUs); this process "
+             "writes the results. Needs the ray extra.")] = None,
 ):
     """Run real vLLM engines across the swept settings and record capacity and decode timings.
 
@@ -1014,6 +1019,42 @@ def sweep_cmd(
     measured at all); 2 bad input, nothing started; 3 a results file could not be written (write_failed;
     rerun to resume); 130 interrupted (interrupted; rerun to resume).
     """
+    if platform is not None and (platform not in ("cpu", "cuda") or not dry_run):
+        raise fail(f"--platform {platform!r}: use cpu or cuda, with --dry-run (a sweep runs on this machine)")
+    if gpu_name is not None and (not dry_run or platform == "cpu"):
+        raise fail(f"--gpu {gpu_name!r}: costs a GPU sweep, with --dry-run and without --platform cpu")
+    if gpu_name is not None:
+        platform = "cuda"
+    cluster = _ray_cluster(ray_address, devices, platform) if ray_address is not None else None
+    try:
+        _sweep(spec_path, out, dry_run, retry_failed, json_out, no_report, platform, gpu_name, force, devices,
+               isolation, cluster, verbose, max_engines, max_points)
+    finally:
+        if cluster is not None:
+            from profiler.ray_cluster import disconnect
+
+            disconnect()
+
+
+def _ray_cluster(address: str, devices: str | None, platform: str | None) -> Any:
+    """The Ray cluster --ray names, joined; exit 2 when Ray is missing, the cluster unreachable or the
+    options clash — before anything starts."""
+    from profiler.ray_cluster import RayError, connect
+
+    if devices is not None:
+        raise fail("--ray with --devices: on a Ray cluster each engine reserves its devices through Ray; "
+                   "give one of them")
+    if platform is not None:
+        raise fail("--ray with --platform/--gpu: a --ray plan is for the cluster's own devices; drop one")
+    try:
+        return connect(address)
+    except RayError as exc:
+        raise fail(str(exc)) from None
+
+
+def _sweep(spec_path: Path, out: Path | None, dry_run: bool, retry_failed: bool, json_out: bool, no_report: bool,
+           platform: str | None, gpu_name: str | None, force: bool, devices: str | None, isolation: str | None,
+           cluster: Any, verbose: bool, max_engines: int | None, max_points: int | None) -> None:
     from analysis.catalog import UnknownName
     from profiler.runner import (
         WriteFailed,
@@ -1028,14 +1069,19 @@ def sweep_cmd(
     from profiler.spec import DROPPED_LISTED
     from profiler.store import StoreError
 
-    if platform is not None and (platform not in ("cpu", "cuda") or not dry_run):
-        raise fail(f"--platform {platform!r}: use cpu or cuda, with --dry-run (a sweep runs on this machine)")
-    if gpu_name is not None and (not dry_run or platform == "cpu"):
-        raise fail(f"--gpu {gpu_name!r}: costs a GPU sweep, with --dry-run and without --platform cpu")
-    if gpu_name is not None:
-        platform = "cuda"
-    spec, plan = _validated(spec_path, platform, _limits(max_engines, max_points))
-    if platform is None:  # this machine's devices (a dry run for another platform cannot check them)
+    spec, plan = _validated(spec_path, cluster.platform if cluster else platform, _limits(max_engines, max_points))
+    pool = None
+    if cluster is not None:  # the spec's devices: describe one machine; on Ray, Ray places the engines
+        from profiler.ray_cluster import RayError
+
+        if isolation is not None and isolation not in ("shared", "exclusive"):
+            raise fail(f"--isolation {isolation!r}: use shared or exclusive")
+        isolation = isolation or spec.isolation
+        try:
+            cluster.check(plan.engines)
+        except RayError as exc:
+            raise fail(str(exc)) from None
+    elif platform is None:  # this machine's devices (a dry run for another platform cannot check them)
         pool, isolation = _device_pool(spec, plan, devices, isolation)
     if dry_run:
         try:
@@ -1066,7 +1112,7 @@ def sweep_cmd(
     if len(shown) < len(skipped):
         err.print(f"… and {len(skipped) - len(shown):,} more engines skipped (-v lists each; the manifest "
                   "records each)", highlight=False)
-    if spec.telemetry.enabled:
+    if spec.telemetry.enabled and cluster is None:  # on Ray each node checks its own (the engine fails there)
         from profiler.telemetry import TelemetryError, check_backend
 
         try:
@@ -1079,7 +1125,8 @@ def sweep_cmd(
                    "directory (made if missing)")
     try:
         outcome = run_sweep(plan, out_dir, retry_failed=retry_failed, console=err,
-                            spec_text=spec_path.read_text(), force=force, devices=pool, isolation=isolation)
+                            spec_text=spec_path.read_text(), force=force, devices=pool, isolation=isolation,
+                            cluster=cluster)
     except StoreError as exc:
         raise fail(str(exc)) from None
     except WriteFailed as exc:

