@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 from ray_local import ROOT, local_ray, ray_missing
 
-
 # The engine child's stand-in. The file hang.json beside it names (block size, concurrency) pairs whose point
 # never ends: the double logs the start, writes inflight-<engine id>.json (its pid and its parent's, the Ray
 # worker) beside itself and sleeps. Like the real child it holds a lifeline to its parent.
