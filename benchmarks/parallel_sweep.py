@@ -1,13 +1,16 @@
-"""What running engines side by side buys: the demo sweep one engine at a time and with --devices, in one run.
+"""What running engines side by side buys: the demo sweep one engine at a time, with --devices, and through
+--ray, in one run.
 
-    python benchmarks/parallel_sweep.py [--spec sweeps/tiny-cpu.yaml] [--devices all] [--gpus 8]
+    python benchmarks/parallel_sweep.py [--spec sweeps/tiny-cpu.yaml] [--devices all] [--gpus 8] [--no-ray]
 
-Runs the spec twice through `kvprof sweep` (no report), sequentially and with the device pool, and prints each
-run's wall time, the most engines that ran at once, and whether both measured the same capacity facts and the
-same set of ok points. Then, from the sequential run's own records, it packs each engine configuration's work
-(its offline launch, then its server's: start-up and points) onto --gpus devices in plan order, each on the
-first devices free, taking tensor_parallel_size of them, and prints what the sweep would take there: the
-start-ups stay, the wait for a device goes. Ray (several machines) is not built yet, and says so.
+Runs the spec three times through `kvprof sweep` (no report): sequentially, with the device pool, and on a
+local Ray cluster this script starts on loopback (this machine's CPUs standing in for GPUs; skipped, saying
+why, without the ray extra). It prints each run's wall time, the most engines that ran at once, and whether
+each measured the same capacity facts and the same set of ok points as the sequential run. Then, from the
+sequential run's own records, it packs each engine configuration's work (its offline launch, then its
+server's: start-up and points) onto --gpus devices in plan order, each on the first devices free, taking
+tensor_parallel_size of them, and prints what the sweep would take there: the start-ups stay, the wait for a
+device goes.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/ray_local.py: the local Ray cluster the tests use
 
 
 def sweep(spec: Path, out: Path, *extra: str) -> float:
@@ -70,11 +74,28 @@ def makespan(items: list[tuple[str, int, float, float]], devices: int) -> float:
     return end
 
 
+def ray_line(args: argparse.Namespace, seq_out: Path, ray_out: Path, t_seq: float) -> str:
+    """The run through --ray on a local cluster (started here, its start not timed), as one line."""
+    from ray_local import local_ray, ray_missing
+
+    if args.no_ray or ray_missing():
+        return f"  --ray                      not run: {'--no-ray' if args.no_ray else ray_missing()}"
+    with local_ray(num_cpus=os.cpu_count() or 1) as cluster:
+        t_ray = sweep(args.spec, ray_out, "--ray", cluster.address)
+    (a, ok_a), (c, ok_c) = records(seq_out), records(ray_out)
+    same = all(a[k]["capacity"] == c[k]["capacity"] for k in a) and ok_a == ok_c
+    m = json.loads((ray_out / "manifest.json").read_text())
+    nodes = ", ".join(f"{n['ip']} ({n['devices']} {m['ray']['resource']})" for n in m["ray"]["nodes"])
+    return (f"  --ray (local cluster)      {t_ray:7.1f} s  ({t_seq / t_ray:.2f}x; nodes {nodes}, at most "
+            f"{m['max_concurrent_engines']} at once; same capacity facts and ok points: {'yes' if same else 'NO'})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", type=Path, default=ROOT / "sweeps" / "tiny-cpu.yaml")
     ap.add_argument("--devices", default="all")
     ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--no-ray", action="store_true", help="skip the run through a local Ray cluster")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         seq_out, par_out = Path(tmp) / "seq", Path(tmp) / "par"
@@ -89,7 +110,7 @@ def main() -> int:
         print(f"  --devices {args.devices:<17}{t_par:7.1f} s  ({t_seq / t_par:.2f}x; pool {pool}, "
               f"at most {m['max_concurrent_engines']} at once)")
         print(f"  same capacity facts and ok points: {'yes' if same else 'NO'}")
-        print("  --ray                      not run: running engines across machines (Ray) is not built yet")
+        print(ray_line(args, seq_out, Path(tmp) / "ray", t_seq))
         items = launches(seq_out)
         startup, work = sum(s for _, _, s, _ in items), sum(w for _, _, _, w in items)
         print(f"from the sequential run's {len(items)} engine configurations (offline and serve launches; "

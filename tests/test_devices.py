@@ -179,3 +179,28 @@ def test_a_huge_device_list_gets_a_short_message():
     with pytest.raises(DeviceError) as far:
         resolve(list(range(max(CORES) + 1, max(CORES) + 10_001)), "cpu")
     assert len(str(far.value)) < 200 and "9,992 more" in str(far.value)  # 10,000 missing: 8 shown
+
+
+# --- cores shared by engine hosts on one Ray node ------------------------------------------------------
+
+def test_hosts_on_one_node_take_disjoint_cores_and_a_dead_holders_come_back(tmp_path):
+    import subprocess
+    import sys
+
+    from profiler.devices import give_back_node_cores, take_node_cores
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip(f"{len(cores)} core(s) here; sharing needs two")
+    state = tmp_path / "cores.json"
+    me = os.getpid()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    assert take_node_cores(1, int(dead), state) == [cores[0]]  # a holder that then died
+    assert take_node_cores(1, me, state) == [cores[0]]  # its core is free again: it is not alive
+    other = os.getppid()  # alive: pytest's parent
+    assert take_node_cores(1, other, state) == [cores[1]]  # disjoint from mine
+    with pytest.raises(DeviceError, match=f"{len(cores) - 2} free cores for an engine that needs {len(cores)}"):
+        take_node_cores(len(cores), 1, state)
+    give_back_node_cores(me, state)
+    assert take_node_cores(1, me, state) == [cores[0]]

@@ -275,3 +275,38 @@ def test_two_engines_at_once_measure_what_one_at_a_time_does(tiny_sweep, tmp_pat
             kind, other = name.split(" ", 1)
             if kind == "engine":
                 assert b[other]["devices"] != b[eid]["devices"], (eid, other)
+
+
+def test_the_sweep_through_ray_measures_what_the_sequential_run_does(tiny_sweep, tmp_path):
+    """The demo sweep through `--ray` on a local Ray cluster (loopback, its 2 CPUs standing in for GPUs): the
+    same capacity facts and the same set of ok points as the sequential run; each engine ran on a node's
+    core, and the manifest names the cluster."""
+    from ray_local import local_ray, ray_missing
+
+    if ray_missing():
+        pytest.skip(ray_missing())
+    seq, plan = tiny_sweep
+    out = tmp_path / "ray"
+    with local_ray(num_cpus=2) as cluster:
+        proc = kvprof("sweep", "sweeps/tiny-cpu.yaml", "--out", str(out), "--ray", cluster.address, "--no-report",
+                      timeout=1800)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        assert cluster.scratch_dirs() == []
+
+    def engines(d):
+        return {e.id: json.loads((d / "engines" / f"{e.id}.json").read_text()) for e in plan.engines}
+
+    def ok(d):
+        return sorted(p.stem for p in (d / "points").glob("*.json") if json.loads(p.read_text())["status"] == "ok")
+
+    a, b = engines(seq), engines(out)
+    for eid in a:
+        assert a[eid]["capacity"] == b[eid]["capacity"], eid
+        (label,) = b[eid]["devices"]
+        assert re.fullmatch(r"[\d.]+/cpu\d+", label), label
+    assert ok(out) == ok(seq) and len(ok(out)) == plan.num_points
+    served = [e.id for e in plan.engines if (seq / "servers" / f"{e.id}.json").exists()]
+    assert served and all((out / "servers" / f"{eid}.json").exists() for eid in served)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["ray"]["resource"] == "CPU"
+    assert manifest["ray"]["address"] == cluster.address
