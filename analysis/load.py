@@ -417,25 +417,31 @@ def load(root: str | Path) -> Results:
 
 
 def _launches(engine_recs: dict[str, EngineRecord],
-              server_recs: dict[str, ServerRecord]) -> dict[str, tuple[float, float]]:
-    """Every launch's span as the sweep's parent saw it (spawn to exit): 'engine <id>' and 'server <id>'."""
+              server_recs: dict[str, ServerRecord]) -> dict[str, tuple[float, float, list[str]]]:
+    """Every launch's span as the sweep's parent saw it (spawn to exit) and its devices: 'engine <id>' and
+    'server <id>'."""
     out = {}
     for kind, recs in (("engine", engine_recs), ("server", server_recs)):
         for eid, rec in recs.items():
             if rec.process is not None:
-                out[f"{kind} {eid}"] = (rec.process.launched_at, rec.process.exited_at)
+                out[f"{kind} {eid}"] = (rec.process.launched_at, rec.process.exited_at, rec.devices)
     return out
 
 
-def _beside(launches: dict[str, tuple[float, float]], row: dict[str, Any]) -> str:
-    """The other launches that ran while a point was measured (engines side by side, `--devices`): '' when
-    none, else their names joined by ', '. A point's own launch is its engine's, or its server's."""
+def _beside(launches: dict[str, tuple[float, ...]], row: dict[str, Any]) -> str:
+    """The other launches that ran on the same machine while a point was measured (engines side by side,
+    `--devices` or `--ray`): '' when none, else their names joined by ', '. A point's own launch is its
+    engine's, or its server's."""
+    from analysis.results_schema import same_host
+
     start, end = row.get("started_at"), row.get("finished_at")
     if start is None or end is None or pd.isna(start) or pd.isna(end):
         return ""
     own = f"{'server' if row.get('loop') in ('closed', 'open') or row.get('phase') == 'serve' else 'engine'} " \
           f"{row['engine_id']}"
-    return ", ".join(sorted(name for name, (a, b) in launches.items() if name != own and a < end and start < b))
+    mine = launches[own][2] if own in launches and len(launches[own]) > 2 else []
+    return ", ".join(sorted(name for name, (a, b, *dev) in launches.items() if name != own and a < end and start < b
+                            and same_host(mine, dev[0] if dev else [])))
 
 
 def _with_engine_facts(serve: pd.DataFrame, engines: pd.DataFrame) -> pd.DataFrame:

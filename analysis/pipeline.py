@@ -380,13 +380,17 @@ def _parallel_lines(manifest: dict[str, Any], points: pd.DataFrame) -> list[str]
     """A sweep whose engines ran side by side (`--devices`): where, and which points were measured while
     another engine ran (they shared the host's CPU, memory bandwidth and PCIe with it)."""
     pool = manifest.get("device_pool") or []
-    if not pool:
+    ray = manifest.get("ray")
+    if not pool and not ray:
         return []
     beside = points[points["beside"].astype(bool)] if "beside" in points else points.iloc[:0]
     shown = ", ".join(beside["point_id"].map(lambda i: i.split("--", 1)[-1]).head(5))
-    return [f"Engines ran side by side on {', '.join(pool)} (isolation {manifest.get('isolation')}, at most "
+    where = (f"the Ray cluster at {ray['address']} ({len(ray['nodes'])} node(s): "
+             + ", ".join(f"{n['ip']} with {n['devices']} {ray['resource']}" for n in ray["nodes"][:4])
+             + (", …" if len(ray["nodes"]) > 4 else "") + ")") if ray else ", ".join(pool)
+    return [f"Engines ran side by side on {where} (isolation {manifest.get('isolation')}, at most "
             f"{manifest.get('max_concurrent_engines')} at once): {len(beside)} of {len(points)} points were measured "
-            "while another engine ran (column beside in results.parquet)"
+            "while another engine ran on the same machine (column beside in results.parquet)"
             + (f", e.g. {shown}" if shown else "")]
 
 

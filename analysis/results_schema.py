@@ -90,6 +90,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def same_host(a: list[str], b: list[str]) -> bool:
+    """Whether two launches' ``devices`` put them on one machine: labels naming a Ray node ('10.0.0.5/gpu2')
+    share it only where their nodes meet; a launch without node names ran on the sweep's own machine."""
+    nodes_a = {d.split("/", 1)[0] for d in a if "/" in d}
+    nodes_b = {d.split("/", 1)[0] for d in b if "/" in d}
+    return nodes_a == nodes_b if not (nodes_a and nodes_b) else bool(nodes_a & nodes_b)
+
+
 def describe_errors(exc: ValidationError, limit: int = 5) -> str:
     """pydantic's errors as 'field.path: what is wrong (got X)', one per problem."""
     out = []
@@ -515,10 +523,10 @@ class EngineRecord(Record):
     returncode: int | None = None
     process: ProcessTimes | None = None
     telemetry: EngineTelemetry | None = None
-    devices: list[str] = Field([], description="the devices the runner gave this launch ('gpu2', 'cpu0'); empty: "
-                                               "it saw every device (no --devices pool)")
-    beside: list[str] = Field([], description="other launches of the sweep that ran while this one did "
-                                              "('engine <id>', 'server <id>')")
+    devices: list[str] = Field([], description="the devices the runner gave this launch ('gpu2', 'cpu0'; on a Ray "
+                                               "node '10.0.0.5/gpu2'); empty: it saw every device (no --devices pool)")
+    beside: list[str] = Field([], description="other launches of the sweep that ran on the same machine while this "
+                                              "one did ('engine <id>', 'server <id>')")
 
     @model_validator(mode="after")
     def _consistent(self) -> EngineRecord:

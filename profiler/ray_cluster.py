@@ -202,10 +202,12 @@ class NodeHost:
 
     def _scan(self) -> dict[str, tuple[int, int]]:
         out = {}
-        for dirpath, _, names in os.walk(self.scratch):
+        for dirpath, dirs, names in os.walk(self.scratch):
             rel_dir = os.path.relpath(dirpath, self.scratch)
-            if rel_dir == "jobs" or rel_dir.startswith("jobs" + os.sep):
-                continue
+            # Never the jobs (the driver's own) or anything being written: temporary files and directories
+            # (".name….tmp", locks) appear whole, under their real names, once renamed.
+            dirs[:] = [d for d in dirs if not (d.startswith(".") or d.endswith(".tmp"))
+                       and not (rel_dir == "." and d == "jobs")]
             for name in names:
                 if name.startswith(".") or name.endswith(".tmp"):
                     continue

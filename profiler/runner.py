@@ -769,8 +769,11 @@ def _fail_work(store: ResultsDir, w: _Work, message: str) -> None:
 
 
 def _mark_beside(store: ResultsDir, plan: Plan) -> int:
-    """Record in every engine and server record of the plan which other launches ran while it did (from the
-    parent's spawn and exit times); return the most that ran at once (0: none recorded)."""
+    """Record in every engine and server record of the plan which other launches ran on the same machine while
+    it did (from the parent's spawn and exit times, and the Ray nodes in their devices); return the most that
+    ran at once anywhere (0: none recorded)."""
+    from analysis.results_schema import same_host
+
     recs: list[tuple[str, Any, Any]] = []
     for e in plan.engines:
         for kind, rec in (("engine", store.read_engine(e.id)), ("server", store.read_server(e.id))):
@@ -778,7 +781,8 @@ def _mark_beside(store: ResultsDir, plan: Plan) -> int:
                 recs.append((f"{kind} {e.id}", rec, store.write_engine if kind == "engine" else store.write_server))
     for name, rec, write in recs:
         a, b = rec.process.launched_at, rec.process.exited_at
-        beside = sorted(n for n, r, _ in recs if n != name and r.process.launched_at < b and a < r.process.exited_at)
+        beside = sorted(n for n, r, _ in recs if n != name and r.process.launched_at < b and a < r.process.exited_at
+                        and same_host(rec.devices, r.devices))
         if beside != rec.beside:
             rec.beside = beside
             write(rec)

@@ -151,6 +151,19 @@ def test_a_point_is_beside_the_launches_that_overlap_it():
     assert _beside(launches, {"engine_id": "c", "phase": "decode", "started_at": 31.0, "finished_at": 35.0}) == ""
 
 
+
+def test_launches_on_different_ray_nodes_ran_beside_nobody():
+    """On a Ray cluster, launches overlapping in time on other nodes shared nothing of this machine."""
+    from analysis.results_schema import same_host
+
+    assert same_host(["10.0.0.5/gpu0"], ["10.0.0.5/gpu1"]) and not same_host(["10.0.0.5/gpu0"], ["10.0.0.6/gpu0"])
+    assert same_host(["gpu0"], ["gpu1"]) and same_host([], ["cpu1"])  # one machine, as before
+    launches = {"engine a": (0.0, 10.0, ["10.0.0.5/gpu0"]), "engine b": (5.0, 20.0, ["10.0.0.6/gpu0"]),
+                "engine c": (5.0, 20.0, ["10.0.0.5/gpu1"])}
+    assert _beside(launches, {"engine_id": "a", "phase": "decode", "started_at": 6.0, "finished_at": 8.0}) == "engine c"
+    assert _beside(launches, {"engine_id": "b", "phase": "decode", "started_at": 6.0, "finished_at": 8.0}) == ""
+
+
 cli = CliRunner()
 
 

@@ -284,3 +284,62 @@ def test_without_ray_the_flag_says_how_to_get_it(tmp_path):
     assert res.returncode == 2
     assert "--ray needs Ray" in res.stderr and "kvprof[ray]" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_node_host_hands_back_what_its_child_wrote_under_the_drivers_paths(tmp_path, monkeypatch):
+    """The node side alone (no Ray): a child writes a record naming its results directory, a log in two
+    parts, a seeded record it does not touch, and a tokenizer directory still being written. Each poll hands
+    back only what is whole and new, with the scratch path mapped to the driver's."""
+    import tempfile
+
+    from profiler.ray_cluster import NodeHost
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "node-tmp"))
+    (tmp_path / "node-tmp").mkdir()
+    driver_root = str(tmp_path / "results")
+    seeded = b'{"id": "e", "note": "from an earlier launch"}'
+    host = NodeHost(driver_root, "cuda", 1, {"engines/e.json": seeded})
+    scratch = Path(host.scratch)
+    assert scratch.parent == tmp_path / "node-tmp" and scratch.name.startswith(f"kvprof-ray-{os.getpid()}-")
+    go = tmp_path / "go"
+    child = textwrap.dedent(f"""
+        import json, os, sys, time
+        root = sys.argv[1]
+        print("first part", flush=True)
+        os.makedirs(os.path.join(root, "tokenizers", ".tok.abc.tmp"))
+        open(os.path.join(root, "tokenizers", ".tok.abc.tmp", "tokenizer.json"), "w").write("half")
+        open(os.path.join(root, "tokenizers", ".tok.lock"), "w").write("")
+        json.dump({{"results_dir": root}}, open(os.path.join(root, "points", "p.json"), "w"))
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.01)
+        print("second part", flush=True)
+    """)
+    script = tmp_path / "child.py"
+    script.write_text(child)
+    # The job file and the command's arguments under the driver's root arrive under the scratch directory.
+    host.start([sys.executable, str(script), driver_root], {"jobs/e.json": b'{"results_dir": "' +
+                                                             driver_root.encode() + b'"}'}, {}, "logs/e.log")
+    assert json.loads((scratch / "jobs" / "e.json").read_text())["results_dir"] == str(scratch)
+
+    def until(cond):
+        end = time.monotonic() + 120
+        got = []
+        while time.monotonic() < end:
+            got.append(host.poll())
+            if cond(got):
+                return got
+            time.sleep(0.02)
+        raise AssertionError(got)
+
+    first = until(lambda got: any(rel == "points/p.json" for g in got for rel, _ in g["files"]))
+    files = {rel: data for g in first for rel, data in g["files"]}
+    assert json.loads(files["points/p.json"]) == {"results_dir": driver_root}  # the driver's path
+    assert set(files) == {"points/p.json"}  # not the seeded record, the temp directory or the lock
+    assert b"".join(c for g in first for rel, c in g["logs"]) == b"first part\n"
+    go.write_text("")
+    rest = until(lambda got: got[-1]["returncode"] is not None)
+    assert rest[-1]["returncode"] == 0
+    assert b"".join(c for g in rest for rel, c in g["logs"]) == b"second part\n"  # appended, not resent
+    assert not any(g["files"] for g in rest)
+    host.close()
+    assert not scratch.exists()
