@@ -45,6 +45,10 @@ class HostLost(RuntimeError):
     """The Ray worker or node running a host is gone."""
 
 
+class HostSilent(RuntimeError):
+    """A host that does not answer now (a slow or unreachable node Ray has not given up on)."""
+
+
 class HostSetupError(RuntimeError):
     """A host cannot run its engine configuration on its node (model directory missing, telemetry that
     cannot open there): every point of the configuration is recorded with this message."""
@@ -92,6 +96,7 @@ class NodeHost:
         self.seen: dict[str, tuple[int, int]] = {}  # file → (mtime_ns, size) as last handed back
         self.log_offsets: dict[str, int] = {}
         self.lock = threading.Lock()
+        self.poll_lock = threading.Lock()
         self.cores: list[int] = []
         if platform == "cpu":
             from profiler.devices import take_node_cores
@@ -171,6 +176,10 @@ class NodeHost:
         """The child's return code (None while it runs) and what changed since the last poll: records and other
         files (whole, paths mapped back), log output (appended) and telemetry rows. Scanned after the return
         code is read, so a child seen exited has handed back everything it wrote."""
+        with self.poll_lock:  # one poll at a time: each change is handed back once
+            return self._poll()
+
+    def _poll(self) -> dict[str, Any]:
         with self.lock:
             rc = self.proc.poll() if self.proc else None
         files, logs = [], []
@@ -426,8 +435,9 @@ class RayHost:
                 raise Stopped
 
     def call(self, ref: Any, timeout: float = POLL_TIMEOUT_S) -> Any:
-        """A host method's result; HostLost when its worker or node is gone; HostSetupError passed through."""
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+        """A host method's result: HostLost when its worker or node is gone, HostSilent when it does not answer
+        within ``timeout`` (or Ray reports it unavailable for now), HostSetupError passed through."""
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
         try:
             return self.ray.get(ref, timeout=timeout)
@@ -436,8 +446,9 @@ class RayHost:
             if isinstance(cause, HostSetupError):
                 raise cause from None
             raise
-        except GetTimeoutError:
-            raise
+        except (GetTimeoutError, ActorUnavailableError) as exc:
+            raise HostSilent(f"the Ray host on node {getattr(self, 'info', {}).get('node_ip', '?')} does not answer "
+                             f"({type(exc).__name__})") from None
         except RayActorError as exc:
             first = (str(exc).strip().splitlines() or ["the actor died"])[0][:300]
             raise HostLost(f"the Ray worker running this engine configuration on node "
@@ -535,12 +546,10 @@ class RemoteProc:
     def poll(self) -> int | None:
         if self.returncode is not None:
             return self.returncode
-        from ray.exceptions import GetTimeoutError
-
         try:
             got = self.host.call(self.host.actor.poll.remote())
-        except GetTimeoutError:
-            return None  # a slow node: the runner's timeouts decide
+        except HostSilent:
+            return None  # a slow or unreachable node: the runner's timeouts decide (its kill makes it lost)
         except HostLost as exc:
             self._lose(str(exc))
             return self.returncode

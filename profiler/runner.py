@@ -719,15 +719,17 @@ def _dispatch_ray(work: list[_Work], cluster: Any, store: ResultsDir, exclusive:
     with the reason; Ctrl-C or a failure in this process stops every child, as locally."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-    from profiler.ray_cluster import HostLost, HostSetupError, RayHost
+    from profiler.ray_cluster import HostLost, HostSetupError, HostSilent, RayHost
 
     def run_on_host(w: _Work) -> None:
         host = None
         try:
             host = RayHost(cluster, w.cfg, store.root, _STOP)
             run_one(w, None, host)
-        except (HostSetupError, HostLost) as exc:  # before its child started: nothing was measured
-            _fail_work(store, w, str(exc))
+        except HostSetupError as exc:  # this configuration cannot run there: every point says why
+            _fail_work(store, w, "error", str(exc))
+        except (HostLost, HostSilent) as exc:  # gone between launches: what never ran waits for a rerun
+            _fail_work(store, w, ABORTED, f"not run: {exc}; a rerun of the sweep runs it")
             for _ in [*w.points, *w.serve_points]:
                 progress.advance(points_task)
             progress.advance(engines_task)
@@ -757,15 +759,16 @@ def _dispatch_ray(work: list[_Work], cluster: Any, store: ResultsDir, exclusive:
             raise
 
 
-def _fail_work(store: ResultsDir, w: _Work, message: str) -> None:
-    """Record a configuration that could not start anywhere: its engine record and every point of it."""
+def _fail_work(store: ResultsDir, w: _Work, status: str, message: str) -> None:
+    """Record the points of a configuration its Ray host could not run (``status`` error: it cannot run there,
+    the engine record says so too; aborted: the host was lost before they ran)."""
     rec = store.read_engine(w.cfg.id)
-    if w.needs_engine and (rec is None or rec.status != "ok"):
-        store.write_engine(EngineRecord(id=w.cfg.id, status="error", engine=w.cfg, llm_kwargs=w.cfg.llm_kwargs(),
+    if status != ABORTED and w.needs_engine and (rec is None or rec.status != "ok"):
+        store.write_engine(EngineRecord(id=w.cfg.id, status=status, engine=w.cfg, llm_kwargs=w.cfg.llm_kwargs(),
                                         telemetry=rec.telemetry if rec else None, message=message))
     for p in [*w.points, *w.serve_points]:
         if store.point_status(p.id) in (None, "corrupt", ABORTED):
-            store.write_failure({"id": p.id, "engine_id": w.cfg.id, "engine": w.cfg, "point": p}, "error", message)
+            store.write_failure({"id": p.id, "engine_id": w.cfg.id, "engine": w.cfg, "point": p}, status, message)
 
 
 def _mark_beside(store: ResultsDir, plan: Plan) -> int:

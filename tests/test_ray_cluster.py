@@ -343,3 +343,26 @@ def test_a_node_host_hands_back_what_its_child_wrote_under_the_drivers_paths(tmp
     assert not any(g["files"] for g in rest)
     host.close()
     assert not scratch.exists()
+
+
+def test_what_a_node_cannot_run_is_recorded_with_the_nodes_reason(cluster, double, tmp_path):
+    """telemetry.backend nvml on a node without NVML (this one): the driver cannot check a node's devices
+    before the sweep, so the node's refusal becomes every point's error, and the sweep says nothing ran."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("NVML works on this machine: its node would sample GPUs, not refuse")
+    except pynvml.NVMLError:
+        pass
+    spec = double()
+    spec.write_text(spec.read_text().replace("backend: cpu", "backend: nvml"))
+    out = tmp_path / "out"
+    res = run(driver(double, spec, out, "--ray", cluster.address))
+    assert res.returncode == 1, res.stderr[-3000:]
+    recs = records(out)
+    assert len(recs) == 6 and {r["status"] for r in recs.values()} == {"error"}
+    assert all("telemetry.backend nvml" in r["message"] and "on node" in r["message"] for r in recs.values())
+    assert json.loads((out / "manifest.json").read_text())["status"] == "failed"
+    assert cluster.scratch_dirs() == []
