@@ -1081,6 +1081,9 @@ def _sweep(spec_path: Path, out: Path | None, dry_run: bool, retry_failed: bool,
             cluster.check(plan.engines)
         except RayError as exc:
             raise fail(str(exc)) from None
+        if spec.devices is not None:
+            err.print("note: the spec's devices: names this machine's devices; with --ray, Ray places each engine "
+                      "on a node's free devices", highlight=False)
     elif platform is None:  # this machine's devices (a dry run for another platform cannot check them)
         pool, isolation = _device_pool(spec, plan, devices, isolation)
     if dry_run:
@@ -1098,6 +1101,10 @@ def _sweep(spec_path: Path, out: Path | None, dry_run: bool, retry_failed: bool,
         for line in dropped_lines(plan.dropped, verbose):
             console.print(line, highlight=False)
         console.print(note, highlight=False)
+        if cluster is not None:
+            console.print(f"Ray cluster at {cluster.address}: {len(cluster.nodes)} node(s), {cluster.capacity} "
+                          f"{cluster.resource}s in all (largest node {cluster.largest_node}); each engine reserves "
+                          f"tensor_parallel_size {cluster.resource}s on one node", highlight=False)
         if cost is not None:
             for line in cost_lines(cost, flagged=None if verbose else DROPPED_LISTED):
                 console.print(line, highlight=False, soft_wrap=True)

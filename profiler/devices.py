@@ -172,7 +172,7 @@ def take_node_cores(n: int, holder: int, state: Any = None) -> list[int]:
             held = {int(k): v for k, v in json.loads(path.read_text()).items()}
         except (OSError, ValueError):
             held = {}
-        held = {pid: cores for pid, cores in held.items() if _alive(pid)}
+        held = {pid: cores for pid, cores in held.items() if pid_alive(pid)}
         taken = {c for cores in held.values() for c in cores}
         free = [c for c in available("cpu") if c not in taken]
         if len(free) < n:
@@ -198,7 +198,8 @@ def give_back_node_cores(holder: int, state: Any = None) -> None:
         path.write_text(json.dumps(held))
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists here (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

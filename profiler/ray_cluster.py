@@ -72,11 +72,11 @@ SCRATCH_PREFIX = "kvprof-ray-"  # + the host's pid: a host that died (its worker
 def _remove_dead_scratch() -> None:
     """Remove the scratch directories of hosts on this node whose process is gone (killed before it could
     clean up; what they held and had not handed back is recorded as lost by their driver)."""
-    from profiler.devices import _alive
+    from profiler.devices import pid_alive
 
     for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
         pid = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
 
 

@@ -264,6 +264,10 @@ def test_ray_flag_errors_are_one_line_before_anything_starts(cluster, double, tm
     nobody = run(driver(double, spec, out, "--ray", "127.0.0.1:1"))
     assert nobody.returncode == 2 and "nothing answers at" in nobody.stderr and "Traceback" not in nobody.stderr
     assert not out.exists()
+    dry = run(driver(double, spec, out, "--ray", cluster.address, "--dry-run"))
+    assert dry.returncode == 0, dry.stderr
+    assert f"Ray cluster at {cluster.address}: 1 node(s), 2 CPUs in all" in " ".join(dry.stdout.split())
+    assert not out.exists()
     big = tmp_path / "tp4.yaml"
     big.write_text(spec.read_text().replace("max_model_len: 1024", "max_model_len: 1024\n  tensor_parallel_size: 4"))
     toobig = run(driver(double, big, out, "--ray", cluster.address))
