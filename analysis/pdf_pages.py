@@ -64,7 +64,7 @@ class Table:
     text_colors: dict[str, str] = field(default_factory=dict)
 
     def markdown(self) -> str:
-        body = self.frame.to_markdown(index=False) if not self.frame.empty else "_(no data)_"
+        body = self.frame.to_markdown(index=False, disable_numparse=True) if not self.frame.empty else "_(no data)_"
         note = f"\n\n{self.note}" if self.note else ""
         return f"### {self.title}\n\n{body}{note}\n"
 
@@ -172,6 +172,8 @@ def _layout(table: Table, max_width: float) -> list[_Layout]:
     group_of = [h.split(GROUP_SEP, 1)[0] if GROUP_SEP in h else "" for h in full]
     headers = [h.split(GROUP_SEP, 1)[1] if GROUP_SEP in h else h for h in full]
     raw = [[str(v) for v in row] for row in df.to_numpy()]
+    if not headers:  # no columns: nothing to set but '(no data)'
+        return [_Layout([], [], [], [], [], 0.0, [], [])]
     right = [is_numeric(df.iloc[:, j].astype(str)) for j in range(len(headers))]
     natural = [max([text_width(r[j]) for r in raw] + [0.0]) for j in range(len(headers))]
     # Text columns wrap; a numeric column never does. Narrow the widest text column until the table fits.

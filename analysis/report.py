@@ -326,7 +326,7 @@ def _answer_page(pdf: Any, a: Analysis) -> None:
     st = _style(a)
     fig = plt.figure(figsize=PAGE)
     fig.suptitle(f"kvprof report — {a.res.manifest.get('name')}", fontsize=16, fontweight="bold", x=0.02, ha="left")
-    y = _H - 42
+    y = _H - 56
     if banner := _banner(a):
         fig.text(0.02, (y - 12) / _H, banner, fontsize=12, color="white", fontweight="bold",
                  bbox={"facecolor": "#b00020", "edgecolor": "none", "pad": 3})
@@ -395,7 +395,7 @@ def _answer_markdown(a: Analysis) -> list[str]:
     parts.append(_subtitle(a) + "\n")
     key = pd.DataFrame([{"label": st.label(e), "engine configuration": e} for e in sorted(st.labels, key=_order(st))])
     if not key.empty:
-        parts.append("Engines:\n\n" + key.to_markdown(index=False) + "\n")
+        parts.append("Engines:\n\n" + key.to_markdown(index=False, disable_numparse=True) + "\n")
     cap = capacity_answer(a)
     for t in (cap[0] if cap else None, tpot_answer(a), divergences_answer(a)):
         if t is not None:
@@ -685,8 +685,8 @@ def _draw_by_batch(fig: plt.Figure, rect: tuple, a: Analysis, metric: str) -> No
     dec = a.decode
     batches = sorted(dec["concurrency"].unique())
     axes = _axes(fig, rect, len(batches), cols=min(len(batches), 4 if len(batches) <= 8 else 6))
-    styles = {"fitted_s": ("-", "fit"), "roofline_spec_s": ("--", "roofline, spec sheet"),
-              "roofline_probe_s": (":", "roofline, probed ceilings")}
+    styles = {"fitted_s": ("-", "fit"), "roofline_spec_s": ("--", "roofline (spec)"),
+              "roofline_probe_s": (":", "roofline (probe)")}
     used: dict[str, str] = {}
     for ax, b in zip(axes, batches, strict=True):
         g = dec[dec["concurrency"] == b]
@@ -716,7 +716,7 @@ def _draw_by_batch(fig: plt.Figure, rect: tuple, a: Analysis, metric: str) -> No
                     used["gpm"] = "--"
         ax.set_title(f"batch {b}", fontsize=10)
         ax.set_xlabel("mean context during decode (tokens)")
-        scale_axis(ax, "x", [])  # linear: step time grows linearly with context
+        scale_axis(ax, "x", [], nbins=4 if len(batches) > 2 else 6)  # linear: step time is linear in context
         scale_axis(ax, "y", [])
         ax.grid(alpha=0.3)
     ylabel = "decode step time (ms)" if metric == "step" else "bandwidth (GB/s, model bytes ÷ measured step)"
@@ -724,22 +724,22 @@ def _draw_by_batch(fig: plt.Figure, rect: tuple, a: Analysis, metric: str) -> No
         ax.set_ylabel(ylabel)
     handles = _engine_handles(st, dec["engine_id"])
     if metric == "step":
-        handles.append(Line2D([], [], color="black", marker="o", ls="none", label="measured (median, IQR bar)"))
+        handles.append(Line2D([], [], color="black", marker="o", ls="none", label="measured"))
         handles += [Line2D([], [], color="black", ls=ls, label=styles[col][1]) for col, ls in used.items()
                     if col in styles]
         if "t*" in used:
-            handles.append(Line2D([], [], color="black", ls="-.", label="predicted crossover t*"))
+            handles.append(Line2D([], [], color="black", ls="-.", label="crossover t*"))
     else:
-        handles.append(Line2D([], [], color="black", marker="o", label="model bytes ÷ measured step"))
+        handles.append(Line2D([], [], color="black", marker="o", label="model bytes\n÷ measured step"))
         if "gpm" in used:
-            handles.append(Line2D([], [], color="black", marker="s", ls="--", label="NVML GPM DRAM % × spec"))
+            handles.append(Line2D([], [], color="black", marker="s", ls="--", label="NVML GPM\nDRAM % × spec"))
         ce = a.ceilings
         for val, name, ls in ((ce.spec_bandwidth_Bps, "spec peak", (0, (6, 2))), (ce.probe_bandwidth_Bps,
                                                                                "probed copy", (0, (1, 1)))):
             if val:
                 for ax in axes:
                     ax.axhline(val / 1e9, color="black", ls=ls, lw=1)
-                handles.append(Line2D([], [], color="black", ls=ls, label=f"{name} {fbw(val)}"))
+                handles.append(Line2D([], [], color="black", ls=ls, label=f"{name}\n{fbw(val)}"))
     _legend(fig, rect, handles)
 
 
@@ -772,7 +772,7 @@ def _fit_markdown(a: Analysis) -> list[str]:
     if t is None:
         return []
     regime = a.fit.regime.sentence if a.fit is not None and a.fit.regime else ""
-    body = t.frame.to_markdown(index=False)
+    body = t.frame.to_markdown(index=False, disable_numparse=True)
     return [f"### {t.title}\n\n" + (f"{regime}\n\n" if regime else "") + f"{body}\n"]
 
 

@@ -77,12 +77,14 @@ class EngineStyle:
 
     def relabel(self, text: Any) -> Any:
         """``text`` with every engine id replaced by its label (longest ids first); other values as they are."""
-        if not isinstance(text, str):
+        if not isinstance(text, str) or not self.labels:
             return text
-        for eid in sorted(self.labels, key=len, reverse=True):
-            if eid in text:
-                text = text.replace(eid, self.labels[eid])
-        return text
+        return self._pattern().sub(lambda m: self.labels[m.group(0)], text)
+
+    def _pattern(self) -> re.Pattern[str]:
+        """An engine id standing alone: not inside a longer word or id (a point id's '--' may follow it)."""
+        ids = "|".join(re.escape(e) for e in sorted(self.labels, key=len, reverse=True))
+        return re.compile(rf"(?<![\w-])(?:{ids})(?=$|[^\w-]|--)")
 
 
 # --- axes --------------------------------------------------------------------------------------------
@@ -96,7 +98,7 @@ def plain(x: float) -> str:
     return f"{x:,.3g}"
 
 
-def scale_axis(ax: Axes, which: str, values: Iterable[Any], wide: float = 8.0) -> None:
+def scale_axis(ax: Axes, which: str, values: Iterable[Any], wide: float = 8.0, nbins: int = 6) -> None:
     """Linear with plain ticks where the data's range is narrow (max/min below ``wide``), else log with plain
     ticks at powers of two (lengths, batches) or 1-2-5 steps; never '2×10¹'."""
     v = np.asarray([float(x) for x in values if x is not None and pd.notna(x)], dtype=float)
@@ -115,7 +117,7 @@ def scale_axis(ax: Axes, which: str, values: Iterable[Any], wide: float = 8.0) -
         axis.set_major_locator(FixedLocator(ticks))
         axis.set_minor_locator(NullLocator())
     else:
-        axis.set_major_locator(MaxNLocator(nbins=6))
+        axis.set_major_locator(MaxNLocator(nbins=nbins))
     axis.set_major_formatter(FuncFormatter(lambda x, _: plain(x)))
 
 
