@@ -71,7 +71,7 @@ def test_every_line_joins_points_of_increasing_x(run):
 
 
 def test_decode_plot_has_one_panel_per_batch_and_linear_plain_axes(run):
-    _, a, figs, _ = run
+    _, _, figs, _ = run
     fig = next(f for f in figs if f._suptitle is not None and f._suptitle.get_text().startswith("Decode"))
     titles = sorted(ax.get_title() for ax in fig.axes if ax.get_title().startswith("batch "))
     assert titles == sorted(f"batch {b}" for b in (1, 4, 16, 64))  # Injected.concurrency
