@@ -115,6 +115,11 @@ def styled(a: Analysis, table: Table, key: str | None = None) -> Table:
     st = _style(a)
     frame = table.frame.map(st.relabel) if not table.frame.empty else table.frame
     colors = {**table.colors, **(_highlights(a, key, frame) if key else {})}
+    if "engine" in frame.columns and len(frame) > 1:  # rows in the engines' label order (stable within one)
+        rank = {lab: i for i, lab in enumerate(sorted(st.labels.values(), key=lambda x: int(x[1:])))}
+        order = sorted(range(len(frame)), key=lambda i: rank.get(frame["engine"].iloc[i], len(rank)))
+        frame = frame.iloc[order].reset_index(drop=True)
+        colors = {k: [v[i] for i in order] if len(v) == len(order) else v for k, v in colors.items()}
     t = replace(table, title=st.relabel(table.title), note=st.relabel(table.note), frame=frame, colors=colors,
                 text_colors={**table.text_colors, **{st.label(e): c for e, c in st.colors.items()}})
     return units_in_headers(t)
@@ -404,7 +409,7 @@ def _answer_markdown(a: Analysis) -> list[str]:
 
 # --- plots ---------------------------------------------------------------------------------------
 
-_LEGEND_W = 0.14  # the right-hand share of a plot's area kept for its legend, outside the data
+_LEGEND_W = 0.15  # the right-hand share of a plot's area kept for its legend, outside the data
 
 
 def _axes(fig: plt.Figure, rect: tuple[float, float, float, float], n: int, cols: int | None = None,
@@ -425,8 +430,10 @@ def _axes(fig: plt.Figure, rect: tuple[float, float, float, float], n: int, cols
 def _legend(fig: plt.Figure, rect: tuple[float, float, float, float], handles: list[Any]) -> None:
     """The legend in the plot area's right-hand strip, outside every panel."""
     if handles:
-        fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(rect[2] - _LEGEND_W + 0.01, rect[3] - 0.04),
-                   fontsize=8, frameon=False)
+        for h in handles:  # long labels on two or three lines, so the legend keeps inside the page
+            h.set_label("\n".join(textwrap.fill(part, 19) for part in str(h.get_label()).split("\n")))
+        fig.legend(handles=handles, loc="upper right", bbox_to_anchor=(rect[2] - 0.004, rect[3] - 0.04),
+                   fontsize=8, frameon=False, handlelength=1.6, borderaxespad=0)
 
 
 def _engine_handles(st: EngineStyle, ids: Any) -> list[Any]:
@@ -684,7 +691,8 @@ def _draw_by_batch(fig: plt.Figure, rect: tuple, a: Analysis, metric: str) -> No
     st = _style(a)
     dec = a.decode
     batches = sorted(dec["concurrency"].unique())
-    axes = _axes(fig, rect, len(batches), cols=min(len(batches), 4 if len(batches) <= 8 else 6))
+    axes = _axes(fig, rect, len(batches), cols=min(len(batches), 4 if len(batches) <= 8 else 6),
+                 sharey=metric == "bandwidth")  # bandwidths compare across batches; step times differ by far
     styles = {"fitted_s": ("-", "fit"), "roofline_spec_s": ("--", "roofline (spec)"),
               "roofline_probe_s": (":", "roofline (probe)")}
     used: dict[str, str] = {}
@@ -829,7 +837,7 @@ def _settings_of(a: Analysis, eid: str) -> str:
     if eid not in e.index:
         return ""
     r = e.loc[eid]
-    return f"{r['kv_cache_dtype']}, block {r['block_size']}, len {fnum(r['max_model_len'])}"
+    return f"{r['kv_cache_dtype']}, block {r['block_size']}\nlen {fnum(r['max_model_len'])}"
 
 
 def _settings_page(pdf: Any, a: Analysis) -> None:

@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
-from synthetic_results import make_results
+from synthetic_results import Injected, make_results
 
 from analysis import report
 from analysis.load import load
@@ -40,7 +40,7 @@ class Recorder:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("synthetic")
-    make_results(root)
+    make_results(root, Injected(serve=True))  # the serve pages too
     a = analyse(load(root))
     rec = Recorder()
     pages = Pages(rec)
@@ -209,3 +209,22 @@ def test_units_move_into_headers_and_numbers_are_right_aligned():
     assert list(u.frame.columns) == ["overhead (ms)", "error (%)", "budget", "engine"]  # mixed units stay put
     assert list(u.frame["overhead (ms)"]) == ["4.188", "12.000", "—"]
     assert [is_numeric(u.frame[c]) for c in u.frame.columns] == [True, True, True, False]
+
+
+def test_legends_stay_on_the_page_and_off_the_data(run):
+    _, _, figs, _ = run
+    legends = 0
+    for fig in figs:
+        if not fig.legends:
+            continue
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        plots = [ax for ax in fig.axes if not (ax.get_gid() or "").startswith("table:")]
+        for leg in fig.legends:
+            legends += 1
+            box = leg.get_window_extent(renderer)
+            assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 + 1 and box.y0 >= 0 and box.y1 <= fig.bbox.y1 + 1, box
+            for ax in plots:
+                assert not box.overlaps(ax.bbox), (ax.get_title(), box, ax.bbox)
+    assert legends >= 8
