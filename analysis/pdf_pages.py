@@ -64,7 +64,9 @@ class Table:
     text_colors: dict[str, str] = field(default_factory=dict)
 
     def markdown(self) -> str:
-        body = self.frame.to_markdown(index=False, disable_numparse=True) if not self.frame.empty else "_(no data)_"
+        align = tuple("right" if is_numeric(self.frame[c].astype(str)) else "left" for c in self.frame.columns)
+        body = (self.frame.to_markdown(index=False, disable_numparse=True, colalign=align)
+                if not self.frame.empty else "_(no data)_")
         note = f"\n\n{self.note}" if self.note else ""
         return f"### {self.title}\n\n{body}{note}\n"
 

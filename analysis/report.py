@@ -150,18 +150,22 @@ def capacity_answer(a: Analysis) -> tuple[Table, pd.DataFrame] | None:
         return None
     st = _style(a)
     swept = _pick(sorted(cl.loc[cl["kind"] == "decode", "length"].unique().tolist()), 4)
-    other = sorted(cl.loc[cl["kind"] != "decode", "length"].unique().tolist())
-    lengths = sorted(set(swept) | set(other))
-    kinds = cl.drop_duplicates("length").set_index("length")["kind"]
-    heads = {L: f"tokens per sequence{GROUP_SEP}{L:,}" + {"saturation": " (sat.)", "max_model_len": " (max)"}
-             .get(kinds[L], "") for L in lengths}
+    sat_lengths = sorted(cl.loc[cl["kind"] == "saturation", "length"].unique().tolist())
+    lengths = sorted(set(swept) | set(sat_lengths))
+    heads = {L: f"tokens per sequence{GROUP_SEP}{L:,}" + (" (sat.)" if L in sat_lengths else "") for L in lengths}
+    # max_model_len: one column, each engine's own (it is in the engine's id)
+    max_head = f"tokens per sequence{GROUP_SEP}max_model_len"
+    lengths.append(-1)
+    heads[-1] = max_head
     rows, colors = [], {heads[L]: [] for L in lengths}
     sat = cl.dropna(subset=["measured_at_least"])
     measured_head = "measured at saturation"
     if not sat.empty:
         colors[measured_head] = []
     for eid in sorted(cl["engine_id"].unique(), key=_order(st)):
-        g = cl[cl["engine_id"] == eid].set_index("length")
+        g = cl[cl["engine_id"] == eid]
+        g = pd.concat([g, g[g["kind"] == "max_model_len"].assign(length=-1)]).drop_duplicates("length", keep="last")
+        g = g.set_index("length")
         for i, (col, name) in enumerate(_SOURCES[:3]):
             row = {"engine": st.label(eid) if i == 0 else "", "source": name}
             for L in lengths:
@@ -183,13 +187,11 @@ def capacity_answer(a: Analysis) -> tuple[Table, pd.DataFrame] | None:
                 row[measured_head] = text
                 colors[measured_head].append(c)
             rows.append(row)
-    note = ("Sequences of that many tokens (prompt + output) that fit in the KV cache together. Ideal: KV budget ÷ "
-            "bytes per sequence; allocator: the allocator model's predicted pool in blocks (null block out); vLLM: "
-            "the blocks vLLM allocated, same arithmetic; measured: the saturation phase ran that many together at "
-            "its length, and preempted or queued from the second. Coloured: more than "
-            f"{100 * TOLERANCE:.0f}% from the allocator model. (sat.): the saturation phase's length; (max): "
-            "max_model_len." + (
-                f" Every length on the capacity page's plot ({len(cl['length'].unique())} lengths)."
+    note = ("Sequences of that many tokens (prompt + output) that fit together. Ideal: KV budget ÷ bytes per "
+            "sequence; allocator: the allocator model's pool (blocks, null block out); vLLM: vLLM's own pool; "
+            "measured: ran together at the saturation length (sat.), preempted or queued from the second number; "
+            f"Coloured: over {100 * TOLERANCE:.0f}% from the allocator." + (
+                f" All {cl['length'].nunique()} lengths on the capacity plot."
                 if len(lengths) < cl["length"].nunique() else ""))
     return Table("Sequences that fit, per engine and sequence length (tokens)", pd.DataFrame(rows), note=note,
                  colors=colors, text_colors={st.label(e): c for e, c in st.colors.items()}), cl
@@ -236,11 +238,10 @@ def tpot_answer(a: Analysis, most: int = 4) -> Table | None:
                 row[h] = text
                 colors.setdefault(h, []).append(color)
         rows.append(row)
-    note = (f"Decode step (ms) at each engine's longest context measured at all its batches: {roof_name} bound, "
-            "the fitted model, the measurement (one step of the whole batch), and the measured TPOT (ms per output "
-            f"token of a request). Coloured: roofline more than {100 * TOLERANCE:.0f}% from the measured step; "
-            "measured step more than that from the fit."
-            + (" Every batch is on the decode page." if len(batches) < ref["concurrency"].nunique() else ""))
+    note = (f"At each engine's longest context measured at all its batches. Step: one decode step of the batch; "
+            f"TPOT: per output token of a request. Coloured: roofline over {100 * TOLERANCE:.0f}% off the measured "
+            "step; step over that off the fit." + (" Every batch on the decode page."
+                                                     if len(batches) < ref["concurrency"].nunique() else ""))
     return Table("Decode step and TPOT per batch (ms): roofline, fit, measured", pd.DataFrame(rows), note=note,
                  colors=colors, text_colors={st.label(e): c for e, c in st.colors.items()})
 
@@ -301,8 +302,7 @@ def _capacity_figure(fig: plt.Figure, rect: tuple[float, float, float, float], a
     ax.set_ylabel("sequences that fit (count)")
     fig.text(rect[0], rect[3] - 10 / _H, "Sequences that fit vs sequence length", fontsize=10, fontweight="bold")
     ax.grid(alpha=0.3)
-    handles = [Line2D([], [], color=st.color(e), lw=2, label=st.label(e)) for e in sorted(cl["engine_id"].unique(),
-                                                                                            key=_order(st))]
+    handles = _engine_handles(st, cl["engine_id"])
     handles += [Line2D([], [], color="black", lw=1.6, label="allocator model"),
                 Line2D([], [], color="black", marker="o", mfc="none", ls="none", label="vLLM's pool"),
                 Line2D([], [], color="black", marker="D", ls="none", label="measured (saturation)")]
@@ -437,7 +437,11 @@ def _legend(fig: plt.Figure, rect: tuple[float, float, float, float], handles: l
 
 
 def _engine_handles(st: EngineStyle, ids: Any) -> list[Any]:
-    return [Line2D([], [], color=st.color(e), lw=2.5, label=st.label(e)) for e in sorted(set(ids), key=_order(st))]
+    """A legend entry per engine; past eight engines one line pointing to the coloured key on page one."""
+    ids = sorted(set(ids), key=_order(st))
+    if len(ids) > 8:
+        return [Line2D([], [], ls="none", label="colours: engines,\nkey on page one")]
+    return [Line2D([], [], color=st.color(e), lw=2.5, label=st.label(e)) for e in ids]
 
 
 def _series(ax: Any, x: Any, y: Any, fmt: str, **kw: Any) -> None:
@@ -780,7 +784,7 @@ def _fit_markdown(a: Analysis) -> list[str]:
     if t is None:
         return []
     regime = a.fit.regime.sentence if a.fit is not None and a.fit.regime else ""
-    body = t.frame.to_markdown(index=False, disable_numparse=True)
+    body = replace(t, note="").markdown().split("\n\n", 1)[1].rstrip("\n")  # Table.markdown's table alone
     return [f"### {t.title}\n\n" + (f"{regime}\n\n" if regime else "") + f"{body}\n"]
 
 
