@@ -467,13 +467,15 @@ def capacity_at_lengths(a: Analysis) -> pd.DataFrame:
         arch = tvm.architecture(er["model_dir"], er["model"], tvm._model_dtype(er), tvm._config(er))
         if arch is None:
             continue
-        tp, mml, dtype = int(er["tensor_parallel_size"] or 1), int(r["max_model_len"]), r["kv_cache_dtype"]
-        mnbt, run_async = int(er["max_num_batched_tokens"]), bool(er["async_scheduling"])
         try:
+            tp = int(er["tensor_parallel_size"]) if pd.notna(er["tensor_parallel_size"]) else 1
+            mml, dtype = int(r["max_model_len"]), r["kv_cache_dtype"]
+            mnbt = int(er["max_num_batched_tokens"])
+            run_async = bool(er["async_scheduling"]) if pd.notna(er["async_scheduling"]) else False
             model = paged_capacity(arch, int(r["kv_budget_bytes"]), block_size=int(r["block_size"]),
                                    max_model_len=mml, max_num_batched_tokens=mnbt, kv_cache_dtype=dtype, tp=tp,
                                    async_scheduling=run_async)
-        except (NotModelled, ValueError):
+        except (NotModelled, ValueError, TypeError):  # a setting the allocator model cannot take: no row
             continue
         pools = {"model": model, "vllm": dataclasses.replace(model, num_blocks=int(r["num_blocks_vllm"]))}
         lengths: dict[int, tuple[int, str]] = {}
