@@ -405,6 +405,16 @@ def rows_from(table: Table, start: int) -> Table:
                    colors={k: v[start:] for k, v in table.colors.items()})
 
 
+def set_height(table: Table, rows: int, width: float, title_pt: float = 10.0) -> float:
+    """Points ``set_table`` takes for the title, header and first ``rows`` rows of ``table`` set ``width`` wide
+    (and its note where every row is set)."""
+    lay = _layout(table, width)[0]
+    h = title_pt * 1.5 + lay.header_h + sum(lay.heights[:rows])
+    if rows == len(lay.heights) and table.note:
+        h += (textwrap.fill(table.note, max(40, int(width / 4.4))).count("\n") + 1) * _LINE + 4
+    return h
+
+
 def set_table(fig: plt.Figure, table: Table, x: float, top: float, bottom: float, width: float,
               title_pt: float = 10.0) -> int:
     """As many rows of ``table`` as fit between ``top`` and ``bottom`` (points from the page's bottom), within

@@ -37,6 +37,7 @@ from analysis.pdf_pages import (
     fnum,
     plot_with_table,
     rows_from,
+    set_height,
     set_table,
     table_page,
     text_page,
@@ -382,14 +383,7 @@ def _continued(t: Table, start: int) -> Table:
 
 
 def _set_height(t: Table, rows: int, width: float) -> float:
-    from analysis.pdf_pages import _layout
-
-    lays = _layout(t, width)
-    lay = lays[0]
-    h = 15 + lay.header_h + sum(lay.heights[:rows])
-    if rows == len(lay.heights) and t.note:
-        h += (textwrap.fill(t.note, max(40, int(width / 4.4))).count("\n") + 1) * 10 + 4
-    return h
+    return set_height(t, rows, width)
 
 
 def _answer_markdown(a: Analysis) -> list[str]:
@@ -580,14 +574,12 @@ def _plot_timeline(pdf: Any, a: Analysis, max_points: int = 1500, per_page: int 
         return
     st = _style(a)
     engines = sorted(tel["engine_id"].dropna().unique(), key=_order(st))
-    shades = ["#f0f0f0", "#dcdcdc"]
     for start in range(0, len(engines), per_page):
         chunk = engines[start:start + per_page]
         more = f" ({start // per_page + 1}/{math.ceil(len(engines) / per_page)})" if len(engines) > per_page else ""
         fig = titled_page(f"Memory timeline: {label.split(' (')[0]} per engine, by phase{more}")
         rect = (0.0, 0.03, 1.0, 0.93)
         axes = _axes(fig, rect, len(chunk), cols=min(len(chunk), 4), sharey=True)
-        phases_seen: dict[str, str] = {}
         for ax, eid in zip(axes, chunk, strict=True):
             g = tel[tel["engine_id"] == eid].sort_values("t")
             t0 = g["t"].min()
@@ -595,12 +587,14 @@ def _plot_timeline(pdf: Any, a: Analysis, max_points: int = 1500, per_page: int 
             t = (g["t"] - t0).to_numpy()
             ph = g["phase"].astype(str).to_numpy()
             cuts = [0, *(np.nonzero(ph[1:] != ph[:-1])[0] + 1), len(ph)]
-            for k in range(len(cuts) - 1):
-                p = ph[cuts[k]]
-                shade = phases_seen.setdefault(p, shades[len(phases_seen) % 2])
-                ax.axvspan(t[cuts[k]], t[min(cuts[k + 1], len(t) - 1)], color=shade, lw=0)
-                ax.text(t[cuts[k]], 1.0, p, transform=ax.get_xaxis_transform(), fontsize=7, va="top", ha="left",
-                        rotation=90, color="#555555", clip_on=True)
+            span = float(t[-1] - t[0]) if len(t) > 1 else 1.0
+            for k in range(len(cuts) - 1):  # a thin line where a phase begins; its name where there is room
+                t_from, t_to = t[cuts[k]], t[min(cuts[k + 1], len(t) - 1)]
+                if k:
+                    ax.axvline(t_from, color="#b0b0b0", lw=0.8)
+                if t_to - t_from > 0.12 * span:
+                    ax.text((t_from + t_to) / 2, 0.99, ph[cuts[k]], transform=ax.get_xaxis_transform(), fontsize=8,
+                            va="top", ha="center", color="#555555")
             ax.plot(t, g[col] / 2**30, "-", color=st.color(eid), lw=1.2, gid=st.gid(eid))
             ax.set_title(st.label(eid), fontsize=10, fontweight="bold", color=st.color(eid))
             ax.set_xlabel("time since launch (s)")
@@ -608,7 +602,7 @@ def _plot_timeline(pdf: Any, a: Analysis, max_points: int = 1500, per_page: int 
             ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: plain(v)))
         axes[0].set_ylabel(label)
         _legend(fig, rect, [*_engine_handles(st, chunk),
-                            *[Patch(color=c, label=f"phase: {p}") for p, c in list(phases_seen.items())[:2]]])
+                            Line2D([], [], color="#b0b0b0", lw=0.8, label="a phase begins\n(named where wide)")])
         pdf.savefig(fig)
         plt.close(fig)
 
