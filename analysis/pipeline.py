@@ -440,3 +440,67 @@ def results_table(a: Analysis) -> pd.DataFrame:
         if pts[col].dtype == object:
             pts[col] = pts[col].map(lambda v: v if v is None or isinstance(v, str) else str(v))
     return pts
+
+
+# --- capacity at each swept length (the report's first page) ------------------------------------------------
+
+def capacity_at_lengths(a: Analysis) -> pd.DataFrame:
+    """Per engine and sequence length (its decode points' prompt + output, the saturation phase's length, and
+    max_model_len): the sequences that fit together by the textbook arithmetic (KV budget ÷ contiguous bytes per
+    sequence, rounded down), in the allocator model's pool and in vLLM's own pool (both through the allocator's
+    blocks per sequence and its null block; max_num_seqs not applied), and the saturation phase's measured
+    ceiling at its length. A sequence of prompt + output tokens holds prompt + output − 1 KV positions (the last
+    token is never fed back); at max_model_len, max_model_len positions (vLLM's own arithmetic)."""
+    import dataclasses
+
+    from analysis.allocator import NotModelled, kv_ceiling, paged_capacity
+    from analysis.kv import ideal_capacity
+
+    cols = ["engine_id", "length", "positions", "kind", "ideal", "model", "vllm", "measured_at_least",
+            "measured_below"]
+    rows: list[dict[str, Any]] = []
+    cap, dec, e = a.capacity, a.decode, a.res.engines
+    if cap.empty or e.empty or "num_blocks_predicted" not in cap:
+        return pd.DataFrame(columns=cols)
+    engines = e.set_index("engine_id")
+    for r in cap.to_dict("records"):
+        eid = r["engine_id"]
+        if pd.isna(r.get("num_blocks_predicted")) or pd.isna(r.get("kv_budget_bytes")) or eid not in engines.index:
+            continue
+        er = engines.loc[eid]
+        arch = tvm.architecture(er["model_dir"], er["model"], tvm._model_dtype(er), tvm._config(er))
+        if arch is None:
+            continue
+        try:
+            tp = int(er["tensor_parallel_size"]) if pd.notna(er["tensor_parallel_size"]) else 1
+            mml, dtype = int(r["max_model_len"]), r["kv_cache_dtype"]
+            mnbt = int(er["max_num_batched_tokens"])
+            run_async = bool(er["async_scheduling"]) if pd.notna(er["async_scheduling"]) else False
+            model = paged_capacity(arch, int(r["kv_budget_bytes"]), block_size=int(r["block_size"]),
+                                   max_model_len=mml, max_num_batched_tokens=mnbt, kv_cache_dtype=dtype, tp=tp,
+                                   async_scheduling=run_async)
+        except (NotModelled, ValueError, TypeError):  # a setting the allocator model cannot take: no row
+            continue
+        pools = {"model": model, "vllm": dataclasses.replace(model, num_blocks=int(r["num_blocks_vllm"]))}
+        lengths: dict[int, tuple[int, str]] = {}
+        mine = dec[dec["engine_id"] == eid] if not dec.empty else dec
+        for length in sorted({int(p + o) for p, o in zip(mine.get("prompt_len", []), mine.get("output_len", []),
+                                                         strict=True)}):
+            lengths[length] = (length - 1, "decode")
+        sat = r.get("saturation_length")
+        if sat is not None and pd.notna(sat):
+            lengths[int(sat)] = (int(sat) - 1, "saturation")
+        lengths[mml] = (mml, "max_model_len")
+        for length, (positions, kind) in sorted(lengths.items()):
+            if positions > mml or positions <= 0:
+                continue
+            row = {"engine_id": eid, "length": length, "positions": positions, "kind": kind,
+                   "ideal": math.floor(ideal_capacity(arch, int(r["kv_budget_bytes"]), positions, dtype, tp)
+                                       .max_concurrency)}
+            for name, pool in pools.items():
+                row[name] = kv_ceiling(pool, positions, None, mnbt, run_async).kv_limit
+            if kind == "saturation":
+                row["measured_at_least"] = r.get("ceiling_measured_at_least")
+                row["measured_below"] = r.get("ceiling_measured_below")
+            rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
