@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ray_local import ROOT, local_ray, ray_missing
+from test_faults import _stopped
 
 pytestmark = pytest.mark.vllm
 KVPROF = [sys.executable, "-m", "profiler.cli"]
@@ -63,32 +64,6 @@ def in_flight(scratch: Path) -> str | None:
     return flying[0] if flying else None
 
 
-def group_stopped(pgid: int, timeout: float = 60) -> bool:
-    """Every thread of the group stopped (twice in a row); False when the group is exiting."""
-    deadline, stable = time.monotonic() + timeout, 0
-    while time.monotonic() < deadline:
-        states = []
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                stat = (proc / "stat").read_text()
-                if int(stat[stat.rindex(")") + 2:].split()[2]) != pgid:
-                    continue
-                for task in (proc / "task").iterdir():
-                    t = (task / "stat").read_text()
-                    states.append(t[t.rindex(")") + 2])
-            except (OSError, ValueError):
-                continue
-        if not states or any(s in "ZX" for s in states):
-            return False
-        stable = stable + 1 if all(s in "Tt" for s in states) else 0
-        if stable == 2:
-            return True
-        time.sleep(0.01)
-    raise AssertionError(f"group {pgid} did not stop")
-
-
 def records(out: Path) -> dict[str, dict]:
     recs = {}
     for p in (out / "points").glob("*.json"):
@@ -116,7 +91,7 @@ def test_a_ray_worker_killed_mid_point_is_a_crash_of_that_point_and_a_rerun_resu
                         continue
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(pid, signal.SIGSTOP)
-                    if group_stopped(pid) and in_flight(scratch) == point:
+                    if _stopped(pid) and in_flight(scratch) == point:
                         victim = (pid, scratch, point)
                         break
                     with contextlib.suppress(ProcessLookupError):

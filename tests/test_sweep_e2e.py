@@ -239,6 +239,14 @@ def test_rerun_skips_finished_points(tiny_sweep):
     assert json.loads((out / "manifest.json").read_text())["engine_launches"] == 0
 
 
+def _engine_records(d, plan):
+    return {e.id: json.loads((d / "engines" / f"{e.id}.json").read_text()) for e in plan.engines}
+
+
+def _ok_points(d):
+    return sorted(p.stem for p in (d / "points").glob("*.json") if json.loads(p.read_text())["status"] == "ok")
+
+
 def test_two_engines_at_once_measure_what_one_at_a_time_does(tiny_sweep, tmp_path):
     """The demo sweep with --devices: two engines side by side, each pinned to its own core, gives the same
     capacity facts and the same set of ok points as the sequential run; the manifest shows the overlap."""
@@ -253,17 +261,11 @@ def test_two_engines_at_once_measure_what_one_at_a_time_does(tiny_sweep, tmp_pat
                   "--no-report", timeout=1800)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
-    def engines(d):
-        return {e.id: json.loads((d / "engines" / f"{e.id}.json").read_text()) for e in plan.engines}
-
-    def ok(d):
-        return sorted(p.stem for p in (d / "points").glob("*.json") if json.loads(p.read_text())["status"] == "ok")
-
-    a, b = engines(seq), engines(out)
+    a, b = _engine_records(seq, plan), _engine_records(out, plan)
     for eid in a:
         assert a[eid]["capacity"] == b[eid]["capacity"], eid
         assert a[eid]["devices"] == [] and len(b[eid]["devices"]) == 1  # one core each (tensor_parallel_size 1)
-    assert ok(out) == ok(seq) and len(ok(out)) == plan.num_points
+    assert _ok_points(out) == _ok_points(seq) and len(_ok_points(out)) == plan.num_points
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["device_pool"] == [f"cpu{cores[0]}", f"cpu{cores[1]}"] and manifest["isolation"] == "shared"
     assert manifest["max_concurrent_engines"] == 2
@@ -293,18 +295,12 @@ def test_the_sweep_through_ray_measures_what_the_sequential_run_does(tiny_sweep,
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
         assert cluster.scratch_dirs() == []
 
-    def engines(d):
-        return {e.id: json.loads((d / "engines" / f"{e.id}.json").read_text()) for e in plan.engines}
-
-    def ok(d):
-        return sorted(p.stem for p in (d / "points").glob("*.json") if json.loads(p.read_text())["status"] == "ok")
-
-    a, b = engines(seq), engines(out)
+    a, b = _engine_records(seq, plan), _engine_records(out, plan)
     for eid in a:
         assert a[eid]["capacity"] == b[eid]["capacity"], eid
         (label,) = b[eid]["devices"]
         assert re.fullmatch(r"[\d.]+/cpu\d+", label), label
-    assert ok(out) == ok(seq) and len(ok(out)) == plan.num_points
+    assert _ok_points(out) == _ok_points(seq) and len(_ok_points(out)) == plan.num_points
     served = [e.id for e in plan.engines if (seq / "servers" / f"{e.id}.json").exists()]
     assert served and all((out / "servers" / f"{eid}.json").exists() for eid in served)
     manifest = json.loads((out / "manifest.json").read_text())
