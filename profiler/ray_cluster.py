@@ -11,7 +11,8 @@ the partial telemetry file, Ctrl-C. A host lost with its worker or node is a cra
 on it; what it sent before stays.
 
 Ray is an optional extra (``pip install 'kvprof[ray]'``); kvprof must be installed on every node with the
-same Ray and Python as the driver, and model directories must be readable at the same path there.
+same Ray and Python as the driver. A model with dummy weights travels with its job (its config files, staged
+on the node); with real weights its directory must be readable at the same path on every node.
 """
 
 from __future__ import annotations
@@ -69,6 +70,13 @@ def require() -> Any:
 SCRATCH_PREFIX = "kvprof-ray-"  # + the host's pid: a host that died (its worker killed) is cleaned up after
 
 
+def _json_str(path: str) -> bytes:
+    """A path as it stands inside a JSON string."""
+    import json
+
+    return json.dumps(path)[1:-1].encode()
+
+
 def _remove_dead_scratch() -> None:
     """Remove the scratch directories of hosts on this node whose process is gone (killed before it could
     clean up; what they held and had not handed back is recorded as lost by their driver)."""
@@ -89,6 +97,8 @@ class NodeHost:
         self.driver_root = driver_root
         _remove_dead_scratch()
         self.scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+        # Driver path → this node's path: the results root, and staged models.
+        self.paths: list[tuple[str, str]] = [(driver_root, self.scratch)]
         self.platform = platform
         self.proc: subprocess.Popen[bytes] | None = None
         self.sampler: Any = None
@@ -112,8 +122,27 @@ class NodeHost:
         path = Path(self.scratch, rel)
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".json":
-            data = data.replace(self.driver_root.encode(), self.scratch.encode())
+            data = self._map(data, to_node=True)
         atomic_write_bytes(path, data)
+
+    def _map(self, data: bytes, to_node: bool) -> bytes:
+        """JSON text with every driver path as this node's (``to_node``), or back."""
+        pairs = [(_json_str(d), _json_str(n)) if to_node else (_json_str(n), _json_str(d)) for d, n in self.paths]
+        for a, b in sorted(pairs, key=lambda p: -len(p[0])):  # the longest first: a staged model is in scratch
+            data = data.replace(a, b)
+        return data
+
+    def stage_model(self, driver_path: str, files: dict[str, bytes]) -> str:
+        """Put a model's small files (config.json and the like: what dummy weights need) under this scratch
+        directory; the driver's path to it means this copy from now on. Returns the copy's path."""
+        base = Path(self.scratch, "models", f"{len(self.paths)}")
+        for rel, data in files.items():
+            target = base / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        node = str(base / Path(driver_path).name) if Path(driver_path).suffix == ".json" else str(base)
+        self.paths.append((driver_path, node))
+        return node
 
     def info(self) -> dict[str, Any]:
         """Where this host runs: its node, its process, its devices and its clock."""
@@ -143,7 +172,8 @@ class NodeHost:
         start ``cmd`` in its own process group, output appended to ``log`` (relative to the results root)."""
         for rel, data in files.items():
             self._put(rel, data)
-        cmd = [a.replace(self.driver_root, self.scratch) for a in cmd]
+        for driver, node in sorted(self.paths, key=lambda p: -len(p[0])):
+            cmd = [a.replace(driver, node) for a in cmd]
         child_env = dict(os.environ)
         for k, v in env.items():  # None: unset here
             if v is None:
@@ -198,7 +228,7 @@ class NodeHost:
                 else:
                     data = Path(path).read_bytes()
                     if rel.endswith(".json"):
-                        data = data.replace(self.scratch.encode(), self.driver_root.encode())
+                        data = self._map(data, to_node=False)
                     files.append((rel, data))
             except OSError:
                 continue  # replaced while read: the next poll hands it back
@@ -213,10 +243,10 @@ class NodeHost:
         out = {}
         for dirpath, dirs, names in os.walk(self.scratch):
             rel_dir = os.path.relpath(dirpath, self.scratch)
-            # Never the jobs (the driver's own) or anything being written: temporary files and directories
-            # (".name….tmp", locks) appear whole, under their real names, once renamed.
+            # Never the jobs and staged models (the driver's own) or anything being written: temporary files and
+            # directories (".name….tmp", locks) appear whole, under their real names, once renamed.
             dirs[:] = [d for d in dirs if not (d.startswith(".") or d.endswith(".tmp"))
-                       and not (rel_dir == "." and d == "jobs")]
+                       and not (rel_dir == "." and d in ("jobs", "models"))]
             for name in names:
                 if name.startswith(".") or name.endswith(".tmp"):
                     continue
@@ -378,6 +408,32 @@ def _host_class() -> Any:
     return _REMOTE_HOST
 
 
+MODEL_FILE_MAX = 16 * 2**20  # a model's config files travel with the job (weights: dummy); bigger ones stay
+MODEL_FILES_MAX = 64 * 2**20
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt")
+
+
+def model_files(model: str) -> dict[str, bytes]:
+    """What an engine with dummy weights reads of a model directory (or the config.json named): its small
+    files, weights left out. RayError when they are more than MODEL_FILES_MAX."""
+    path = Path(model)
+    if path.is_file():
+        return {path.name: path.read_bytes()}
+    out, total = {}, 0
+    for f in sorted(path.rglob("*")):
+        if not f.is_file() or f.name.startswith(".") or f.suffix in WEIGHT_SUFFIXES:
+            continue
+        size = f.stat().st_size
+        if size > MODEL_FILE_MAX:
+            continue
+        total += size
+        if total > MODEL_FILES_MAX:
+            raise HostSetupError(f"model directory {model}: its files besides weights exceed "
+                                 f"{MODEL_FILES_MAX >> 20} MiB; put the model at the same path on every node")
+        out[str(f.relative_to(path))] = f.read_bytes()
+    return out
+
+
 def _seed_files(root: Path, engine_id: str) -> dict[str, bytes]:
     """The records of earlier launches a child reads (its telemetry history)."""
     out = {}
@@ -414,10 +470,12 @@ class RayHost:
             self.clock_offset = now - (t0 + time.time()) / 2
             kind = "cpu" if cluster.platform == "cpu" else "gpu"
             self.labels = [f"{self.info['node_ip']}/{kind}{d}" for d in self.info["devices"]]
-            missing = self.call(self.actor.missing.remote([cfg.model_dir]))
-            if missing:
-                raise HostSetupError(f"model directory {missing[0]} is not readable on Ray node "
-                                     f"{self.info['node_ip']} (every node must see the models at the driver's paths)")
+            if cfg.weights == "dummy":  # its config travels with the job: no node needs the driver's paths
+                self.call(self.actor.stage_model.remote(cfg.model_dir, model_files(cfg.model_dir)))
+            elif self.call(self.actor.missing.remote([cfg.model_dir])):
+                raise HostSetupError(f"model directory {cfg.model_dir} is not readable on Ray node "
+                                     f"{self.info['node_ip']}: with weights: real every node must see the model "
+                                     "at the driver's path")
         except BaseException:
             self.release()
             raise

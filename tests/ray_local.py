@@ -1,6 +1,6 @@
 """A local Ray cluster for the tests: one head node on this machine's loopback, started by the test with CPUs
 standing in for GPUs, its own temp directory (TMPDIR too, so the hosts' scratch directories and core file
-are the test's), stopped and removed afterwards."""
+are the test's), stopped (its own processes only) and removed afterwards."""
 
 from __future__ import annotations
 
@@ -60,5 +60,26 @@ def local_ray(num_cpus: int = 2) -> Iterator[LocalRay]:
         assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
         yield LocalRay(address=f"127.0.0.1:{port}", tmpdir=tmpdir)
     finally:
-        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        stop(base, port)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def stop(base: Path, port: int) -> None:
+    """Stop this cluster alone (`ray stop` would stop every Ray cluster on the machine): its processes are the
+    ones whose command line names its temp directory or its head's port, and their descendants (workers,
+    engine children)."""
+    import psutil
+
+    def mine(cmdline: list[str]) -> bool:
+        return any(str(base) in part or (part.startswith(("--address=", "--gcs-address=", "--gcs_address="))
+                                         and part.endswith(f":{port}")) for part in cmdline)
+
+    ours = [proc for proc in psutil.process_iter(["cmdline"]) if mine(proc.info["cmdline"] or [])]
+    every = {p.pid: p for p in ours}
+    for proc in ours:
+        with contextlib.suppress(psutil.Error):
+            every.update({c.pid: c for c in proc.children(recursive=True)})
+    for proc in every.values():
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(list(every.values()), timeout=30)

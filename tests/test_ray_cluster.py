@@ -303,6 +303,15 @@ def test_a_node_host_hands_back_what_its_child_wrote_under_the_drivers_paths(tmp
     driver_root = str(tmp_path / "results")
     seeded = b'{"id": "e", "note": "from an earlier launch"}'
     host = NodeHost(driver_root, "cuda", 1, {"engines/e.json": seeded})
+    try:
+        _check_node_host(host, tmp_path, driver_root)
+    finally:
+        host.close()  # a failed check leaves no child behind
+
+
+def _check_node_host(host, tmp_path: Path, driver_root: str) -> None:
+    from profiler.ray_cluster import model_files
+
     scratch = Path(host.scratch)
     assert scratch.parent == tmp_path / "node-tmp" and scratch.name.startswith(f"kvprof-ray-{os.getpid()}-")
     go = tmp_path / "go"
@@ -313,17 +322,29 @@ def test_a_node_host_hands_back_what_its_child_wrote_under_the_drivers_paths(tmp
         os.makedirs(os.path.join(root, "tokenizers", ".tok.abc.tmp"))
         open(os.path.join(root, "tokenizers", ".tok.abc.tmp", "tokenizer.json"), "w").write("half")
         open(os.path.join(root, "tokenizers", ".tok.lock"), "w").write("")
-        json.dump({{"results_dir": root}}, open(os.path.join(root, "points", "p.json"), "w"))
+        job = json.load(open(os.path.join(root, "jobs", "e.json")))
+        assert open(os.path.join(job["model"], "config.json")).read() == '{{"vocab_size": 7}}'  # the staged copy
+        json.dump({{"results_dir": root, "model": job["model"]}}, open(os.path.join(root, "points", "p.json"), "w"))
         while not os.path.exists({str(go)!r}):
             time.sleep(0.01)
         print("second part", flush=True)
     """)
     script = tmp_path / "child.py"
     script.write_text(child)
+    # A model with dummy weights travels with the job: its config files, not its weights.
+    model = tmp_path / "models" / "m"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text('{"vocab_size": 7}')
+    (model / "model.safetensors").write_bytes(b"\0" * 1024)
+    (model / ".cache").write_text("x")
+    files = model_files(str(model))
+    assert files == {"config.json": b'{"vocab_size": 7}'}
+    staged = host.stage_model(str(model), files)
+    assert staged.startswith(str(scratch))
     # The job file and the command's arguments under the driver's root arrive under the scratch directory.
-    host.start([sys.executable, str(script), driver_root], {"jobs/e.json": b'{"results_dir": "' +
-                                                             driver_root.encode() + b'"}'}, {}, "logs/e.log")
-    assert json.loads((scratch / "jobs" / "e.json").read_text())["results_dir"] == str(scratch)
+    job = json.dumps({"results_dir": driver_root, "model": str(model)}).encode()
+    host.start([sys.executable, str(script), driver_root], {"jobs/e.json": job}, {}, "logs/e.log")
+    assert json.loads((scratch / "jobs" / "e.json").read_text()) == {"results_dir": str(scratch), "model": staged}
 
     def until(cond):
         end = time.monotonic() + 120
@@ -337,7 +358,8 @@ def test_a_node_host_hands_back_what_its_child_wrote_under_the_drivers_paths(tmp
 
     first = until(lambda got: any(rel == "points/p.json" for g in got for rel, _ in g["files"]))
     files = {rel: data for g in first for rel, data in g["files"]}
-    assert json.loads(files["points/p.json"]) == {"results_dir": driver_root}  # the driver's path
+    assert first[-1]["returncode"] is None, b"".join(c for g in first for _, c in g["logs"])
+    assert json.loads(files["points/p.json"]) == {"results_dir": driver_root, "model": str(model)}  # the driver's
     assert set(files) == {"points/p.json"}  # not the seeded record, the temp directory or the lock
     assert b"".join(c for g in first for rel, c in g["logs"]) == b"first part\n"
     go.write_text("")
