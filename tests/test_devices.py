@@ -217,3 +217,19 @@ def test_hosts_on_one_node_take_disjoint_cores_and_a_dead_holders_come_back(tmp_
         take_node_cores(len(cores), 1, state)
     give_back_node_cores(me, state)
     assert take_node_cores(1, me, state) == [cores[0]]
+
+
+def test_the_report_names_the_ray_cluster_the_engines_ran_on():
+    import pandas as pd
+
+    from analysis.pipeline import _parallel_lines
+
+    manifest = {"ray": {"address": "10.0.0.1:6379", "resource": "GPU",
+                        "nodes": [{"ip": "10.0.0.5", "devices": 8}, {"ip": "10.0.0.6", "devices": 8}]},
+                "isolation": "shared", "max_concurrent_engines": 12}
+    points = pd.DataFrame({"point_id": ["e--decode-c1", "e--decode-c2"], "beside": ["engine f", ""]})
+    (line,) = _parallel_lines(manifest, points)
+    assert line.startswith("Engines ran side by side on the Ray cluster at 10.0.0.1:6379 (2 node(s): 10.0.0.5 with "
+                           "8 GPU, 10.0.0.6 with 8 GPU) (isolation shared, at most 12 at once): 1 of 2 points were "
+                           "measured while another engine ran on the same machine")
+    assert _parallel_lines({"device_pool": [], "ray": None}, points) == []  # one engine at a time: no line
