@@ -332,6 +332,10 @@ def connect(address: str, platform: str | None = None) -> Cluster:
     if not address or not address.strip():
         raise RayError("--ray: give the cluster's address (host:port of its head node) or auto")
     address = address.strip()
+    if len(address) > 255 or not address.isprintable():  # a host name is at most 253 characters
+        shown = repr(address) if len(repr(address)) <= 80 else repr(address)[:77] + "…"  # one short line
+        raise RayError(f"--ray {shown}: not an address; give host:port of the cluster's head (e.g. 10.0.0.1:6379) "
+                       "or auto")
     resolved = _reachable(address)
     if not ray.is_initialized():
         failure: list[BaseException] = []

@@ -392,3 +392,16 @@ def test_what_a_node_cannot_run_is_recorded_with_the_nodes_reason(cluster, doubl
     assert all("telemetry.backend nvml" in r["message"] and "on node" in r["message"] for r in recs.values())
     assert json.loads((out / "manifest.json").read_text())["status"] == "failed"
     assert cluster.scratch_dirs() == []
+
+
+@pytest.mark.parametrize("address", ["a" * 100_000, "\udcff\udcfe:12", "x:" + "9" * 50, "bogus"])
+def test_a_garbage_ray_address_is_one_short_line(tmp_path, address):
+    if ray_missing():
+        pytest.skip(ray_missing())
+    from profiler.ray_cluster import RayError, connect
+
+    with pytest.raises(RayError) as err:
+        connect(address)
+    text = str(err.value)
+    assert text.startswith("--ray ") and "\n" not in text and len(text) < 300
+    assert "not an address" in text or "Invalid address format" in text
