@@ -145,15 +145,11 @@ class NodeHost:
         return node
 
     def info(self) -> dict[str, Any]:
-        """Where this host runs: its node, its process, its devices and its clock."""
+        """Where this host runs: its node and its devices (the cores it took, or the GPUs Ray gave it)."""
         import ray
 
-        ctx = ray.get_runtime_context()
         gpus = [int(g) for g in ray.get_gpu_ids()] if self.platform != "cpu" else []
-        return {"node_ip": ray.util.get_node_ip_address(), "hostname": socket.gethostname(),
-                "node_id": ctx.get_node_id(), "pid": os.getpid(),
-                "devices": self.cores if self.platform == "cpu" else gpus,
-                "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "scratch": self.scratch}
+        return {"node_ip": ray.util.get_node_ip_address(), "devices": self.cores if self.platform == "cpu" else gpus}
 
     def now(self) -> float:
         return time.time()
