@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from analysis import latency
 from analysis.allocator import kv_ceiling, paged_capacity
 from analysis.architecture import Architecture
 from analysis.budget import Reserve, default_reserve, kv_budget, vllm_default_batching
@@ -151,40 +152,44 @@ def calibration_provenance(calibration: Calibration, gpu: GPU | None, model: str
     """What a plan says about the calibration it applies: where it was fitted (device, model and its config
     digest, vLLM), what the file does not record (``unknown``), and whether it is ``transferred``.
 
-    A calibration fitted on another GPU or another model (by config digest where both are known, else by
-    name) is refused (``CalibrationMismatch``) unless ``transfer``: its bandwidth, FLOP rate, overhead and
-    reserve were measured there, and a plan silently built on them would present another machine's or
-    model's figures as this one's. "Calibrate once, plan many" stays possible, but says so: with
-    ``transfer`` the plan is labelled ``transferred`` (and ``transferred_because``). A calibration that
-    does not record its device or model (written before kvprof recorded them, or a `kvprof log` reserve)
-    is applied, and ``unknown`` says what could not be checked. Another vLLM version is a warning, not a
-    refusal: the analytic accounting already follows ``--vllm-version``, and only the fitted overhead
-    may move between versions."""
+    A calibration measures a device: its effective bandwidth, FLOP rate, per-step overhead and reserve. So one
+    fitted on another model applies to this one on the same device without a flag — sweeping a small model to
+    plan a large one is what calibrations are for — and the plan names the model it was fitted on
+    (``fitted_on_model``). Only another device is a transfer: refused (``CalibrationMismatch``) unless
+    ``transfer``, then labelled ``transferred`` (and ``transferred_because``), its rates scaled to this device
+    by the two spec sheets (:func:`transferred_calibration`). A calibration that does not record its device or
+    model (written before kvprof recorded them, or a `kvprof log` reserve) is applied, and ``unknown`` says
+    what could not be checked. Another vLLM version is a warning, not a refusal: the analytic accounting
+    already follows ``--vllm-version``, and only the fitted overhead may move between versions."""
     from analysis.results_schema import TESTED_VLLM_VERSIONS
 
     device = calibration.measured_on.name if calibration.measured_on else calibration.device
     out: dict[str, Any] = {"device": device, "model": calibration.model,
                            "model_config_sha256": calibration.model_config_sha256,
                            "vllm_version": calibration.vllm_version, "transferred": False,
-                           "transferred_because": [], "unknown": [], "warnings": []}
+                           "transferred_because": [], "fitted_on_model": None, "unknown": [], "warnings": []}
     mismatch: list[str] = out["transferred_because"]
     if not device:
         out["unknown"].append("the calibration does not say which device it was fitted on")
     elif gpu is not None and not _same_device(device, gpu):
         mismatch.append(f"fitted on {device}, this plan is for {gpu.display or gpu.name}")
     theirs, ours = calibration.model_config_sha256, config_sha256
+    other_model = None
     if theirs and ours:
         if theirs != ours:
-            mismatch.append(f"fitted on model {calibration.model or '?'} (config {theirs[:12]}), this plan is for "
-                            f"{model} (config {ours[:12]})")
+            other_model = (f"fitted on model {calibration.model or '?'} (config {theirs[:12]}), applied to {model} "
+                           f"(config {ours[:12]})")
     elif calibration.model:
         if calibration.model.lower() != model.lower():
-            mismatch.append(f"fitted on model {calibration.model}, this plan is for {model}")
+            other_model = f"fitted on model {calibration.model}, applied to {model}"
         else:
             out["unknown"].append(f"the calibration names its model ({calibration.model}) but not its config "
                                   f"digest: that it is the same config is assumed")
     else:
         out["unknown"].append("the calibration does not say which model it was fitted on")
+    if other_model:
+        out["fitted_on_model"] = (f"{other_model}: its bandwidth, FLOP rate and per-step overhead are the device's, "
+                                  f"measured with that model's kernels")
     if not calibration.vllm_version:
         out["unknown"].append("the calibration does not say which vLLM it was fitted with")
     elif calibration.vllm_version != (plan_vllm := vllm_version or TESTED_VLLM_VERSIONS[0]):
@@ -192,18 +197,53 @@ def calibration_provenance(calibration: Calibration, gpu: GPU | None, model: str
                                f"vLLM {plan_vllm}: its per-step overhead may differ")
     if mismatch and not transfer:
         raise CalibrationMismatch(f"{'; '.join(mismatch)} — its figures were measured there; pass "
-                                  f"--transfer-calibration to apply them anyway (the plan is then labelled as "
-                                  f"transferred)")
+                                  f"--transfer-calibration to apply them anyway (its rates are then scaled by the "
+                                  f"two spec sheets and the plan is labelled as transferred)")
     out["transferred"] = bool(mismatch)
     return out
 
 
-def transferred_calibration(calibration: Calibration, provenance: dict[str, Any]) -> Calibration:
-    """The calibration with its source labelled as transferred, so every figure that names it says so."""
+def transferred_calibration(calibration: Calibration, provenance: dict[str, Any],
+                            gpu: GPU | None = None) -> Calibration:
+    """The calibration as the plan applies it. Fitted on another model: its source names that model. Fitted on
+    another device (a transfer): its fitted bandwidth and FLOP rate scaled by the ratio of this device's ceilings
+    to those it was fitted against (``measured_on``: the same fraction of peak), the step overhead and reserve
+    carried as measured, and its source labelled TRANSFERRED with how."""
+    source = calibration.source or "calibration"
+    if provenance.get("fitted_on_model") and not provenance["transferred"]:
+        return calibration.model_copy(update={"source": f"{source} ({provenance['fitted_on_model'].split(':')[0]})"})
     if not provenance["transferred"]:
         return calibration
-    label = f"TRANSFERRED: {'; '.join(provenance['transferred_because'])}"
-    return calibration.model_copy(update={"source": f"{calibration.source or 'calibration'} [{label}]"})
+    update: dict[str, Any] = {}
+    how = "rates applied as measured (no device to scale them to)"
+    ceilings = _fitted_against(calibration)
+    if gpu is not None and ceilings is None and (calibration.effective_bandwidth_Bps or calibration.effective_flops):
+        raise PlanError(f"calibration {source}: measured on {calibration.device!r}, which is not a catalog GPU, and "
+                        f"it records no ceilings it was fitted against; its rates cannot be carried to "
+                        f"{gpu.display or gpu.name} (use it with that device alone)")
+    if gpu is not None and ceilings is not None:
+        bw_ratio, fl_ratio = gpu.bandwidth_Bps / ceilings[0], gpu.peak_flops() / ceilings[1]
+        update = {"effective_bandwidth_Bps": calibration.effective_bandwidth_Bps and
+                  calibration.effective_bandwidth_Bps * bw_ratio,
+                  "effective_flops": calibration.effective_flops and calibration.effective_flops * fl_ratio}
+        how = (f"rates scaled by the spec sheets: bandwidth ×{bw_ratio:.3g}, FLOP/s ×{fl_ratio:.3g}; overhead and "
+               f"reserve as measured")
+    label = f"TRANSFERRED: {'; '.join(provenance['transferred_because'])}; {how}"
+    return calibration.model_copy(update={**update, "source": f"{source} [{label}]"})
+
+
+def _fitted_against(calibration: Calibration) -> tuple[float, float] | None:
+    """(bandwidth, FLOP/s) ceilings of the device a calibration was fitted on: ``measured_on``'s, else the catalog
+    spec sheet of the device it names; None when neither is known."""
+    if calibration.measured_on is not None:
+        return calibration.measured_on.bandwidth_Bps, calibration.measured_on.peak_flops
+    if calibration.device:
+        try:
+            g = resolve_gpu(str(calibration.device))[0]
+        except UnknownName:
+            return None
+        return g.bandwidth_Bps, g.peak_flops()
+    return None
 
 
 def calibration_warnings(calibration: Calibration, gpu: GPU | None, a: Architecture) -> list[str]:
@@ -361,14 +401,18 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         out["batch"] = inputs.batch
         out["batch_fits"] = inputs.batch <= out["kv_full_batch"] if known else None
     if gpu is not None:
-        out.update(_latency(a, inputs, gpu, context, calibration))
+        out.update(_latency(a, inputs, gpu, context, calibration, mnbt))
     if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
         out["calibration_warnings"] = warnings
     return out
 
 
-def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int,
-             calibration: Calibration | None) -> dict[str, Any]:
+def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibration: Calibration | None,
+             max_num_batched_tokens: int | None = None) -> dict[str, Any]:
+    """Latency figures: the bare roofline (``roofline_*``) and, on a GPU, the evidence-fitted latency model
+    (``analysis.latency``: named terms, an interval from the corpus and what it was checked against), which
+    ``decode_step_s``, ``tokens_per_s``, ``prefill_s`` and ``ttft_s`` are. A CPU has no fitted constants:
+    there the figures are the roofline's, and a calibration from a sweep is what makes them real."""
     tp = inputs.tensor_parallel_size
     bw, peak = gpu.bandwidth_Bps, gpu.peak_flops()
     out: dict[str, Any] = {
@@ -378,11 +422,31 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int,
     }
     batch = inputs.batch or 1
     out["crossover_context"] = crossover_context(a, batch=batch, kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
+    model = not gpu.cpu
+    engine = latency.Engine(a, gpu, tp=tp, kv_cache_dtype=inputs.kv_cache_dtype, enforce_eager=inputs.enforce_eager,
+                            vllm_version=inputs.vllm_version, max_num_batched_tokens=max_num_batched_tokens)
+    out["latency_model"] = ("evidence-fitted step model (analysis/catalog/latency.yaml)" if model else
+                            "roofline: no evidence-fitted constants for CPUs (calibrate with a sweep)")
     if inputs.prompt_len:
         pf = prefill(a, prompt_len=inputs.prompt_len, bandwidth_Bps=bw, peak_flops=peak,
                      kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
-        out["prefill_s"] = pf.time_s
+        out["roofline_prefill_s"] = pf.time_s
         out["prefill_bound"] = pf.bound
+        if model:
+            ps = latency.prefill_schedule(engine, 1, inputs.prompt_len)
+            out["prefill_s"] = ps.time()
+            out["prefill_terms"] = latency.named_terms(ps)
+            # TTFT of a request arriving while the batch's other sequences decode (served: the API server too).
+            running = batch - 1 if inputs.batch else 0
+            ts = latency.ttft_schedule(engine, inputs.prompt_len, decoding=running, context=context,
+                                       served=inputs.entry == "serve")
+            out["ttft_s"] = ts.time()
+            out["ttft_terms"] = latency.named_terms(ts)
+            d = latency.describe(out["ttft_s"], "ttft")
+            out["ttft_interval_s"], out["ttft_checked_against"] = d["interval_s"], d["checked_against"]
+            out["ttft_running_sequences"] = running
+        else:
+            out["prefill_s"] = pf.time_s
     if inputs.batch is None:
         return out
     step = decode_step(a, batch=batch, context=context, bandwidth_Bps=bw, peak_flops=peak,
@@ -391,11 +455,33 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int,
         "decode_weight_bytes": step.weight_bytes,
         "decode_kv_bytes": step.kv_bytes,
         "decode_flops": step.flops,
-        "decode_step_s": step.time_s,
-        "decode_bound": step.bound,
-        "tokens_per_s": batch / step.time_s,
+        "roofline_decode_step_s": step.time_s,
+        "roofline_decode_bound": step.bound,
+        "roofline_tokens_per_s": batch / step.time_s,
         "arithmetic_intensity": step.arithmetic_intensity,
     })
+    if model:
+        ds = latency.decode_schedule(engine, batch, context)
+        terms = latency.named_terms(ds)
+        t = ds.time()
+        reg = latency.regime(a, tp)
+        d = latency.describe(t, reg)
+        work = ds.steps[0][1]
+        out.update({
+            "decode_step_s": t,
+            "decode_bound": latency.dominant_term(terms),
+            "decode_terms": terms,
+            "decode_rates": {k: latency.step_terms(work)[k] for k in (
+                "effective_weight_bandwidth_Bps", "effective_kv_bandwidth_Bps", "effective_flops")},
+            "decode_experts_touched": work.experts_touched,
+            "decode_regime": reg,
+            "decode_step_interval_s": d["interval_s"],
+            "decode_checked_against": d["checked_against"],
+            "tokens_per_s": batch / t,
+            "tokens_per_s_interval": [batch / x for x in reversed(d["interval_s"])] if d["interval_s"] else None,
+        })
+    else:
+        out.update({"decode_step_s": step.time_s, "decode_bound": step.bound, "tokens_per_s": batch / step.time_s})
     if calibration is not None and (calibration.effective_bandwidth_Bps or calibration.effective_flops
                                     or calibration.step_overhead_s):
         # The fitted model (analysis.fit): overhead + bytes / BW_eff, plus FLOPs / F_eff where the fit has a FLOP
@@ -414,4 +500,23 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int,
             "calibrated_decode_bound": "memory" if memory_s >= compute_s else "compute",
             "calibration_source": calibration.source,
         })
+        if iv := _calibration_interval(calibration):
+            out["calibrated_decode_step_interval_s"] = [t * iv[0], t * iv[1]]
+            out["calibrated_checked_against"] = iv[2]
     return out
+
+
+def _calibration_interval(calibration: Calibration) -> tuple[float, float, str] | None:
+    """Measured ÷ predicted over the calibrating sweep's own points, each predicted by the fit without it
+    (its leave-one-out errors): the 10th–90th percentiles, or None where the file carries no such errors."""
+    import numpy as np
+
+    fit = (calibration.model_extra or {}).get("fit") or {}
+    errors = [e for e in fit.get("loo_rel_errors") or [] if isinstance(e, int | float) and e > -1]
+    if len(errors) < 3:
+        return None
+    ratios = 1 / (1 + np.array(errors, dtype=float))  # errors are (predicted − measured) / measured
+    lo, hi = float(np.percentile(ratios, 10)), float(np.percentile(ratios, 90))
+    return lo, hi, (f"the calibrating sweep's {len(errors)} decode points, each predicted by the fit without it: "
+                    f"median |error| {100 * float(np.median(np.abs(errors))):.0f}%, measured/predicted "
+                    f"{lo:.2f}–{hi:.2f} (10th–90th pct)")

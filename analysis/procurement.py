@@ -20,8 +20,8 @@ GPU's memory, not even one sequence of T tokens fits, or even batch 1 misses the
 
 With a calibration the same figures are computed again with it (measured reserve, fitted
 bandwidth, FLOP/s and step overhead) and set beside the spec-sheet ones; whether a row fits
-and the ranking then follow the calibrated figures. A calibration measured on one catalog GPU
-is carried to another by the spec-sheet ratio of bandwidth (and of FLOP/s).
+and the ranking then follow the calibrated figures. A calibration measured on one GPU is carried
+to another by the spec-sheet ratio of bandwidth (and of FLOP/s): ``analysis.plan.transferred_calibration``.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from analysis.engine_rules import tensor_parallel_problems
 from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
 from analysis.units import fmt_bytes, fmt_seconds
 
-Reason = Literal["heads", "weights", "one_sequence", "tpot_slo"]
-LimitedBy = Literal["concurrency", "kv_cache", "max_num_seqs", "tpot_slo"]
+Reason = Literal["heads", "weights", "one_sequence", "tpot_slo", "ttft_slo"]
+LimitedBy = Literal["concurrency", "kv_cache", "max_num_seqs", "tpot_slo", "ttft_slo"]
 
 def parse_tp_list(text: str) -> list[int]:
     """'1,2,4,8' → [1, 2, 4, 8] (duplicates dropped, order kept)."""
@@ -99,9 +99,19 @@ class ProcurementRow(BaseModel):
     batch: int | None = Field(description="sequences each replica decodes together: ceil(N / replicas)")
     batch_limited_by: LimitedBy | None = Field(
         description="what capped a replica's sequences: concurrency (N fits on one), kv_cache, max_num_seqs, tpot_slo")
-    decode_step_s: float | None
-    decode_bound: str | None
+    decode_step_s: float | None = Field(description="the latency model's decode step at that batch (analysis.latency)")
+    decode_step_interval_s: list[float] | None = Field(
+        None, description="the step's 10th–90th percentile range from the corpus (measured ÷ predicted, held out)")
+    roofline_decode_step_s: float | None = Field(None, description="the bare roofline's step, beside it")
+    decode_bound: str | None = Field(description="the step's largest term: weights, kv, attention, communication, "
+                                                 "floor (a CPU: the roofline's memory or compute)")
     tokens_per_s_per_gpu: float | None = Field(description="batch / decode step / tensor_parallel_size")
+    tokens_per_s_per_gpu_interval: list[float] | None = None
+    ttft_slo_s: float | None = Field(None, description="time-to-first-token ceiling, seconds")
+    prompt_len: int | None = Field(None, description="the prompt whose TTFT is predicted (--prompt-len, else T)")
+    ttft_s: float | None = Field(None, description="time to first token of a prompt arriving while batch − 1 "
+                                                   "sequences decode (served: the API server included)")
+    ttft_interval_s: list[float] | None = None
     calibration_note: str | None = None
     calibrated_kv_budget_bytes: int | None = None
     calibrated_kv_fraction_needed: float | None = None
@@ -130,8 +140,14 @@ class _Figures(BaseModel):
     batch: int | None = None
     batch_limited_by: LimitedBy | None = None
     decode_step_s: float | None = None
+    decode_step_interval_s: list[float] | None = None
+    roofline_decode_step_s: float | None = None
     decode_bound: str | None = None
     tokens_per_s_per_gpu: float | None = None
+    tokens_per_s_per_gpu_interval: list[float] | None = None
+    ttft_s: float | None = None
+    ttft_interval_s: list[float] | None = None
+    prompt_len: int | None = None
 
 
 def heads_reason(a: Architecture, tp: int) -> str | None:
@@ -142,35 +158,18 @@ def heads_reason(a: Architecture, tp: int) -> str | None:
 
 
 def transfer_calibration(cal: Calibration, gpu: GPU) -> tuple[Calibration, str]:
-    """The calibration for rows on ``gpu``, and a note saying how it was applied.
-
-    A calibration names the device it was measured on (``device``: an NVML name from a sweep).
-    Measured on another catalog GPU, its fitted bandwidth and FLOP/s are scaled by the spec-sheet
-    ratio (same fraction of peak); the step overhead and reserve are carried over as measured."""
+    """The calibration for rows on ``gpu`` and the note that says how it was applied. The caller has checked it
+    and, for another device, scaled it by the spec sheets (``analysis.plan.transferred_calibration``, whose
+    label the source carries); a calibration with rates but no device is applied as measured, and says so."""
     source = cal.source or "calibration"
-    rates = cal.effective_bandwidth_Bps or cal.effective_flops
     device = cal.device or (cal.measured_on.name if cal.measured_on else None)
-    if not rates:
-        return cal, source
-    if not device:
+    if (cal.effective_bandwidth_Bps or cal.effective_flops) and not device:
         return cal, f"{source} (names no device: applied as measured)"
-    try:
-        measured, _ = catalog.resolve_gpu(str(device))
-    except catalog.UnknownName:
-        raise PlanError(f"calibration {source}: measured on {device!r}, which is not a catalog GPU; its rates "
-                        "cannot be carried to other GPUs (use it with --gpu of that device alone)") from None
-    if measured.name == gpu.name:
-        return cal, source
-    scaled = cal.model_copy(update={
-        "effective_bandwidth_Bps": cal.effective_bandwidth_Bps and
-        cal.effective_bandwidth_Bps * gpu.bandwidth_Bps / measured.bandwidth_Bps,
-        "effective_flops": cal.effective_flops and cal.effective_flops * gpu.peak_flops() / measured.peak_flops(),
-    })
-    return scaled, f"{source}; measured on {measured.name}, rates scaled by spec-sheet ratio to {gpu.name}"
+    return cal, source
 
 
 def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, tpot_slo_s: float | None,
-              cal: Calibration | None) -> _Figures:
+              cal: Calibration | None, ttft_slo_s: float | None = None) -> _Figures:
     tp = inputs.tensor_parallel_size
     try:
         plan = make_plan(a, inputs, gpu, cal)
@@ -196,45 +195,77 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
             f"holds {max(usable, 0):,} (null block excluded)")
         return f
 
-    def at_batch(b: int) -> tuple[float, str]:
-        """The decode step at batch b and what bounds it (calibrated when the calibration has rates)."""
-        p = make_plan(a, inputs.model_copy(update={"batch": b}), gpu, cal)
-        if "calibrated_decode_step_s" in p:
-            return p["calibrated_decode_step_s"], p["calibrated_decode_bound"]
-        return p["decode_step_s"], p["decode_bound"]
+    # The prompt whose TTFT is predicted: --prompt-len, else the whole context (one token short of
+    # max_model_len, which vLLM keeps for an output token).
+    prompt = inputs.prompt_len or min(plan["context"], plan["max_model_len"] - 1)
+
+    def at_batch(b: int) -> dict:
+        """The plan at batch b (decode step calibrated when the calibration has rates; TTFT of a prompt arriving
+        while b − 1 others decode)."""
+        return make_plan(a, inputs.model_copy(update={"batch": b, "prompt_len": prompt}), gpu, cal)
+
+    def step(p: dict) -> float:
+        return p.get("calibrated_decode_step_s", p["decode_step_s"])
+
+    def misses(p: dict) -> Reason | None:
+        if tpot_slo_s is not None and step(p) > tpot_slo_s:
+            return "tpot_slo"
+        if ttft_slo_s is not None and p.get("ttft_s") is not None and p["ttft_s"] > ttft_slo_s:
+            return "ttft_slo"
+        return None
 
     cap, limited = (fit, "kv_cache") if fit <= plan["max_num_seqs"] else (plan["max_num_seqs"], "max_num_seqs")
-    if tpot_slo_s is not None:
-        one, _ = at_batch(1)
-        if one > tpot_slo_s:
-            f.reason_kind, f.reason = "tpot_slo", (
-                f"even batch 1 steps in {fmt_seconds(one)}, over the TPOT SLO of {fmt_seconds(tpot_slo_s)}")
+    if tpot_slo_s is not None or ttft_slo_s is not None:
+        one = at_batch(1)
+        if (why := misses(one)) is not None:
+            f.reason_kind = why
+            f.reason = (f"even batch 1 steps in {fmt_seconds(step(one))}, over the TPOT SLO of "
+                        f"{fmt_seconds(tpot_slo_s)}" if why == "tpot_slo" else
+                        f"even alone a {prompt:,}-token prompt takes {fmt_seconds(one['ttft_s'])} to its first "
+                        f"token, over the TTFT SLO of {fmt_seconds(ttft_slo_s)}")
             return f
-        lo, hi = 1, cap  # largest batch whose step meets the SLO (the step grows with the batch)
+        lo, hi = 1, cap  # largest batch meeting the SLOs (the step and the TTFT grow with the batch)
+        why_cap: Reason | None = None
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if at_batch(mid)[0] <= tpot_slo_s else (lo, mid - 1)
+            why = misses(at_batch(mid))
+            lo, hi = (mid, hi) if why is None else (lo, mid - 1)
+            why_cap = why_cap if why is None else why
         if lo < cap:
-            cap, limited = lo, "tpot_slo"
+            cap, limited = lo, why_cap or "tpot_slo"
     f.replicas = math.ceil(concurrency / cap)
     f.gpus_needed = f.replicas * tp
     f.batch = math.ceil(concurrency / f.replicas)
     f.batch_limited_by = "concurrency" if f.replicas == 1 else limited
-    f.decode_step_s, f.decode_bound = at_batch(f.batch)
+    p = at_batch(f.batch)
+    calibrated = "calibrated_decode_step_s" in p
+    f.decode_step_s = step(p)
+    f.decode_bound = p["calibrated_decode_bound"] if calibrated else p["decode_bound"]
+    iv = p.get("calibrated_decode_step_interval_s") if calibrated else p.get("decode_step_interval_s")
+    f.decode_step_interval_s = iv
+    f.roofline_decode_step_s = p.get("roofline_decode_step_s")
     f.tokens_per_s_per_gpu = f.batch / f.decode_step_s / tp
+    f.tokens_per_s_per_gpu_interval = [f.batch / x / tp for x in reversed(iv)] if iv else None
+    f.ttft_s, f.ttft_interval_s, f.prompt_len = p.get("ttft_s"), p.get("ttft_interval_s"), prompt
     f.fits = True
     return f
 
 
 def procurement(a: Architecture, base: PlanInputs, gpus: Sequence[GPU], tps: Sequence[int], *,
                 concurrency: int, context: int, tpot_slo_s: float | None = None,
-                calibration: Callable[[GPU], Calibration] | None = None) -> list[ProcurementRow]:
+                calibration: Callable[[GPU], Calibration] | None = None,
+                ttft_slo_s: float | None = None) -> list[ProcurementRow]:
     """Every GPU × tp, ranked (see the module docstring). ``base`` holds the settings shared by all rows
     (dtype, block size, utilization, a fixed KV budget …); ``calibration`` gives a GPU's calibration."""
     if concurrency < 1:
         raise PlanError(f"--concurrency {concurrency}: give at least one sequence")
     if tpot_slo_s is not None and not tpot_slo_s > 0:
         raise PlanError(f"--tpot-slo {tpot_slo_s}: must be positive")
+    if ttft_slo_s is not None and not ttft_slo_s > 0:
+        raise PlanError(f"--ttft-slo {ttft_slo_s}: must be positive")
+    if base.prompt_len is not None and base.prompt_len > context:
+        raise PlanError(f"--prompt-len {base.prompt_len:,} is longer than --context {context:,} (the tokens each "
+                        f"sequence holds, its prompt included)")
     inputs = {tp: base.model_copy(update={"tensor_parallel_size": tp, "context": context, "batch": None})
               for tp in tps}
     heads = {tp: heads_reason(a, tp) for tp in tps}
@@ -247,14 +278,14 @@ def procurement(a: Architecture, base: PlanInputs, gpus: Sequence[GPU], tps: Seq
         for tp in tps:
             common = {"rank": None, "gpu": gpu.name, "gpu_display": gpu.display or gpu.name,
                       "tensor_parallel_size": tp, "context": context, "concurrency": concurrency,
-                      "tpot_slo_s": tpot_slo_s}
+                      "tpot_slo_s": tpot_slo_s, "ttft_slo_s": ttft_slo_s}
             if heads[tp] is not None:
                 rows.append(ProcurementRow(**common, **_Figures(reason_kind="heads", reason=heads[tp]).model_dump()))
                 continue
-            spec = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, None)
+            spec = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, None, ttft_slo_s)
             row = ProcurementRow(**common, **spec.model_dump())
             if cal is not None:
-                c = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, cal)
+                c = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, cal, ttft_slo_s)
                 row = row.model_copy(update={
                     "fits": c.fits, "reason_kind": c.reason_kind,
                     "reason": c.reason and (c.reason if not spec.fits else f"calibrated: {c.reason}"),

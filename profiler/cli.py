@@ -35,6 +35,7 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -45,7 +46,7 @@ from analysis.architecture import UnsupportedArchitecture
 from analysis.inputs import InputFileError, read_json
 from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
 from analysis.procurement import parse_gpu_list, parse_tp_list, procurement
-from analysis.units import fmt_bytes, fmt_count, fmt_ms, fmt_seconds, parse_bytes, parse_seconds
+from analysis.units import fmt_bytes, fmt_count, fmt_seconds, parse_bytes, parse_seconds
 
 if _loading:
     signal.signal(signal.SIGINT, _sigint)
@@ -262,10 +263,12 @@ def plan_cmd(
                                "with).")] = None,
     calibration: Annotated[Path | None, typer.Option(
         help="calibration.json from a measured sweep; without --gpu/--probe the plan is for the device it was "
-             "measured on. One fitted on another GPU or model is refused unless --transfer-calibration.")] = None,
+             "measured on. One fitted on another model applies (and is named); one fitted on another GPU is refused "
+             "unless --transfer-calibration.")] = None,
     transfer_calibration: Annotated[bool, typer.Option(
-        "--transfer-calibration", help="Apply a --calibration fitted on another GPU or another model; the "
-                                       "output is then labelled as transferred, and from what.")] = False,
+        "--transfer-calibration", help="Apply a --calibration fitted on another GPU: its rates are scaled by the "
+                                       "two spec sheets and the output is labelled as transferred, and how.")
+    ] = False,
     dtype: Annotated[str, typer.Option(
         help="Weight dtype vLLM runs (its --dtype): auto (the config's torch_dtype), bfloat16, float16, "
              "float32.")] = "auto",
@@ -281,6 +284,9 @@ def plan_cmd(
         help="Sequences of --context tokens to hold at once: gives the procurement table.")] = None,
     tpot_slo: Annotated[str | None, typer.Option(
         help="Procurement table: decode-step ceiling per replica, seconds or with a unit (50ms).")] = None,
+    ttft_slo: Annotated[str | None, typer.Option(
+        help="Procurement table: time-to-first-token ceiling for a --prompt-len prompt (default: --context) "
+             "arriving while the replica's batch decodes, seconds or with a unit (500ms).")] = None,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print one JSON object (the procurement table: a list of rows).")] = False,
 ):
@@ -301,13 +307,13 @@ def plan_cmd(
         tps = parse_tp_list(tp)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    _check_plan_options(model, kv_cache_memory_bytes, reserve_bytes, tpot_slo)
+    _check_plan_options(model, kv_cache_memory_bytes, reserve_bytes, tpot_slo, ttft_slo)
     if transfer_calibration and calibration is None:
         raise fail("--transfer-calibration goes with --calibration FILE (it allows a calibration fitted on another "
                    "GPU or model)")
     if (gpu is not None and ("," in gpu or gpu.strip().lower() == "all")) or len(tps) > 1 \
-            or concurrency is not None or tpot_slo is not None:
-        _procurement_cmd(model, gpu, probe, tps, concurrency, tpot_slo, context,
+            or concurrency is not None or tpot_slo is not None or ttft_slo is not None:
+        _procurement_cmd(model, gpu, probe, tps, concurrency, (tpot_slo, ttft_slo), context,
                          (calibration, transfer_calibration) if calibration else None, save, json_out,
                          dict(kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
                               gpu_memory_utilization=gpu_memory_utilization,
@@ -433,27 +439,26 @@ def _check_plan_options(model: str, *byte_and_slo: str | None) -> None:
     """Options given as an empty string: refused by name (an empty --model would read ./config.json)."""
     if not model.strip():
         raise fail("--model is empty: give a catalog name (`kvprof models`), a model directory or a config.json")
-    for option, value in zip(("--kv-cache-memory-bytes", "--reserve-bytes", "--tpot-slo"), byte_and_slo,
-                             strict=True):
+    for option, value in zip(("--kv-cache-memory-bytes", "--reserve-bytes", "--tpot-slo", "--ttft-slo"),
+                             byte_and_slo, strict=True):
         if value is not None and not value.strip():
             raise fail(f"{option} is empty: give a value (e.g. "
-                       + ("50ms)" if option == "--tpot-slo" else "8GiB)"))
+                       + ("50ms)" if option.endswith("-slo") else "8GiB)"))
 
 
 def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[int], concurrency: int | None,
-                     tpot_slo: str | None, context: int | None, calibration: tuple[Path, bool] | None,
+                     slos: tuple[str | None, str | None], context: int | None, calibration: tuple[Path, bool] | None,
                      save: Path | None, json_out: bool, settings: dict[str, Any]) -> None:
     """`kvprof plan` with GPU or tp lists, or --concurrency: the ranked procurement table. ``calibration``:
     the file and whether --transfer-calibration allows one fitted on another GPU or model."""
     try:
         for flag, value, why in (
                 ("--save", save, "`kvprof check-plan` takes one configuration: give one --gpu and one --tp"),
-                ("--batch", settings.pop("batch"), "each row's batch follows from --concurrency"),
-                ("--prompt-len", settings.pop("prompt_len"), "the table plans decode only")):
+                ("--batch", settings.pop("batch"), "each row's batch follows from --concurrency")):
             if value is not None:
                 raise PlanError(f"{flag} does not go with the procurement table: {why}")
         if concurrency is None:
-            raise PlanError("the procurement table (GPU or tp lists, --tpot-slo) needs --concurrency N "
+            raise PlanError("the procurement table (GPU or tp lists, --tpot-slo, --ttft-slo) needs --concurrency N "
                             "(the sequences of --context tokens to hold at once)")
         if gpu and probe:
             raise PlanError("give --gpu or --probe, not both")
@@ -472,7 +477,8 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
         for key in ("kv_cache_memory_bytes", "reserve_bytes"):
             settings[key] = _option_value("--" + key.replace("_", "-"), settings[key], parse_bytes)
         base = PlanInputs(**settings)
-        slo = _option_value("--tpot-slo", tpot_slo, parse_seconds)
+        slo = _option_value("--tpot-slo", slos[0], parse_seconds)
+        ttft_slo = _option_value("--ttft-slo", slos[1], parse_seconds)
         cal_for = None
         if calibration:
             def cal_for(g: Any) -> Calibration:
@@ -482,7 +488,7 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
             raise PlanError(f"--context {context}: Input should be greater than 0 (tokens each sequence holds)")
         ctx = context if context is not None else make_plan(arch, base).get("max_model_len")
         rows = procurement(arch, base, [g for g, _ in gpus], tps, concurrency=concurrency, context=ctx,
-                           tpot_slo_s=slo, calibration=cal_for)
+                           tpot_slo_s=slo, calibration=cal_for, ttft_slo_s=ttft_slo)
     except ValidationError as exc:
         raise fail(_plan_options_line(exc)) from None
     except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
@@ -493,7 +499,11 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
     for _, note in gpus:
         if note:
             err.print(f"note: {note}", highlight=False)
-    console.print(_procurement_table(arch.name, rows))
+    cap, lat, notes = _procurement_tables(arch.name, rows)
+    console.print(cap)
+    for i, note in enumerate(notes, 1):
+        console.print(f"  [{i}] {escape(note)}", highlight=False)
+    console.print(lat)
     console.print("order: configurations that fit, by GPUs needed (fewest first), then tokens/s per GPU "
                   "(most first); GPUs needed = replicas × tp, replicas = ceil(N / sequences that fit)"
                   + (", calibrated figures decide" if calibration else ""), highlight=False)
@@ -501,47 +511,71 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
         console.print(f"calibrated with {escape(note)}", highlight=False)
 
 
-def _procurement_table(model: str, rows: list[Any]) -> Table:
+def _procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list[str]]:
+    """The procurement table as two tables that each fit an 80-column terminal — capacity (what fits where) and
+    latency (the predicted figures with their intervals) — and numbered notes (why a row does not fit)."""
     first = rows[0]
     cal = any(r.calibration_note for r in rows)
-    title = (f"kvprof plan — {model}: {first.concurrency:,} sequences of {first.context:,} tokens"
-             + (f", TPOT ≤ {fmt_seconds(first.tpot_slo_s)}" if first.tpot_slo_s else ""))
-    t = Table(title=title)
-    cols = ["#", "GPU", "tp", "weights/GPU", "KV budget/GPU", "N×T needs", "fit @T", "replicas", "GPUs",
-            "batch", "decode step", "tok/s/GPU"]
-    if cal:
-        cols += ["KV budget (cal)", "fit (cal)", "GPUs (cal)", "step (cal)", "tok/s/GPU (cal)"]
-    if not all(r.fits for r in rows):
-        cols.append("does not fit because")
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("GPU", "does not fit because") else "right",
-                     overflow="fold")
+    slos = ", ".join(x for x in (f"TPOT ≤ {fmt_seconds(first.tpot_slo_s)}" if first.tpot_slo_s else "",
+                                 f"TTFT ≤ {fmt_seconds(first.ttft_slo_s)}" if first.ttft_slo_s else "") if x)
+    notes: list[str] = []
+    note_of: dict[int, str] = {}
+    for i, r in enumerate(rows):
+        if not r.fits and r.reason:
+            if r.reason not in notes:
+                notes.append(r.reason)
+            note_of[i] = f"[{notes.index(r.reason) + 1}]"
+
+    def table(title: str, cols: list[str]) -> Table:
+        t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left")
+        for c in cols:
+            t.add_column(c, justify="left" if c in ("GPU", "") else "right", overflow="fold", no_wrap=c == "GPU")
+        return t
 
     def pct(x: float | None) -> str:
         return "—" if x is None else f"{100 * x:,.0f}%"
 
-    def tok(x: float | None) -> str:
-        return "—" if x is None else f"{x:,.0f} tok/s"
+    def g(r: Any, k: str) -> Any:
+        return getattr(r, f"calibrated_{k}") if cal and getattr(r, f"calibrated_{k}", None) is not None \
+            else getattr(r, k)
 
-    for r in rows:
-        cells = [str(r.rank) if r.rank else "—", r.gpu, str(r.tensor_parallel_size), fmt_bytes(r.weight_bytes),
-                 fmt_bytes(r.kv_budget_bytes), pct(r.kv_fraction_needed), fmt_count(r.sequences_fit),
-                 fmt_count(r.replicas), fmt_count(r.gpus_needed), fmt_count(r.batch), fmt_ms(r.decode_step_s),
-                 tok(r.tokens_per_s_per_gpu)]
-        if cal:
-            cells += [fmt_bytes(r.calibrated_kv_budget_bytes), fmt_count(r.calibrated_sequences_fit),
-                      fmt_count(r.calibrated_gpus_needed), fmt_ms(r.calibrated_decode_step_s),
-                      tok(r.calibrated_tokens_per_s_per_gpu)]
-        if len(cols) > len(cells):
-            cells.append(escape(r.reason or ""))
-        t.add_row(*cells)
-    return t
+    cap = table(f"{model}: {first.concurrency:,} sequences of {first.context:,} tokens" + (f", {slos}" if slos else "")
+                + (" (calibrated)" if cal else "") + "; GiB per GPU",
+                ["#", "GPU", "tp", "weights", "KV/GPU", "N×T needs", "fit@T", "repl.", "GPUs", ""])
+    lat = table(f"predicted latency (10th–90th pct range from published measurements; TTFT of a "
+                f"{first.prompt_len or first.context:,}-token prompt)",
+                ["#", "GPU", "tp", "batch", "step ms", "TTFT ms", "tok/s/GPU", "bound"])
+
+    def num(v: float) -> str:
+        return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+    def ms(x: float | None, iv: list[float] | None) -> str:
+        if x is None:
+            return "—"
+        return num(1e3 * x) + (f" ({num(1e3 * iv[0])}–{num(1e3 * iv[1])})" if iv else "")
+
+    def gib(x: float | None) -> str:
+        return "—" if x is None else f"{x / 2**30:,.1f}"
+
+    for i, r in enumerate(rows):
+        rank = str(r.rank) if r.rank else "—"
+        cap.add_row(rank, r.gpu, str(r.tensor_parallel_size), gib(r.weight_bytes), gib(g(r, "kv_budget_bytes")),
+                    pct(g(r, "kv_fraction_needed")), fmt_count(g(r, "sequences_fit")),
+                    fmt_count(g(r, "replicas")), fmt_count(g(r, "gpus_needed")), note_of.get(i, ""))
+        if r.fits:
+            step_iv = None if cal and r.calibrated_decode_step_s is not None else r.decode_step_interval_s
+            tok = g(r, "tokens_per_s_per_gpu")
+            lat.add_row(rank, r.gpu, str(r.tensor_parallel_size), fmt_count(g(r, "batch")),
+                        ms(g(r, "decode_step_s"), step_iv), ms(r.ttft_s, r.ttft_interval_s),
+                        "—" if tok is None else f"{tok:,.0f}", r.decode_bound or "—")
+    return cap, lat, notes
 
 
 def _checked_calibration(cal: Calibration, path: Path, gpu_spec: Any, name: str, model: str,
                          vllm_version: str | None, transfer: bool) -> tuple[Calibration, dict[str, Any]]:
     """The calibration as the plan applies it (labelled when transferred) and its provenance; one fitted on
-    another GPU or model without --transfer-calibration is a PlanError naming both."""
+    another GPU without --transfer-calibration is a PlanError naming both (another model on the same GPU is
+    applied, and named)."""
     from analysis.plan import CalibrationMismatch, calibration_provenance, transferred_calibration
 
     try:
@@ -549,7 +583,7 @@ def _checked_calibration(cal: Calibration, path: Path, gpu_spec: Any, name: str,
                                             transfer=transfer)
     except CalibrationMismatch as exc:
         raise PlanError(f"--calibration {path}: {exc}") from None
-    return transferred_calibration(cal, provenance), provenance
+    return transferred_calibration(cal, provenance, gpu_spec), provenance
 
 
 def _load_calibration(path: Path, gpu_spec: Any) -> Calibration:

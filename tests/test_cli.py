@@ -15,7 +15,8 @@ REQUIRED_KEYS = {
     "kv_bytes_per_token", "kv_bytes_per_sequence", "weight_bytes", "kv_budget_bytes",
     "bytes_per_block", "num_blocks", "kv_cache_tokens", "max_concurrency",
 }
-LATENCY_KEYS = {"decode_step_s", "decode_bound", "tokens_per_s", "crossover_context"}
+LATENCY_KEYS = {"decode_step_s", "decode_bound", "decode_terms", "roofline_decode_step_s", "tokens_per_s",
+                "crossover_context"}
 
 # llama-3.1-8b/config.json: 32 layers, hidden 4096, 32 heads / 8 KV heads × 128, intermediate 14336,
 # vocab 128256, untied embeddings, bfloat16.
@@ -54,11 +55,16 @@ def test_plan_on_a_gpu_adds_latency_and_is_consistent():
     assert p["kv_bytes_per_token"] == LLAMA8B_KV_PER_TOKEN
     assert p["kv_bytes_per_sequence"] == 4096 * 131_072 == 512 * 2**20
     assert p["weight_bytes"] == 2 * LLAMA8B_PARAMS
-    assert p["decode_bound"] == "memory"
+    assert p["roofline_decode_bound"] == "memory"
     # One step streams the weights but the input embedding, and 32 sequences × 4096 tokens of KV.
     weights_read = 2 * (LLAMA8B_PARAMS - LLAMA8B_EMBEDDING)  # 15,009,849,344 B
     assert p["decode_weight_bytes"] == weights_read
-    assert p["decode_step_s"] == pytest.approx((weights_read + 32 * 4096 * 131_072) / H100_SXM_BW)
+    assert p["roofline_decode_step_s"] == pytest.approx((weights_read + 32 * 4096 * 131_072) / H100_SXM_BW)
+    # The latency model's step is its named terms' sum; real engines pay more than the roofline.
+    assert p["decode_step_s"] == pytest.approx(sum(p["decode_terms"][k] for k in (
+        "weights_s", "kv_s", "attention_s", "communication_s", "floor_s")))
+    assert p["decode_step_s"] > p["roofline_decode_step_s"]
+    assert p["decode_bound"] in ("weights", "kv")  # 16.8 GiB of KV against 14 GiB of weights
     assert p["tokens_per_s"] == pytest.approx(32 / p["decode_step_s"])
     # budget = ceil(0.9 × memory) − weights − reserve (vLLM's request_memory rounds up; the reserve's
     # parts as the plan reports them)
@@ -87,8 +93,8 @@ def test_reserve_override_and_calibration(tmp_path):
     cal.write_text(json.dumps({"effective_bandwidth_Bps": H200_BW / 2, "source": "test sweep"}))
     c = plan_json(*base, "--calibration", str(cal))
     # memory-bound at batch 8: half the bandwidth, twice the step
-    assert c["decode_bound"] == c["calibrated_decode_bound"] == "memory"
-    assert c["calibrated_decode_step_s"] == pytest.approx(2 * c["decode_step_s"])
+    assert c["roofline_decode_bound"] == c["calibrated_decode_bound"] == "memory"
+    assert c["calibrated_decode_step_s"] == pytest.approx(2 * c["roofline_decode_step_s"])
 
 
 @pytest.mark.parametrize(

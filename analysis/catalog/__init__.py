@@ -49,6 +49,11 @@ class GPU(BaseModel):
     cpu: bool = False  # a CPU described by a probe (vLLM's CPU defaults apply)
     # The market the part is sold into (every catalog entry states it; a probed device has none).
     segment: Literal["datacenter", "workstation", "consumer"] | None = None
+    # The latency model's traits (analysis.latency): the architecture its kernel efficiencies are fitted per,
+    # and the link tensor-parallel all-reduces cross (per GPU and direction). None: a probed device.
+    generation: Literal["ampere", "ada", "hopper", "blackwell"] | None = None
+    interconnect: Literal["nvlink", "pcie"] | None = None
+    interconnect_gbs: float | None = Field(None, gt=0)
 
     @property
     def memory_bytes(self) -> int:

@@ -1,0 +1,371 @@
+"""The latency model's constants, fitted on the corpus of published measurements (issue #25).
+
+    python -m analysis.latency_fit            # the fit and its leave-one-source-out errors, per record
+    python -m analysis.latency_fit --write    # ... and write analysis/catalog/latency.yaml
+
+Every record is turned into the schedule of steps its figure measures (``analysis.latency``): a
+``vllm bench latency`` run is its prefill plus ``output_len − 1`` decode steps, a served TPOT is the
+steady-state step with arriving prompts mixed in, a served TTFT is the wait, the prompt's chunks and
+the API server. The constants are fitted in log space (each residual is log measured/predicted, so
+every record counts by its relative error), by robust least squares (soft L1: one odd source cannot
+drag the constants), each source's records together weighing as much as ~one record of weight
+√n, and drawn towards physically plausible priors (``analysis.latency.PRIORS``) so that a constant
+the corpus says little about stays plausible rather than free. Per-generation efficiencies are drawn
+towards their pooled value (a generation without records gets it).
+
+The error quoted for every figure is the leave-one-source-out error: each source's records are
+predicted by the constants fitted on every other source, so no record is predicted by a fit that saw it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from analysis import catalog
+from analysis.architecture import Architecture
+from analysis.budget import vllm_default_batching
+from analysis.latency import (
+    FEATURES,
+    GENERATION_SIGMA,
+    Engine,
+    Interval,
+    LatencyConstants,
+    Schedule,
+    burst_ttft_schedule,
+    decode_schedule,
+    latency_schedule,
+    parameter_names,
+    prefill_schedule,
+    prior,
+    regime,
+    served_step_schedule,
+    step_constants,
+    step_seconds,
+    ttft_schedule,
+)
+from analysis.latency_corpus import LatencyRecord, load_latency_corpus, vllm_version
+from analysis.roofline import decode_step as roofline_decode_step
+
+# Quantization configs for records whose checkpoint is a quantized copy of a catalogued base model
+# (`plan_quantization`): the layout those checkpoints ship (AutoAWQ GEMM / AutoGPTQ 4-bit, group 128).
+_INJECTED = {
+    "awq": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
+    "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True},
+}
+_INJECTED["awq_marlin"], _INJECTED["gptq_marlin"], _INJECTED["marlin"] = (
+    _INJECTED["awq"], _INJECTED["gptq"], _INJECTED["gptq"])
+
+
+def record_architecture(rec: LatencyRecord) -> Architecture:
+    """The record's model as vLLM ran it (its dtype and quantization)."""
+    s = rec.settings
+    config = json.loads((catalog.model_dir(s.catalog_model) / "config.json").read_text(encoding="utf-8"))
+    q = (s.plan_quantization or "").lower()
+    if q in _INJECTED and "quantization_config" not in config:
+        config["quantization_config"] = _INJECTED[q]
+        q = ""
+    a = Architecture.from_config(config, s.catalog_model)
+    if s.dtype:
+        a = a.with_dtype(s.dtype)
+    return a.with_quantization(q or None, gpu=s.gpu, vllm_version=vllm_version(s))
+
+
+def record_engine(rec: LatencyRecord) -> Engine:
+    s, wl = rec.settings, rec.workload
+    a = record_architecture(rec)
+    gpu = catalog.resolve_gpu(s.gpu)[0]
+    version = vllm_version(s)
+    entry = "serve" if wl.benchmark == "serve" else "offline"
+    mnbt = s.max_num_batched_tokens
+    chunked = s.enable_chunked_prefill
+    if mnbt is None and (chunked if chunked is not None else Engine(a, gpu, vllm_version=version).chunked):
+        mnbt, _ = vllm_default_batching(gpu.cuda_total_bytes, gpu.name, entry, world_size=s.tensor_parallel_size,
+                                        vllm_version=version, max_model_len=wl.input_len + wl.output_len)
+    return Engine(a, gpu, tp=s.tensor_parallel_size, kv_cache_dtype=s.kv_cache_dtype, enforce_eager=s.enforce_eager,
+                  vllm_version=version, max_num_batched_tokens=mnbt, chunked_prefill=chunked)
+
+
+@dataclass
+class Target:
+    """One measured figure of a record and the schedule that predicts it."""
+
+    record: str
+    source: str
+    kind: str  # "decode" (the record's per-step figure) or "ttft"
+    regime: str
+    measured_s: float
+    schedule: Schedule
+    output_len: int = 1  # latency/throughput records: the figure is per request, its step per output token
+    per: str = "step"  # how the measured figure relates to the schedule: step, latency, per_token
+
+
+def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
+    """The figures of one record a fit can use."""
+    e = record_engine(rec)
+    wl, r = rec.workload, rec.reported
+    reg = regime(e.a, e.tp)
+    n = wl.sequences
+    out: list[Target] = []
+    if rec.derive == "latency":
+        assert r.avg_latency_s is not None
+        out.append(Target(name, rec.source_key, "decode", reg, r.avg_latency_s,
+                          latency_schedule(e, n, wl.input_len, wl.output_len), wl.output_len, "latency"))
+    elif rec.derive == "throughput":
+        assert r.output_throughput_tok_s is not None
+        s = latency_schedule(e, n, wl.input_len, wl.output_len)
+        s.steps = [(x / wl.output_len, w) for x, w in s.steps]
+        out.append(Target(name, rec.source_key, "decode", reg, n / r.output_throughput_tok_s, s, wl.output_len,
+                          "per_token"))
+    else:
+        tpot = (r.median_tpot_ms or r.mean_tpot_ms) if rec.derive == "tpot" else (r.median_itl_ms or r.mean_itl_ms)
+        assert tpot is not None
+        steady = wl.num_prompts is None or wl.num_prompts > n
+        out.append(Target(name, rec.source_key, "decode", reg, tpot / 1e3,
+                          served_step_schedule(e, n, wl.input_len, wl.output_len, steady=steady)))
+    if wl.benchmark == "serve" and rec.ttft_ms:
+        median = r.median_ttft_ms is not None
+        prompts = wl.num_prompts
+        if prompts is not None and prompts <= n:
+            s = burst_ttft_schedule(e, prompts, wl.input_len, "median" if median else "mean")
+        else:
+            s = ttft_schedule(e, wl.input_len, decoding=n - 1, context=wl.input_len + wl.output_len / 2)
+            if not median and prompts:
+                # The mean counts the first `n` requests, which arrive together, beside the steady state.
+                share = n / prompts
+                s = Schedule(api=0).extend(s, 1 - share).extend(burst_ttft_schedule(e, n, wl.input_len, "mean"),
+                                                                 share)
+        out.append(Target(name, rec.source_key, "ttft", "ttft", rec.ttft_ms / 1e3, s))
+    return out
+
+
+class Problem:
+    """The corpus as arrays: every step of every target, and which constant each coefficient is."""
+
+    def __init__(self, targets: list[Target]):
+        self.targets = targets
+        self.names = parameter_names()
+        index = {n: i for i, n in enumerate(self.names)}
+        steps = [(t_i, x, w) for t_i, t in enumerate(targets) for x, w in t.schedule.steps]
+        self.features = {k: np.array([float(getattr(w, k)) for _, _, w in steps]) for k in FEATURES}
+        fixed: list[float] = []
+        self.coef_index: dict[str, np.ndarray] = {}
+        slots = [step_constants(w) for _, _, w in steps]
+        for key in slots[0] if slots else ():
+            idx = []
+            for sc in slots:
+                v = sc[key]
+                if isinstance(v, str):
+                    idx.append(index[v])
+                else:
+                    fixed.append(float(v))
+                    idx.append(len(self.names) + len(fixed) - 1)
+            self.coef_index[key] = np.array(idx, dtype=int)
+        self.fixed = np.array(fixed)
+        self.weights = np.zeros((len(targets), len(steps)))
+        for j, (t_i, x, _) in enumerate(steps):
+            self.weights[t_i, j] += x
+        self.api = np.array([t.schedule.api for t in targets])
+        self.api_index = index["api_s"]
+        self.measured = np.array([t.measured_s for t in targets])
+        per_source: dict[str, int] = defaultdict(int)
+        for t in targets:
+            per_source[t.source] += 1
+        self.sigma = np.array([math.sqrt(per_source[t.source]) for t in targets])
+        self.prior_mu = np.log([prior(n)[0] for n in self.names])
+        self.prior_sigma = np.array([prior(n)[1] for n in self.names])
+        self.pool = np.array([index.get(n.split(".")[0], -1) if n.startswith("eta_") and "." in n else -1
+                              for n in self.names])
+
+    def predict(self, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        ext = np.concatenate([theta, self.fixed])
+        terms = step_seconds(**self.features, **{k: ext[i] for k, i in self.coef_index.items()})
+        step = sum(terms[k] for k in ("weights_s", "kv_s", "attention_s", "communication_s", "floor_s"))
+        t = self.weights @ step + self.api * theta[self.api_index]
+        return t if rows is None else t[rows]
+
+    def residuals(self, z: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        theta = np.exp(z)
+        data = (np.log(self.measured[rows]) - np.log(self.predict(theta, rows))) / self.sigma[rows]
+        pooled = self.pool >= 0
+        anchor = np.where(pooled, z[np.maximum(self.pool, 0)], self.prior_mu)
+        spread = np.where(pooled, GENERATION_SIGMA, self.prior_sigma)
+        return np.concatenate([data, (z - anchor) / spread])
+
+    def fit(self, rows: np.ndarray | None = None) -> np.ndarray:
+        rows = np.arange(len(self.targets)) if rows is None else rows
+        res = least_squares(self.residuals, self.prior_mu.copy(), args=(rows,), loss="soft_l1", f_scale=0.25,
+                            method="trf", x_scale=1.0, max_nfev=400)
+        return np.exp(res.x)
+
+
+def corpus_targets(records: dict[str, LatencyRecord] | None = None) -> list[Target]:
+    records = load_latency_corpus() if records is None else records
+    return [t for name, rec in records.items() for t in record_targets(name, rec)]
+
+
+@dataclass
+class Row:
+    """One target's measured figure beside its predictions: by the full fit, by the fit without its source,
+    and (decode targets) by the bare roofline; ratios are measured ÷ predicted of the per-step figure."""
+
+    record: str
+    source: str
+    kind: str
+    regime: str
+    measured_s: float
+    predicted_s: float
+    loso_predicted_s: float
+    measured_step_s: float | None
+    loso_step_s: float | None
+    roofline_step_s: float | None
+
+    @property
+    def loso_ratio(self) -> float:
+        if self.kind == "decode" and self.measured_step_s is not None and self.loso_step_s:
+            return self.measured_step_s / self.loso_step_s
+        return self.measured_s / self.loso_predicted_s
+
+    @property
+    def roofline_ratio(self) -> float | None:
+        if self.roofline_step_s and self.measured_step_s:
+            return self.measured_step_s / self.roofline_step_s
+        return None
+
+
+def _steps(t: Target, rec: LatencyRecord, c: LatencyConstants, measured: float) -> tuple[float | None, float]:
+    """(measured per-step decode time, predicted per-step decode time) of a decode target: the latency less
+    the predicted prefill over output_len − 1 steps; a throughput figure's time per token; a TPOT as it is."""
+    wl = rec.workload
+    e = record_engine(rec)
+    if t.per == "latency":
+        prefill = prefill_schedule(e, wl.sequences, wl.input_len).time(c)
+        step = decode_schedule(e, wl.sequences, wl.input_len + wl.output_len / 2).time(c)
+        m = (measured - prefill) / (wl.output_len - 1)
+        return (m if m > 0 else None), step
+    return measured, t.schedule.time(c)
+
+
+def evaluate(records: dict[str, LatencyRecord] | None = None) -> tuple[LatencyConstants, list[Row]]:
+    """The full fit (the shipped constants) and every target under leave-one-source-out."""
+    records = load_latency_corpus() if records is None else records
+    targets = corpus_targets(records)
+    problem = Problem(targets)
+    full = problem.fit()
+    names = problem.names
+    sources = sorted({t.source for t in targets})
+    loso = np.zeros(len(targets))
+    loso_constants: dict[str, LatencyConstants] = {}
+    for src in sources:
+        held = np.array([t.source == src for t in targets])
+        theta = problem.fit(np.flatnonzero(~held))
+        loso[held] = problem.predict(theta)[held]
+        loso_constants[src] = LatencyConstants(params=dict(zip(names, theta.tolist(), strict=True)))
+    full_c = LatencyConstants(params=dict(zip(names, full.tolist(), strict=True)))
+    predicted = problem.predict(full)
+    rows = []
+    for i, t in enumerate(targets):
+        rec = records[t.record]
+        m_step = l_step = roof = None
+        if t.kind == "decode":
+            m_step, l_step = _steps(t, rec, loso_constants[t.source], t.measured_s)
+            e, wl = record_engine(rec), rec.workload
+            roof = roofline_decode_step(e.a, batch=wl.sequences, context=round(wl.input_len + wl.output_len / 2),
+                                        bandwidth_Bps=e.gpu.bandwidth_Bps, peak_flops=e.gpu.peak_flops(),
+                                        kv_cache_dtype=e.kv_cache_dtype, tp=e.tp).time_s
+        rows.append(Row(t.record, t.source, t.kind, t.regime, t.measured_s, float(predicted[i]), float(loso[i]),
+                        m_step, l_step, roof))
+    full_c.intervals = intervals(rows)
+    full_c.fitted_on = (f"{len(records)} records, {len(sources)} sources (analysis/catalog/latency/); "
+                        f"{sum(r.kind == 'decode' for r in rows)} decode figures, "
+                        f"{sum(r.kind == 'ttft' for r in rows)} TTFT figures")
+    return full_c, rows
+
+
+def intervals(rows: list[Row]) -> dict[str, Interval]:
+    """Per regime (and pooled over decode), the leave-one-source-out ratios' 10th–90th percentiles."""
+    groups: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        groups[r.regime].append(r)
+        if r.kind == "decode":
+            groups["decode"].append(r)
+    out = {}
+    for key, rs in sorted(groups.items()):
+        ratios = np.array([r.loso_ratio for r in rs])
+        out[key] = Interval(n=len(rs), sources=len({r.source for r in rs}),
+                            median_ratio=float(np.median(ratios)), low_ratio=float(np.percentile(ratios, 10)),
+                            high_ratio=float(np.percentile(ratios, 90)),
+                            median_abs_error=float(np.median(np.abs(ratios - 1))))
+    return out
+
+
+def summary(rows: list[Row]) -> dict[str, Any]:
+    """The figures the issue asks for: median |error| of the decode step and TTFT under leave-one-source-out,
+    the bare roofline's on the same records, per-source medians and the records beyond 25 %."""
+    dec = [r for r in rows if r.kind == "decode"]
+    ttft = [r for r in rows if r.kind == "ttft"]
+    by_source: dict[str, list[float]] = defaultdict(list)
+    for r in dec:
+        by_source[r.source].append(r.loso_ratio)
+    roof = [r.roofline_ratio for r in dec if r.roofline_ratio]
+    return {
+        "decode_records": len(dec),
+        "decode_median_abs_error": float(np.median([abs(r.loso_ratio - 1) for r in dec])) if dec else None,
+        "roofline_median_abs_error": float(np.median([abs(x - 1) for x in roof])) if roof else None,
+        "roofline_median_ratio": float(np.median(roof)) if roof else None,
+        "ttft_records": len(ttft),
+        "ttft_median_abs_error": float(np.median([abs(r.loso_ratio - 1) for r in ttft])) if ttft else None,
+        "per_source_median_ratio": {s: float(np.median(v)) for s, v in sorted(by_source.items())},
+        "beyond_25pct": sorted(r.record for r in rows if abs(r.loso_ratio - 1) > 0.25),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", action="store_true", help="write analysis/catalog/latency.yaml")
+    ap.add_argument("--json", action="store_true", help="the summary as JSON")
+    args = ap.parse_args(argv)
+    constants, rows = evaluate()
+    s = summary(rows)
+    if args.json:
+        print(json.dumps({"summary": s, "params": constants.params,
+                          "intervals": {k: v.model_dump() for k, v in constants.intervals.items()}}, indent=2))
+    else:
+        print(f"{'record':58} {'kind':6} {'regime':15} {'measured':>10} {'LOSO pred':>10} {'ratio':>6} {'roofline':>8}")
+        for r in rows:
+            m = r.measured_step_s if r.kind == "decode" and r.measured_step_s else r.measured_s
+            p = r.loso_step_s if r.kind == "decode" and r.loso_step_s else r.loso_predicted_s
+            roof = f"{r.roofline_ratio:8.2f}" if r.roofline_ratio else " " * 8
+            print(f"{r.record[:58]:58} {r.kind:6} {r.regime:15} {1e3 * m:9.2f}ms {1e3 * p:9.2f}ms "
+                  f"{r.loso_ratio:6.2f} {roof}")
+        print()
+        print(f"decode step, leave-one-source-out: median |measured/predicted - 1| = "
+              f"{100 * (s['decode_median_abs_error'] or 0):.1f}% over {s['decode_records']} records; "
+              f"bare roofline: {100 * (s['roofline_median_abs_error'] or 0):.1f}% "
+              f"(median measured/roofline {s['roofline_median_ratio'] or 0:.2f})")
+        print(f"TTFT, leave-one-source-out: median |error| = {100 * (s['ttft_median_abs_error'] or 0):.1f}% over "
+              f"{s['ttft_records']} records")
+        print("per-source median measured/predicted (decode):")
+        for src, v in s["per_source_median_ratio"].items():
+            print(f"  {v:5.2f}  {src}")
+        print(f"beyond 25 %: {', '.join(s['beyond_25pct']) or 'none'}")
+        print("intervals (measured/predicted, 10th-90th pct):")
+        for k, iv in constants.intervals.items():
+            print(f"  {k:16} n={iv.n:3} sources={iv.sources:2} median {iv.median_ratio:.2f} "
+                  f"[{iv.low_ratio:.2f}, {iv.high_ratio:.2f}] median |err| {100 * iv.median_abs_error:.0f}%")
+    if args.write:
+        constants.save()
+        print(f"wrote {constants.fitted_on}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
