@@ -434,19 +434,28 @@ def served_step_schedule(e: Engine, concurrency: float, input_len: int, output_l
                          steady: bool = True) -> Schedule:
     """A served request's time per output token at ``concurrency`` requests in flight.
 
-    Steady state (requests keep arriving as others finish): each step decodes the running requests and, on
-    average, ``concurrency × input_len / output_len`` prompt tokens of arriving ones — mixed into the step
-    with chunked prefill, or run as a separate prefill step per arriving prompt without it. Without arrivals
-    (every request started together): the decode step alone."""
+    Steady state (requests keep arriving as others finish): a prompt arrives every ``output_len / concurrency``
+    steps, so that share of the steps carries a whole prompt beside the running decodes — mixed into the step
+    in chunks of what max_num_batched_tokens leaves beside them (chunked prefill), or run as a step of its own
+    that stalls them (without it). The other steps decode alone. (Averaging the prompt's tokens over every step
+    would be wrong: an MoE step of a few tokens touches few experts, one with a whole prompt nearly all.)
+    Without arrivals (every request started together): the decode step alone."""
     ctx = input_len + output_len / 2
+    decode = decode_schedule(e, concurrency, ctx)
     if not steady or output_len <= 1:
-        return decode_schedule(e, concurrency, ctx)
-    arriving = concurrency / output_len  # prompts per step
-    if e.chunked:
-        tokens = arriving * input_len
-        return Schedule().add(1, e.step(decode_seqs=concurrency, decode_context=ctx, prefill_tokens=tokens,
-                                        prefill_prefix=0, prefill_seqs=arriving))
-    return decode_schedule(e, concurrency, ctx).extend(prefill_schedule(e, 1, input_len), arriving)
+        return decode
+    arriving = min(concurrency / output_len, 1.0)  # prompts per step
+    if not e.chunked:
+        return decode.extend(prefill_schedule(e, 1, input_len), arriving)
+    room = None if e.max_num_batched_tokens is None else max(e.max_num_batched_tokens - concurrency, 1)
+    chunks = Engine(**{**e.__dict__, "max_num_batched_tokens": room}).chunks(input_len)
+    s = Schedule().extend(decode, max(1.0 - arriving * len(chunks), 0.0))
+    done = 0.0
+    for n in chunks:
+        s.add(arriving, e.step(decode_seqs=concurrency, decode_context=ctx, prefill_tokens=n,
+                               prefill_prefix=done, prefill_seqs=1))
+        done += n
+    return s
 
 
 def ttft_schedule(e: Engine, prompt_len: int, decoding: float = 0, context: float = 0,

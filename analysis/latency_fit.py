@@ -307,6 +307,29 @@ def intervals(rows: list[Row]) -> dict[str, Interval]:
     return out
 
 
+def calibration_check(rows: list[Row], records: dict[str, LatencyRecord]) -> dict[str, Any]:
+    """A calibration from one measurement, checked on the corpus: for every GPU, each decode record in turn scales
+    the (held-out) prediction by its own measured ÷ predicted, as a one-point sweep's calibration would, and the
+    GPU's records from other sources are predicted with that scale. The median |error| with and without it."""
+    by_gpu: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.kind == "decode":
+            by_gpu[records[r.record].settings.gpu].append(r)
+    out: dict[str, Any] = {}
+    for key, same in (("same_source", True), ("other_source", False)):
+        calibrated, plain = [], []
+        for rs in by_gpu.values():
+            for cal in rs:
+                for r in rs:
+                    if r is not cal and (r.source == cal.source) == same:
+                        calibrated.append(abs(r.loso_ratio / cal.loso_ratio - 1))
+                        plain.append(abs(r.loso_ratio - 1))
+        out[key] = {"pairs": len(calibrated),
+                    "calibrated_median_abs_error": float(np.median(calibrated)) if calibrated else None,
+                    "uncalibrated_median_abs_error": float(np.median(plain)) if plain else None}
+    return out
+
+
 def summary(rows: list[Row]) -> dict[str, Any]:
     """The figures the issue asks for: median |error| of the decode step and TTFT under leave-one-source-out,
     the bare roofline's on the same records, per-source medians and the records beyond 25 %."""
@@ -335,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     constants, rows = evaluate()
     s = summary(rows)
+    s["calibration_check"] = calibration_check(rows, load_latency_corpus())
     if args.json:
         print(json.dumps({"summary": s, "params": constants.params,
                           "intervals": {k: v.model_dump() for k, v in constants.intervals.items()}}, indent=2))
@@ -357,6 +381,13 @@ def main(argv: list[str] | None = None) -> int:
         for src, v in s["per_source_median_ratio"].items():
             print(f"  {v:5.2f}  {src}")
         print(f"beyond 25 %: {', '.join(s['beyond_25pct']) or 'none'}")
+        for key, what in (("same_source", "the same source (one machine and setup)"),
+                          ("other_source", "other sources")):
+            cc = s["calibration_check"][key]
+            if cc["pairs"]:
+                print(f"calibrated on one record of a GPU, predicting that GPU's records from {what} ({cc['pairs']} "
+                      f"pairs): median |error| {100 * cc['calibrated_median_abs_error']:.1f}% (uncalibrated "
+                      f"{100 * cc['uncalibrated_median_abs_error']:.1f}%)")
         print("intervals (measured/predicted, 10th-90th pct):")
         for k, iv in constants.intervals.items():
             print(f"  {k:16} n={iv.n:3} sources={iv.sources:2} median {iv.median_ratio:.2f} "

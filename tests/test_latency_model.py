@@ -1,0 +1,159 @@
+"""The latency model's terms (analysis.latency), each held against arithmetic written out here.
+
+The constants are set by each test (round numbers), so every expected value follows from the config facts,
+the datasheet and those numbers alone, not from the fitted file.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis import catalog, latency
+from analysis.latency import (
+    Engine,
+    LatencyConstants,
+    burst_ttft_schedule,
+    decode_schedule,
+    era,
+    kernel_family,
+    latency_schedule,
+    prefill_schedule,
+    served_step_schedule,
+    step_terms,
+    step_time,
+    ttft_schedule,
+)
+
+H100 = catalog.resolve_gpu("h100-sxm")[0]  # 3.35 TB/s, 989 TFLOP/s bf16, NVLink 450 GB/s per direction
+LLAMA8B = catalog.resolve_model("llama-3.1-8b")[0]
+# Llama-3.1-8B: 8,030,261,248 parameters, 128,256 × 4,096 = 525,336,576 in the (untied) input embedding;
+# a decode step reads every weight but the embedding: 2 B × 7,504,924,672 = 15,009,849,344 B.
+# KV: 32 layers × 8 KV heads × 128 × 2 (K, V) × 2 B = 131,072 B a token.
+LLAMA8B_WEIGHTS_READ = 15_009_849_344
+KV_PER_TOKEN = 131_072
+
+
+def constants(**over: float) -> LatencyConstants:
+    base = {n: 1.0 for n in latency.parameter_names()}
+    base.update({n: 0.0 for n in base if n.endswith("_s") or "_s." in n})
+    base.update(over)
+    return LatencyConstants(params=base)
+
+
+def test_a_dense_decode_step_is_its_terms_written_out():
+    c = constants(**{"eta_weights.hopper": 0.5, "eta_kv.hopper": 0.25, "eta_flops.hopper": 0.5,
+                     "host_s.0.9": 1e-3, "layer_s": 1e-5, "seq_s": 2e-5})
+    s = decode_schedule(Engine(LLAMA8B, H100), 4, 1024)
+    t = s.terms(c)
+    # the weight stream; the GEMM arithmetic (4 tokens × 2 × 7.5e9 FLOPs at 494.5 TFLOP/s = 0.12 ms) rounds the
+    # smooth max up by (0.12 / 8.96)^4 / 4 ≈ 1e-8
+    assert t["weights_s"] == pytest.approx(LLAMA8B_WEIGHTS_READ / (3.35e12 * 0.5), rel=1e-7)
+    assert t["kv_s"] == pytest.approx(4 * 1024 * KV_PER_TOKEN / (3.35e12 * 0.25), rel=1e-12)
+    # Attention: 4 sequences × 32 layers × 1,024 cached tokens × 4 FLOPs × 32 heads × 128 (QKᵀ and AV)
+    assert t["attention_s"] == pytest.approx(4 * 32 * 1024 * 4 * 32 * 128 / (989e12 * 0.5), rel=1e-12)
+    assert t["communication_s"] == 0.0
+    assert t["floor_s"] == pytest.approx(1e-3 + 4 * 2e-5 + 32 * 1e-5, rel=1e-12)
+    assert s.time(c) == pytest.approx(sum(t[k] for k in latency.TERMS), rel=1e-12)
+
+
+def test_gemm_arithmetic_binds_a_large_batch():
+    # 4,096 tokens in one step: 2 × (8,030,261,248 − 2 × 525,336,576) FLOPs per token through the body and the
+    # LM head once per sequence; the weight stream is 15 GB. At η_f 0.5: 4,096 × 13.96e9 / 494.5e12 = 0.116 s,
+    # far past the stream's 4.5 ms: the smooth max is the arithmetic to within (4.5/116)^4 / 4.
+    c = constants(**{"eta_flops.hopper": 0.5})
+    w = Engine(LLAMA8B, H100).step(prefill_tokens=4096, prefill_seqs=1)
+    body = 8_030_261_248 - 2 * 525_336_576
+    gemm = (2 * body * 4096 + 2 * 525_336_576) / (989e12 * 0.5)
+    t = step_terms(w, c)
+    assert t["gemm_compute_s"] == pytest.approx(gemm, rel=1e-12)
+    assert t["weights_s"] == pytest.approx(gemm, rel=1e-5)
+
+
+def test_tensor_parallel_all_reduces_pay_latency_and_bytes():
+    c = constants(**{"allreduce_s.nvlink": 1e-5})
+    w = Engine(LLAMA8B, H100, tp=2).step(decode_seqs=8, decode_context=512)
+    # two all-reduces a layer × 32 layers; each moves 8 tokens × 4,096 × 2 B × 2(tp−1)/tp per GPU
+    assert w.allreduces == 64
+    assert step_terms(w, c)["communication_s"] == pytest.approx(64 * 1e-5 + 64 * 8 * 4096 * 2 * 1.0 / 450e9)
+    assert w.dense_bytes == pytest.approx(LLAMA8B_WEIGHTS_READ / 2)
+
+
+def test_an_moe_step_reads_the_experts_its_tokens_touch():
+    mixtral = catalog.resolve_model("mixtral-8x7b")[0]  # 8 experts, top 2
+    e = Engine(mixtral, H100)
+    # E · (1 − (1 − k/E)^B): batch 1 touches 2, batch 4 touches 8 · (1 − 0.75⁴) = 5.46875 of 8
+    one, four = e.step(decode_seqs=1, decode_context=100), e.step(decode_seqs=4, decode_context=100)
+    assert one.experts_touched == pytest.approx(2.0) and four.experts_touched == pytest.approx(5.46875)
+    assert four.expert_bytes / one.expert_bytes == pytest.approx(5.46875 / 2)
+    c = constants(moe_kernel=0.5)
+    # with the MoE kernel at half the dense stream, the experts' bytes take twice as long
+    t = step_terms(one, c)
+    assert t["weight_stream_s"] == pytest.approx(one.dense_bytes / 3.35e12 + one.expert_bytes / (3.35e12 * 0.5))
+
+
+def test_quantized_kernels_and_eras_are_named_from_the_checkpoint_and_version():
+    assert kernel_family(LLAMA8B) == "bf16"
+    assert kernel_family(catalog.resolve_model("gpt-oss-120b")[0]) == "mxfp4"
+    assert kernel_family(catalog.resolve_model("qwen3-235b-a22b-fp8")[0]) == "fp8"
+    assert [era(v) for v in ("0.2.7", "0.5.4", "0.6.0", "0.8.5", "0.9.0", "0.32.0", None)] == [
+        "0.5", "0.5", "0.6", "0.6", "0.9", "0.9", "0.9"]
+
+
+def test_schedules_compose_steps_as_the_benchmarks_run_them():
+    c = constants(**{"host_s.0.9": 1e-3}, api_s=5e-3)
+    e = Engine(LLAMA8B, H100, max_num_batched_tokens=2048)
+    dec = decode_schedule(e, 8, 1024 + 64).time(c)
+    pre = prefill_schedule(e, 8, 1024).time(c)
+    # vllm bench latency: the batch's prefill (8 × 1,024 tokens in 4 chunks of 2,048), then 127 decode steps
+    assert len(prefill_schedule(e, 8, 1024).steps) == 4
+    assert latency_schedule(e, 8, 1024, 128).time(c) == pytest.approx(pre + 127 * dec)
+    # TTFT while 3 others decode: half their step's wait, the prompt mixed into one step, the API server
+    ttft = ttft_schedule(e, 1024, decoding=3, context=500).time(c)
+    mixed = step_time(e.step(decode_seqs=3, decode_context=500, prefill_tokens=1024, prefill_seqs=1), c)
+    assert ttft == pytest.approx(0.5 * decode_schedule(e, 3, 500).time(c) + mixed + 5e-3)
+
+
+def test_a_served_step_carries_an_arriving_prompt_in_its_share_of_the_steps():
+    c = constants(**{"host_s.0.9": 1e-3})
+    e = Engine(LLAMA8B, H100, max_num_batched_tokens=8192)
+    # 10 in flight, 1,024 tokens out each: a prompt arrives every 102.4 steps; that share carries 2,048 tokens
+    s = served_step_schedule(e, 10, 2048, 1024)
+    f = 10 / 1024
+    dec = decode_schedule(e, 10, 2048 + 512).time(c)
+    mixed = step_time(e.step(decode_seqs=10, decode_context=2560, prefill_tokens=2048, prefill_seqs=1), c)
+    assert s.time(c) == pytest.approx((1 - f) * dec + f * mixed)
+    # every request started together: the decode step alone
+    assert served_step_schedule(e, 10, 2048, 1024, steady=False).time(c) == pytest.approx(dec)
+
+
+def test_a_burst_of_prompts_waits_for_the_chunks_before_its_own():
+    c = constants(**{"host_s.0.9": 1e-3})
+    e = Engine(LLAMA8B, H100, max_num_batched_tokens=2048)
+    # 4 prompts of 1,000 tokens: chunks of 2,048 and 1,952; prompts 1 and 2 end in the first, 3 and 4 in the second
+    steps = prefill_schedule(e, 4, 1000).steps
+    first, second = (step_time(w, c) for _, w in steps)
+    assert burst_ttft_schedule(e, 4, 1000, "mean", served=False).time(c) == pytest.approx(first + 0.5 * second)
+    assert burst_ttft_schedule(e, 4, 1000, "median", served=False).time(c) == pytest.approx(first)
+
+
+def test_the_plan_reports_the_model_its_terms_the_roofline_and_intervals():
+    from analysis.plan import PlanInputs, make_plan
+
+    p = make_plan(LLAMA8B, PlanInputs(batch=1, context=1024, prompt_len=512, max_model_len=8192), H100)
+    assert p["decode_step_s"] == pytest.approx(sum(p["decode_terms"][k] for k in latency.TERMS))
+    assert p["roofline_decode_step_s"] == pytest.approx((LLAMA8B_WEIGHTS_READ + 1024 * KV_PER_TOKEN) / 3.35e12)
+    assert p["decode_step_s"] > p["roofline_decode_step_s"]
+    assert p["tokens_per_s"] == pytest.approx(1 / p["decode_step_s"])
+    lo, hi = p["decode_step_interval_s"]
+    assert lo < hi and "published vLLM measurements" in p["decode_checked_against"]
+    assert p["ttft_s"] > p["prefill_s"] > 0 and p["ttft_interval_s"][0] < p["ttft_interval_s"][1]
+
+
+def test_a_cpu_plan_keeps_the_roofline_and_says_why():
+    from analysis.plan import PlanInputs, make_plan
+
+    cpu = catalog.GPU(name="probe: cpu", display="cpu", memory_mib=65536, bandwidth_tbs=0.02, bf16_tflops=1.0,
+                      cpu=True)
+    p = make_plan(LLAMA8B, PlanInputs(batch=1, context=1024, max_model_len=8192), cpu)
+    assert p["decode_step_s"] == p["roofline_decode_step_s"]
+    assert "no evidence-fitted constants for CPUs" in p["latency_model"]
