@@ -502,7 +502,7 @@ def regime(a: Architecture, tp: int, kind: Literal["decode", "ttft"] = "decode")
         return "ttft"
     if a.moe:
         return "moe"
-    if kernel_family(a) in ("int4", "fp4", "mxfp4", "nf4"):
+    if kernel_family(a) in ("int4", "int8", "fp4", "mxfp4", "nf4"):
         return "quantized"
     if tp > 1:
         return "tensor_parallel"

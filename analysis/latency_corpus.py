@@ -45,8 +45,9 @@ class LatencySettings(BaseModel):
     model: str = Field(description="the model as the source names it (a Hugging Face id or a path)")
     catalog_model: str = Field(description="analysis/catalog/models/<name> holding that checkpoint's config.json")
     plan_quantization: str | None = Field(
-        None, description="the --quantization kvprof plans this record with, where `catalog_model` is the base "
-                          "architecture of a quantized checkpoint whose own config is not in the catalog")
+        None, description="how kvprof quantizes `catalog_model` for this record: a vLLM --quantization name, or for "
+                          "an AWQ/GPTQ checkpoint whose own config is not in the catalog awq/gptq (or their _marlin "
+                          "kernels): a group-128 config of the bits `quantization` names (Int8: 8, else 4)")
     gpu: str = Field(description="analysis/catalog/gpus.yaml name of the GPU it ran on")
     tensor_parallel_size: int = Field(1, ge=1)
     vllm_version: str | None = None

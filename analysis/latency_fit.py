@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -71,7 +72,8 @@ def record_architecture(rec: LatencyRecord) -> Architecture:
     config = json.loads((catalog.model_dir(s.catalog_model) / "config.json").read_text(encoding="utf-8"))
     q = (s.plan_quantization or "").lower()
     if q in _INJECTED and "quantization_config" not in config:
-        config["quantization_config"] = _INJECTED[q]
+        bits = re.search(r"int(\d+)", (s.quantization or "").lower())  # "GPTQ-Int8": 8 bits; else the usual 4
+        config["quantization_config"] = {**_INJECTED[q], "bits": int(bits.group(1)) if bits else 4}
         q = ""
     a = Architecture.from_config(config, s.catalog_model)
     if s.dtype:

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from analysis import catalog
-from analysis.latency import shipped_constants
+from analysis.latency import interval_for, shipped_constants
 from analysis.latency_corpus import load_latency_corpus, vllm_version
 from analysis.latency_fit import calibration_check, evaluate, record_architecture, summary
 
@@ -21,19 +21,27 @@ CORPUS = load_latency_corpus()
 # Records beyond 25 % under leave-one-source-out, and why. A new miss fails the test until it is explained here
 # (or the model is fixed); an explained record that comes back within 25 % fails too, so the list stays true.
 EXPLAINED = {
-    "dennislee_qwen2-7b_a100-80gb_tp1": "the only A100 serve source: held out, the A100's efficiency rests on two "
-                                        "2024 latency sources (vLLM 0.2-0.3 kernels, a 70B at tp 4 and Mixtral); "
-                                        "this 0.10 server with prefix caching runs 1.3x slower than they imply",
-    "issue9471_llama-3.1-8b-fp8": "FP8 weights and num_scheduler_steps=8 (multi-step scheduling hides the host "
+    "dennislee_qwen2-7b_a100-80gb_tp1": "a vLLM 0.10 server on A100 with prefix caching at gpu_memory_utilization "
+                                        "0.5: 1.3x slower than the other A100 sources (2024 latency runs and the "
+                                        "Qwen team's 0.6.3 table) imply once it is held out",
+    "issue9471_llama-3.1-8b-fp8": "FP8 weights with num_scheduler_steps=8 (multi-step scheduling hides the host "
                                   "floor): the only FP8 and the only multi-step record; held out, FP8 keeps its prior",
+    "pr13747_deepseek-v2-lite": "the only MLA model (FlashMLA) and a 2 GB-per-GPU MoE at tp 8: its step is floors "
+                                "and all-reduces of 27 layers of 64-expert routing, twice what the Mixtral-fitted "
+                                "MoE layer floor gives",
     "pr2192_llama-2-70b": "vLLM 0.2.6 at tp 4 and batch 64 on A100 (the PR's custom all-reduce): the only source of "
                           "its era at that batch; held out, the 0.5 era's host cost keeps its prior",
-    "pr23151_qwen3-30b-a3b": "a 128-expert MoE served at concurrency 10 with DeepGEMM: the only 128-expert source; "
-                             "held out, the MoE kernel efficiency comes from 2024 Mixtral (8 experts) alone",
-    "pr2542_mixtral-8x7b": "the first fused-MoE Triton kernel (vLLM 0.2.7, untuned configs) at tp 8: held out, the "
-                           "MoE efficiency comes from the tuned kernels of PR 3240 and PR 23151",
-    "pr3240_mixtral-8x7b_a100_tp2_b4": "Mixtral at batch 4 on A100 tp 2: the step jumps from batch 1 to 4 more than "
-                                       "expected-experts-touched predicts (5.5 of 8 experts) for this 2024 kernel",
+    "pr23151_qwen3-30b-a3b": "a 128-expert MoE served at concurrency 10 with DeepGEMM: held out, the MoE kernel "
+                             "efficiency comes from 2024 Mixtral (8 experts, Triton fused MoE) and runs 1.6x slow",
+    "pr2542_mixtral-8x7b": "the first fused-MoE Triton kernel (vLLM 0.2.7, untuned) at tp 8 on H100, whose per-GPU "
+                           "expert GEMMs are 1,792 wide: 1.4x slower than the tuned kernels of the other MoE sources",
+    "pr3240_mixtral-8x7b": "Mixtral on A100 at tp 2 (vLLM 0.3.3): 1.5x faster than the H100 tp 8 run of the same "
+                           "era implies; the two 2024 Mixtral sources disagree by 2x and the model has one MoE "
+                           "kernel efficiency",
+    "qwen25speed_qwen2.5-0.5b": "a 0.5B model at batch 1 (1 GB of weights): the step is the host floor of vLLM "
+                                "0.6.3's offline generate, 1.7x the floor fitted on the other sources",
+    "qwen25speed_qwen2.5-7b-awq": "AWQ through Marlin on A100: the only int4 source, so held out int4 keeps its "
+                                  "prior (0.7 of the 16-bit stream); it ran 1.26x slower",
 }
 
 
@@ -92,6 +100,9 @@ def test_held_out_the_model_beats_the_roofline_and_every_miss_is_explained(fitte
 def test_every_interval_holds_most_of_its_held_out_records(fitted):
     constants, rows = fitted
     for regime, iv in constants.intervals.items():
+        if iv.n < 6:  # too few to bound anything: the plan quotes the pooled decode interval instead
+            assert interval_for(regime, constants) == constants.intervals["decode" if regime != "ttft" else "ttft"]
+            continue
         rs = [r for r in rows if r.regime == regime or (regime == "decode" and r.kind == "decode")]
         inside = sum(iv.low_ratio <= r.loso_ratio <= iv.high_ratio for r in rs)
         assert inside >= 0.7 * len(rs) - 1, regime  # a 10th-90th percentile range holds ~80 %
