@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.latency_fit import main  # noqa: E402
+from analysis.latency_fit import main
 
 if __name__ == "__main__":
     raise SystemExit(main([a for a in sys.argv[1:] if a != "--write"]))
