@@ -41,13 +41,14 @@ class Analysis:
     serve: serve_analysis.ServeAnalysis | None = None  # None: the run has no serve point that ran
 
 
-def analyse(res: Results) -> Analysis:
+def analyse(res: Results, include_flagged: bool = False) -> Analysis:
     """Set a loaded run's measurements beside the analytic model: capacity, decode (with the fit),
-    crossover, block rounding, saturation, the seeds' claims and the largest divergences."""
+    crossover, block rounding, saturation, the seeds' claims and the largest divergences. Decode points
+    flagged as noisy or contended are left out of the fit unless ``include_flagged``."""
     ce = tvm.Ceilings.of(res)
     cap = tvm.capacity_table(res)
     dec = tvm.decode_table(res, ce)
-    f = tvm.fit(dec, ce)
+    f = tvm.fit(dec, ce, include_flagged)
     dec = tvm.with_fit(dec, f)
     rnd = tvm.rounding_table(res)
     sat = tvm.saturation_table(res)

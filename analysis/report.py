@@ -438,6 +438,18 @@ def _engine_handles(st: EngineStyle, ids: Any) -> list[Any]:
     return [Line2D([], [], color=st.color(e), lw=2.5, label=st.label(e)) for e in ids]
 
 
+def _spread_bars(e: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Error bars from each point's median to its 25th and 75th percentiles; a record written before kvprof kept
+    them draws its interquartile range about the median, never below zero."""
+    step = e["decode_step_s"].astype(float)
+    half = (e["decode_step_spread_s"].astype(float) / 2).fillna(0) if "decode_step_spread_s" in e else step * 0
+    lo = (step - e["decode_step_p25_s"].astype(float)) if "decode_step_p25_s" in e else half
+    hi = (e["decode_step_p75_s"].astype(float) - step) if "decode_step_p75_s" in e else half
+    lo = lo.fillna(half).clip(lower=0).combine(step, min)
+    hi = hi.fillna(half).clip(lower=0)
+    return lo, hi
+
+
 def _series(ax: Any, x: Any, y: Any, fmt: str, **kw: Any) -> None:
     """One series joined by a line: its points sorted by x, one point per x (the mean of repeats)."""
     d = pd.DataFrame({"x": np.asarray(x, dtype=float), "y": np.asarray(y, dtype=float)}).dropna()
@@ -702,8 +714,14 @@ def _draw_by_batch(fig: plt.Figure, rect: tuple, a: Analysis, metric: str) -> No
             c, gid = st.color(eid), st.gid(eid)
             if metric == "step":
                 y = 1e3 * e["decode_step_s"]
-                ax.errorbar(e["mean_context"], y, yerr=1e3 * e["decode_step_spread_s"].astype(float).fillna(0) / 2,
-                            fmt="o", color=c, ms=4, capsize=0, gid=gid)
+                lo, hi = _spread_bars(e)
+                flagged = e["flagged"].notna() if "flagged" in e else pd.Series(False, index=e.index)
+                for mask, face in ((~flagged, c), (flagged, "none")):
+                    if mask.any():
+                        ax.errorbar(e["mean_context"][mask], y[mask], yerr=[1e3 * lo[mask], 1e3 * hi[mask]],
+                                    fmt="o", color=c, mfc=face, ms=4, capsize=0, gid=gid)
+                if flagged.any():
+                    used["flagged"] = "o"
                 ys += list(y)
                 for col, (ls, _name) in styles.items():
                     if col in e and e[col].notna().any():
@@ -730,7 +748,10 @@ def _draw_by_batch(fig: plt.Figure, rect: tuple, a: Analysis, metric: str) -> No
         ax.set_ylabel(ylabel)
     handles = _engine_handles(st, dec["engine_id"])
     if metric == "step":
-        handles.append(Line2D([], [], color="black", marker="o", ls="none", label="measured"))
+        handles.append(Line2D([], [], color="black", marker="o", ls="none", label="measured\n(25th–75th pct)"))
+        if "flagged" in used:
+            handles.append(Line2D([], [], color="black", marker="o", mfc="none", ls="none",
+                                  label="noisy or contended:\nnot fitted"))
         handles += [Line2D([], [], color="black", ls=ls, label=styles[col][1]) for col, ls in used.items()
                     if col in styles]
         if "t*" in used:
@@ -1217,7 +1238,7 @@ PAGES: list[ReportPage] = [
 # --- entry point ---------------------------------------------------------------------------------
 
 def build_report(results_dir: str | Path, pdf_path: str | Path | None = None,
-                 out_dir: str | Path | None = None) -> dict[str, Path]:
+                 out_dir: str | Path | None = None, include_flagged: bool = False) -> dict[str, Path]:
     """Write report.pdf, summary.md (both from PAGES), results.parquet and calibration.json into ``out_dir``
     (default: the results directory; ``pdf_path`` moves the PDF); return their paths.
 
@@ -1225,10 +1246,11 @@ def build_report(results_dir: str | Path, pdf_path: str | Path | None = None,
     every earlier file whole. The three small files are prepared before the PDF is drawn and written
     after it, so they and the PDF come from one analysis. A calibration.json there from an earlier
     report is removed when this analysis has no decode fit (returned as ``calibration_removed``): a
-    stale one would still feed ``kvprof plan --calibration``.
+    stale one would still feed ``kvprof plan --calibration``. Noisy or contended decode points are drawn
+    hollow and left out of the fit unless ``include_flagged``.
     """
     res = load(results_dir)
-    a = analyse(res)
+    a = analyse(res, include_flagged)
     out = Path(out_dir) if out_dir is not None else Path(results_dir)
     pdf_path = Path(pdf_path) if pdf_path else out / "report.pdf"
     summary = "\n".join(part for page in PAGES for part in page.markdown(a)).encode()

@@ -611,6 +611,15 @@ class DecodeMeasurements(BaseModel):
     e2e_s: float | None = Field(None, description="median request latency, arrival to last token")
     decode_step_s: float | None = Field(gt=0)
     decode_step_spread_s: float | None = Field(None, description="interquartile range of decode steps")
+    decode_step_p25_s: float | None = Field(None, ge=0, description="25th percentile of the decode steps")
+    decode_step_p75_s: float | None = Field(None, ge=0, description="75th percentile of the decode steps")
+    tpot_p25_s: float | None = Field(None, ge=0)
+    tpot_p75_s: float | None = Field(None, ge=0)
+    other_cpu_cores: float | None = Field(
+        None, ge=0, description="CPU time other processes on the host used during the point ÷ its wall time: the "
+                                "cores they kept busy (profiler/contention.py)")
+    gpu_other_processes: int | None = Field(
+        None, ge=0, description="processes other than the engine that NVML lists on its GPUs (None: not read)")
     decode_step_medians_s: list[float] = Field([], description="median decode step of each repeat")
     decode_steps_per_repeat: float | None = None
     output_tokens_per_s: float = Field(ge=0)

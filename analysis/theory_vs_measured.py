@@ -257,7 +257,11 @@ def decode_table(res: Results, ceilings: Ceilings | None = None) -> pd.DataFrame
                "kv_cache_dtype": r.kv_cache_dtype, "block_size": r.block_size, "max_model_len": r.max_model_len,
                "concurrency": int(r.concurrency), "prompt_len": int(r.prompt_len), "output_len": int(r.output_len),
                "mean_context": float(r.mean_context), "decode_step_s": r.decode_step_s,
-               "decode_step_spread_s": getattr(r, "decode_step_spread_s", None), "tpot_s": r.tpot_s,
+               "decode_step_spread_s": getattr(r, "decode_step_spread_s", None),
+               "decode_step_p25_s": getattr(r, "decode_step_p25_s", None),
+               "decode_step_p75_s": getattr(r, "decode_step_p75_s", None),
+               "other_cpu_cores": getattr(r, "other_cpu_cores", None),
+               "gpu_other_processes": getattr(r, "gpu_other_processes", None), "tpot_s": r.tpot_s,
                "tpot_spread_s": r.tpot_spread_s, "ttft_s": r.ttft_s, "output_tokens_per_s": r.output_tokens_per_s,
                "gpm_dram_bw_pct": getattr(r, "tel_gpu0_mean_gpm_dram_bw_pct", None),
                "gpm_implied_Bps": getattr(r, "tel_gpu0_gpm_implied_dram_Bps", None)}
@@ -275,15 +279,49 @@ def decode_table(res: Results, ceilings: Ceilings | None = None) -> pd.DataFrame
                     t = max(step.bytes / bw, step.flops / fl)
                     row[f"roofline_{label}_s"] = t
                     row[f"roofline_{label}_rel_error"] = rel(t, r.decode_step_s)
+        row["flagged"] = flag_reason(row)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def fit(dec: pd.DataFrame, ceilings: Ceilings) -> DecodeFit | None:
+# A point whose steps spread (interquartile range) more than this share of their median measured something
+# besides the model; one during which other processes kept this many cores busy, or any other process ran on
+# its GPU, was contended. Either is marked and left out of the fit unless asked (kvprof report --fit-flagged).
+NOISY_SPREAD = 0.25
+CONTENDED_CORES = 0.5
+
+
+def _num(x: Any) -> float | None:
+    return None if x is None or (isinstance(x, float) and np.isnan(x)) else float(x)
+
+
+def flag_reason(row: dict[str, Any]) -> str | None:
+    """Why a decode point should not be fitted, or None."""
+    step, lo, hi = _num(row.get("decode_step_s")), _num(row.get("decode_step_p25_s")), \
+        _num(row.get("decode_step_p75_s"))
+    spread = hi - lo if lo is not None and hi is not None else _num(row.get("decode_step_spread_s"))
+    reasons = []
+    if step and spread is not None and spread > NOISY_SPREAD * step:
+        reasons.append(f"steps spread {100 * spread / step:.0f}% of their median (IQR)")
+    cores = _num(row.get("other_cpu_cores"))
+    if cores is not None and cores > CONTENDED_CORES:
+        reasons.append(f"other processes kept {cores:.1f} CPU cores busy")
+    gpu = _num(row.get("gpu_other_processes"))
+    if gpu:
+        reasons.append(f"{int(gpu)} other process(es) on the GPU")
+    return "; ".join(reasons) or None
+
+
+def fit(dec: pd.DataFrame, ceilings: Ceilings, include_flagged: bool = False) -> DecodeFit | None:
     """Effective bandwidth and overhead from the decode points (FLOP term when compute-bound points exist, or
-    where leave-one-out asks for it: analysis.fit.fit_decode_selected)."""
+    where leave-one-out asks for it: analysis.fit.fit_decode_selected). Flagged points (noisy or contended,
+    :func:`flag_reason`) are left out unless ``include_flagged``."""
     if dec.empty or "bytes" not in dec:
         return None
+    if not include_flagged and "flagged" in dec:
+        dec = dec[dec["flagged"].isna()]
+        if dec.empty:
+            return None
     compute_bound = False
     if ceilings.spec_bandwidth_Bps and ceilings.spec_flops:
         compute_bound = bool((dec["flops"] / ceilings.spec_flops > dec["bytes"] / ceilings.spec_bandwidth_Bps).any())
@@ -302,8 +340,10 @@ def with_fit(dec: pd.DataFrame, f: DecodeFit | None) -> pd.DataFrame:
     dec = dec.copy()
     dec["fitted_s"] = f.predict(dec["bytes"], dec["flops"])
     dec["fitted_rel_error"] = (dec["decode_step_s"] - dec["fitted_s"]) / dec["fitted_s"]
-    if len(f.loo_rel_errors) == len(dec):
-        dec["loo_rel_error"] = f.loo_rel_errors
+    fitted = dec.index if len(f.loo_rel_errors) == len(dec) or "flagged" not in dec else \
+        dec.index[dec["flagged"].isna()]
+    if len(f.loo_rel_errors) == len(fitted):
+        dec.loc[fitted, "loo_rel_error"] = f.loo_rel_errors
     return dec
 
 

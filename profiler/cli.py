@@ -749,6 +749,10 @@ def report_cmd(
         "--out-dir", help="Write report.pdf, summary.md, results.parquet and calibration.json here instead of "
                           "DIR (made if missing): for a read-only archive.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the written paths and headline as JSON.")] = False,
+    fit_flagged: Annotated[bool, typer.Option(
+        "--fit-flagged", help="Fit decode points flagged as noisy (steps spread over 25% of their median) or "
+                              "contended (other processes on the cores or the GPU) too; by default they are drawn "
+                              "hollow and left out of the fit.")] = False,
 ):
     """Build report.pdf, summary.md, results.parquet and calibration.json from a results directory.
 
@@ -767,7 +771,7 @@ def report_cmd(
         output_path(pdf, "--pdf", results_dirs=(results_dir,))
     try:
         with _locked_for_report(results_dir), results_warnings(warn):
-            written = build_report(results_dir, pdf, out_dir=target)
+            written = build_report(results_dir, pdf, out_dir=target, include_flagged=fit_flagged)
     except (LoadError, StoreError) as exc:
         raise fail(str(exc)) from None
     except OSError as exc:

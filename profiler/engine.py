@@ -39,7 +39,7 @@ from analysis.results_schema import (
     SaturationMeasurements,
     SaturationPoint,
 )
-from profiler import vllm_metrics
+from profiler import contention, vllm_metrics
 from profiler.capacity import read_capacity, read_engine_mode
 from profiler.spec import EngineJob
 from profiler.store import ResultsDir
@@ -181,6 +181,10 @@ def measure_decode(driver: Driver, point: PointSettings) -> dict[str, Any]:
         "e2e_s": statistics.median(e2es),
         "decode_step_s": step,
         "decode_step_spread_s": None if step is None else step_p75 - step_p25,
+        "decode_step_p25_s": step_p25,
+        "decode_step_p75_s": step_p75,
+        "tpot_p25_s": tpot_p25,
+        "tpot_p75_s": tpot_p75,
         "decode_step_medians_s": step_medians,
         "decode_steps_per_repeat": len(all_steps) / point.repeats,
         "output_tokens_per_s": statistics.median(throughputs),
@@ -437,7 +441,9 @@ def run_job(job: EngineJob) -> int:
                 rec = SaturationPoint(id=p.id, status="ok", **base, point=p,
                                       measurements=SaturationMeasurements(**measured))
             else:
+                before = contention.snapshot()
                 measured = measure_decode(driver, p)
+                measured.update(contention.measure(before, gpu=bool(record.cuda_uuids)))
                 measured.update(model_bandwidth(job.engine, facts, p, measured))
                 measured["engine_s"] = driver.engine_s - engine_s
                 rec = DecodePoint(id=p.id, status="ok", **base, point=p, measurements=DecodeMeasurements(**measured))

@@ -40,8 +40,13 @@ EXPLAINED = {
                            "kernel efficiency",
     "qwen25speed_qwen2.5-0.5b": "a 0.5B model at batch 1 (1 GB of weights): the step is the host floor of vLLM "
                                 "0.6.3's offline generate, 1.7x the floor fitted on the other sources",
-    "qwen25speed_qwen2.5-7b-awq": "AWQ through Marlin on A100: the only int4 source, so held out int4 keeps its "
-                                  "prior (0.7 of the 16-bit stream); it ran 1.26x slower",
+    "r1llama70bcard_llama-3.1-70b-w4a16_h100": "W4A16 (Marlin) on H100 runs 1.3x slower than the int4 efficiency "
+                                               "fitted mostly on A100 records (these cards' A100 W4A16 rows are "
+                                               "within 8%): Marlin reaches a smaller share of Hopper's bandwidth",
+    "r1llama8bcard_llama-3.1-8b-w4a16_h100": "as the 70B card's H100 W4A16 row: Marlin on Hopper",
+    "r1llama8bcard_llama-3.1-8b_h100_tp1_b1_10240x1536": "a 10,240-token prompt at batch 1: the step is 1.3x the "
+                                                         "prediction; the card rounds its latency to 0.1 s and "
+                                                         "does not say whether prefix caching or chunking ran",
 }
 
 

@@ -107,10 +107,10 @@ def test_plan_calibration_changes_tpot_by_exactly_the_fitted_factor(synthetic):
     res = runner.invoke(app, [*args, "--calibration", str(root / "calibration.json")])
     assert res.exit_code == 0, res.output
     calibrated = json.loads(res.stdout)
-    assert raw["decode_bound"] == "memory"
+    assert raw["roofline_decode_bound"] == "memory"
     factor = 3.35e12 / cal["effective_bandwidth_Bps"]  # spec bandwidth ÷ fitted bandwidth
     assert calibrated["calibrated_decode_step_s"] - cal["step_overhead_s"] == pytest.approx(
-        raw["decode_step_s"] * factor, rel=1e-12)
+        raw["roofline_decode_step_s"] * factor, rel=1e-12)
     assert "kvprof fit of" in calibrated["calibration_source"]
 
 
