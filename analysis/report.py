@@ -220,6 +220,7 @@ def tpot_answer(a: Analysis, most: int = 4) -> Table | None:
     roof = next((c for c in ("roofline_spec_s", "roofline_probe_s") if c in dec and dec[c].notna().any()), None)
     roof_name = {"roofline_spec_s": "roofline (spec)", "roofline_probe_s": "roofline (probed)"}.get(roof, "roofline")
     ref = _reference_points(dec)
+    predicted = "predicted_s" in dec and dec["predicted_s"].notna().any()
     batches = _pick(sorted(int(b) for b in ref["concurrency"].unique()), most)
     rows: list[dict[str, str]] = []
     colors: dict[str, list[str | None]] = {}
@@ -231,19 +232,27 @@ def tpot_answer(a: Analysis, most: int = 4) -> Table | None:
             step = r["decode_step_s"] if r is not None else None
             rv = r.get(roof) if r is not None and roof else None
             fv = r.get("fitted_s") if r is not None else None
-            cells = {f"batch {b}{GROUP_SEP}{roof_name}": (_ms(rv), severity_color(_rel(rv, step))),
-                     f"batch {b}{GROUP_SEP}fit": (_ms(fv), None),
-                     f"batch {b}{GROUP_SEP}step": (_ms(step), severity_color(_rel(fv, step))),
+            pv = r.get("predicted_s") if r is not None and predicted else None
+            cells = {f"batch {b}{GROUP_SEP}{roof_name}": (_ms(rv), severity_color(_rel(rv, step)))}
+            if predicted:  # the spec-sheet prediction a buyer plans with, beside the measurement (fit: decode page)
+                cells[f"batch {b}{GROUP_SEP}predicted"] = (_ms(pv), None)
+                cells[f"batch {b}{GROUP_SEP}step"] = (_ms(step), severity_color(_rel(pv, step)))
+            else:
+                cells[f"batch {b}{GROUP_SEP}fit"] = (_ms(fv), None)
+                cells[f"batch {b}{GROUP_SEP}step"] = (_ms(step), severity_color(_rel(fv, step)))
+            cells |= {
                      f"batch {b}{GROUP_SEP}TPOT": (_ms(r.get("tpot_s") if r is not None else None), None)}
             for h, (text, color) in cells.items():
                 row[h] = text
                 colors.setdefault(h, []).append(color)
         rows.append(row)
-    note = (f"At each engine's longest context measured at all its batches. Step: one decode step of the batch; "
+    note = ("At each engine's longest context measured at all its batches. Step: one decode step of the batch; "
             f"TPOT: per output token of a request. Coloured: roofline over {100 * TOLERANCE:.0f}% off the measured "
-            "step; step over that off the fit." + (" Every batch on the decode page."
-                                                     if len(batches) < ref["concurrency"].nunique() else ""))
-    return Table("Decode step and TPOT per batch (ms): roofline, fit, measured", pd.DataFrame(rows), note=note,
+            "step; step over that off " + ("the prediction (kvprof plan's spec-sheet latency model; the fit is on "
+                                           "the decode page)." if predicted else "the fit.")
+            + (" Every batch on the decode page." if len(batches) < ref["concurrency"].nunique() else ""))
+    return Table("Decode step and TPOT per batch (ms): roofline, " + ("predicted" if predicted else "fit")
+                 + ", measured", pd.DataFrame(rows), note=note,
                  colors=colors, text_colors={st.label(e): c for e, c in st.colors.items()})
 
 
@@ -456,7 +465,10 @@ def _series(ax: Any, x: Any, y: Any, fmt: str, **kw: Any) -> None:
     if d.empty:
         return
     d = d.groupby("x", as_index=False)["y"].mean().sort_values("x")
-    ax.plot(d["x"], d["y"], fmt, **kw)
+    if fmt:
+        ax.plot(d["x"], d["y"], fmt, **kw)
+    else:
+        ax.plot(d["x"], d["y"], **kw)
 
 
 def _draw_capacity(fig: plt.Figure, rect: tuple, a: Analysis) -> None:
@@ -703,8 +715,8 @@ def _draw_by_batch(fig: plt.Figure, rect: tuple, a: Analysis, metric: str) -> No
     batches = sorted(dec["concurrency"].unique())
     axes = _axes(fig, rect, len(batches), cols=min(len(batches), 4 if len(batches) <= 8 else 6),
                  sharey=metric == "bandwidth")  # bandwidths compare across batches; step times differ by far
-    styles = {"fitted_s": ("-", "fit"), "roofline_spec_s": ("--", "roofline (spec)"),
-              "roofline_probe_s": (":", "roofline (probe)")}
+    styles = {"fitted_s": ("-", "fit"), "predicted_s": ((0, (3, 1, 1, 1)), "predicted\n(kvprof plan)"),
+              "roofline_spec_s": ("--", "roofline (spec)"), "roofline_probe_s": (":", "roofline (probe)")}
     used: dict[str, str] = {}
     for ax, b in zip(axes, batches, strict=True):
         g = dec[dec["concurrency"] == b]
@@ -725,7 +737,7 @@ def _draw_by_batch(fig: plt.Figure, rect: tuple, a: Analysis, metric: str) -> No
                 ys += list(y)
                 for col, (ls, _name) in styles.items():
                     if col in e and e[col].notna().any():
-                        _series(ax, e["mean_context"], 1e3 * e[col], ls, color=c, lw=1.2, alpha=0.8, gid=gid)
+                        _series(ax, e["mean_context"], 1e3 * e[col], "", ls=ls, color=c, lw=1.2, alpha=0.8, gid=gid)
                         used[col] = ls
                         ys += list(1e3 * e[col].dropna())
                 t_star = e["crossover_context"].iloc[0] if "crossover_context" in e else None

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis import latency
 from analysis.allocator import NotModelled, paged_capacity
 from analysis.architecture import Architecture, UnsupportedArchitecture, dtype_bytes
 from analysis.budget import default_reserve, kv_budget
@@ -273,6 +274,10 @@ def decode_table(res: Results, ceilings: Ceilings | None = None) -> pd.DataFrame
                        model_implied_Bps=step.bytes / r.decode_step_s,
                        crossover_context=crossover_context(a, batch=row["concurrency"],
                                                            kv_cache_dtype=r.kv_cache_dtype, tp=tp))
+            predicted = plan_prediction(a, ceilings.gpu, e, r, tp)
+            if predicted is not None:
+                row["predicted_s"] = predicted
+                row["predicted_rel_error"] = rel(predicted, r.decode_step_s)
             for label, bw, fl in (("spec", ceilings.spec_bandwidth_Bps, ceilings.spec_flops),
                                   ("probe", ceilings.probe_bandwidth_Bps, ceilings.probe_flops)):
                 if bw and fl:
@@ -282,6 +287,22 @@ def decode_table(res: Results, ceilings: Ceilings | None = None) -> pd.DataFrame
         row["flagged"] = flag_reason(row)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def plan_prediction(a: Architecture, gpu: GPU | None, e: Any, r: Any, tp: int) -> float | None:
+    """What `kvprof plan` predicts for this point's decode step from the spec sheet (analysis.latency: the
+    evidence-fitted step model), or None on a CPU or a GPU the catalog does not know."""
+    if gpu is None or gpu.cpu or not gpu.generation:
+        return None
+    mode = str(e.get("engine_mode") or "")
+    mnbt = e.get("max_num_batched_tokens")
+    engine = latency.Engine(a, gpu, tp=tp, kv_cache_dtype=r.kv_cache_dtype, enforce_eager="eager" in mode.lower(),
+                            vllm_version=e.get("vllm_version") or None,
+                            max_num_batched_tokens=int(mnbt) if mnbt is not None and pd.notna(mnbt) else None)
+    try:
+        return latency.decode_schedule(engine, int(r.concurrency), float(r.mean_context)).time()
+    except ValueError:
+        return None
 
 
 # A point whose steps spread (interquartile range) more than this share of their median measured something
@@ -414,6 +435,7 @@ def divergences(cap: pd.DataFrame, dec: pd.DataFrame, rounding: pd.DataFrame) ->
         where = f"{r['engine_id']} c={r['concurrency']} ctx={r['mean_context']:.0f}"
         add("decode step, roofline (spec)", where, r.get("roofline_spec_s"), r["decode_step_s"])
         add("decode step, roofline (probe)", where, r.get("roofline_probe_s"), r["decode_step_s"])
+        add("decode step, kvprof plan (spec sheet)", where, r.get("predicted_s"), r["decode_step_s"])
         add("decode step, fitted", where, r.get("fitted_s"), r["decode_step_s"])
     df = pd.DataFrame(rows)
     if df.empty:

@@ -40,6 +40,15 @@ EXPLAINED = {
                            "kernel efficiency",
     "qwen25speed_qwen2.5-0.5b": "a 0.5B model at batch 1 (1 GB of weights): the step is the host floor of vLLM "
                                 "0.6.3's offline generate, 1.7x the floor fitted on the other sources",
+    "argonne_mixtral-8x7b_a100-40gb": "Mixtral on A100 40GB at tp 4 and batch 64 (vLLM 0.5.4): faster than the "
+                                      "pooled MoE efficiency, like PR 3240's A100 Mixtral; the MoE sources disagree "
+                                      "by 2x between A100 and H100",
+    "dstack_llama-3.1-405b-fp8_h100_tp8_b4_32784x2048": "four 32,784-token prompts at tp 8: the per-step figure is "
+                                                        "the latency less the predicted prefill (131k tokens, "
+                                                        "quadratic attention, chunked); what that prediction misses "
+                                                        "lands in the step",
+    "dstack_llama-3.1-405b-fp8_h100_tp8": "405B in FP8 (fbgemm per-channel) at tp 8: 1.27x slower than the FP8 "
+                                          "efficiency fitted on the FP8 cards at tp 1-2 (single runs, no warm-up)",
     "r1llama70bcard_llama-3.1-70b-w4a16_h100": "W4A16 (Marlin) on H100 runs 1.3x slower than the int4 efficiency "
                                                "fitted mostly on A100 records (these cards' A100 W4A16 rows are "
                                                "within 8%): Marlin reaches a smaller share of Hopper's bandwidth",

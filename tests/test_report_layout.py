@@ -175,7 +175,7 @@ def test_page_one_holds_the_capacity_and_tpot_tables(run):
     root, _, _, written = run
     text = _page_one(written["pdf"])
     assert "Sequences that fit, per engine and sequence length" in text
-    assert "Decode step and TPOT per batch (ms): roofline, fit, measured" in text
+    assert "Decode step and TPOT per batch (ms): roofline, predicted, measured" in text
     assert "Largest divergence of each quantity" in text
     engines = {json.loads(p.read_text())["id"]: json.loads(p.read_text()) for p in (root / "engines").glob("*.json")}
     e1 = engines["len8192-bs16-auto-tp1-c95e2189"]
