@@ -527,9 +527,9 @@ def _procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list
             note_of[i] = f"[{notes.index(r.reason) + 1}]"
 
     def table(title: str, cols: list[str]) -> Table:
-        t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left")
+        t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0), title_justify="left")
         for c in cols:
-            t.add_column(c, justify="left" if c in ("GPU", "") else "right", overflow="fold", no_wrap=c == "GPU")
+            t.add_column(c, justify="left" if c in ("GPU", "") else "right", no_wrap=True)
         return t
 
     def pct(x: float | None) -> str:
@@ -542,17 +542,18 @@ def _procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list
     cap = table(f"{model}: {first.concurrency:,} sequences of {first.context:,} tokens" + (f", {slos}" if slos else "")
                 + (" (calibrated)" if cal else "") + "; GiB per GPU",
                 ["#", "GPU", "tp", "weights", "KV/GPU", "N×T needs", "fit@T", "repl.", "GPUs", ""])
-    lat = table(f"predicted latency (10th–90th pct range from published measurements; TTFT of a "
-                f"{first.prompt_len or first.context:,}-token prompt)",
-                ["#", "GPU", "tp", "batch", "step ms", "TTFT ms", "tok/s/GPU", "bound"])
+    lat = table(f"predicted latency; range: the 10th–90th percentile of published measurements ÷ prediction; "
+                f"TTFT of a {first.prompt_len or first.context:,}-token prompt (its range in --json)",
+                ["#", "GPU", "tp", "batch", "step ms", "range", "TTFT ms", "tok/s/GPU", "bound"])
 
     def num(v: float) -> str:
         return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
-    def ms(x: float | None, iv: list[float] | None) -> str:
-        if x is None:
-            return "—"
-        return num(1e3 * x) + (f" ({num(1e3 * iv[0])}–{num(1e3 * iv[1])})" if iv else "")
+    def ms(x: float | None) -> str:
+        return "—" if x is None else num(1e3 * x)
+
+    def span(iv: list[float] | None) -> str:
+        return "—" if not iv else f"{num(1e3 * iv[0])}–{num(1e3 * iv[1])}"
 
     def gib(x: float | None) -> str:
         return "—" if x is None else f"{x / 2**30:,.1f}"
@@ -566,7 +567,7 @@ def _procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list
             step_iv = None if cal and r.calibrated_decode_step_s is not None else r.decode_step_interval_s
             tok = g(r, "tokens_per_s_per_gpu")
             lat.add_row(rank, r.gpu, str(r.tensor_parallel_size), fmt_count(g(r, "batch")),
-                        ms(g(r, "decode_step_s"), step_iv), ms(r.ttft_s, r.ttft_interval_s),
+                        ms(g(r, "decode_step_s")), span(step_iv), ms(r.ttft_s),
                         "—" if tok is None else f"{tok:,.0f}", r.decode_bound or "—")
     return cap, lat, notes
 
