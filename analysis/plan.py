@@ -430,6 +430,7 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
     if inputs.prompt_len:
         pf = prefill(a, prompt_len=inputs.prompt_len, bandwidth_Bps=bw, peak_flops=peak,
                      kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
+        out["prompt_len"] = inputs.prompt_len
         out["roofline_prefill_s"] = pf.time_s
         out["prefill_bound"] = pf.bound
         if model:

@@ -193,8 +193,8 @@ def _plan_table(p: dict[str, Any]) -> Table:
     t = Table(title=f"kvprof plan — {p['model']} ({p['attention']})"
               + (f" on {p['gpu']}" if p["gpu"] else "") + f", tp={p['tensor_parallel_size']}")
     t.add_column("quantity")
-    t.add_column("ideal (seed arithmetic)", justify="right")
-    t.add_column("vLLM paged allocator", justify="right")
+    t.add_column("ideal (seed arithmetic; roofline)", justify="right")
+    t.add_column("vLLM (paged allocator; latency model)", justify="right")
 
     def row(label: str, ideal: str = "", paged: str = "") -> None:
         t.add_row(label, ideal, paged)
@@ -215,14 +215,28 @@ def _plan_table(p: dict[str, Any]) -> Table:
         row("crossover context t* (KV read = weight read)", fmt_count(p["crossover_context"]))
     if "ridge_point" in p:
         row("ridge point", f"{p['ridge_point']:.0f} FLOP/B")
+    def with_range(t: float, iv: list[float] | None) -> str:
+        return fmt_seconds(t) + (f" ({fmt_seconds(iv[0])}–{fmt_seconds(iv[1])})" if iv else "")
+
     if "decode_step_s" in p:
-        row(f"decode step (batch {p['batch']}, {p['decode_bound']}-bound)", fmt_seconds(p["decode_step_s"]))
-        row("decode throughput", f"{p['tokens_per_s']:,.0f} tok/s")
+        bound = p["decode_bound"] + ("" if p["decode_bound"] in ("memory", "compute") else " term largest")
+        row(f"decode step (batch {p['batch']}; {bound})", "", with_range(p["decode_step_s"],
+                                                                          p.get("decode_step_interval_s")))
+        for k, v in (p.get("decode_terms") or {}).items():
+            if v:
+                row(f"  {k.removesuffix('_s')}", "", fmt_seconds(v))
+        row("decode throughput", "", f"{p['tokens_per_s']:,.0f} tok/s")
+        if "roofline_decode_step_s" in p:
+            row(f"decode step, bare roofline ({p['roofline_decode_bound']}-bound)", fmt_seconds(
+                p["roofline_decode_step_s"]))
     if "calibrated_decode_step_s" in p:
         row("decode step, calibrated", fmt_seconds(p["calibrated_decode_step_s"]))
         row("decode throughput, calibrated", f"{p['calibrated_tokens_per_s']:,.0f} tok/s")
     if "prefill_s" in p:
-        row(f"prefill ({p['prefill_bound']}-bound)", fmt_seconds(p["prefill_s"]))
+        row(f"prefill of {p['prompt_len']:,} tokens", fmt_seconds(p["roofline_prefill_s"]), fmt_seconds(p["prefill_s"]))
+    if "ttft_s" in p:
+        row(f"time to first token ({p['ttft_running_sequences']} others decoding)", "",
+            with_range(p["ttft_s"], p.get("ttft_interval_s")))
     if p.get("accounting_rules"):
         t.caption = (f"accounting rules: {p['accounting_rules']}; {p['entry']} defaults: "
                      f"max_num_batched_tokens {p['max_num_batched_tokens']:,}, max_num_seqs {p['max_num_seqs']:,}")
