@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from analysis.evidence import PublishedRecord
 
 LATENCY_DIR = Path(__file__).resolve().parent / "catalog" / "latency"
 
@@ -109,19 +111,13 @@ class LatencyReported(BaseModel):
     request_throughput_req_s: float | None = Field(None, gt=0)
 
 
-class LatencyRecord(BaseModel):
+class LatencyRecord(PublishedRecord):
     """One published vLLM latency measurement on a real GPU."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    source: HttpUrl = Field(description="the issue, pull request, file or page the numbers were published in")
-    description: str = Field(description="who ran what, in a line (from the source)")
     settings: LatencySettings
     workload: LatencyWorkload
     reported: LatencyReported
     derive: Derive = Field(description="which reported figure gives the per-step decode time (module docstring)")
-    excerpt: str = Field(min_length=1, description="the lines the numbers come from, verbatim")
-    notes: str = Field("", description="anything unusual (other load, patches, assumptions such as SXM)")
 
     @model_validator(mode="after")
     def _derivable(self) -> LatencyRecord:

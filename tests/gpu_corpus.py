@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis.evidence import PublishedRecord
 
 CORPUS_DIR = Path(__file__).parent / "fixtures" / "gpu_corpus"
 
@@ -70,17 +72,11 @@ class CorpusLogged(BaseModel):
     max_concurrency_len: int | None = Field(None, description="the 'tokens per request' of the concurrency line")
 
 
-class CorpusRecord(BaseModel):
-    """One published vLLM start-up on a real GPU."""
+class CorpusRecord(PublishedRecord):
+    """One published vLLM start-up on a real GPU (``excerpt``: the log lines the numbers come from)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    source: HttpUrl = Field(description="the issue, pull request or file the log was published in")
-    description: str = Field(description="who ran what, in a line (from the post)")
     settings: CorpusSettings
     logged: CorpusLogged
-    excerpt: str = Field(description="the log lines the numbers come from, verbatim")
-    notes: str = Field("", description="anything that makes this start-up unusual (other processes, patches, ...)")
 
 
 def vllm_version(settings: CorpusSettings) -> str | None:
