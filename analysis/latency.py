@@ -49,7 +49,8 @@ CONSTANTS_FILE = Path(__file__).resolve().parent / "catalog" / "latency.yaml"
 
 GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
 KERNELS = ("bf16", "fp8", "int8", "int4", "fp4", "mxfp4", "nf4")
-LINKS = ("nvlink", "pcie")
+# How an all-reduce runs: vLLM's custom all-reduce over NVLink (0.3.0 on), or NCCL (before it, and on PCIe).
+LINKS = ("nvlink", "pcie", "nccl")
 # vLLM eras whose host cost per step differs: before 0.6 (no async output processing), 0.6 to 0.8
 # (V0's async output processing, V1 arriving), 0.9 on (V1 with its persistent batch, async scheduling later).
 ERAS = ("0.5", "0.6", "0.9")
@@ -93,6 +94,23 @@ def era(vllm_version: str | None) -> str:
     if (major, minor) < (0, 9):
         return "0.6"
     return "0.9"
+
+
+def _version(vllm_version: str | None) -> tuple[int, int] | None:
+    try:
+        major, minor = (int(x) for x in (vllm_version or "").lstrip("v").split(".")[:2])
+    except ValueError:
+        return None
+    return major, minor
+
+
+def allreduce_kind(gpu: GPU, vllm_version: str | None) -> str:
+    """How a tensor-parallel all-reduce runs: vLLM's custom all-reduce over NVLink (since 0.3.0, vLLM PR 2192),
+    or NCCL: before it on NVLink, and over PCIe (``pcie``)."""
+    if (gpu.interconnect or "pcie") == "pcie":
+        return "pcie"
+    v = _version(vllm_version)
+    return "nccl" if v is not None and v < (0, 3) else "nvlink"
 
 
 def chunked_prefill_default(vllm_version: str | None) -> bool:
@@ -177,7 +195,7 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         experts_touched=touched, kv_bytes=kv, gemm_flops=gemm, attention_flops=attn / tp, layers=a.num_layers,
         moe_layers=moe_layers, allreduces=allreduces, allreduce_bytes=ar_bytes, eager=enforce_eager,
         generation=gpu.generation or "hopper", kernel=kern, era=era(vllm_version),
-        link=gpu.interconnect or "pcie", bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
+        link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
         peak_flops=bf16, link_Bps=(gpu.interconnect_gbs or 32) * 1e9)
 
 
@@ -206,7 +224,8 @@ PRIORS: dict[str, tuple[float, float]] = {
     "kernel.mxfp4": (0.55, 0.6), "kernel.nf4": (0.30, 0.6), "moe_kernel": (0.60, 0.5),
     "host_s.0.5": (3e-3, 1.0), "host_s.0.6": (1e-3, 1.0), "host_s.0.9": (4e-4, 1.0),
     "seq_s": (8e-6, 1.0), "layer_s": (8e-6, 0.8), "eager_layer_s": (6e-5, 0.8), "moe_layer_s": (1.5e-5, 0.8),
-    "allreduce_s.nvlink": (1.2e-5, 0.7), "allreduce_s.pcie": (3e-5, 0.7), "api_s": (3e-3, 1.0),
+    "allreduce_s.nvlink": (1.2e-5, 0.7), "allreduce_s.pcie": (3e-5, 0.7), "allreduce_s.nccl": (3e-5, 0.7),
+    "api_s": (3e-3, 1.0),
 }
 GENERATION_SIGMA = 0.25  # how far a generation's efficiency may sit from the pooled one without evidence
 

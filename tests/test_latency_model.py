@@ -12,6 +12,7 @@ from analysis import catalog, latency
 from analysis.latency import (
     Engine,
     LatencyConstants,
+    allreduce_kind,
     burst_ttft_schedule,
     decode_schedule,
     era,
@@ -97,6 +98,10 @@ def test_quantized_kernels_and_eras_are_named_from_the_checkpoint_and_version():
     assert kernel_family(catalog.resolve_model("qwen3-235b-a22b-fp8")[0]) == "fp8"
     assert [era(v) for v in ("0.2.7", "0.5.4", "0.6.0", "0.8.5", "0.9.0", "0.32.0", None)] == [
         "0.5", "0.5", "0.6", "0.6", "0.9", "0.9", "0.9"]
+    # vLLM's custom all-reduce (PR 2192) shipped in 0.3.0 and runs over NVLink; before it, and over PCIe, NCCL's
+    l40s = catalog.resolve_gpu("l40s")[0]
+    assert [allreduce_kind(H100, v) for v in ("0.2.7", "0.3.0", None)] == ["nccl", "nvlink", "nvlink"]
+    assert allreduce_kind(l40s, "0.32.0") == "pcie"
 
 
 def test_schedules_compose_steps_as_the_benchmarks_run_them():
