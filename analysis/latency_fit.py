@@ -136,14 +136,16 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
     if wl.benchmark == "serve" and rec.ttft_ms:
         median = r.median_ttft_ms is not None
         prompts = wl.num_prompts
-        if prompts is not None and prompts <= n:
-            s = burst_ttft_schedule(e, prompts, wl.input_len, "median" if median else "mean")
+        if (prompts is not None and prompts <= n) or wl.request_rate is None:
+            # Every request sent at once, or a closed loop of fixed-length requests at a fixed concurrency
+            # (request rate inf): they finish together and the next ones arrive together, in waves of n prompts.
+            s = burst_ttft_schedule(e, min(n, prompts or n), wl.input_len, "median" if median else "mean")
         else:
             s = ttft_schedule(e, wl.input_len, decoding=n - 1, context=wl.input_len + wl.output_len / 2)
             if not median and prompts:
                 # The mean counts the first `n` requests, which arrive together, beside the steady state.
                 share = n / prompts
-                s = Schedule(api=0).extend(s, 1 - share).extend(burst_ttft_schedule(e, n, wl.input_len, "mean"),
+                s = Schedule().extend(s, 1 - share).extend(burst_ttft_schedule(e, n, wl.input_len, "mean"),
                                                                  share)
         out.append(Target(name, rec.source_key, "ttft", "ttft", rec.ttft_ms / 1e3, s))
     return out
@@ -349,6 +351,8 @@ def summary(rows: list[Row]) -> dict[str, Any]:
         "ttft_records": len(ttft),
         "ttft_median_abs_error": float(np.median([abs(r.loso_ratio - 1) for r in ttft])) if ttft else None,
         "per_source_median_ratio": {s: float(np.median(v)) for s, v in sorted(by_source.items())},
+        "per_source_ttft_median_ratio": {s: float(np.median([r.loso_ratio for r in ttft if r.source == s]))
+                                         for s in sorted({r.source for r in ttft})},
         "beyond_25pct": sorted(r.record for r in rows if abs(r.loso_ratio - 1) > 0.25),
     }
 
@@ -381,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{s['ttft_records']} records")
         print("per-source median measured/predicted (decode):")
         for src, v in s["per_source_median_ratio"].items():
+            print(f"  {v:5.2f}  {src}")
+        print("per-source median measured/predicted (TTFT):")
+        for src, v in s["per_source_ttft_median_ratio"].items():
             print(f"  {v:5.2f}  {src}")
         print(f"beyond 25 %: {', '.join(s['beyond_25pct']) or 'none'}")
         for key, what in (("same_source", "the same source (one machine and setup)"),

@@ -50,6 +50,9 @@ EXPLAINED = {
                                                         "lands in the step",
     "dstack_llama-3.1-405b-fp8_h100_tp8": "405B in FP8 (fbgemm per-channel) at tp 8: 1.27x slower than the FP8 "
                                           "efficiency fitted on the FP8 cards at tp 1-2 (single runs, no warm-up)",
+    "wmx_qwen2.5-0.5b_l4": "TTFT of a 0.5B model on an L4 in a 4-vCPU cloud instance: 27-135 ms where the prefill "
+                           "takes 2-20 ms; the API server and the small host are the TTFT, and held out the API "
+                           "cost comes from the other sources' prefill-bound TTFTs (its ITLs are within 20 %)",
     "r1llama70bcard_llama-3.1-70b-w4a16_h100": "W4A16 (Marlin) on H100 runs 1.3x slower than the int4 efficiency "
                                                "fitted mostly on A100 records (these cards' A100 W4A16 rows are "
                                                "within 8%): Marlin reaches a smaller share of Hopper's bandwidth",
@@ -137,5 +140,7 @@ def test_a_one_point_calibration_of_the_same_setup_predicts_its_other_records(fi
 def test_ttft_is_held_against_the_published_ttfts(fitted):
     _, rows = fitted
     ttft = [r for r in rows if r.kind == "ttft"]
-    assert ttft, "serve records that state a TTFT"
-    assert summary(rows)["ttft_median_abs_error"] < 0.35
+    assert len(ttft) >= 9 and len({r.source for r in ttft}) >= 3
+    # prefill-bound TTFTs (bursts and closed-loop waves of long prompts) within 25 %; the rest are explained
+    assert all(abs(r.loso_ratio - 1) <= 0.25 or _explained(r.record) for r in ttft)
+    assert sum(abs(r.loso_ratio - 1) <= 0.25 for r in ttft) >= 4
