@@ -194,7 +194,7 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         decode_seqs=decode_seqs, prefill_tokens=prefill_tokens, dense_bytes=dense / tp, expert_bytes=experts / tp,
         experts_touched=touched, kv_bytes=kv, gemm_flops=gemm, attention_flops=attn / tp, layers=a.num_layers,
         moe_layers=moe_layers, allreduces=allreduces, allreduce_bytes=ar_bytes, eager=enforce_eager,
-        generation=gpu.generation or "hopper", kernel=kern, era=era(vllm_version),
+        generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
         link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
         peak_flops=bf16, link_Bps=(gpu.interconnect_gbs or 32) * 1e9)
 
@@ -261,8 +261,8 @@ class LatencyConstants(BaseModel):
         """A constant, the pooled value standing in for a generation without its own."""
         if name in self.params:
             return self.params[name]
-        base = name.split(".")[0]
-        if base in self.params and base.startswith("eta_"):
+        base = name.rpartition(".")[0]
+        if base in self.params:  # eta_weights.<a generation the corpus has no record of, or a probed GPU's None>
             return self.params[base]
         return prior(name)[0]
 

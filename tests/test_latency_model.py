@@ -162,3 +162,11 @@ def test_a_cpu_plan_keeps_the_roofline_and_says_why():
     p = make_plan(LLAMA8B, PlanInputs(batch=1, context=1024, max_model_len=8192), cpu)
     assert p["decode_step_s"] == p["roofline_decode_step_s"]
     assert "no evidence-fitted constants for CPUs" in p["latency_model"]
+
+
+def test_a_gpu_of_no_catalogued_generation_gets_the_pooled_efficiencies():
+    c = constants(eta_weights=0.5, **{"eta_weights.hopper": 0.9})
+    probed = catalog.GPU(name="probe: x", display="x", memory_mib=81920, bandwidth_tbs=3.35, bf16_tflops=989)
+    w = Engine(LLAMA8B, probed).step(decode_seqs=1, decode_context=1)
+    assert w.generation == "pooled" and w.link == "pcie"  # nothing known about its links: the slower kind
+    assert step_terms(w, c)["effective_weight_bandwidth_Bps"] == pytest.approx(3.35e12 * 0.5)
