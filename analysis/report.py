@@ -272,6 +272,9 @@ def _value(quantity: str, v: Any) -> str:
     return fnum(v)
 
 
+PLAN_DIVERGENCE = "decode step, kvprof plan (spec sheet)"
+
+
 def divergences_answer(a: Analysis, most: int = 6) -> Table | None:
     """The largest divergence of each kind of quantity (not several noisy points of one kind)."""
     d = a.divergences
@@ -279,7 +282,10 @@ def divergences_answer(a: Analysis, most: int = 6) -> Table | None:
         return None
     st = _style(a)
     top = d.dropna(subset=["rel_error"])
-    top = top[top["rel_error"].abs() > 1e-9].drop_duplicates("quantity").head(most)
+    top = top[top["rel_error"].abs() > 1e-9].drop_duplicates("quantity")
+    # the spec-sheet prediction a buyer plans with comes first: how far the machine was from it
+    first = top["quantity"] == PLAN_DIVERGENCE
+    top = pd.concat([top[first], top[~first]]).head(most)
     if top.empty:
         return None
     frame = pd.DataFrame([{"quantity": r.quantity, "where": st.relabel(r.where).replace(" c=", ", batch ")
@@ -370,8 +376,8 @@ def _answer_page(pdf: Any, a: Analysis) -> None:
         fig_h = 165.0
         _capacity_figure(fig, (right_x / _W, (y - fig_h) / _H, (_W - 14) / _W, y / _H), a, cap[1])
         right_end = y - fig_h - 8
-    if div is not None:
-        n = set_table(fig, div, right_x, right_end, bottom + 100, _W - right_x - 22)
+    if div is not None:  # no lower than the left column ends, so the decode table beneath keeps its room
+        n = set_table(fig, div, right_x, right_end, max(bottom + 100, left_end), _W - right_x - 22)
         if n < len(div.frame):
             rest.append(_continued(div, n))
         right_end -= _set_height(div, n, _W - right_x - 22)

@@ -435,6 +435,7 @@ def divergences(cap: pd.DataFrame, dec: pd.DataFrame, rounding: pd.DataFrame) ->
         where = f"{r['engine_id']} c={r['concurrency']} ctx={r['mean_context']:.0f}"
         add("decode step, roofline (spec)", where, r.get("roofline_spec_s"), r["decode_step_s"])
         add("decode step, roofline (probe)", where, r.get("roofline_probe_s"), r["decode_step_s"])
+        # the spec-sheet prediction (analysis.report.PLAN_DIVERGENCE puts it first on page one)
         add("decode step, kvprof plan (spec sheet)", where, r.get("predicted_s"), r["decode_step_s"])
         add("decode step, fitted", where, r.get("fitted_s"), r["decode_step_s"])
     df = pd.DataFrame(rows)
