@@ -308,7 +308,7 @@ def plan_prediction(a: Architecture, gpu: GPU | None, e: Any, r: Any, tp: int) -
 # A point whose steps spread (interquartile range) more than this share of their median measured something
 # besides the model; one during which other processes kept this many cores busy, or any other process ran on
 # its GPU, was contended. Either is marked and left out of the fit unless asked (kvprof report --fit-flagged).
-NOISY_SPREAD = 0.25
+NOISY_SPREAD = 0.5
 CONTENDED_CORES = 0.5
 
 

@@ -765,7 +765,7 @@ def report_cmd(
                           "DIR (made if missing): for a read-only archive.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the written paths and headline as JSON.")] = False,
     fit_flagged: Annotated[bool, typer.Option(
-        "--fit-flagged", help="Fit decode points flagged as noisy (steps spread over 25% of their median) or "
+        "--fit-flagged", help="Fit decode points flagged as noisy (steps spread over half their median) or "
                               "contended (other processes on the cores or the GPU) too; by default they are drawn "
                               "hollow and left out of the fit.")] = False,
 ):

@@ -53,7 +53,9 @@ def test_a_busy_loop_beside_the_window_is_seen():
     # the demo sweep beside another job: a 19 ms median with steps from 2.4 to 30 ms
     ({"decode_step_s": 19e-3, "decode_step_p25_s": 2.4e-3, "decode_step_p75_s": 30e-3},
      "steps spread 145% of their median (IQR)"),
-    ({"decode_step_s": 10e-3, "decode_step_spread_s": 3e-3}, "steps spread 30% of their median (IQR)"),
+    # half the median is the line: a tiny model's steps on a shared CPU spread 10-40 % unloaded
+    ({"decode_step_s": 10e-3, "decode_step_spread_s": 4e-3}, None),
+    ({"decode_step_s": 10e-3, "decode_step_spread_s": 6e-3}, "steps spread 60% of their median (IQR)"),
     ({"decode_step_s": 10e-3, "decode_step_spread_s": 1e-3, "other_cpu_cores": 0.96},
      "other processes kept 1.0 CPU cores busy"),
     ({"decode_step_s": 10e-3, "other_cpu_cores": 0.2, "gpu_other_processes": 2}, "2 other process(es) on the GPU"),

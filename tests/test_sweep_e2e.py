@@ -11,6 +11,7 @@ from pdf_checks import page_ink, pdf_text, summary_cells
 
 from analysis.allocator import batch_ceiling, paged_capacity
 from analysis.catalog import resolve_model
+from analysis.theory_vs_measured import flag_reason
 from profiler.preflight import validate
 from profiler.store import ResultsDir
 
@@ -218,8 +219,14 @@ def test_the_sweep_ends_with_a_report_that_says_what_was_measured(tiny_sweep, tm
             assert all(cell in flat for cell in row), row
     cal = json.loads((out / "calibration.json").read_text())
     decode_points = sum(p.phase == "decode" for pts in plan.points.values() for p in pts)
-    assert cal["device"].startswith("CPU") and cal["fit"]["n"] == decode_points
-    assert cal["step_overhead_s"] >= 0 and len(cal["fit"]["loo_rel_errors"]) == decode_points
+    # The fit takes every decode point but those measured while the machine was busy (steps spread over a quarter
+    # of their median, or other processes holding the cores): on a loaded CI machine some are, and say why.
+    records = [json.loads(f.read_text()) for f in (out / "points").glob("*.json")]
+    measured = [r["measurements"] for r in records if r["point"]["phase"] == "decode" and r["status"] == "ok"]
+    assert len(measured) == decode_points
+    fitted = sum(flag_reason(m) is None for m in measured)
+    assert cal["device"].startswith("CPU") and cal["fit"]["n"] == fitted >= 4
+    assert cal["step_overhead_s"] >= 0 and len(cal["fit"]["loo_rel_errors"]) == fitted
     # A tiny model on 2 shared CPU cores gives step times dominated by overhead and noise: the
     # fit may find no bandwidth, or a poor R². Whatever calibration.json holds, the report says it: the
     # bandwidth or that there is none, and a fit with R² below 0.5 as poor, never one without the other.
