@@ -29,7 +29,7 @@ procurement table and the fit all use the same schedules.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -81,27 +81,21 @@ def kernel_family(a: Architecture) -> Kernel:
     return "bf16"
 
 
-def era(vllm_version: str | None) -> str:
-    """The host-cost era of a vLLM version (None: the newest)."""
-    if not vllm_version:
-        return ERAS[-1]
-    try:
-        major, minor = (int(x) for x in vllm_version.lstrip("v").split(".")[:2])
-    except ValueError:
-        return ERAS[-1]
-    if (major, minor) < (0, 6):
-        return "0.5"
-    if (major, minor) < (0, 9):
-        return "0.6"
-    return "0.9"
-
-
 def _version(vllm_version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a version string, None when absent or unreadable."""
     try:
         major, minor = (int(x) for x in (vllm_version or "").lstrip("v").split(".")[:2])
     except ValueError:
         return None
     return major, minor
+
+
+def era(vllm_version: str | None) -> str:
+    """The host-cost era of a vLLM version (None or unreadable: the newest)."""
+    v = _version(vllm_version)
+    if v is None:
+        return ERAS[-1]
+    return "0.5" if v < (0, 6) else "0.6" if v < (0, 9) else "0.9"
 
 
 def allreduce_kind(gpu: GPU, vllm_version: str | None) -> str:
@@ -115,13 +109,8 @@ def allreduce_kind(gpu: GPU, vllm_version: str | None) -> str:
 
 def chunked_prefill_default(vllm_version: str | None) -> bool:
     """Whether prompts are chunked and mixed into decode steps by default: V1 (vLLM 0.8 on) always does."""
-    if not vllm_version:
-        return True
-    try:
-        major, minor = (int(x) for x in vllm_version.lstrip("v").split(".")[:2])
-    except ValueError:
-        return True
-    return (major, minor) >= (0, 8)
+    v = _version(vllm_version)
+    return v is None or v >= (0, 8)
 
 
 @dataclass(frozen=True)
@@ -467,7 +456,7 @@ def served_step_schedule(e: Engine, concurrency: float, input_len: int, output_l
     if not e.chunked:
         return decode.extend(prefill_schedule(e, 1, input_len), arriving)
     room = None if e.max_num_batched_tokens is None else max(e.max_num_batched_tokens - concurrency, 1)
-    chunks = Engine(**{**e.__dict__, "max_num_batched_tokens": room}).chunks(input_len)
+    chunks = replace(e, max_num_batched_tokens=room).chunks(input_len)
     s = Schedule().extend(decode, max(1.0 - arriving * len(chunks), 0.0))
     done = 0.0
     for n in chunks:

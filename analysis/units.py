@@ -113,15 +113,16 @@ _DURATION = re.compile(r"^\s*([0-9.]+(?:[eE][+-]?[0-9]+)?)\s*(s|ms|us|µs)?\s*$"
 
 def parse_seconds(text: str) -> float:
     """'0.05', '50ms', '50 ms', '800us', '1.5s' → seconds. Raises ValueError naming the input."""
+    shown = repr(text) if len(text) <= 40 else repr(text[:40]) + f"… ({len(text):,} characters)"
     m = _DURATION.match(text)
     try:
         value = float(m.group(1)) * _SECONDS[m.group(2) or "s"] if m else None
     except ValueError:
         value = None
     if value is None:
-        raise ValueError(f"{text!r} is not a duration: give seconds (0.05) or a number with s, ms or us (50ms)")
+        raise ValueError(f"{shown} is not a duration: give seconds (0.05) or a number with s, ms or us (50ms)")
     if not value > 0:
-        raise ValueError(f"{text!r}: a duration must be positive")
+        raise ValueError(f"{shown}: a duration must be positive")
     if not math.isfinite(value):
-        raise ValueError(f"{text!r}: a duration must be finite")
+        raise ValueError(f"{shown}: a duration must be finite")
     return value

@@ -44,3 +44,11 @@ def test_the_report_formats_through_the_same_functions():
     # One formatter: the PDF's tables say 3.00 TiB as the CLI does (not "3,072.00 GiB").
     assert fbytes(3 * 2**40) == fmt_bytes(3 * 2**40) == "3.00 TiB"
     assert fms(0.0042) == "4.200 ms"
+
+
+def test_a_huge_duration_is_named_in_a_short_line():
+    from analysis.units import parse_seconds
+
+    with pytest.raises(ValueError) as exc:
+        parse_seconds("9" * 100_000)
+    assert len(str(exc.value)) < 120 and "(100,000 characters)" in str(exc.value)
