@@ -138,19 +138,28 @@ def report_fit(root: Path) -> dict[str, Any]:
           + (f" + FLOPs / {f.effective_flops / 1e9:.0f} GFLOP/s" if f.effective_flops else "")
           + f"  (R² {f.r2:.3f}){' — ' + f.note if f.note else ''}")
     dec = dec.sort_values(["concurrency", "mean_context"]).reset_index(drop=True)
+    # The fit leaves out points flagged as noisy or contended (analysis.theory_vs_measured.fit): its leave-one-out
+    # errors are those of the points it used; a flagged point is shown with the full fit's prediction, marked.
     full = a.decode.reset_index(drop=True)
-    loo = dict(zip(full["point_id"], f.loo_rel_errors, strict=True))
+    used = full[full["flagged"].isna()] if "flagged" in full else full
+    loo = dict(zip(used["point_id"], f.loo_rel_errors, strict=True))
     print(f"\n{'batch':>5} {'context':>8} {'GB read':>8} {'step ms':>8} {'TPOT ms':>8} {'LOO pred ms':>11} "
           f"{'err vs step':>11} {'err vs TPOT':>11}")
     tpot_errs, step_errs = [], []
     for r in dec.itertuples(index=False):
-        e = loo[r.point_id]  # (pred − measured) / measured
-        pred = r.decode_step_s * (1 + e)
+        if r.point_id in loo:
+            e = loo[r.point_id]  # (pred − measured) / measured
+            pred = r.decode_step_s * (1 + e)
+        else:
+            pred = float(f.predict(np.array([r.bytes]), np.array([r.flops]))[0])
+            e = (pred - r.decode_step_s) / r.decode_step_s
         te = (pred - r.tpot_s) / r.tpot_s if r.tpot_s else float("nan")
-        step_errs.append(e)
-        tpot_errs.append(te)
+        flagged = "" if r.point_id in loo else f"  flagged, not fitted: {getattr(r, 'flagged', '')}"
+        if not flagged:
+            step_errs.append(e)
+            tpot_errs.append(te)
         print(f"{r.concurrency:>5} {r.mean_context:>8.0f} {r.bytes / 1e9:>8.3f} {1e3 * r.decode_step_s:>8.1f} "
-              f"{1e3 * r.tpot_s:>8.1f} {1e3 * pred:>11.1f} {pct(e):>11} {pct(te):>11}")
+              f"{1e3 * r.tpot_s:>8.1f} {1e3 * pred:>11.1f} {pct(e):>11} {pct(te):>11}{flagged}")
     apart = dec[(dec["tpot_s"] / dec["decode_step_s"] - 1).abs() > 0.25]
     if len(apart):
         print(f"TPOT ≠ decode step at {len(apart)} points (batch > 1, long prompts): vLLM's TPOT runs from a request's "
