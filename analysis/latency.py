@@ -6,10 +6,11 @@ the KV it reads, its FLOPs and its all-reduces. Its time is
 
     weights_s        smooth-max(weight bytes / (BW · η_w[generation] · κ[kernel] (· κ_moe for experts)),
                                 GEMM FLOPs / (peak · η_f[generation]))
-  + kv_s             KV bytes read / (BW · η_kv[generation])      attention kernels reach a smaller share of
-                                                                  peak than GEMMs
+  + kv_s             KV bytes read / (BW · η_kv[generation] · κ_kv[vLLM era])   attention kernels reach a
+                                                                  smaller share of peak than GEMMs
   + attention_s      attention FLOPs / (peak · η_f[generation])   prefill's quadratic term
-  + communication_s  all-reduces × latency[link] + their bytes / link bandwidth    (tp > 1: two per layer)
+  + communication_s  all-reduces × latency[link] · log2(tp) + their bytes / link bandwidth   (tp > 1: two a layer;
+                                                                  the latency grows with the ranks synchronised)
   + floor_s          host[vLLM era] + per-sequence host cost × sequences
                      + per-layer launch cost (CUDA-graph replay, or eager launches) (+ MoE layers' extra)
 
@@ -22,7 +23,8 @@ gives each prediction its interval.
 
 Workloads are schedules of steps (:class:`Schedule`): a decode step, a prefill in chunks of
 ``max_num_batched_tokens``, the time to first token of a request arriving while others decode, a
-served TPOT with the prefill of arriving requests mixed into the decode steps. The plan, the
+served TPOT with the prefill of arriving requests mixed into the decode steps, bursts of requests run in waves
+of what the engine holds at once, and closed loops that queue beyond it. The plan, the
 procurement table and the fit all use the same schedules.
 """
 
@@ -128,6 +130,7 @@ class StepWork:
     layers: int
     moe_layers: int
     allreduces: float
+    allreduce_hops: float  # log2(tp): an all-reduce's latency grows with the ranks it synchronises
     allreduce_bytes: float  # bytes each GPU sends and receives in them (ring: 2(tp−1)/tp of the tensor)
     eager: bool
     generation: str
@@ -182,7 +185,8 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
     return StepWork(
         decode_seqs=decode_seqs, prefill_tokens=prefill_tokens, dense_bytes=dense / tp, expert_bytes=experts / tp,
         experts_touched=touched, kv_bytes=kv, gemm_flops=gemm, attention_flops=attn / tp, layers=a.num_layers,
-        moe_layers=moe_layers, allreduces=allreduces, allreduce_bytes=ar_bytes, eager=enforce_eager,
+        moe_layers=moe_layers, allreduces=allreduces, allreduce_hops=float(np.log2(tp)), allreduce_bytes=ar_bytes,
+        eager=enforce_eager,
         generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
         link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
         peak_flops=bf16, link_Bps=(gpu.interconnect_gbs or 32) * 1e9)
@@ -196,6 +200,7 @@ def parameter_names() -> list[str]:
     names = []
     for eta in ("eta_weights", "eta_kv", "eta_flops"):
         names += [eta] + [f"{eta}.{g}" for g in GENERATIONS]
+    names += [f"kv_era.{e}" for e in ERAS[:-1]]
     names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel"]
     names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "layer_s", "eager_layer_s", "moe_layer_s"]
     names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s"]
@@ -209,6 +214,7 @@ def parameter_names() -> list[str]:
 # ~10 µs (vLLM's custom all-reduce), PCIe ones ~30 µs (NCCL).
 PRIORS: dict[str, tuple[float, float]] = {
     "eta_weights": (0.80, 0.3), "eta_kv": (0.60, 0.5), "eta_flops": (0.55, 0.4),
+    "kv_era.0.5": (1.0, 0.4), "kv_era.0.6": (1.0, 0.4),
     "kernel.fp8": (0.90, 0.4), "kernel.int8": (0.85, 0.4), "kernel.int4": (0.70, 0.5), "kernel.fp4": (0.70, 0.5),
     "kernel.mxfp4": (0.55, 0.6), "kernel.nf4": (0.30, 0.6), "moe_kernel": (0.60, 0.5),
     "host_s.0.5": (3e-3, 1.0), "host_s.0.6": (1e-3, 1.0), "host_s.0.9": (4e-4, 1.0),
@@ -282,9 +288,10 @@ class Overrides:
     step_overhead_s: float | None = None
 
 
-def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, attention_flops, allreduces, allreduce_bytes,
+def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, attention_flops, allreduces, allreduce_hops,
+                 allreduce_bytes,
                  decode_seqs, layers, moe_layers, bandwidth_Bps, gemm_peak_flops, peak_flops, link_Bps, eta_weights,
-                 kernel, moe_kernel, eta_kv, eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s):
+                 kernel, moe_kernel, eta_kv, kv_era, eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s):
     """The step-time formula (module docstring), term by term. Every argument may be a number or a numpy array
     of steps (the fit evaluates the whole corpus at once), so there is one formula for the plan and the fit."""
     bw_w = bandwidth_Bps * eta_weights * kernel
@@ -295,16 +302,16 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, attention_f
         "weights_s": (stream ** p + gemm ** p) ** (1 / p),
         "weight_stream_s": stream,
         "gemm_compute_s": gemm,
-        "kv_s": kv_bytes / (bandwidth_Bps * eta_kv),
+        "kv_s": kv_bytes / (bandwidth_Bps * eta_kv * kv_era),
         "attention_s": attention_flops / (peak_flops * eta_flops),
-        "communication_s": allreduces * allreduce_s + allreduce_bytes / link_Bps,
+        "communication_s": allreduces * allreduce_hops * allreduce_s + allreduce_bytes / link_Bps,
         "floor_s": host_s + seq_s * decode_seqs + layer_s * layers + moe_layer_s * moe_layers,
     }
 
 
 FEATURES = ("dense_bytes", "expert_bytes", "kv_bytes", "gemm_flops", "attention_flops", "allreduces",
-            "allreduce_bytes", "decode_seqs", "layers", "moe_layers", "bandwidth_Bps", "gemm_peak_flops",
-            "peak_flops", "link_Bps")
+            "allreduce_hops", "allreduce_bytes", "decode_seqs", "layers", "moe_layers", "bandwidth_Bps",
+            "gemm_peak_flops", "peak_flops", "link_Bps")
 
 
 def step_constants(w: StepWork) -> dict[str, str | float]:
@@ -312,6 +319,7 @@ def step_constants(w: StepWork) -> dict[str, str | float]:
     g = w.generation
     return {"eta_weights": f"eta_weights.{g}", "kernel": 1.0 if w.kernel == "bf16" else f"kernel.{w.kernel}",
             "moe_kernel": "moe_kernel" if w.expert_bytes else 1.0, "eta_kv": f"eta_kv.{g}",
+            "kv_era": 1.0 if w.era == ERAS[-1] else f"kv_era.{w.era}",
             "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
             "host_s": f"host_s.{w.era}", "seq_s": "seq_s", "layer_s": "eager_layer_s" if w.eager else "layer_s",
             "moe_layer_s": "moe_layer_s" if w.moe_layers else 0.0}
@@ -326,7 +334,7 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
     coef = {k: v if isinstance(v, float) else c.value(v) for k, v in step_constants(w).items()}
     if o.bandwidth_Bps:  # one measured bandwidth for every byte, MoE kernels' share kept
         features["bandwidth_Bps"] = o.bandwidth_Bps
-        coef.update(eta_weights=1.0, kernel=1.0, eta_kv=1.0)
+        coef.update(eta_weights=1.0, kernel=1.0, eta_kv=1.0, kv_era=1.0)
     if o.flops:
         features.update(gemm_peak_flops=o.flops, peak_flops=o.flops)
         coef["eta_flops"] = 1.0
@@ -335,7 +343,7 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
     out = step_seconds(**features, **coef)
     bw_w = features["bandwidth_Bps"] * coef["eta_weights"] * coef["kernel"]
     out.update(effective_weight_bandwidth_Bps=bw_w,
-               effective_kv_bandwidth_Bps=features["bandwidth_Bps"] * coef["eta_kv"],
+               effective_kv_bandwidth_Bps=features["bandwidth_Bps"] * coef["eta_kv"] * coef["kv_era"],
                effective_flops=features["gemm_peak_flops"] * coef["eta_flops"])
     return out
 
@@ -442,8 +450,10 @@ def served_step_schedule(e: Engine, concurrency: float, input_len: int, output_l
                          steady: bool = True) -> Schedule:
     """A served request's time per output token at ``concurrency`` requests in flight.
 
-    Steady state (requests keep arriving as others finish): a prompt arrives every ``output_len / concurrency``
-    steps, so that share of the steps carries a whole prompt beside the running decodes — mixed into the step
+    Steady state (requests keep arriving as others finish): while one request decodes, each of the other
+    ``concurrency − 1`` slots takes a new prompt every ``output_len`` steps (a request's own prompt runs before its
+    first token, outside its TPOT: at concurrency 1 no prompt ever interrupts it), so that share of the steps
+    carries a whole prompt beside the running decodes — mixed into the step
     in chunks of what max_num_batched_tokens leaves beside them (chunked prefill), or run as a step of its own
     that stalls them (without it). The other steps decode alone. (Averaging the prompt's tokens over every step
     would be wrong: an MoE step of a few tokens touches few experts, one with a whole prompt nearly all.)
@@ -452,7 +462,7 @@ def served_step_schedule(e: Engine, concurrency: float, input_len: int, output_l
     decode = decode_schedule(e, concurrency, ctx)
     if not steady or output_len <= 1:
         return decode
-    arriving = min(concurrency / output_len, 1.0)  # prompts per step
+    arriving = min((concurrency - 1) / output_len, 1.0)  # other requests' prompts per step
     if not e.chunked:
         return decode.extend(prefill_schedule(e, 1, input_len), arriving)
     room = None if e.max_num_batched_tokens is None else max(e.max_num_batched_tokens - concurrency, 1)
@@ -481,22 +491,86 @@ def ttft_schedule(e: Engine, prompt_len: int, decoding: float = 0, context: floa
     return s
 
 
-def burst_ttft_schedule(e: Engine, requests: int, prompt_len: int, statistic: Literal["mean", "median"],
-                        served: bool = True) -> Schedule:
-    """Time to first token when ``requests`` prompts arrive together: prefill chunks run one after another and
-    request i's first token comes with the chunk that completes its prompt; the mean (or median) over them."""
-    chunk_steps = prefill_schedule(e, requests, prompt_len).steps
-    ends = np.cumsum([w.prefill_tokens for _, w in chunk_steps])
+def _wave_chunks(e: Engine, requests: int, prompt_len: int) -> tuple[list[StepWork], list[int]]:
+    """The prefill steps of ``requests`` prompts arriving together, in chunks of max_num_batched_tokens, and the
+    step at which each request's prompt completes (its first token). With chunked prefill the requests already
+    started decode in every later chunk's step."""
+    sizes = e.chunks(requests * prompt_len)
+    ends = np.cumsum(sizes)
     done_at = [int(np.searchsorted(ends, (i + 1) * prompt_len - 1e-6)) for i in range(requests)]
+    steps, done = [], 0.0
+    for j, n in enumerate(sizes):
+        started = sum(1 for d in done_at if d < j) if e.chunked else 0
+        steps.append(e.step(prefill_tokens=n, prefill_prefix=(done % prompt_len) if requests > 1 else done,
+                            prefill_seqs=max(n / prompt_len, 1.0), decode_seqs=started, decode_context=prompt_len))
+        done += n
+    return steps, done_at
+
+
+def _waves(requests: int, running: int | None) -> tuple[int, float, float]:
+    """Requests beyond what the engine runs at once (``running``: max_num_seqs or the KV cache) wait for a whole
+    earlier wave: (requests per wave, mean waves waited, median request's waves waited)."""
+    b = max(1, min(requests, running or requests))
+    return b, sum(i // b for i in range(requests)) / requests, float(((requests - 1) // 2) // b)
+
+
+def burst_ttft_schedule(e: Engine, requests: int, prompt_len: int, statistic: Literal["mean", "median"],
+                        served: bool = True, running: int | None = None, output_len: int = 1) -> Schedule:
+    """Time to first token when ``requests`` prompts arrive together: prefill chunks run one after another and
+    request i's first token comes with the chunk that completes its prompt; the mean (or median) over them.
+    Where the engine runs fewer at once (``running``), the others wait for the earlier waves to finish: a
+    wave is its prefill and ``output_len − 1`` decode steps."""
+    b, mean_waits, median_waits = _waves(requests, running)
+    chunk_steps, done_at = _wave_chunks(e, b, prompt_len)
     s = Schedule(api=1.0 if served else 0.0)
     if statistic == "median":
-        k = sorted(done_at)[(requests - 1) // 2]
+        k = sorted(done_at)[(b - 1) // 2]
         weights = [1.0 if j <= k else 0.0 for j in range(len(chunk_steps))]
     else:
-        weights = [sum(1 for d in done_at if d >= j) / requests for j in range(len(chunk_steps))]
-    for wt, (_, w) in zip(weights, chunk_steps, strict=True):
+        weights = [sum(1 for d in done_at if d >= j) / b for j in range(len(chunk_steps))]
+    for wt, w in zip(weights, chunk_steps, strict=True):
         s.add(wt, w)
+    waits = median_waits if statistic == "median" else mean_waits
+    if waits:
+        for w in chunk_steps:
+            s.add(waits, w)
+        s.extend(decode_schedule(e, b, prompt_len + output_len / 2), waits * max(output_len - 1, 0))
     return s
+
+
+def burst_tpot_schedule(e: Engine, requests: int, prompt_len: int, output_len: int,
+                        statistic: Literal["mean", "median"], running: int | None = None) -> Schedule:
+    """Time per output token of requests that arrive together (in waves of what the engine runs at once): after
+    a request's first token, the prefill chunks of the prompts behind it in its wave still run, each a step that
+    also yields its next token; the rest of its tokens are plain decode steps. The mean (or the median request's)
+    over the wave, per output token after the first."""
+    b, _, _ = _waves(requests, running)
+    chunk_steps, done_at = _wave_chunks(e, b, prompt_len)
+    decode = decode_schedule(e, b, prompt_len + output_len / 2)
+    n = max(output_len - 1, 1)
+    order = sorted(range(b), key=lambda i: done_at[i])
+    chosen = [order[(b - 1) // 2]] if statistic == "median" else list(range(b))
+    s = Schedule()
+    weights = [0.0] * len(chunk_steps)
+    decode_weight = 0.0
+    for i in chosen:
+        later = list(range(done_at[i] + 1, len(chunk_steps)))[:n]
+        for m in later:
+            weights[m] += 1.0 / (len(chosen) * n)
+        decode_weight += max(n - len(later), 0) / (len(chosen) * n)
+    for wt, w in zip(weights, chunk_steps, strict=True):
+        s.add(wt, w)
+    return s.extend(decode, decode_weight)
+
+
+def queued_ttft_schedule(e: Engine, concurrency: int, running: int, prompt_len: int, output_len: int) -> Schedule:
+    """TTFT of a closed loop that keeps ``concurrency`` requests in flight where the engine runs ``running``
+    (< concurrency) at once: by Little's law each request waits (concurrency / running − 1) request lifetimes
+    in the queue, then arrives at a running batch as in :func:`ttft_schedule`."""
+    ctx = prompt_len + output_len / 2
+    s = ttft_schedule(e, prompt_len, decoding=running - 1, context=ctx)
+    life = served_step_schedule(e, running, prompt_len, output_len)
+    return s.extend(life, (concurrency / running - 1) * output_len)
 
 
 # -- predictions with their named terms and intervals ---------------------------------------------------

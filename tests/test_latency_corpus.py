@@ -21,45 +21,68 @@ CORPUS = load_latency_corpus()
 # Records beyond 25 % under leave-one-source-out, and why. A new miss fails the test until it is explained here
 # (or the model is fixed); an explained record that comes back within 25 % fails too, so the list stays true.
 EXPLAINED = {
-    "dennislee_qwen2-7b_a100-80gb_tp1": "a vLLM 0.10 server on A100 with prefix caching at gpu_memory_utilization "
-                                        "0.5: 1.3x slower than the other A100 sources (2024 latency runs and the "
-                                        "Qwen team's 0.6.3 table) imply once it is held out",
-    "issue9471_llama-3.1-8b-fp8": "FP8 weights with num_scheduler_steps=8 (multi-step scheduling hides the host "
-                                  "floor): the only FP8 and the only multi-step record; held out, FP8 keeps its prior",
-    "pr13747_deepseek-v2-lite": "the only MLA model (FlashMLA) and a 2 GB-per-GPU MoE at tp 8: its step is floors "
-                                "and all-reduces of 27 layers of 64-expert routing, twice what the Mixtral-fitted "
-                                "MoE layer floor gives",
-    "pr2192_llama-2-70b": "vLLM 0.2.6 at tp 4 and batch 64 on A100 (the PR's custom all-reduce): the only source of "
-                          "its era at that batch; held out, the 0.5 era's host cost keeps its prior",
-    "pr23151_qwen3-30b-a3b": "a 128-expert MoE served at concurrency 10 with DeepGEMM: held out, the MoE kernel "
-                             "efficiency comes from 2024 Mixtral (8 experts, Triton fused MoE) and runs 1.6x slow",
-    "pr2542_mixtral-8x7b": "the first fused-MoE Triton kernel (vLLM 0.2.7, untuned) at tp 8 on H100 at batch 16 and "
-                           "64, whose per-GPU expert GEMMs are 1,792 wide: 1.3-2.3x slower than the tuned kernels of "
-                           "the other MoE sources (its batches 1-8 are within 20 %)",
-    "pr3240_mixtral-8x7b": "Mixtral on A100 at tp 2 (vLLM 0.3.3): 1.5x faster than the H100 tp 8 run of the same "
-                           "era implies; the two 2024 Mixtral sources disagree by 2x and the model has one MoE "
-                           "kernel efficiency",
-    "qwen25speed_qwen2.5-0.5b": "a 0.5B model at batch 1 (1 GB of weights): the step is the host floor of vLLM "
-                                "0.6.3's offline generate, 1.7x the floor fitted on the other sources",
-    "argonne_mixtral-8x7b_a100-40gb": "Mixtral on A100 40GB at tp 4 and batch 64 (vLLM 0.5.4): faster than the "
-                                      "pooled MoE efficiency, like PR 3240's A100 Mixtral; the MoE sources disagree "
-                                      "by 2x between A100 and H100",
+    "argonne_mistral-7b-v0.1_h100_tp1_b64_1024x1024": "Mistral-7B on one H100 at batch 64: 31 s where the same table's "
+                                                      "Llama-3-8B takes 19 s at the same point (and the two agree at "
+                                                      "batch 16 and on A100); the source's own outlier",
+    "argonnefp8_llama-3-8b-fp8_h100_tp1_b64_128x128": "FP8 at batch 64 with 128-token outputs (vLLM 0.5.4): the "
+                                                      "per-step figure is the latency less a predicted prefill "
+                                                      "of 8,192 tokens, so the prefill's error lands in the step",
+    "dennislee_qwen2-7b_a100-80gb_tp1_c10": "TTFT with prefix caching on and the benchmark's seed re-sending the same "
+                                            "random prompts across the author's runs (the server logs cache hits): "
+                                            "cached prompts skip part of the prefill",
+    "dennislee_qwen2-7b_a100-80gb_tp1_c100": "as c10: prefix-cache hits shorten the TTFT of 100 prompts sent at once",
     "dstack_llama-3.1-405b-fp8_h100_tp8_b4_32784x2048": "four 32,784-token prompts at tp 8: the per-step figure is "
                                                         "the latency less the predicted prefill (131k tokens, "
                                                         "quadratic attention, chunked); what that prediction misses "
                                                         "lands in the step",
-    "dstack_llama-3.1-405b-fp8_h100_tp8": "405B in FP8 (fbgemm per-channel) at tp 8: 1.27x slower than the FP8 "
-                                          "efficiency fitted on the FP8 cards at tp 1-2 (single runs, no warm-up)",
-    "wmx_qwen2.5-0.5b_l4": "TTFT of a 0.5B model on an L4 in a 4-vCPU cloud instance: 27-135 ms where the prefill "
-                           "takes 2-20 ms; the API server and the small host are the TTFT, and held out the API "
-                           "cost comes from the other sources' prefill-bound TTFTs (its ITLs are within 20 %)",
-    "r1llama70bcard_llama-3.1-70b-w4a16_h100": "W4A16 (Marlin) on H100 runs 1.3x slower than the int4 efficiency "
-                                               "fitted mostly on A100 records (these cards' A100 W4A16 rows are "
-                                               "within 8%): Marlin reaches a smaller share of Hopper's bandwidth",
-    "r1llama8bcard_llama-3.1-8b-w4a16_h100": "as the 70B card's H100 W4A16 row: Marlin on Hopper",
+    "emmy_qwen3-30b-a3b_h200_tp1_c1": "a 128-expert MoE at concurrency 1 on H200: the step is 48 MoE layers' routing "
+                                      "and launch floors; held out, pr23151's same model at concurrency 10 pulls the "
+                                      "MoE constants the other way",
+    "gpustack_gpt-oss-20b": "bursts of 100-500 requests sent at once (no max concurrency) to gpt-oss-20b: the waves "
+                            "vLLM runs them in depend on its KV cache for sliding-window layers and on 32k-token "
+                            "prompts' chunking; TTFT is queueing, 2x the predicted waves; no --ignore-eos",
+    "gpustack_qwen3-14b_a100-80gb-sxm_tp1_c500_4000x200": "a burst of 500 requests of 4,000 tokens: the TPOT of a "
+                                                          "wave is its prompts' prefill behind each first token "
+                                                          "(KV-limited waves of ~50), sensitive to where the wave's "
+                                                          "boundary falls",
+    "gpustack_qwen3-14b_h100-sxm": "bursts of 500 requests on H100: the TPOT is the wave's prefill behind each first "
+                                   "token; vLLM admits new requests as others finish rather than in clean waves, which "
+                                   "the wave model does not follow",
+    "issue16300_qwq-32b": "QwQ-32B at tp 2/4/8 on '8*A100(80GB)' (vLLM 0.7.2, form factor not stated): the step "
+                          "grows with tp as PCIe all-reduces would (SXM assumed); tp 2 at batch 1 is within 25 %",
+    "issue20469_qwen3-14b-awq": "AWQ in eager mode (--enforce-eager) with 16k-token prompts at concurrency 1: the only "
+                                "eager V1 record; the eager per-layer launch cost keeps its prior",
+    "issue30326_gpt-oss-120b": "gpt-oss-120b at tp 8 on H200 (vLLM 0.12): 4.1 ms where the all-reduce latency fitted "
+                               "on older tp 8 sources gives twice that; newer vLLM fuses all-reduce and norm",
+    "issue9471_llama-3.1-8b-fp8": "FP8 weights with num_scheduler_steps=8 (multi-step scheduling hides the host "
+                                  "floor): the only multi-step record",
+    "mlcperf_codellama-34b-awq": "CodeLlama-34B AWQ on 2x RTX 4090 (vLLM 0.2.0): barely faster than the 70B on the "
+                                 "same GPUs in the same table; the source does not explain it",
+    "pr13747_deepseek-v2-lite": "the only MLA model of its era (FlashMLA) and a 2 GB-per-GPU MoE at tp 8: its step is "
+                                "floors and all-reduces of 27 layers of 64-expert routing",
+    "pr23151_qwen3-30b-a3b": "a 128-expert MoE served at concurrency 10 with DeepGEMM: held out, the MoE kernel "
+                             "efficiency comes from Mixtral (8 experts) and gpt-oss; its TTFT (300 ms) is its "
+                             "closed-loop waves' chunks, with the same MoE efficiency",
+    "pr23197_llama-3.1-70b_h100_tp4_b16": "16 prompts with 32-token outputs: the per-step figure is the latency less "
+                                          "the predicted prefill of 4,096 tokens at tp 4, over 31 steps",
+    "pr2542_mixtral-8x7b_h100_tp8_b64": "the first fused-MoE Triton kernel (vLLM 0.2.7, untuned) at tp 8 on H100 at "
+                                        "batch 64, whose per-GPU expert GEMMs are 1,792 wide: 1.7x slower than the "
+                                        "tuned kernels of the other MoE sources (its batches 1-16 are within 25 %)",
+    "pr3240_mixtral-8x7b": "Mixtral on A100 at tp 2 (vLLM 0.3.3): 1.5x faster than the H100 tp 8 run of the same "
+                           "era implies, and its batch 64 step is shorter than its batch 16 one",
+    "qwen25speed_qwen2.5-0.5b": "a 0.5B model at batch 1 (1 GB of weights): the step is the host floor of vLLM "
+                                "0.6.3's offline generate, 1.5x the floor fitted on the other sources",
     "r1llama8bcard_llama-3.1-8b_h100_tp1_b1_10240x1536": "a 10,240-token prompt at batch 1: the step is 1.3x the "
                                                          "prediction; the card rounds its latency to 0.1 s and "
                                                          "does not say whether prefix caching or chunking ran",
+    "silybench_qwen3-8b-fp8_h100_tp1_c32_8192x512": "32 sequences of 8k tokens on H100 (vLLM 0.30): the KV read is "
+                                                    "two thirds of the step, and FlashAttention 3 reads it at ~0.9 "
+                                                    "of peak where the pooled KV efficiency (older kernels) says 0.6",
+    "tt356_deepseek-v3-awq": "DeepSeek-R1 AWQ on 8x H100 (tp 8, version and checkpoint not stated): AWQ MoE experts "
+                             "through Marlin MoE or moe_wna16 with MLA, 1.9x the int4 and MoE efficiencies fitted on "
+                             "dense AWQ and bf16 MoE; its TTFTs at concurrency 1 scatter 0.5-1.8x with no trend",
+    "wmx_qwen2.5-0.5b_l4": "TTFT of a 0.5B model on an L4 in a 4-vCPU cloud instance: 27-135 ms where the prefill "
+                           "takes 2-20 ms; the API server and the small host are the TTFT (its ITLs are within 25 %)",
 }
 
 
@@ -127,20 +150,26 @@ def test_every_interval_holds_most_of_its_held_out_records(fitted):
         assert iv.low_ratio <= iv.median_ratio <= iv.high_ratio
 
 
-def test_a_one_point_calibration_of_the_same_setup_predicts_its_other_records(fitted):
+def test_a_calibration_from_several_points_of_a_setup_predicts_its_other_records(fitted):
     _, rows = fitted
     check = calibration_check(rows, CORPUS)
-    same = check["same_source"]
-    assert same["pairs"] >= 20
-    # one measurement of a setup fixes what the spec sheet cannot know about it (its version, kernels, host)
-    assert same["calibrated_median_abs_error"] < 0.5 * same["uncalibrated_median_abs_error"]
-    assert same["calibrated_median_abs_error"] < 0.10
+    sweep, one = check["same_source_sweep"], check["same_source"]
+    assert sweep["pairs"] >= 50 and one["pairs"] >= 50
+    # several measurements of a setup fix what the spec sheet cannot know about it (its version, kernels, host)
+    assert sweep["calibrated_median_abs_error"] < 0.85 * sweep["uncalibrated_median_abs_error"]
+    assert sweep["calibrated_median_abs_error"] < 0.10
+    # one point is no better than none: within a source the held-out ratio moves with batch, context and model
+    # as much as it sits off between sources, so a single ratio carries its own noise into every prediction
+    assert one["calibrated_median_abs_error"] < 0.15
+    # carried to another machine and stack, a point is worse than the spec sheet: calibrate on your own machine
+    other = check["other_source"]
+    assert other["calibrated_median_abs_error"] > other["uncalibrated_median_abs_error"]
 
 
 def test_ttft_is_held_against_the_published_ttfts(fitted):
     _, rows = fitted
     ttft = [r for r in rows if r.kind == "ttft"]
-    assert len(ttft) >= 9 and len({r.source for r in ttft}) >= 3
+    assert len(ttft) >= 20 and len({r.source for r in ttft}) >= 8
     # prefill-bound TTFTs (bursts and closed-loop waves of long prompts) within 25 %; the rest are explained
     assert all(abs(r.loso_ratio - 1) <= 0.25 or _explained(r.record) for r in ttft)
     assert sum(abs(r.loso_ratio - 1) <= 0.25 for r in ttft) >= 4

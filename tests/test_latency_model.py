@@ -13,12 +13,14 @@ from analysis.latency import (
     Engine,
     LatencyConstants,
     allreduce_kind,
+    burst_tpot_schedule,
     burst_ttft_schedule,
     decode_schedule,
     era,
     kernel_family,
     latency_schedule,
     prefill_schedule,
+    queued_ttft_schedule,
     served_step_schedule,
     step_terms,
     step_time,
@@ -77,6 +79,20 @@ def test_tensor_parallel_all_reduces_pay_latency_and_bytes():
     assert w.allreduces == 64
     assert step_terms(w, c)["communication_s"] == pytest.approx(64 * 1e-5 + 64 * 8 * 4096 * 2 * 1.0 / 450e9)
     assert w.dense_bytes == pytest.approx(LLAMA8B_WEIGHTS_READ / 2)
+    # An all-reduce's latency grows with log2 of the ranks it synchronises: at tp 8, three times tp 2's;
+    # the bytes each GPU moves are 2(tp−1)/tp = 1.75 of the tensor.
+    w8 = Engine(LLAMA8B, H100, tp=8).step(decode_seqs=8, decode_context=512)
+    assert step_terms(w8, c)["communication_s"] == pytest.approx(
+        64 * 3 * 1e-5 + 64 * 8 * 4096 * 2 * 1.75 / 450e9)
+
+
+def test_attention_kernels_of_older_vllm_eras_have_their_own_efficiency():
+    # The KV read runs at η_kv of the generation; before vLLM 0.9 (V0's paged-attention kernels) × kv_era.
+    c = constants(**{"eta_kv.hopper": 0.8, "kv_era.0.6": 0.5})
+    new = Engine(LLAMA8B, H100, vllm_version="0.10.1").step(decode_seqs=4, decode_context=1024)
+    old = Engine(LLAMA8B, H100, vllm_version="0.7.2").step(decode_seqs=4, decode_context=1024)
+    assert step_terms(new, c)["kv_s"] == pytest.approx(4 * 1024 * KV_PER_TOKEN / (3.35e12 * 0.8))
+    assert step_terms(old, c)["kv_s"] == pytest.approx(4 * 1024 * KV_PER_TOKEN / (3.35e12 * 0.8 * 0.5))
 
 
 def test_an_moe_step_reads_the_experts_its_tokens_touch():
@@ -121,24 +137,61 @@ def test_schedules_compose_steps_as_the_benchmarks_run_them():
 def test_a_served_step_carries_an_arriving_prompt_in_its_share_of_the_steps():
     c = constants(**{"host_s.0.9": 1e-3})
     e = Engine(LLAMA8B, H100, max_num_batched_tokens=8192)
-    # 10 in flight, 1,024 tokens out each: a prompt arrives every 102.4 steps; that share carries 2,048 tokens
+    # 10 in flight, 1,024 tokens out each: while one request decodes, each of the 9 others takes a new prompt
+    # every 1,024 steps, so 9/1,024 of its steps carry 2,048 prompt tokens (its own prompt ran before its TPOT)
     s = served_step_schedule(e, 10, 2048, 1024)
-    f = 10 / 1024
+    f = 9 / 1024
     dec = decode_schedule(e, 10, 2048 + 512).time(c)
     mixed = step_time(e.step(decode_seqs=10, decode_context=2560, prefill_tokens=2048, prefill_seqs=1), c)
     assert s.time(c) == pytest.approx((1 - f) * dec + f * mixed)
-    # every request started together: the decode step alone
+    # every request started together: the decode step alone; and so at concurrency 1, where no other prompt comes
     assert served_step_schedule(e, 10, 2048, 1024, steady=False).time(c) == pytest.approx(dec)
+    assert served_step_schedule(e, 1, 2048, 1024).time(c) == pytest.approx(decode_schedule(e, 1, 2560).time(c))
 
 
 def test_a_burst_of_prompts_waits_for_the_chunks_before_its_own():
     c = constants(**{"host_s.0.9": 1e-3})
     e = Engine(LLAMA8B, H100, max_num_batched_tokens=2048)
-    # 4 prompts of 1,000 tokens: chunks of 2,048 and 1,952; prompts 1 and 2 end in the first, 3 and 4 in the second
-    steps = prefill_schedule(e, 4, 1000).steps
-    first, second = (step_time(w, c) for _, w in steps)
+    # 4 prompts of 1,000 tokens: chunks of 2,048 and 1,952; prompts 1 and 2 end in the first, 3 and 4 in the
+    # second, whose step also decodes the two started (chunked prefill mixes them)
+    first = step_time(e.step(prefill_tokens=2048, prefill_seqs=2.048), c)
+    second = step_time(e.step(prefill_tokens=1952, prefill_prefix=48, prefill_seqs=1.952, decode_seqs=2,
+                              decode_context=1000), c)
     assert burst_ttft_schedule(e, 4, 1000, "mean", served=False).time(c) == pytest.approx(first + 0.5 * second)
     assert burst_ttft_schedule(e, 4, 1000, "median", served=False).time(c) == pytest.approx(first)
+    # 8 such prompts where the engine runs 4 at once: the last 4 wait for a whole first wave, its prefill and
+    # output_len − 1 = 9 decode steps of 4 sequences (at 1,000 + 10/2 tokens); the mean request waits half a wave
+    dec = decode_schedule(e, 4, 1005).time(c)
+    wave = first + second + 9 * dec
+    assert burst_ttft_schedule(e, 8, 1000, "mean", served=False, running=4, output_len=10).time(c) == \
+        pytest.approx(first + 0.5 * second + 0.5 * wave)
+    # the median request (the 4th of 8, counting from 1) is in the first wave
+    assert burst_ttft_schedule(e, 8, 1000, "median", served=False, running=4, output_len=10).time(c) == \
+        pytest.approx(first)
+
+
+def test_a_burst_pays_the_prefill_behind_each_first_token_in_its_tpot():
+    c = constants(**{"host_s.0.9": 1e-3})
+    e = Engine(LLAMA8B, H100, max_num_batched_tokens=2048)
+    # as above: requests 1 and 2 get their first token from the first chunk, so their next token comes with the
+    # second chunk's step; their other 9 of 10 tokens, and all 10 of requests 3 and 4, are decode steps of 4
+    second = step_time(e.step(prefill_tokens=1952, prefill_prefix=48, prefill_seqs=1.952, decode_seqs=2,
+                              decode_context=1000), c)
+    dec = decode_schedule(e, 4, 1000 + 5.5).time(c)
+    mean = (2 * (second + 9 * dec) + 2 * 10 * dec) / 40
+    assert burst_tpot_schedule(e, 4, 1000, 11, "mean").time(c) == pytest.approx(mean)
+    # the median request (the 2nd by first token) is one of the first two
+    assert burst_tpot_schedule(e, 4, 1000, 11, "median").time(c) == pytest.approx((second + 9 * dec) / 10)
+
+
+def test_a_closed_loop_beyond_what_the_engine_runs_queues_for_whole_lifetimes():
+    c = constants(**{"host_s.0.9": 1e-3}, api_s=5e-3)
+    e = Engine(LLAMA8B, H100, max_num_batched_tokens=8192)
+    # 12 clients where 4 run: by Little's law each request spends 12/4 lifetimes in the system, one of them
+    # running, so it queues 2 lifetimes of 100 served steps of 4 before the TTFT of a prompt joining 3 others
+    life = served_step_schedule(e, 4, 500, 100).time(c)
+    ttft = ttft_schedule(e, 500, decoding=3, context=550).time(c)
+    assert queued_ttft_schedule(e, 12, 4, 500, 100).time(c) == pytest.approx(ttft + 2 * 100 * life)
 
 
 def test_the_plan_reports_the_model_its_terms_the_roofline_and_intervals():
