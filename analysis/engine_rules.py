@@ -158,12 +158,32 @@ def workload_problems(max_model_len: int, *, context: int | None = None,
     return out
 
 
+def batching_problems(max_num_seqs: int | None, max_num_batched_tokens: int | None,
+                      default_max_num_batched_tokens: int | None = None) -> list[Problem]:
+    """vLLM 0.32 SchedulerConfig.__post_init__ (vllm/config/scheduler.py): "max_num_batched_tokens (…) must be
+    greater than or equal to max_num_seqs (…)". A max_num_seqs left unset is lowered to fit by
+    EngineArgs._set_default_max_num_seqs_and_batched_tokens_args (engine/arg_utils.py), so only a given one is
+    refused: against the given max_num_batched_tokens, or the default vLLM picks for the device and entry point
+    (``default_max_num_batched_tokens``; None: unknown, no rule)."""
+    if max_num_seqs is None:
+        return []
+    tokens = max_num_batched_tokens if max_num_batched_tokens is not None else default_max_num_batched_tokens
+    if tokens is None or tokens >= max_num_seqs:
+        return []
+    default = " (vLLM's default here)" if max_num_batched_tokens is None else ""
+    return [Problem("max_num_seqs", max_num_seqs, f"exceeds max_num_batched_tokens {tokens}{default}: vLLM refuses "
+                    "max_num_batched_tokens < max_num_seqs (a step must hold one token of every sequence)",
+                    f"at most {tokens}, or a max_num_batched_tokens of at least {max_num_seqs}")]
+
+
 def engine_problems(a: Architecture, *, tensor_parallel_size: int = 1, block_size: int | None = None,
                     max_model_len: int | None = None, kv_cache_dtype: str = "auto",
                     kv_cache_memory_bytes: int | None = None, gpu_memory_utilization: float | None = None,
                     platform: Platform | None = None, device_memory_bytes: int | None = None,
                     weight_bytes: int | None = None, device: str = "the device",
-                    allow_long_max_model_len: bool = False) -> list[Problem]:
+                    allow_long_max_model_len: bool = False, max_num_seqs: int | None = None,
+                    max_num_batched_tokens: int | None = None,
+                    default_max_num_batched_tokens: int | None = None) -> list[Problem]:
     """Every rule above for one engine's settings (None: not set, no rule); all problems at once."""
     out = tensor_parallel_problems(a, tensor_parallel_size)
     if block_size is not None:
@@ -173,6 +193,7 @@ def engine_problems(a: Architecture, *, tensor_parallel_size: int = 1, block_siz
         out += max_model_len_problems(a, max_model_len, allow_long_max_model_len)
     out += kv_budget_problems(kv_cache_memory_bytes, device_memory_bytes, weight_bytes, device)
     out += fraction_problems(gpu_memory_utilization)
+    out += batching_problems(max_num_seqs, max_num_batched_tokens, default_max_num_batched_tokens)
     return out
 
 

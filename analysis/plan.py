@@ -270,6 +270,15 @@ def default_block_size(gpu: GPU | None) -> int:
     return 128 if gpu is not None and gpu.cpu else 16
 
 
+def default_batching(a: Architecture, inputs: PlanInputs, gpu: GPU | None) -> tuple[int, int]:
+    """vLLM's default (max_num_batched_tokens, max_num_seqs) for these inputs on ``gpu`` (None or a CPU: the CPU
+    backend's), by entry point, world size and version."""
+    on_gpu = gpu is not None and not gpu.cpu
+    return vllm_default_batching(gpu.cuda_total_bytes if on_gpu else None, gpu.name if on_gpu else "",
+                                 inputs.entry, world_size=inputs.tensor_parallel_size,
+                                 vllm_version=inputs.vllm_version, max_model_len=_max_model_len(a, inputs))
+
+
 def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
                    weight_bytes: int | None = None) -> list[Problem]:
     """What vLLM refuses in these inputs (analysis.engine_rules), all at once: on ``gpu``'s platform (a GPU:
@@ -282,7 +291,9 @@ def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         max_model_len=inputs.max_model_len, kv_cache_dtype=inputs.kv_cache_dtype,
         kv_cache_memory_bytes=inputs.kv_cache_memory_bytes, gpu_memory_utilization=inputs.gpu_memory_utilization,
         platform=platform, device_memory_bytes=memory, weight_bytes=weight_bytes,
-        device=(gpu.display or gpu.name) if gpu is not None else "the device")
+        device=(gpu.display or gpu.name) if gpu is not None else "the device",
+        max_num_seqs=inputs.max_num_seqs, max_num_batched_tokens=inputs.max_num_batched_tokens,
+        default_max_num_batched_tokens=None if gpu is None else default_batching(a, inputs, gpu)[0])
     if mml:
         out += workload_problems(mml, context=inputs.context, prompt_len=inputs.prompt_len)
     return out
@@ -313,11 +324,11 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     rules = rules_for(inputs.vllm_version)
     # vLLM reads the device total as torch sees it (cudaMemGetInfo's), for its defaults and its budget.
     total = (gpu.cuda_total_bytes if on_gpu else gpu.memory_bytes) if gpu is not None else None
-    default_mnbt, default_seqs = vllm_default_batching(
-        total if on_gpu else None, gpu.name if on_gpu else "", inputs.entry,
-        world_size=inputs.tensor_parallel_size, vllm_version=inputs.vllm_version, max_model_len=mml)
+    default_mnbt, default_seqs = default_batching(a, inputs, gpu)
     mnbt = inputs.max_num_batched_tokens or default_mnbt
-    max_num_seqs = inputs.max_num_seqs or default_seqs
+    # vLLM lowers a default max_num_seqs to max_num_batched_tokens (EngineArgs._set_default_max_num_seqs_and_
+    # batched_tokens_args); a given one above it is refused (engine_rules.batching_problems).
+    max_num_seqs = inputs.max_num_seqs or min(default_seqs, mnbt)
     async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else on_gpu
 
     weights = weight_bytes(a, tp)

@@ -50,7 +50,12 @@ def check_plan(plan_path: str | Path, results_dir: str | Path) -> pd.DataFrame:
     e = _same_model(plan_arch, res, plan_path, results_dir)
     _same_gpu(p, e, plan_path, results_dir)
     a = analyse(res)
-    match = e[(e["block_size"] == p["block_size"]) & (e["max_model_len"] == p["max_model_len"])
+    def setting(name: str) -> pd.Series:
+        """What vLLM settled on, or (an engine that never reported it: it failed) what the sweep asked for."""
+        asked = e.get(f"requested_{name}", pd.Series(None, index=e.index, dtype=object))
+        return e[name].where(e[name].notna(), asked) if name in e else asked
+
+    match = e[(setting("block_size") == p["block_size"]) & (setting("max_model_len") == p["max_model_len"])
               & (e["kv_cache_dtype"] == p["kv_cache_dtype"])
               & (e["tensor_parallel_size"].fillna(1) == p["tensor_parallel_size"])]
     if inputs.get("kv_cache_memory_bytes") is not None:
@@ -61,7 +66,14 @@ def check_plan(plan_path: str | Path, results_dir: str | Path) -> pd.DataFrame:
                               + (f", kv_cache_memory_bytes {inputs['kv_cache_memory_bytes']}"
                                  if inputs.get("kv_cache_memory_bytes") is not None else "")
                               + " — the plan does not describe this sweep")
-    eng = match.iloc[0]
+    ok = match[match["status"] == "ok"]
+    if ok.empty:
+        failed = match.iloc[0]
+        message = " ".join(str(failed.get("message") or "no message recorded").split())
+        raise PlanCheckError(f"{results_dir}: the engine the plan describes ({failed['engine_id']}) was launched and "
+                              f"failed ({failed['status']}: {message[:300]}) — nothing was measured to check the plan "
+                              "against")
+    eng = ok.iloc[0]
     rows = []
 
     def add(q: str, pred: Any, meas: Any, note: str = "") -> None:

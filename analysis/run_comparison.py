@@ -70,6 +70,7 @@ class Comparison:
     verdict: list[str] = field(default_factory=list)
     only_in: dict[str, list[str]] = field(default_factory=dict)
     serve: pd.DataFrame = field(default_factory=pd.DataFrame)  # serve points aligned across runs (_serve)
+    failed: dict[str, str] = field(default_factory=dict)  # label → why the run has no engine with capacity facts
 
 
 def _values(df: pd.DataFrame, col: str) -> list[Any]:
@@ -145,17 +146,28 @@ def compare_runs(dirs: list[str | Path], labels: list[str] | None = None) -> Com
     dec, tput = _decode(runs, align)
     fits = _fits(runs)
     only_in = {}
-    if not cap.empty:
-        for r in runs:
+    measured = [r for r in runs if f"num_blocks[{r.label}]" in cap]  # runs with an engine that started
+    if len(measured) > 1:
+        for r in measured:
             col = f"num_blocks[{r.label}]"
-            others = [f"num_blocks[{o.label}]" for o in runs if o is not r]
+            others = [f"num_blocks[{o.label}]" for o in measured if o is not r]
             mask = cap[col].notna() & cap[others].isna().all(axis=1)
             if mask.any():
                 only_in[r.label] = [", ".join(f"{a}={row[a]}" for a in align) for _, row in cap[mask].iterrows()]
     cmp = Comparison(runs=runs, align_on=align, differing_axes=differing, differing_facts=differing_facts,
-                     capacity=cap, decode=dec, throughput=tput, fits=fits, only_in=only_in, serve=_serve(runs, align))
+                     capacity=cap, decode=dec, throughput=tput, fits=fits, only_in=only_in, serve=_serve(runs, align),
+                     failed={r.label: _failures(r) for r in runs if f"num_blocks[{r.label}]" not in cap})
     cmp.verdict = verdict(cmp)
     return cmp
+
+
+def _failures(run: Run) -> str:
+    """Why a run has no engine with capacity facts: its engines' statuses and the first message, in a line."""
+    e = run.res.engines
+    counts = e["status"].value_counts()
+    statuses = ", ".join(f"{n} {s}" for s, n in counts.items())
+    messages = [" ".join(str(m).split()) for m in e.get("message", pd.Series(dtype=object)).dropna() if str(m).strip()]
+    return f"{len(e)} engine(s), none started ({statuses})" + (f": {messages[0][:200]}" if messages else "")
 
 
 def _seqs_at(num_blocks: float, block_size: float, length: int) -> float | None:
@@ -296,6 +308,8 @@ def verdict(cmp: Comparison) -> list[str]:
     if not cmp.differing_facts and not cmp.differing_axes:
         out.append("No engine setting or run fact differs: the comparison shows run-to-run variation.")
     out.append(f"Aligned on: {', '.join(cmp.align_on) or 'nothing (whole runs compared)'}.")
+    for label, why in cmp.failed.items():
+        out.append(f"{label} has no engine with capacity facts to compare — {why}.")
     for r in cmp.runs[1:]:
         col = f"kv_tokens {r.label}/{base}"
         if col in cmp.capacity and cmp.capacity[col].notna().any():

@@ -226,7 +226,9 @@ def rounding_table(res: Results) -> pd.DataFrame:
     r = res.block_rounding
     if r.empty:
         return r
-    r = r.copy()
+    r = r[r["block_size"].notna()].copy()  # an engine record without its block size (it failed) predicts nothing
+    if r.empty:
+        return r
     positions = r["kv_positions"].fillna(r["length"]) if "kv_positions" in r else r["length"]
     r["blocks_predicted"] = r["requests"] * np.ceil(positions / r["block_size"]).astype(int)
     r["blocks_error"] = r["used_blocks_measured"] - r["blocks_predicted"]

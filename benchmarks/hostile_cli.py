@@ -151,6 +151,23 @@ def _results_and_plan(d: Path) -> None:
                    env=env, cwd=d, capture_output=True, check=True)
 
 
+def _failed_results_and_plan(d: Path) -> None:
+    """What a GPU sweep whose every engine died at start-up leaves (issue #26): engine records marked crash with
+    vLLM's out-of-memory message, no capacity facts, no points; and a plan for one of its engines."""
+    _results_and_plan(d)
+    for p in (d / "res" / "engines").glob("*.json"):
+        rec = json.loads(p.read_text())
+        rec.update(status="crash", capacity=None, block_rounding=[],
+                   message="CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.19 GiB total capacity)")
+        p.write_text(json.dumps(rec))
+    for p in (d / "res" / "points").glob("*.json"):
+        p.unlink()
+    m = json.loads((d / "res" / "manifest.json").read_text())
+    m["status"] = "failed"
+    (d / "res" / "manifest.json").write_text(json.dumps(m))
+    _results(d / "other")
+
+
 def _edited_plan(edit: Callable[[dict], object]) -> Callable[[Path], None]:
     def make(d: Path) -> None:
         _results_and_plan(d)
@@ -274,6 +291,9 @@ def cases() -> list[Case]:
     add(Case("plan --transfer-calibration alone", [*PJ, "--transfer-calibration"], BAD,
              ("--transfer-calibration",)))
     add(Case("plan --save into a dir", [*P, "--save", "."], BAD, ("--save",)))
+    add(Case("plan --max-num-seqs above the default batched tokens", [*P, "--max-num-seqs", "16384"], BAD,
+             ("--max-num-seqs",)))
+    add(Case("plan --max-num-seqs 1e12", [*P, "--max-num-seqs", "1000000000000"], BAD, ("--max-num-seqs",)))
     add(Case("plan --save missing parent", [*P, "--save", "no/such/plan.json"], BAD, ("--save",)))
     # A device or FIFO: the atomic write's rename would replace it (as root, /dev/full became a JSON file).
     add(Case("plan --save a FIFO", [*P, "--save", "fifo"], BAD, ("--save",), files={"_": _fifo}))
@@ -598,8 +618,15 @@ def cases() -> list[Case]:
              ("--labels",), files={"_": _results}))
     add(Case("compare: --labels empty", ["compare", "res", "res", "--labels", ",", "--out", "o"], BAD,
              ("--labels",), files={"_": _results}))
-    add(Case("compare: --labels with slash", ["compare", "res", "res", "--labels", "../x,y"], BAD | OK,
+    add(Case("compare: --labels with slash", ["compare", "res", "res", "--labels", "../x,y"], BAD,
              ("--labels",), files={"_": _results}))
+    add(Case("compare: --labels ..", ["compare", "res", "res", "--labels", "..,y"], BAD, ("--labels",),
+             files={"_": _results}))
+    add(Case("compare: every engine of a run failed", ["compare", "other/res", "res", "--labels", "ok,failed",
+                                                         "--out", "o"], OK,
+             files={"_": _failed_results_and_plan}))
+    add(Case("check-plan: the plan's engine failed", ["check-plan", "plan.json", "res"], BAD, ("failed",),
+             files={"_": _failed_results_and_plan}))
     add(Case("compare: --out a file", ["compare", "res", "res", "--out", "f.txt"], BAD, ("--out", "labels"),
              files={"_": _results, "f.txt": "x"}))
     add(Case("compare: --pdf a dir", ["compare", "res", "res", "--out", "o", "--pdf", "."], BAD, ("--pdf",),

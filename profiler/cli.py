@@ -120,24 +120,15 @@ def warn(message: str) -> None:
 
 def output_path(path: Path, option: str, *, results_dirs: tuple[Path, ...] = (),
                 inputs: tuple[Path | None, ...] = (), example: str = "report.pdf") -> Path:
-    """``path`` as a file a command may write, or the one-line error (exit 2) saying why not: a directory, a
-    missing parent, one of a results directory's records, or one of the command's own input files."""
-    from profiler.store import ResultsDir
+    """``path`` as a file a command may write, or the one-line error (exit 2) saying why not
+    (``profiler.output_paths.output_file``: a directory, a missing or unwritable parent, one of a results
+    directory's records, one of the command's own input files)."""
+    from profiler.output_paths import OutputPathError, output_file
 
-    if path.is_dir():
-        raise fail(f"{option} {path} is a directory: give a file path (e.g. {path / example})")
-    if path.exists() and not path.is_file():  # a device or FIFO: the atomic rename would replace it
-        raise fail(f"{option} {path} is not a regular file (a device, FIFO or socket); give a file path")
-    if not path.resolve().parent.is_dir():
-        raise fail(f"{option} {path}: directory {path.resolve().parent} does not exist")
-    for d in results_dirs:
-        if ResultsDir(d).is_record(path):
-            raise fail(f"{option} {path} would overwrite a record of the results directory {d}; "
-                       "write it elsewhere")
-    for src in inputs:
-        if src is not None and src.exists() and path.resolve() == src.resolve():
-            raise fail(f"{option} {path} would overwrite this command's own input; write it elsewhere")
-    return path
+    try:
+        return output_file(path, option, results_dirs=results_dirs, inputs=inputs, example=example)
+    except OutputPathError as exc:
+        raise fail(str(exc)) from None
 
 
 @app.command("models")
@@ -393,13 +384,18 @@ def plan_cmd(
         import time
 
         from analysis.saved_plan import PLAN_KIND
+        from profiler.output_paths import OutputPathError, writing
         from profiler.store import atomic_write_json
 
-        atomic_write_json(save, {"kind": PLAN_KIND, "created_at": time.time(), "model": model,
-                                 "architecture": arch.model_dump(mode="json"),
-                                 "gpu": gpu, "probe": str(probe) if probe else None,
-                                 "calibration": str(calibration) if calibration else None,
-                                 "inputs": inputs.model_dump(), "prediction": result})
+        try:
+            with writing(save, "--save"):
+                atomic_write_json(save, {"kind": PLAN_KIND, "created_at": time.time(), "model": model,
+                                         "architecture": arch.model_dump(mode="json"),
+                                         "gpu": gpu, "probe": str(probe) if probe else None,
+                                         "calibration": str(calibration) if calibration else None,
+                                         "inputs": inputs.model_dump(), "prediction": result})
+        except OutputPathError as exc:
+            raise fail(str(exc)) from None
     prov = result.get("calibration_provenance") or {}
     for warning in [*result.get("calibration_warnings", []), *prov.get("warnings", [])]:
         err.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
@@ -723,36 +719,19 @@ def _locked_for_report(results_dir: Path) -> Iterator[None]:
 def _report_target(results_dir: Path, out_dir: Path | None) -> Path:
     """Where summary.md, results.parquet, calibration.json (and report.pdf by default) go: ``out_dir``, made
     if missing, or the results directory; the one-line error (exit 2) when it cannot be written."""
-    import errno
-    import os
-    import tempfile
+    from profiler.output_paths import OutputPathError, output_dir, unwritable_reason
 
-    from profiler.store import ResultsDir
-
-    target = out_dir or results_dir
     if not results_dir.is_dir():
-        return target  # the load says what is wrong with it, before anything is made
+        return out_dir or results_dir  # the load says what is wrong with it, before anything is made
     if out_dir is not None:
-        if out_dir.exists() and not out_dir.is_dir():
-            raise fail(f"--out-dir {out_dir} is a file: give a directory")
-        if ResultsDir(results_dir).is_record(out_dir / "report.pdf"):
-            raise fail(f"--out-dir {out_dir} is inside the records of {results_dir}; write it elsewhere")
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise fail(f"--out-dir {out_dir}: cannot create it: {exc.strerror or exc}") from None
-    try:
-        fd, probe = tempfile.mkstemp(dir=target, prefix=".kvprof-write-probe.")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        if out_dir is not None:
-            raise fail(f"--out-dir {out_dir} is not writable ({why})") from None
-        read_only = exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
-        raise fail(f"{results_dir} is not writable ({why})"
-                   + ("; write the report elsewhere with --out-dir DIR" if read_only else "")) from None
-    return target
+            return output_dir(out_dir, "--out-dir", results_dirs=(results_dir,))
+        except OutputPathError as exc:
+            raise fail(str(exc)) from None
+    why = unwritable_reason(results_dir)
+    if why:
+        raise fail(f"{results_dir} is not writable ({why}); write the report elsewhere with --out-dir DIR")
+    return results_dir
 
 
 @app.command("report")
@@ -820,18 +799,26 @@ def compare_cmd(
     from analysis.comparison_report import build_comparison
     from analysis.load import results_warnings
     from analysis.run_comparison import CompareError, compare_runs
+    from profiler.output_paths import OutputPathError, output_dir, safe_name, writing
 
     names = [x.strip() for x in labels.split(",")] if labels is not None else None
     if names is not None and not all(names):
         raise fail(f"--labels {labels!r}: a name is empty; give one non-empty name per run, comma-separated")
-    if pdf is not None:
-        output_path(pdf, "--pdf", results_dirs=tuple(inputs), inputs=tuple(inputs))
     try:
+        for name in names or [Path(d).name for d in inputs]:  # labels become the default output directory's name
+            safe_name(name, "--labels" if names else "a results directory's name (give --labels)")
+        if out is not None and out.exists():  # a file, or a directory that cannot be written: say so before the work
+            output_dir(out, "--out", results_dirs=tuple(inputs))
+        if pdf is not None:
+            output_path(pdf, "--pdf", results_dirs=tuple(inputs), inputs=tuple(inputs))
         with results_warnings(warn):
             cmp = compare_runs(inputs, names)
-            out = out or Path("reports") / ("compare-" + "-vs-".join(r.label for r in cmp.runs))
-            written = build_comparison(cmp, out, pdf)
-    except CompareError as exc:
+            reports = Path("reports")
+            target = out or reports / ("compare-" + "-vs-".join(r.label for r in cmp.runs))
+            output_dir(target, "--out", results_dirs=tuple(inputs), within=None if out else reports)
+            with writing(target, "--out"):
+                written = build_comparison(cmp, target, pdf)
+    except (CompareError, OutputPathError) as exc:
         raise fail(str(exc)) from None
     if json_out:
         print(json.dumps({"verdict": cmp.verdict, "align_on": cmp.align_on,

@@ -154,7 +154,8 @@ def scheduler_defaults(cfg: Any, platform: str) -> tuple[int, int]:
     offline defaults for this platform's device and the engine's world size."""
     memory, name = platform_device(platform)
     mnbt, seqs = vllm_default_batching(memory, name, "offline", world_size=cfg.tensor_parallel_size)
-    return cfg.max_num_batched_tokens or mnbt, cfg.max_num_seqs or seqs
+    mnbt = cfg.max_num_batched_tokens or mnbt
+    return mnbt, cfg.max_num_seqs or min(seqs, mnbt)  # vLLM lowers a default max_num_seqs to fit the tokens
 
 
 def async_scheduling(cfg: Any, platform: str) -> bool:
@@ -314,7 +315,10 @@ def _engine_rule_problems(spec: SweepSpec, plan: Plan, arch: Architecture, platf
                 kv_cache_memory_bytes=_int(kw.get("kv_cache_memory_bytes")),
                 gpu_memory_utilization=utilization if isinstance(utilization, float | int) else None,
                 platform="cpu" if platform == "cpu" else "cuda", device_memory_bytes=memory or None,
-                device=name or "GPU 0", allow_long_max_model_len=allow_long):
+                device=name or "GPU 0", allow_long_max_model_len=allow_long,
+                max_num_seqs=_int(kw.get("max_num_seqs")),
+                max_num_batched_tokens=_int(kw.get("max_num_batched_tokens")),
+                default_max_num_batched_tokens=scheduler_defaults(cfg, platform)[0]):
             values = grouped.setdefault((p.field, p.problem, p.allowed), [])
             if p.value not in values:
                 values.append(p.value)
