@@ -14,9 +14,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, seed
+from hypothesis import strategies as st
 from synthetic_results import Injected, make_results
 from test_compare import engine_only_run
-from test_fuzz_results import assert_clean
+from test_fuzz_results import _copy_corrupted, assert_clean, corruption, fast_pdf, fuzz  # noqa: F401 (fixture)
 from typer.testing import CliRunner
 
 from analysis.catalog import model_dir
@@ -105,6 +107,30 @@ def test_compare_check_plan_and_report_answer_a_failed_sweep_cleanly(shapes, sha
                               "--save", str(plan)])
     assert res.exit_code == 0, res.output
     assert_clean(runner.invoke(app, ["check-plan", str(plan), str(run)]), f"check-plan {shape}")
+
+
+@seed(20261202)
+@fuzz(12)
+@given(data=st.data())
+def test_failed_sweeps_corrupted_too_are_answered_cleanly(shapes, fast_pdf, tmp_path_factory, data):  # noqa: F811
+    """Property-based: a failed sweep's directory with up to two more corruptions of any of its files."""
+    shape = data.draw(st.sampled_from(SHAPES))
+    src = shapes[shape]
+    files = sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
+    run = _copy_corrupted(src, tmp_path_factory.mktemp("fz") / "run",
+                          data.draw(st.lists(corruption(files), min_size=0, max_size=2)))
+    out = tmp_path_factory.mktemp("out")
+    command = data.draw(st.sampled_from(["report", "compare", "check-plan"]))
+    if command == "report":
+        args = ["report", str(run), "--out-dir", str(out)]
+    elif command == "compare":
+        args = ["compare", str(shapes["ok"]), str(run), "--labels", "ok,failed", "--out", str(out)]
+    else:
+        plan = out / "plan.json"
+        assert runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--entry", "offline",
+                                   "--max-model-len", "8192", "--block-size", "16", "--save", str(plan)]).exit_code == 0
+        args = ["check-plan", str(plan), str(run)]
+    assert_clean(runner.invoke(app, args), f"{command} on {shape}")
 
 
 def test_a_run_whose_every_engine_failed_is_compared_for_what_it_has(tmp_path):
