@@ -5,7 +5,7 @@ A step is the work of one scheduler iteration on one GPU of a tensor-parallel gr
 the KV it reads, its FLOPs and its all-reduces. Its time is
 
     weights_s        smooth-max(weight bytes / (BW · η_w[generation] · κ[kernel] (· κ_moe for experts)),
-                                GEMM FLOPs / (peak · η_f[generation]))
+                                GEMM FLOPs / (peak · η_f[generation]), routed experts' grouped GEMMs at κ_moe_f)
   + kv_s             KV bytes read / (BW · η_kv[generation] · κ_kv[vLLM era])   attention kernels reach a
                                                                   smaller share of peak than GEMMs
   + attention_s      attention FLOPs / (peak · η_f[generation])   prefill's quadratic term
@@ -125,7 +125,8 @@ class StepWork:
     expert_bytes: float  # routed experts the step's tokens touch
     experts_touched: float | None
     kv_bytes: float  # KV read by decode attention + KV written by the prompt tokens
-    gemm_flops: float
+    gemm_flops: float  # dense GEMMs (attention projections, dense MLPs, shared experts, the LM head)
+    expert_gemm_flops: float  # routed experts' grouped GEMMs
     attention_flops: float
     layers: int
     moe_layers: int
@@ -164,18 +165,22 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         touched = expected_experts_touched(a.moe.num_experts, a.moe.experts_per_token, max(tokens, 1e-9))
         experts = w.experts * touched / a.moe.num_experts
     kv = decode_seqs * kv_bytes_per_sequence(a, round(decode_context), kv_cache_dtype, tp)
+    # A step's prompt tokens belong to prefill_seqs prompts of per_prompt tokens each: the KV they write and the
+    # context their attention spans are each prompt's, not one sequence's of all the step's tokens.
+    per_prompt = prefill_tokens / max(prefill_seqs or 1.0, 1.0)
     if prefill_tokens:
-        kv += prefill_tokens / max(round(prefill_tokens), 1) * kv_bytes_per_sequence(
-            a, max(round(prefill_tokens), 1), kv_cache_dtype, tp)
+        whole = max(round(per_prompt), 1)
+        kv += prefill_tokens / whole * kv_bytes_per_sequence(a, whole, kv_cache_dtype, tp)
     # GEMMs over every token, the LM head only over the rows sampled (one per sequence).
     lm_head = p.lm_head or (p.embedding if a.tie_word_embeddings else 0)
     lookup = 0 if a.tie_word_embeddings else p.embedding
     body = p.active - lookup - lm_head
     sampled = decode_seqs + (prefill_seqs if prefill_seqs is not None else (1 if prefill_tokens else 0))
     gemm = 2 * (body * tokens + lm_head * sampled) / tp
+    expert_gemm = 2 * p.experts_active * tokens / tp  # the routed experts' share of it (grouped GEMMs)
     attn = decode_seqs * attention_flops_per_token(a, round(decode_context))
     if prefill_tokens:
-        attn += prefill_tokens * attention_flops_per_token(a, round(prefill_prefix + prefill_tokens / 2))
+        attn += prefill_tokens * attention_flops_per_token(a, round(prefill_prefix + per_prompt / 2))
     kern = kernel_family(a)
     bf16 = gpu.peak_flops()
     gemm_peak = gpu.peak_flops(fp8=True) if kern in ("fp8", "int8", "fp4") else bf16
@@ -184,7 +189,8 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
     ar_bytes = allreduces * tokens * a.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp if tp > 1 else 0.0
     return StepWork(
         decode_seqs=decode_seqs, prefill_tokens=prefill_tokens, dense_bytes=dense / tp, expert_bytes=experts / tp,
-        experts_touched=touched, kv_bytes=kv, gemm_flops=gemm, attention_flops=attn / tp, layers=a.num_layers,
+        experts_touched=touched, kv_bytes=kv, gemm_flops=gemm - expert_gemm, expert_gemm_flops=expert_gemm,
+        attention_flops=attn / tp, layers=a.num_layers,
         moe_layers=moe_layers, allreduces=allreduces, allreduce_hops=float(np.log2(tp)), allreduce_bytes=ar_bytes,
         eager=enforce_eager,
         generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
@@ -201,7 +207,7 @@ def parameter_names() -> list[str]:
     for eta in ("eta_weights", "eta_kv", "eta_flops"):
         names += [eta] + [f"{eta}.{g}" for g in GENERATIONS]
     names += [f"kv_era.{e}" for e in ERAS[:-1]]
-    names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel"]
+    names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel", "moe_flops"]
     names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "layer_s", "eager_layer_s", "moe_layer_s"]
     names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s"]
     return names
@@ -217,6 +223,7 @@ PRIORS: dict[str, tuple[float, float]] = {
     "kv_era.0.5": (1.0, 0.4), "kv_era.0.6": (1.0, 0.4),
     "kernel.fp8": (0.90, 0.4), "kernel.int8": (0.85, 0.4), "kernel.int4": (0.70, 0.5), "kernel.fp4": (0.70, 0.5),
     "kernel.mxfp4": (0.55, 0.6), "kernel.nf4": (0.30, 0.6), "moe_kernel": (0.60, 0.5),
+    "moe_flops": (0.6, 0.5),
     "host_s.0.5": (3e-3, 1.0), "host_s.0.6": (1e-3, 1.0), "host_s.0.9": (4e-4, 1.0),
     "seq_s": (8e-6, 1.0), "layer_s": (8e-6, 0.8), "eager_layer_s": (6e-5, 0.8), "moe_layer_s": (1.5e-5, 0.8),
     "allreduce_s.nvlink": (1.2e-5, 0.7), "allreduce_s.pcie": (3e-5, 0.7), "allreduce_s.nccl": (3e-5, 0.7),
@@ -288,15 +295,15 @@ class Overrides:
     step_overhead_s: float | None = None
 
 
-def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, attention_flops, allreduces, allreduce_hops,
-                 allreduce_bytes,
-                 decode_seqs, layers, moe_layers, bandwidth_Bps, gemm_peak_flops, peak_flops, link_Bps, eta_weights,
-                 kernel, moe_kernel, eta_kv, kv_era, eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s):
+def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm_flops, attention_flops, allreduces,
+                 allreduce_hops, allreduce_bytes, decode_seqs, layers, moe_layers, bandwidth_Bps, gemm_peak_flops,
+                 peak_flops, link_Bps, eta_weights, kernel, moe_kernel, moe_flops, eta_kv, kv_era, eta_flops,
+                 allreduce_s, host_s, seq_s, layer_s, moe_layer_s):
     """The step-time formula (module docstring), term by term. Every argument may be a number or a numpy array
     of steps (the fit evaluates the whole corpus at once), so there is one formula for the plan and the fit."""
     bw_w = bandwidth_Bps * eta_weights * kernel
     stream = dense_bytes / bw_w + expert_bytes / (bw_w * moe_kernel)
-    gemm = gemm_flops / (gemm_peak_flops * eta_flops)
+    gemm = (gemm_flops + expert_gemm_flops / moe_flops) / (gemm_peak_flops * eta_flops)
     p = SMOOTH_MAX_POWER
     return {
         "weights_s": (stream ** p + gemm ** p) ** (1 / p),
@@ -309,7 +316,8 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, attention_f
     }
 
 
-FEATURES = ("dense_bytes", "expert_bytes", "kv_bytes", "gemm_flops", "attention_flops", "allreduces",
+FEATURES = ("dense_bytes", "expert_bytes", "kv_bytes", "gemm_flops", "expert_gemm_flops", "attention_flops",
+            "allreduces",
             "allreduce_hops", "allreduce_bytes", "decode_seqs", "layers", "moe_layers", "bandwidth_Bps",
             "gemm_peak_flops", "peak_flops", "link_Bps")
 
@@ -319,6 +327,7 @@ def step_constants(w: StepWork) -> dict[str, str | float]:
     g = w.generation
     return {"eta_weights": f"eta_weights.{g}", "kernel": 1.0 if w.kernel == "bf16" else f"kernel.{w.kernel}",
             "moe_kernel": "moe_kernel" if w.expert_bytes else 1.0, "eta_kv": f"eta_kv.{g}",
+            "moe_flops": "moe_flops" if w.expert_gemm_flops else 1.0,
             "kv_era": 1.0 if w.era == ERAS[-1] else f"kv_era.{w.era}",
             "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
             "host_s": f"host_s.{w.era}", "seq_s": "seq_s", "layer_s": "eager_layer_s" if w.eager else "layer_s",
@@ -337,7 +346,7 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
         coef.update(eta_weights=1.0, kernel=1.0, eta_kv=1.0, kv_era=1.0)
     if o.flops:
         features.update(gemm_peak_flops=o.flops, peak_flops=o.flops)
-        coef["eta_flops"] = 1.0
+        coef["eta_flops"] = 1.0  # the MoE kernels' share kept
     if o.step_overhead_s is not None:
         coef.update(host_s=o.step_overhead_s, seq_s=0.0, layer_s=0.0, moe_layer_s=0.0)
     out = step_seconds(**features, **coef)

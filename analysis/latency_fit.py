@@ -86,6 +86,11 @@ def record_architecture(rec: LatencyRecord) -> Architecture:
     return a.with_quantization(q or None, gpu=s.gpu, vllm_version=vllm_version(s))
 
 
+def args_of(s: Any) -> dict[str, str]:
+    """A record's other_args by their vLLM option names (``gpu_memory_utilization`` and ``--max-model-len`` alike)."""
+    return {k.replace("_", "-").lstrip("-").lower(): v for k, v in s.other_args.items()}
+
+
 def record_engine(rec: LatencyRecord) -> Engine:
     s, wl = rec.settings, rec.workload
     a = record_architecture(rec)
@@ -94,9 +99,12 @@ def record_engine(rec: LatencyRecord) -> Engine:
     entry = "serve" if wl.benchmark == "serve" else "offline"
     mnbt = s.max_num_batched_tokens
     chunked = s.enable_chunked_prefill
-    if mnbt is None and (chunked if chunked is not None else Engine(a, gpu, vllm_version=version).chunked):
+    if mnbt is None:
+        # vLLM's default token budget of a step: with chunked prefill the chunk, without it (V0) the most prompt
+        # tokens one step takes, max(max_model_len, 2,048), where max_model_len is the model's own unless stated.
+        mml = int(args_of(s).get("max-model-len", 0)) or a.max_len_limit
         mnbt, _ = vllm_default_batching(gpu.cuda_total_bytes, gpu.name, entry, world_size=s.tensor_parallel_size,
-                                        vllm_version=version, max_model_len=wl.input_len + wl.output_len)
+                                        vllm_version=version, max_model_len=mml)
     return Engine(a, gpu, tp=s.tensor_parallel_size, kv_cache_dtype=s.kv_cache_dtype, enforce_eager=s.enforce_eager,
                   vllm_version=version, max_num_batched_tokens=mnbt, chunked_prefill=chunked)
 
@@ -113,8 +121,7 @@ def running_cap(rec: LatencyRecord, e: Engine) -> int:
     mnbt, seqs = vllm_default_batching(e.gpu.cuda_total_bytes, e.gpu.name, entry, world_size=e.tp,
                                        vllm_version=version, max_model_len=length)
     seqs, mnbt = s.max_num_seqs or seqs, s.max_num_batched_tokens or mnbt
-    args = {k.replace("_", "-").lstrip("-"): v for k, v in s.other_args.items()}
-    util = float(args.get("gpu-memory-utilization", 0.9))
+    util = float(args_of(s).get("gpu-memory-utilization", 0.9))
     budget = predict_memory(e.a, total_bytes=e.gpu.cuda_total_bytes, gpu_memory_utilization=util,
                             max_num_batched_tokens=mnbt, max_num_seqs=seqs, tp=e.tp, enforce_eager=e.enforce_eager,
                             rules=rules_for(version)).kv_budget_bytes
@@ -125,6 +132,9 @@ def running_cap(rec: LatencyRecord, e: Engine) -> int:
 # How hard the priors pull against the data (a multiplier on every prior residual). Held out, 0.5 gives the
 # lowest median decode error of 1, 0.5 and 0.3 on the 132-record corpus (12.3 % against 12.9 % and 12.9 %).
 PRIOR_WEIGHT = 0.5
+
+
+QUEUED = "queued"
 
 
 @dataclass
@@ -139,6 +149,12 @@ class Target:
     schedule: Schedule
     output_len: int = 1  # latency/throughput records: the figure is per request, its step per output token
     per: str = "step"  # how the measured figure relates to the schedule: step, latency, per_token
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the fit uses it: figures of requests queued beyond what the engine runs at once (``queued``)
+        measure vLLM's admission order as much as its steps; they are predicted and reported, never fitted."""
+        return self.regime != QUEUED
 
 
 def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
@@ -165,6 +181,7 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
         statistic = "median" if (r.median_tpot_ms if rec.derive == "tpot" else r.median_itl_ms) else "mean"
         running = min(n, running_cap(rec, e))
         burst = wl.num_prompts is not None and wl.num_prompts <= n
+        queued = running < n and (burst or wl.request_rate is None)
         if median_itl and (burst or running / wl.output_len < 0.5):
             # The median inter-token latency is a plain decode step where fewer than half the steps carry a prompt.
             s = decode_schedule(e, running, wl.input_len + wl.output_len / 2)
@@ -172,7 +189,7 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
             s = burst_tpot_schedule(e, n, wl.input_len, wl.output_len, statistic, running=running)
         else:
             s = served_step_schedule(e, running, wl.input_len, wl.output_len)
-        out.append(Target(name, rec.source_key, "decode", reg, tpot / 1e3, s))
+        out.append(Target(name, rec.source_key, "decode", QUEUED if queued else reg, tpot / 1e3, s))
     if wl.benchmark == "serve" and rec.ttft_ms:
         median = r.median_ttft_ms is not None
         prompts = wl.num_prompts
@@ -195,7 +212,8 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
                 share = n / prompts
                 s = Schedule().extend(s, 1 - share).extend(burst_ttft_schedule(e, n, wl.input_len, "mean"),
                                                                  share)
-        out.append(Target(name, rec.source_key, "ttft", "ttft", rec.ttft_ms / 1e3, s))
+        queued = running < n and ((prompts is not None and prompts <= n) or wl.request_rate is None)
+        out.append(Target(name, rec.source_key, "ttft", QUEUED if queued else "ttft", rec.ttft_ms / 1e3, s))
     return out
 
 
@@ -230,8 +248,8 @@ class Problem:
         self.measured = np.array([t.measured_s for t in targets])
         per_source: dict[str, int] = defaultdict(int)
         for t in targets:
-            per_source[t.source] += 1
-        self.sigma = np.array([math.sqrt(per_source[t.source]) for t in targets])
+            per_source[t.source] += t.fitted  # a source weighs by the figures it gives the fit
+        self.sigma = np.array([math.sqrt(max(per_source[t.source], 1)) for t in targets])
         self.prior_mu = np.log([prior(n)[0] for n in self.names])
         self.prior_sigma = np.array([prior(n)[1] for n in self.names])
         self.pool = np.array([index.get(n.split(".")[0], -1) if n.startswith("eta_") and "." in n else -1
@@ -253,7 +271,9 @@ class Problem:
         return np.concatenate([data, PRIOR_WEIGHT * (z - anchor) / spread])
 
     def fit(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The constants fitted on ``rows`` (default: every target), queued figures left out."""
         rows = np.arange(len(self.targets)) if rows is None else rows
+        rows = rows[[self.targets[i].fitted for i in rows]]
         res = least_squares(self.residuals, self.prior_mu.copy(), args=(rows,), loss="soft_l1", f_scale=0.25,
                             method="trf", x_scale=1.0, max_nfev=400)
         return np.exp(res.x)
@@ -337,8 +357,9 @@ def evaluate(records: dict[str, LatencyRecord] | None = None) -> tuple[LatencyCo
                         m_step, l_step, roof))
     full_c.intervals = intervals(rows)
     full_c.fitted_on = (f"{len(records)} records, {len(sources)} sources (analysis/catalog/latency/); "
-                        f"{sum(r.kind == 'decode' for r in rows)} decode figures, "
-                        f"{sum(r.kind == 'ttft' for r in rows)} TTFT figures")
+                        f"{sum(r.kind == 'decode' and r.regime != QUEUED for r in rows)} decode figures, "
+                        f"{sum(r.kind == 'ttft' and r.regime != QUEUED for r in rows)} TTFT figures fitted, "
+                        f"{sum(r.regime == QUEUED for r in rows)} queued figures predicted, not fitted")
     return full_c, rows
 
 
@@ -346,6 +367,9 @@ def intervals(rows: list[Row]) -> dict[str, Interval]:
     """Per regime (and pooled over decode), the leave-one-source-out ratios' 10th–90th percentiles."""
     groups: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
+        if r.regime == QUEUED:  # reported apart: a queue's figure, not a step's
+            groups[f"{QUEUED}_{r.kind}"].append(r)
+            continue
         groups[r.regime].append(r)
         if r.kind == "decode":
             groups["decode"].append(r)
@@ -370,7 +394,7 @@ def calibration_check(rows: list[Row], records: dict[str, LatencyRecord]) -> dic
     Each with the median |error| with and without the scale."""
     by_gpu: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
-        if r.kind == "decode":
+        if r.kind == "decode" and r.regime != QUEUED:
             by_gpu[records[r.record].settings.gpu].append(r)
     out: dict[str, Any] = {}
     for key in ("same_source", "same_source_sweep", "other_source"):
@@ -395,8 +419,9 @@ def calibration_check(rows: list[Row], records: dict[str, LatencyRecord]) -> dic
 def summary(rows: list[Row]) -> dict[str, Any]:
     """The figures the issue asks for: median |error| of the decode step and TTFT under leave-one-source-out,
     the bare roofline's on the same records, per-source medians and the records beyond 25 %."""
-    dec = [r for r in rows if r.kind == "decode"]
-    ttft = [r for r in rows if r.kind == "ttft"]
+    dec = [r for r in rows if r.kind == "decode" and r.regime != QUEUED]
+    ttft = [r for r in rows if r.kind == "ttft" and r.regime != QUEUED]
+    queued = [r for r in rows if r.regime == QUEUED]
     by_source: dict[str, list[float]] = defaultdict(list)
     for r in dec:
         by_source[r.source].append(r.loso_ratio)
@@ -411,7 +436,10 @@ def summary(rows: list[Row]) -> dict[str, Any]:
         "per_source_median_ratio": {s: float(np.median(v)) for s, v in sorted(by_source.items())},
         "per_source_ttft_median_ratio": {s: float(np.median([r.loso_ratio for r in ttft if r.source == s]))
                                          for s in sorted({r.source for r in ttft})},
-        "beyond_25pct": sorted(r.record for r in rows if abs(r.loso_ratio - 1) > 0.25),
+        "beyond_25pct": sorted(r.record for r in dec + ttft if abs(r.loso_ratio - 1) > 0.25),
+        "queued_records": len(queued),
+        "queued_median_ratio": {k: float(np.median([r.loso_ratio for r in queued if r.kind == k]))
+                                for k in ("decode", "ttft") if any(r.kind == k for r in queued)},
     }
 
 
@@ -441,6 +469,9 @@ def main(argv: list[str] | None = None) -> int:
               f"(median measured/roofline {s['roofline_median_ratio'] or 0:.2f})")
         print(f"TTFT, leave-one-source-out: median |error| = {100 * (s['ttft_median_abs_error'] or 0):.1f}% over "
               f"{s['ttft_records']} records")
+        print(f"queued (more requests than the engine runs at once; predicted, not fitted): {s['queued_records']} "
+              "figures, median measured/predicted " + ", ".join(f"{k} {v:.2f}"
+                                                               for k, v in s["queued_median_ratio"].items()))
         print("per-source median measured/predicted (decode):")
         for src, v in s["per_source_median_ratio"].items():
             print(f"  {v:5.2f}  {src}")

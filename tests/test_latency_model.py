@@ -108,6 +108,20 @@ def test_an_moe_step_reads_the_experts_its_tokens_touch():
     assert t["weight_stream_s"] == pytest.approx(one.dense_bytes / 3.35e12 + one.expert_bytes / (3.35e12 * 0.5))
 
 
+def test_an_moe_prefill_runs_its_experts_grouped_gemms_at_their_own_efficiency():
+    mixtral = catalog.resolve_model("mixtral-8x7b")[0]
+    # Mixtral: 32 layers × 2 of 8 experts × 3 × 4,096 × 14,336 = 11,274,289,152 routed parameters a token;
+    # 2,048 prompt tokens run 2 × 2,048 × that through the experts' grouped GEMMs, at moe_flops × η_f
+    experts = 32 * 2 * 3 * 4096 * 14336
+    c = constants(**{"eta_flops.hopper": 0.5}, moe_flops=0.25)
+    w = Engine(mixtral, H100).step(prefill_tokens=2048, prefill_seqs=1)
+    assert w.expert_gemm_flops == pytest.approx(2 * 2048 * experts)
+    t = step_terms(w, c)
+    assert t["gemm_compute_s"] == pytest.approx((w.gemm_flops + w.expert_gemm_flops / 0.25) / (989e12 * 0.5))
+    # a dense model has none
+    assert Engine(LLAMA8B, H100).step(prefill_tokens=2048, prefill_seqs=1).expert_gemm_flops == 0
+
+
 def test_quantized_kernels_and_eras_are_named_from_the_checkpoint_and_version():
     assert kernel_family(LLAMA8B) == "bf16"
     assert kernel_family(catalog.resolve_model("gpt-oss-120b")[0]) == "mxfp4"

@@ -121,7 +121,8 @@ def test_the_old_llama8b_point_256_x_32k_is_flagged_on_an_h100(llama8b):
 def test_small_chunks_make_prefill_memory_bound(llama8b):
     # max_num_batched_tokens 64: 4 prompts of 64 tokens take 4 chunks, each reading the weights
     # (4 × 4.48 ms) — more than the 3.9 ms of compute.
-    e = _engine(kv_cache_memory_bytes=40 * GiB, max_num_batched_tokens=64)
+    # (max_num_seqs 64 too: vLLM refuses max_num_batched_tokens below max_num_seqs)
+    e = _engine(kv_cache_memory_bytes=40 * GiB, max_num_batched_tokens=64, max_num_seqs=64)
     (p,) = sc.engine_cost(llama8b, gpu("h100-sxm"), e, [_point(e, 4, 64)], ["decode"]).points
     memory = (4 * WEIGHTS_READ + 256 * KV_PER_TOKEN) / BW
     assert p.prefill_flops / PEAK < memory
