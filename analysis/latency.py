@@ -30,7 +30,7 @@ procurement table and the fit all use the same schedules.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -433,16 +433,24 @@ def decode_schedule(e: Engine, batch: float, context: float) -> Schedule:
     return Schedule().add(1, e.step(decode_seqs=batch, decode_context=context))
 
 
+def _chunk_steps(e: Engine, prompts: float, prompt_len: int, decoding: Callable[[int], float],
+                 context: float) -> list[StepWork]:
+    """The steps that prefill ``prompts`` prompts of ``prompt_len`` tokens in chunks of max_num_batched_tokens,
+    chunk j also decoding ``decoding(j)`` sequences at ``context`` (chunked prefill mixes them)."""
+    steps, done = [], 0.0
+    for j, n in enumerate(e.chunks(prompts * prompt_len)):
+        steps.append(e.step(prefill_tokens=n, prefill_prefix=(done % prompt_len) if prompts > 1 else done,
+                            prefill_seqs=max(n / prompt_len, 1.0), decode_seqs=decoding(j), decode_context=context))
+        done += n
+    return steps
+
+
 def prefill_schedule(e: Engine, prompts: float, prompt_len: int, decoding: float = 0, context: float = 0) -> Schedule:
     """``prompts`` prompts of ``prompt_len`` tokens processed in chunks of max_num_batched_tokens, with
     ``decoding`` sequences (at ``context``) decoding in every chunk's step (chunked prefill mixes them)."""
     s = Schedule()
-    done = 0.0
-    for n in e.chunks(prompts * prompt_len):
-        prefix = (done % prompt_len) if prompts > 1 else done
-        s.add(1, e.step(prefill_tokens=n, prefill_prefix=prefix, prefill_seqs=max(n / prompt_len, 1.0),
-                        decode_seqs=decoding, decode_context=context))
-        done += n
+    for w in _chunk_steps(e, prompts, prompt_len, lambda _: decoding, context):
+        s.add(1, w)
     return s
 
 
@@ -504,16 +512,10 @@ def _wave_chunks(e: Engine, requests: int, prompt_len: int) -> tuple[list[StepWo
     """The prefill steps of ``requests`` prompts arriving together, in chunks of max_num_batched_tokens, and the
     step at which each request's prompt completes (its first token). With chunked prefill the requests already
     started decode in every later chunk's step."""
-    sizes = e.chunks(requests * prompt_len)
-    ends = np.cumsum(sizes)
+    ends = np.cumsum(e.chunks(requests * prompt_len))
     done_at = [int(np.searchsorted(ends, (i + 1) * prompt_len - 1e-6)) for i in range(requests)]
-    steps, done = [], 0.0
-    for j, n in enumerate(sizes):
-        started = sum(1 for d in done_at if d < j) if e.chunked else 0
-        steps.append(e.step(prefill_tokens=n, prefill_prefix=(done % prompt_len) if requests > 1 else done,
-                            prefill_seqs=max(n / prompt_len, 1.0), decode_seqs=started, decode_context=prompt_len))
-        done += n
-    return steps, done_at
+    started = (lambda j: sum(1 for d in done_at if d < j)) if e.chunked else (lambda _: 0)
+    return _chunk_steps(e, requests, prompt_len, started, prompt_len), done_at
 
 
 def _waves(requests: int, running: int | None) -> tuple[int, float, float]:

@@ -118,9 +118,10 @@ def running_cap(rec: LatencyRecord, e: Engine) -> int:
     version = vllm_version(s)
     length = wl.input_len + wl.output_len
     entry = "serve" if wl.benchmark == "serve" else "offline"
-    mnbt, seqs = vllm_default_batching(e.gpu.cuda_total_bytes, e.gpu.name, entry, world_size=e.tp,
-                                       vllm_version=version, max_model_len=length)
-    seqs, mnbt = s.max_num_seqs or seqs, s.max_num_batched_tokens or mnbt
+    mnbt = e.max_num_batched_tokens or length  # record_engine: the stated token budget, or vLLM's default
+    _, seqs = vllm_default_batching(e.gpu.cuda_total_bytes, e.gpu.name, entry, world_size=e.tp,
+                                    vllm_version=version, max_model_len=length)
+    seqs = s.max_num_seqs or min(seqs, mnbt)  # vLLM lowers a default max_num_seqs to the token budget
     util = float(args_of(s).get("gpu-memory-utilization", 0.9))
     budget = predict_memory(e.a, total_bytes=e.gpu.cuda_total_bytes, gpu_memory_utilization=util,
                             max_num_batched_tokens=mnbt, max_num_seqs=seqs, tp=e.tp, enforce_eager=e.enforce_eager,
@@ -164,6 +165,11 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
     reg = regime(e.a, e.tp)
     n = wl.sequences
     out: list[Target] = []
+    # A served benchmark runs at most what the engine holds at once; requests sent together beyond it (a burst)
+    # or kept in flight beyond it (a closed loop) queue, and their figures are reported apart (QUEUED).
+    running = min(n, running_cap(rec, e)) if wl.benchmark == "serve" else n
+    burst = wl.num_prompts is not None and wl.num_prompts <= n
+    queued = running < n and (burst or wl.request_rate is None)
     if rec.derive == "latency":
         assert r.avg_latency_s is not None
         out.append(Target(name, rec.source_key, "decode", reg, r.avg_latency_s,
@@ -179,9 +185,6 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
         tpot = (r.median_tpot_ms or r.mean_tpot_ms) if rec.derive == "tpot" else (r.median_itl_ms or r.mean_itl_ms)
         assert tpot is not None
         statistic = "median" if (r.median_tpot_ms if rec.derive == "tpot" else r.median_itl_ms) else "mean"
-        running = min(n, running_cap(rec, e))
-        burst = wl.num_prompts is not None and wl.num_prompts <= n
-        queued = running < n and (burst or wl.request_rate is None)
         if median_itl and (burst or running / wl.output_len < 0.5):
             # The median inter-token latency is a plain decode step where fewer than half the steps carry a prompt.
             s = decode_schedule(e, running, wl.input_len + wl.output_len / 2)
@@ -193,8 +196,7 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
     if wl.benchmark == "serve" and rec.ttft_ms:
         median = r.median_ttft_ms is not None
         prompts = wl.num_prompts
-        running = min(n, running_cap(rec, e))
-        if prompts is not None and prompts <= n:
+        if burst:
             # Every request sent at once: waves of what the engine runs at once.
             s = burst_ttft_schedule(e, n, wl.input_len, "median" if median else "mean", running=running,
                                     output_len=wl.output_len)
@@ -212,7 +214,6 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
                 share = n / prompts
                 s = Schedule().extend(s, 1 - share).extend(burst_ttft_schedule(e, n, wl.input_len, "mean"),
                                                                  share)
-        queued = running < n and ((prompts is not None and prompts <= n) or wl.request_rate is None)
         out.append(Target(name, rec.source_key, "ttft", QUEUED if queued else "ttft", rec.ttft_ms / 1e3, s))
     return out
 

@@ -64,11 +64,10 @@ def _common_checks(path: Path, option: str, results_dirs: Iterable[Path], inputs
 
 
 def output_file(path: Path, option: str, *, results_dirs: Iterable[Path] = (), inputs: Iterable[Path | None] = (),
-                example: str = "report.pdf", within: Path | None = None, create_parent: bool = False) -> Path:
+                example: str = "report.pdf", within: Path | None = None) -> Path:
     """``path`` as a file the command may write (replacing an older one of its own), or the error saying why not:
     a directory, not a regular file (a device, FIFO or socket), outside ``within``, one of a results directory's
-    records, one of the command's inputs, a missing parent (made when ``create_parent``), or a parent that cannot
-    be written."""
+    records, one of the command's inputs, a missing parent, or a parent that cannot be written."""
     if path.is_dir():
         raise OutputPathError(f"{option} {path} is a directory: give a file path (e.g. {path / example})")
     if path.exists() and not path.is_file():  # the atomic rename would replace it
@@ -76,9 +75,7 @@ def output_file(path: Path, option: str, *, results_dirs: Iterable[Path] = (), i
     _common_checks(path, option, results_dirs, inputs, within)
     parent = path.resolve().parent
     if not parent.is_dir():
-        if not create_parent:
-            raise OutputPathError(f"{option} {path}: directory {parent} does not exist")
-        output_dir(parent, option)
+        raise OutputPathError(f"{option} {path}: directory {parent} does not exist")
     why = unwritable_reason(parent)
     if why:
         raise OutputPathError(f"{option} {path}: cannot write in {parent} ({why})")
@@ -86,8 +83,8 @@ def output_file(path: Path, option: str, *, results_dirs: Iterable[Path] = (), i
 
 
 def output_dir(path: Path, option: str, *, results_dirs: Iterable[Path] = (), inputs: Iterable[Path | None] = (),
-               within: Path | None = None, create: bool = True) -> Path:
-    """``path`` as a directory the command may write into, made (with its parents) when ``create``, or the error
+               within: Path | None = None) -> Path:
+    """``path`` as a directory the command may write into, made (with its parents) if missing, or the error
     saying why not: a file or something else that is not a directory, outside ``within``, inside a results
     directory's records, one of the command's inputs, or a place where nothing can be created or written."""
     if path.exists() and not path.is_dir():
@@ -97,8 +94,6 @@ def output_dir(path: Path, option: str, *, results_dirs: Iterable[Path] = (), in
         raise OutputPathError(f"{option} {path} is inside the records of {d}; write it elsewhere")
     _common_checks(path, option, (), inputs, within)
     if not path.exists():
-        if not create:
-            raise OutputPathError(f"{option} {path}: directory does not exist")
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
