@@ -12,7 +12,7 @@ the KV it reads, its FLOPs and its all-reduces. Its time is
   + communication_s  all-reduces × latency[link] · log2(tp) + their bytes / link bandwidth   (tp > 1: two a layer;
                                                                   the latency grows with the ranks synchronised)
   + floor_s          host[vLLM era] + per-sequence host cost × sequences
-                     + per-layer launch cost (CUDA-graph replay, or eager launches) (+ MoE layers' extra)
+                     + per-layer launch cost (CUDA-graph replay, or eager launches) (+ MoE layers' and MLA layers' extras)
 
 Weight bytes include quantization scales and zero points (``analysis.quantization``); an MoE
 step reads the experts its tokens touch, E·(1 − (1 − k/E)^tokens), not the top-k alone
@@ -130,6 +130,7 @@ class StepWork:
     attention_flops: float
     layers: int
     moe_layers: int
+    mla_layers: int  # latent-attention layers: absorbed up-projections and more kernels a layer
     allreduces: float
     allreduce_hops: float  # log2(tp): an all-reduce's latency grows with the ranks it synchronises
     allreduce_bytes: float  # bytes each GPU sends and receives in them (ring: 2(tp−1)/tp of the tensor)
@@ -191,7 +192,8 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         decode_seqs=decode_seqs, prefill_tokens=prefill_tokens, dense_bytes=dense / tp, expert_bytes=experts / tp,
         experts_touched=touched, kv_bytes=kv, gemm_flops=gemm - expert_gemm, expert_gemm_flops=expert_gemm,
         attention_flops=attn / tp, layers=a.num_layers,
-        moe_layers=moe_layers, allreduces=allreduces, allreduce_hops=float(np.log2(tp)), allreduce_bytes=ar_bytes,
+        moe_layers=moe_layers, mla_layers=a.num_layers if a.mla else 0, allreduces=allreduces,
+        allreduce_hops=float(np.log2(tp)), allreduce_bytes=ar_bytes,
         eager=enforce_eager,
         generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
         link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
@@ -208,7 +210,7 @@ def parameter_names() -> list[str]:
         names += [eta] + [f"{eta}.{g}" for g in GENERATIONS]
     names += [f"kv_era.{e}" for e in ERAS[:-1]]
     names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel", "moe_flops"]
-    names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "layer_s", "eager_layer_s", "moe_layer_s"]
+    names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "layer_s", "eager_layer_s", "moe_layer_s", "mla_layer_s"]
     names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s"]
     return names
 
@@ -226,6 +228,7 @@ PRIORS: dict[str, tuple[float, float]] = {
     "moe_flops": (0.6, 0.5),
     "host_s.0.5": (3e-3, 1.0), "host_s.0.6": (1e-3, 1.0), "host_s.0.9": (4e-4, 1.0),
     "seq_s": (8e-6, 1.0), "layer_s": (8e-6, 0.8), "eager_layer_s": (6e-5, 0.8), "moe_layer_s": (1.5e-5, 0.8),
+    "mla_layer_s": (3e-5, 1.5),
     "allreduce_s.nvlink": (1.2e-5, 0.7), "allreduce_s.pcie": (3e-5, 0.7), "allreduce_s.nccl": (3e-5, 0.7),
     "api_s": (3e-3, 1.0),
 }
@@ -296,9 +299,9 @@ class Overrides:
 
 
 def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm_flops, attention_flops, allreduces,
-                 allreduce_hops, allreduce_bytes, decode_seqs, layers, moe_layers, bandwidth_Bps, gemm_peak_flops,
-                 peak_flops, link_Bps, eta_weights, kernel, moe_kernel, moe_flops, eta_kv, kv_era, eta_flops,
-                 allreduce_s, host_s, seq_s, layer_s, moe_layer_s):
+                 allreduce_hops, allreduce_bytes, decode_seqs, layers, moe_layers, mla_layers, bandwidth_Bps,
+                 gemm_peak_flops, peak_flops, link_Bps, eta_weights, kernel, moe_kernel, moe_flops, eta_kv, kv_era,
+                 eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s, mla_layer_s):
     """The step-time formula (module docstring), term by term. Every argument may be a number or a numpy array
     of steps (the fit evaluates the whole corpus at once), so there is one formula for the plan and the fit."""
     bw_w = bandwidth_Bps * eta_weights * kernel
@@ -312,13 +315,14 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm
         "kv_s": kv_bytes / (bandwidth_Bps * eta_kv * kv_era),
         "attention_s": attention_flops / (peak_flops * eta_flops),
         "communication_s": allreduces * allreduce_hops * allreduce_s + allreduce_bytes / link_Bps,
-        "floor_s": host_s + seq_s * decode_seqs + layer_s * layers + moe_layer_s * moe_layers,
+        "floor_s": host_s + seq_s * decode_seqs + layer_s * layers + moe_layer_s * moe_layers
+                   + mla_layer_s * mla_layers,
     }
 
 
 FEATURES = ("dense_bytes", "expert_bytes", "kv_bytes", "gemm_flops", "expert_gemm_flops", "attention_flops",
             "allreduces",
-            "allreduce_hops", "allreduce_bytes", "decode_seqs", "layers", "moe_layers", "bandwidth_Bps",
+            "allreduce_hops", "allreduce_bytes", "decode_seqs", "layers", "moe_layers", "mla_layers", "bandwidth_Bps",
             "gemm_peak_flops", "peak_flops", "link_Bps")
 
 
@@ -331,7 +335,8 @@ def step_constants(w: StepWork) -> dict[str, str | float]:
             "kv_era": 1.0 if w.era == ERAS[-1] else f"kv_era.{w.era}",
             "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
             "host_s": f"host_s.{w.era}", "seq_s": "seq_s", "layer_s": "eager_layer_s" if w.eager else "layer_s",
-            "moe_layer_s": "moe_layer_s" if w.moe_layers else 0.0}
+            "moe_layer_s": "moe_layer_s" if w.moe_layers else 0.0,
+            "mla_layer_s": "mla_layer_s" if w.mla_layers else 0.0}
 
 
 def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overrides | None = None
@@ -348,7 +353,7 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
         features.update(gemm_peak_flops=o.flops, peak_flops=o.flops)
         coef["eta_flops"] = 1.0  # the MoE kernels' share kept
     if o.step_overhead_s is not None:
-        coef.update(host_s=o.step_overhead_s, seq_s=0.0, layer_s=0.0, moe_layer_s=0.0)
+        coef.update(host_s=o.step_overhead_s, seq_s=0.0, layer_s=0.0, moe_layer_s=0.0, mla_layer_s=0.0)
     out = step_seconds(**features, **coef)
     bw_w = features["bandwidth_Bps"] * coef["eta_weights"] * coef["kernel"]
     out.update(effective_weight_bandwidth_Bps=bw_w,

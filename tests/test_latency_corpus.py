@@ -46,6 +46,9 @@ EXPLAINED = {
                                 "engine: TTFT 2.6-3.3x the prediction at concurrency 4-64 (block-FP8 fused MoE and "
                                 "MLA prefill of that version) and 9-14x at 128, where the source itself says vLLM "
                                 "degrades; its TPOT at low concurrency is the same version's MoE kernels",
+    "emmy_qwen3-30b-a3b": "Qwen3-30B-A3B at concurrency 1 on one H200 (vLLM 0.17): 1.27x the prediction, while the "
+                          "same model on H100 at concurrency 10 (PR 23151) is 0.6x it; the two sources of this "
+                          "128-expert model pull its MoE floor and kernel efficiency in opposite directions",
     "gpustackopt_gpt-oss": "as gpustack_gpt-oss-20b: bursts of 500 gpt-oss requests that the engine holds at once "
                            "(the recommended settings: async scheduling, tp 2)",
     "pr23197_llama-3.1": "16 and 8 prompts with 32-token outputs: the per-step figure is the latency less the "
@@ -70,8 +73,6 @@ EXPLAINED = {
                                "on older tp 8 sources gives twice that; newer vLLM fuses all-reduce and norm",
     "mlcperf_codellama-34b-awq": "CodeLlama-34B AWQ on 2x RTX 4090 (vLLM 0.2.0): barely faster than the 70B on the "
                                  "same GPUs in the same table; the source does not explain it",
-    "pr13747_deepseek-v2-lite": "the only MLA model of its era (FlashMLA) and a 2 GB-per-GPU MoE at tp 8: its step is "
-                                "floors and all-reduces of 27 layers of 64-expert routing",
     "pr23151_qwen3-30b-a3b": "a 128-expert MoE served at concurrency 10 with DeepGEMM: held out, the MoE kernel "
                              "efficiency comes from Mixtral (8 experts) and gpt-oss; its TTFT (300 ms) is its "
                              "closed-loop waves' chunks, with the same MoE efficiency",

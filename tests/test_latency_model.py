@@ -122,6 +122,19 @@ def test_an_moe_prefill_runs_its_experts_grouped_gemms_at_their_own_efficiency()
     assert Engine(LLAMA8B, H100).step(prefill_tokens=2048, prefill_seqs=1).expert_gemm_flops == 0
 
 
+def test_latent_attention_layers_pay_their_own_per_layer_floor():
+    # DeepSeek-V3: 61 layers, every one MLA (absorbed up-projections, more kernels a layer), 58 of them MoE
+    # (first_k_dense_replace 3); a GQA model pays none of it.
+    v3 = catalog.resolve_model("deepseek-v3")[0]
+    c = constants(**{"host_s.0.9": 1e-3, "layer_s": 1e-5, "moe_layer_s": 2e-5, "mla_layer_s": 4e-5})
+    w = Engine(v3, H100, tp=8).step(decode_seqs=1, decode_context=100)
+    assert (w.layers, w.moe_layers, w.mla_layers) == (61, 58, 61)
+    assert step_terms(w, c)["floor_s"] == pytest.approx(1e-3 + 61 * 1e-5 + 58 * 2e-5 + 61 * 4e-5)
+    dense = Engine(LLAMA8B, H100).step(decode_seqs=1, decode_context=100)
+    assert dense.mla_layers == 0
+    assert step_terms(dense, c)["floor_s"] == pytest.approx(1e-3 + 32 * 1e-5)
+
+
 def test_quantized_kernels_and_eras_are_named_from_the_checkpoint_and_version():
     assert kernel_family(LLAMA8B) == "bf16"
     assert kernel_family(catalog.resolve_model("gpt-oss-120b")[0]) == "mxfp4"
