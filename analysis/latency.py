@@ -12,7 +12,7 @@ the KV it reads, its FLOPs and its all-reduces. Its time is
   + communication_s  all-reduces × latency[link] · log2(tp) + their bytes / link bandwidth   (tp > 1: two a layer;
                                                                   the latency grows with the ranks synchronised)
   + floor_s          host[vLLM era] + per-sequence host cost × sequences
-                     + per-layer launch cost (CUDA-graph replay, or eager launches) (+ MoE layers' and MLA layers' extras)
+                     + per-layer launch cost (CUDA-graph replay, or eager) (+ MoE and MLA layers' extras)
 
 Weight bytes include quantization scales and zero points (``analysis.quantization``); an MoE
 step reads the experts its tokens touch, E·(1 − (1 − k/E)^tokens), not the top-k alone

@@ -19,7 +19,9 @@ Three kinds of measurement (``workload.benchmark``):
 
 How a per-step decode figure is read off a record is ``derive``: ``tpot`` / ``itl`` (the
 reported time per output token is the step), ``latency`` (the average latency less the
-predicted prefill, over ``output_len − 1`` steps), ``throughput`` (batch ÷ output tokens/s).
+predicted prefill, over ``output_len − 1`` steps), ``throughput`` (batch ÷ output tokens/s). A latency run
+generating one token each (``--output-len 1``) has no decode step: it measures the batch's prefill, a TTFT of
+``batch_size`` prompts submitted together (``prefill``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from analysis.evidence import PublishedRecord
 LATENCY_DIR = Path(__file__).resolve().parent / "catalog" / "latency"
 
 Benchmark = Literal["latency", "serve", "throughput"]
-Derive = Literal["tpot", "itl", "latency", "throughput"]
+Derive = Literal["tpot", "itl", "latency", "throughput", "prefill"]
 
 
 class LatencySettings(BaseModel):
@@ -123,11 +125,14 @@ class LatencyRecord(PublishedRecord):
     def _derivable(self) -> LatencyRecord:
         r = self.reported
         need = {"tpot": (r.median_tpot_ms, r.mean_tpot_ms), "itl": (r.median_itl_ms, r.mean_itl_ms),
-                "latency": (r.avg_latency_s,), "throughput": (r.output_throughput_tok_s,)}[self.derive]
+                "latency": (r.avg_latency_s,), "throughput": (r.output_throughput_tok_s,),
+                "prefill": (r.avg_latency_s,)}[self.derive]
         if all(v is None for v in need):
             raise ValueError(f"derive: {self.derive} needs the reported figure it is read from")
         if self.derive == "latency" and self.workload.output_len < 2:
             raise ValueError("derive: latency needs output_len >= 2 (the decode steps after the first token)")
+        if self.derive == "prefill" and (self.workload.benchmark != "latency" or self.workload.output_len != 1):
+            raise ValueError("derive: prefill is a latency run with output_len 1 (the batch's prefill alone)")
         return self
 
     @property

@@ -170,6 +170,10 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
     running = min(n, running_cap(rec, e)) if wl.benchmark == "serve" else n
     burst = wl.num_prompts is not None and wl.num_prompts <= n
     queued = running < n and (burst or wl.request_rate is None)
+    if rec.derive == "prefill":
+        # `--output-len 1`: the batch's prompts prefilled (chunked as the engine chunks them), one token sampled each.
+        assert r.avg_latency_s is not None
+        return [Target(name, rec.source_key, "ttft", "ttft", r.avg_latency_s, prefill_schedule(e, n, wl.input_len))]
     if rec.derive == "latency":
         assert r.avg_latency_s is not None
         out.append(Target(name, rec.source_key, "decode", reg, r.avg_latency_s,

@@ -221,6 +221,37 @@ def test_a_closed_loop_beyond_what_the_engine_runs_queues_for_whole_lifetimes():
     assert queued_ttft_schedule(e, 12, 4, 500, 100).time(c) == pytest.approx(ttft + 2 * 100 * life)
 
 
+def test_a_latency_run_of_one_output_token_is_its_batch_prefill():
+    import yaml
+
+    from analysis.latency_corpus import LatencyRecord
+    from analysis.latency_fit import record_targets
+
+    doc = yaml.safe_load("""
+source: https://example.org/run
+description: sixteen 1,024-token prompts, one token each
+settings: {model: meta-llama/Llama-3.1-8B, catalog_model: llama-3.1-8b, gpu: h100-sxm, vllm_version: "0.10.0",
+           max_num_batched_tokens: 8192}
+workload: {benchmark: latency, batch_size: 16, input_len: 1024, output_len: 1}
+reported: {avg_latency_s: 0.5}
+derive: prefill
+excerpt: "Avg latency: 0.5 seconds"
+""")
+    (t,) = record_targets("x", LatencyRecord.model_validate(doc))
+    assert (t.kind, t.regime, t.measured_s) == ("ttft", "ttft", 0.5)
+    c = constants(**{"eta_weights.hopper": 0.5, "eta_flops.hopper": 0.5, "host_s.0.9": 1e-3})
+    # 16,384 prompt tokens in chunks of the 8,192-token budget: two steps of eight whole prompts each
+    e = Engine(LLAMA8B, H100, max_num_batched_tokens=8192, vllm_version="0.10.0")
+    step = e.step(prefill_tokens=8192, prefill_seqs=8)
+    assert t.schedule.time(c) == pytest.approx(2 * step_time(step, c))
+    # a run that generates more than one token is not a prefill, and a prefill is a latency run
+    with pytest.raises(ValueError, match="output_len 1"):
+        LatencyRecord.model_validate({**doc, "workload": {**doc["workload"], "output_len": 2}})
+    with pytest.raises(ValueError, match="output_len 1"):
+        LatencyRecord.model_validate({**doc, "workload": {"benchmark": "serve", "max_concurrency": 16,
+                                                          "input_len": 1024, "output_len": 1}})
+
+
 def test_the_plan_reports_the_model_its_terms_the_roofline_and_intervals():
     from analysis.plan import PlanInputs, make_plan
 
