@@ -1,5 +1,6 @@
 import ctypes
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -8,6 +9,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# A suite started as a background job (`make test &` in a script) inherits SIGINT ignored, and an ignored
+# signal stays ignored across exec: every kvprof the tests start would ignore the Ctrl-C the interrupt tests
+# send it and each would wait out its timeout. Python's own handler here is reset to the default in every
+# child at exec, so the children handle Ctrl-C as they would from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _nvidia_gpu() -> bool:
