@@ -216,10 +216,11 @@ class Architecture(BaseModel):
             raise ValueError(f"--dtype {dtype!r}: vLLM runs weights in auto, bfloat16, float16 or float32")
         return self if name == self.torch_dtype else self.model_copy(update={"torch_dtype": name})
 
-    def with_quantization(self, name: str | None, gpu: str | None = None,
+    def with_quantization(self, name: str | None, generation: str | None = None,
                           vllm_version: str | None = None) -> Architecture:
         """This architecture as vLLM runs it with ``--quantization NAME`` (None: as the checkpoint
-        says) on ``gpu`` (a catalog GPU name: some kernels pad per device)."""
+        says) on a GPU of ``generation`` (the catalog's ``GPU.generation``: some kernels pad per
+        device architecture)."""
         scheme = self.quantization
         if name is not None:
             try:
@@ -227,7 +228,7 @@ class Architecture(BaseModel):
             except QuantizationError as exc:
                 raise UnsupportedArchitecture(f"{self.name}: {exc}") from None
         if scheme is not None:
-            scheme = scheme.for_device(gpu, vllm_version)
+            scheme = scheme.for_device(generation, vllm_version)
         if scheme == self.quantization:
             return self
         return self.model_copy(update={"quantization": scheme})

@@ -83,7 +83,8 @@ def record_architecture(rec: LatencyRecord) -> Architecture:
     a = Architecture.from_config(config, s.catalog_model)
     if s.dtype:
         a = a.with_dtype(s.dtype)
-    return a.with_quantization(q or None, gpu=s.gpu, vllm_version=vllm_version(s))
+    return a.with_quantization(q or None, generation=catalog.resolve_gpu(s.gpu)[0].generation,
+                              vllm_version=vllm_version(s))
 
 
 def args_of(s: Any) -> dict[str, str]:

@@ -315,7 +315,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     if inputs.block_size is None:
         inputs = inputs.model_copy(update={"block_size": default_block_size(gpu)})
     try:
-        a = a.with_dtype(inputs.dtype).with_quantization(inputs.quantization, gpu=gpu.name if gpu else None)
+        a = a.with_dtype(inputs.dtype).with_quantization(inputs.quantization,
+                                                         generation=gpu.generation if gpu else None)
         kv_dtype_bytes(inputs.kv_cache_dtype, a.torch_dtype)
     except ValueError as exc:
         raise PlanError(str(exc)) from exc

@@ -114,8 +114,9 @@ class QuantScheme(BaseModel):
             one += ((2 if gated else 1) * intermediate + hidden) * dtype_bytes
         return num_experts * one
 
-    def for_device(self, gpu: str | None, vllm_version: str | None = None) -> QuantScheme:
-        """The scheme as vLLM lays it out on ``gpu`` (a catalog GPU name); most layouts do not depend on it."""
+    def for_device(self, generation: str | None, vllm_version: str | None = None) -> QuantScheme:
+        """The scheme as vLLM lays it out on a GPU of ``generation`` (the catalog's ``GPU.generation``: ampere,
+        ada, hopper, blackwell); most layouts do not depend on it."""
         return self
 
     def describe(self) -> str:
@@ -327,8 +328,8 @@ class Mxfp4(QuantScheme):
     method: Literal["mxfp4"] = "mxfp4"
     kernel: Literal["marlin", "triton"] = "triton"
 
-    def for_device(self, gpu: str | None, vllm_version: str | None = None) -> Mxfp4:
-        return self.model_copy(update={"kernel": mxfp4_kernel(gpu, vllm_version)})
+    def for_device(self, generation: str | None, vllm_version: str | None = None) -> Mxfp4:
+        return self.model_copy(update={"kernel": mxfp4_kernel(generation, vllm_version)})
 
     def describe(self) -> str:
         return f"mxfp4 ({self.kernel})"
@@ -374,15 +375,15 @@ def _version(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 
 
-def mxfp4_kernel(gpu: str | None, vllm_version: str | None = None) -> Literal["marlin", "triton"]:
-    """The MoE kernel vLLM runs mxfp4 experts with on a catalog GPU.
+def mxfp4_kernel(generation: str | None, vllm_version: str | None = None) -> Literal["marlin", "triton"]:
+    """The MoE kernel vLLM runs mxfp4 experts with on a GPU of ``generation`` (``GPU.generation``).
 
-    Hopper (h100*, h200) runs triton_kernels from vLLM 0.10.2 on (0.10.1 still chose
-    Marlin there, issue 23278's log); Blackwell's TRT-LLM kernel pads like Marlin, and
-    GPUs without FP4 (A100, L40S, L4) run Marlin. An unknown GPU is taken as Hopper.
+    vLLM picks it by compute capability (``get_mxfp4_backend``): Hopper (SM 9.0: H100, H200,
+    H800, GH200 alike) runs triton_kernels from vLLM 0.10.2 on (0.10.1 still chose Marlin
+    there, issue 23278's log); Blackwell's TRT-LLM kernel pads like Marlin, and GPUs without
+    FP4 (Ampere, Ada) run Marlin. A GPU of no stated generation is taken as Hopper.
     """
-    name = (gpu or "h100").lower()
-    if not (name.startswith("h100") or name.startswith("h200")):
+    if (generation or "hopper") != "hopper":
         return "marlin"
     if vllm_version and _version(vllm_version) < (0, 10, 2):
         return "marlin"

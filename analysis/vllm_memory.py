@@ -293,6 +293,7 @@ def default_batching(rules: AccountingRules, memory_bytes: int | None, device_na
         return (2048 if mml > 32768 else max(mml, 2048)), 256
     if rules.batching == "v1_160g" and memory_bytes >= 160 * GiB:
         return 16384, 1024
+    # vLLM's own rule matches the device name (arg_utils.py: `"a100" not in device_name`), so this one does too.
     if memory_bytes >= 70 * GiB and "a100" not in device_name.lower():
         return (8192 if serve else 16384), 1024
     return (2048 if serve else 8192), 256

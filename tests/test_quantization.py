@@ -12,7 +12,7 @@ import json
 import pytest
 
 from analysis.architecture import Architecture, UnsupportedArchitecture
-from analysis.catalog import model_dir, resolve_model
+from analysis.catalog import model_dir, resolve_gpu, resolve_model
 from analysis.params import (
     decode_weight_bytes,
     model_loading_bytes,
@@ -116,7 +116,19 @@ def test_mxfp4_one_expert_matrix_and_padding():
     ("l40s", None, "marlin"),
 ])
 def test_mxfp4_kernel_per_device(gpu, version, kernel):
-    assert mxfp4_kernel(gpu, version) == kernel
+    assert mxfp4_kernel(resolve_gpu(gpu)[0].generation, version) == kernel
+
+
+def test_mxfp4_kernel_follows_the_architecture_not_the_name():
+    # vLLM picks the kernel by compute capability: an H800 or a GH200 (SM 9.0, not in the catalog, named in no
+    # "h100"/"h200" prefix) runs the Hopper kernel, an RTX 4090 (Ada) Marlin.
+    assert mxfp4_kernel("hopper", "0.11.0") == "triton"
+    assert mxfp4_kernel("ada", "0.11.0") == "marlin"
+    from analysis.catalog import GPU
+    gh200 = GPU(name="gh200", display="NVIDIA GH200 96GB", memory_mib=97871, bandwidth_tbs=4.0, bf16_tflops=989,
+                generation="hopper")
+    a = resolve_model("gpt-oss-20b")[0].with_quantization(None, generation=gh200.generation, vllm_version="0.11.0")
+    assert a.quantization.kernel == "triton"
 
 
 # -- which modules stay unquantized ---------------------------------------------------------
@@ -269,7 +281,7 @@ def _predicted(record) -> Architecture:
     s = record.settings
     a, _ = resolve_model(s.catalog_model)
     override = s.plan_quantization or (None if a.quantization is not None else s.quantization)
-    return a.with_quantization(override, gpu=s.gpu, vllm_version=s.vllm_version)
+    return a.with_quantization(override, generation=resolve_gpu(s.gpu)[0].generation, vllm_version=s.vllm_version)
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS))
@@ -303,7 +315,7 @@ def model_dir_exists(name: str) -> bool:
 def test_architecture_round_trips_its_scheme():
     """A saved plan stores the architecture as JSON (kvprof plan --save) and reloads it."""
     for name, override in [("gpt-oss-20b", None), ("llama-3.1-8b", "fp8"), ("llama-3.1-8b", "bitsandbytes")]:
-        a = resolve_model(name)[0].with_quantization(override, gpu="a100-80gb-sxm")
+        a = resolve_model(name)[0].with_quantization(override, generation="ampere")
         back = Architecture.model_validate(json.loads(json.dumps(a.model_dump(mode="json"))))
         assert back == a and weight_bytes(back) == weight_bytes(a)
     ct = _llama8b_with({"quant_method": "compressed-tensors", "ignore": ["lm_head"], "config_groups": {

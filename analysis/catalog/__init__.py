@@ -26,6 +26,11 @@ MODELS_DIR = CATALOG_DIR / "models"
 GPUS_FILE = CATALOG_DIR / "gpus.yaml"
 
 
+# Checkpoint files on disk: those vLLM's loaders read (safetensors, PyTorch .bin/.pt, GGUF), and other frameworks'
+# weights a model folder may also carry (never read by vLLM, never worth copying with the configs).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+OTHER_WEIGHT_SUFFIXES = (".pth", ".h5", ".msgpack", ".ckpt")
+
 class UnknownName(ValueError):
     """A model or GPU name that is not in the catalog (message lists near matches)."""
 
@@ -213,8 +218,17 @@ def from_probe(probe: Any, source: str = "probe file") -> GPU:
     memory = int(need("memory_total_bytes"))
     name = str(probe.get("device", "probed device"))
     is_cpu = probe.get("device_type") == "cpu"
+    # The part's architecture and links are not measured: a device NVML names as a catalog part has its traits.
+    traits: dict[str, Any] = {}
+    if not is_cpu:
+        try:
+            part, _ = resolve_gpu(name)
+        except (UnknownName, ValueError):
+            part = None
+        if part is not None and any(n.lower() in name.lower() for n in part.nvml_names):
+            traits = {k: getattr(part, k) for k in ("generation", "interconnect", "interconnect_gbs", "segment")}
     return GPU(name=f"probe: {name}", display=name, memory_mib=memory // 2**20, bandwidth_tbs=bw / 1e12,
-               bf16_tflops=flops / 1e12, cpu=is_cpu)
+               bf16_tflops=flops / 1e12, cpu=is_cpu, **traits)
 
 
 def resolve_gpu(name: str) -> tuple[GPU, str | None]:
