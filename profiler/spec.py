@@ -455,6 +455,11 @@ class SweepSpec(BaseModel):
         return Path(override or self.output_dir or Path("reports") / self.name)
 
 
+# EngineSettings fields that are kvprof's own (how the model was found and identified, which weights, the
+# arguments passed verbatim), not vllm.LLM arguments of the same name.
+NOT_VLLM_ARGS = {"model_dir", "model_sha256", "weights", "engine_args"}
+
+
 class EngineConfig(EngineSettings):
     """One engine launch (the contract's EngineSettings) and how it becomes ``vllm.LLM`` arguments."""
 
@@ -469,23 +474,12 @@ class EngineConfig(EngineSettings):
             "model": self.model_dir,
             "load_format": "dummy" if self.weights == "dummy" else "auto",
             "skip_tokenizer_init": True,
-            "dtype": self.dtype,
-            "seed": self.seed,
-            "max_model_len": self.max_model_len,
-            "block_size": self.block_size,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "tensor_parallel_size": self.tensor_parallel_size,
             "disable_log_stats": False,
         }
-        optional = {
-            "max_num_seqs": self.max_num_seqs,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
-            "enable_prefix_caching": self.enable_prefix_caching,
-            "max_num_batched_tokens": self.max_num_batched_tokens,
-            "async_scheduling": self.async_scheduling,
-        }
-        kw.update({k: v for k, v in optional.items() if v is not None})
+        # Every other setting is the vllm.LLM argument of its name, left out where None (vLLM's default): a
+        # field added to EngineSettings reaches vLLM with no list to update.
+        settings = self.model_dump(exclude=NOT_VLLM_ARGS)
+        kw.update({k: v for k, v in settings.items() if v is not None})
         kw.update(self.engine_args)
         return kw
 

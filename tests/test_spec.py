@@ -37,6 +37,26 @@ def test_engine_args_pass_through_and_dummy_weights():
     assert kw["enforce_eager"] is True and kw["kv_cache_memory_bytes"] == 16 * 2**20
 
 
+def test_every_engine_setting_reaches_vllm_by_its_name():
+    """A setting added to EngineSettings (as ARCHITECTURE says an engine axis is added) is a vllm.LLM argument of
+    the same name, with no hand-kept list for it to be missing from."""
+    from profiler.spec import EngineConfig
+
+    class WithNewAxis(EngineConfig):
+        enforce_eager: bool | None = None
+
+    base = expand(parse_spec(BASE)).engines[0]
+    new = WithNewAxis(**base.model_dump(), enforce_eager=True)
+    assert new.llm_kwargs() == base.llm_kwargs() | {"enforce_eager": True}
+    assert "enforce_eager" not in WithNewAxis(**base.model_dump()).llm_kwargs()  # None: vLLM's own default
+    # and the settings kvprof sets itself are what vLLM is given: the path, the weights, no tokenizer
+    kw = base.llm_kwargs()
+    assert {k: kw[k] for k in ("model", "load_format", "max_model_len", "block_size", "kv_cache_memory_bytes")} == {
+        "model": base.model_dir, "load_format": "dummy", "max_model_len": 1024, "block_size": 32,
+        "kv_cache_memory_bytes": 16 * 2**20}
+    assert not {"model_dir", "model_sha256", "weights", "engine_args"} & kw.keys()
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda s: s.update(modle="x"), "modle: unknown key"),
     (lambda s: s["engine"].update(block_size=[0]), "engine.block_size"),
