@@ -1,0 +1,87 @@
+"""Every `kvprof` example in the README, ARCHITECTURE.md and docs/ runs here, so the docs cannot drift.
+
+An example that needs nothing this machine lacks runs for real and must exit 0. One that starts engines, needs
+a GPU or a Ray cluster, or reads results and files a reader makes first (a sweep's results, a saved plan) is
+parsed by the real command line instead: every option it names must exist and every value must convert, so a
+renamed or removed option fails here. Which examples are parse-only is listed with the reason (NOT_RUN).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from profiler.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+# An example's words that mean it cannot run on this machine in a test, and why.
+NOT_RUN = {
+    "sweep": "starts engines (the demo sweep runs in tests/test_sweep_e2e.py) unless --dry-run",
+    "probe": "measures the device for minutes",
+    "report": "reads a sweep's results (tests/test_report.py builds them)",
+    "compare": "reads several sweeps' results (tests/test_compare.py)",
+    "check-plan": "reads a saved plan and a sweep (tests/test_plan_check.py)",
+    "path/to/model-dir": "a placeholder for the reader's own model folder",
+    "--calibration": "reads a calibration a sweep wrote",
+}
+
+
+def examples() -> list[tuple[str, str]]:
+    """(where, the command's words after `kvprof`) for every `kvprof` line of every ```bash block."""
+    out = []
+    for doc in DOCS:
+        for block in re.findall(r"```bash\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split(" #")[0].split(">")[0].strip()
+                if line.startswith("kvprof "):
+                    # `[--opt value]` marks an optional part: the example is checked with it
+                    out.append((doc.name, re.sub(r"\[([^\]]*)\]", r"\1", line)[len("kvprof "):]))
+    return out
+
+
+EXAMPLES = examples()
+
+
+def test_the_docs_have_examples_of_every_command():
+    commands = {shlex.split(words)[0] for _, words in EXAMPLES}
+    assert commands >= {"validate", "sweep", "report", "compare", "check-plan", "probe", "plan", "log"}
+
+
+def _why_not_run(args: list[str]) -> str | None:
+    if args[0] == "sweep" and "--dry-run" in args and not {"--devices", "--ray"} & set(args):
+        return None
+    return next((why for word, why in NOT_RUN.items() if word in args), None)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A folder holding what the examples name: the sweep specs, and a vLLM start-up log as vllm-serve.log."""
+    d = tmp_path_factory.mktemp("docs")
+    shutil.copytree(ROOT / "sweeps", d / "sweeps")
+    shutil.copy(ROOT / "tests/fixtures/vllm_logs/v1_llama31_8b_l40s_kv_size.log", d / "vllm-serve.log")
+    return d
+
+
+@pytest.mark.parametrize("where, words", EXAMPLES, ids=[f"{w}: {c[:60]}" for w, c in EXAMPLES])
+def test_every_example_runs_or_at_least_parses(where, words, workdir, monkeypatch):
+    args = shlex.split(words)
+    why = _why_not_run(args)
+    if why is None:
+        monkeypatch.chdir(workdir)
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, f"{where}: kvprof {words}\n{res.output[-3000:]}"
+        return
+    command = typer.main.get_command(app).commands.get(args[0])
+    assert command is not None, f"{where}: no command {args[0]!r}"
+    try:
+        command.make_context(args[0], args[1:])  # parses and converts every option; runs nothing
+    except Exception as exc:  # the command line's own usage errors (typer's click)
+        pytest.fail(f"{where}: kvprof {words}: {exc} (not run: {why})")
