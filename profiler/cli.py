@@ -994,7 +994,7 @@ def _device_pool(spec: Any, plan: Any, option: str | None, isolation: str | None
     """The devices engines run on side by side (--devices, else the spec's devices:; None: one at a time) and
     the isolation; exit 2 naming the option, the devices and what the machine has, before anything starts."""
     from profiler.devices import DeviceError, parse, resolve
-    from profiler.preflight import detect_platform
+    from profiler.machine import detect_platform
 
     if isolation is not None and isolation not in ("shared", "exclusive"):
         raise fail(f"--isolation {isolation!r}: use shared or exclusive")

@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from profiler import machine
+
 CPUS_ENV = "KVPROF_CPUS"  # the cores an engine or serve child pins itself to (comma-separated)
 
 
@@ -31,9 +33,8 @@ def available(platform: str) -> list[int]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip():
         return list(range(len([e for e in visible.split(",") if e.strip()])))
-    from profiler.preflight import _gpu_count
 
-    return list(range(_gpu_count() or 0))
+    return list(range(machine.gpu_count() or 0))
 
 
 def parse(value: Any, what: str = "--devices") -> list[int] | str | None:
@@ -172,7 +173,7 @@ def take_node_cores(n: int, holder: int, state: Any = None) -> list[int]:
             held = {int(k): v for k, v in json.loads(path.read_text()).items()}
         except (OSError, ValueError):
             held = {}
-        held = {pid: cores for pid, cores in held.items() if pid_alive(pid)}
+        held = {pid: cores for pid, cores in held.items() if machine.pid_alive(pid)}
         taken = {c for cores in held.values() for c in cores}
         free = [c for c in available("cpu") if c not in taken]
         if len(free) < n:
@@ -196,14 +197,3 @@ def give_back_node_cores(holder: int, state: Any = None) -> None:
             return
         held.pop(str(holder), None)
         path.write_text(json.dumps(held))
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists here (one of another user counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

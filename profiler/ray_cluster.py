@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.catalog import OTHER_WEIGHT_SUFFIXES, WEIGHT_SUFFIXES
+from profiler import machine
+from profiler.devices import Placement, give_back_node_cores, take_node_cores
 from profiler.store import atomic_write_bytes
 
 POLL_TIMEOUT_S = 30.0  # one poll of a host: a node that does not answer in this long counts as not answering
@@ -81,11 +83,10 @@ def _json_str(path: str) -> bytes:
 def _remove_dead_scratch() -> None:
     """Remove the scratch directories of hosts on this node whose process is gone (killed before it could
     clean up; what they held and had not handed back is recorded as lost by their driver)."""
-    from profiler.devices import pid_alive
 
     for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
         pid = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not pid_alive(int(pid)):
+        if pid.isdigit() and not machine.pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -110,7 +111,6 @@ class NodeHost:
         self.poll_lock = threading.Lock()
         self.cores: list[int] = []
         if platform == "cpu":
-            from profiler.devices import take_node_cores
 
             self.cores = take_node_cores(devices, os.getpid())
         for sub in ("points", "engines", "servers", "logs", "telemetry", "jobs", "tokenizers"):
@@ -160,9 +160,8 @@ class NodeHost:
         return [p for p in paths if not os.access(p, os.R_OK)]
 
     def free_port(self) -> int:
-        from profiler.runner import free_port
 
-        return free_port()
+        return machine.free_port()
 
     def start(self, cmd: list[str], files: dict[str, bytes], env: dict[str, str | None], log: str) -> int:
         """Write the job files (their paths under the driver's root are this scratch directory's here), then
@@ -178,7 +177,6 @@ class NodeHost:
             else:
                 child_env[k] = v
         if self.cores:
-            from profiler.devices import Placement
 
             child_env.update(Placement("cpu", self.cores).env())
         with self.lock, open(os.path.join(self.scratch, log), "ab") as out:
@@ -277,7 +275,6 @@ class NodeHost:
         if self.sampler is not None:
             self.stop_sampler()
         if self.cores:
-            from profiler.devices import give_back_node_cores
 
             give_back_node_cores(os.getpid())
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -483,15 +480,13 @@ class RayHost:
 
     def _wait(self, ref: Any, poll_s: float) -> Any:
         """Wait for a reservation (Ray schedules it when devices free up) while the sweep is not stopping."""
-        from profiler.runner import Stopped
-
         while True:
             ready, _ = self.ray.wait([ref], timeout=poll_s)
             if ready:
                 return self.call(ref)
             if self.stop_event.is_set():
                 self.release()
-                raise Stopped
+                raise machine.Stopped
 
     def call(self, ref: Any, timeout: float = POLL_TIMEOUT_S) -> Any:
         """A host method's result: HostLost when its worker or node is gone, HostSilent when it does not answer

@@ -24,9 +24,24 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from analysis.results_schema import EngineRecord, EngineTelemetry, ProcessTimes, ResultsError, StartupLog
+from profiler import machine
 from profiler.devices import Placement, Pool
+from profiler.machine import Stopped
+from profiler.preflight import async_scheduling, run_architecture, scheduler_defaults
+from profiler.ray_cluster import HostLost, HostSetupError, HostSilent, RayHost
 from profiler.serve import SERVER_DIED
-from profiler.spec import EngineConfig, EngineJob, Plan, Point, ServeJob
+from profiler.spec import (
+    DROPPED_LISTED,
+    MAX_SPEC_BYTES,
+    EngineConfig,
+    EngineJob,
+    Plan,
+    Point,
+    ServeJob,
+    SpecError,
+    dropped_summary,
+    load_spec,
+)
 from profiler.store import (
     LOG_TAIL_CHARS,
     SCHEMA_VERSION,
@@ -115,11 +130,6 @@ def _kill_group(proc: Any) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-
-
-class Stopped(Exception):
-    """A child was killed because the sweep is stopping (Ctrl-C, or another engine's failed write): nothing
-    it left unfinished is recorded, as with Ctrl-C in a sequential sweep."""
 
 
 # Children running now, so that a sweep running engines side by side can take them all down at once.
@@ -313,24 +323,6 @@ def _recorded_death(store: ResultsDir, points: list[Point], launched_at: float) 
     return None
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A loopback port nobody listens on now (the server binds it moments later; a port taken in between
-    makes the server fail to start, recorded with its log)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether something already listens on ``host:port`` (pre-flight for a spec's fixed serve.port)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
 def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: Any, on_point_done: Any = None,
                on_current: Any = None, placement: Placement | None = None, host: Any = None) -> EngineRun:
     """Run one serve child (the engine's OpenAI server and vLLM's client) over ``points`` to completion.
@@ -339,7 +331,7 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
     ``engine_start_s`` until /health answers, ``point_s`` per point, everything killed on Ctrl-C."""
     from analysis.results_schema import ServerRecord
 
-    port = spec.serve.port or (host.free_port() if host else free_port())
+    port = spec.serve.port or (host.free_port() if host else machine.free_port())
     addr = "127.0.0.1"  # the server listens on its node's loopback; its client and sampler run beside it
     import hashlib
 
@@ -552,9 +544,8 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
     store.lock()
     outcome = SweepOutcome()
     _STOP.clear()
-    from profiler.preflight import detect_platform
 
-    on = detect_platform()  # where the device pool's indices point: GPUs or cores
+    on = machine.detect_platform()  # where the device pool's indices point: GPUs or cores
     try:
         _check_resumable(store)
         outcome.superseded = _check_same_sweep(store, plan, spec_text, force)
@@ -719,7 +710,6 @@ def _dispatch_ray(work: list[_Work], cluster: Any, store: ResultsDir, exclusive:
     with the reason; Ctrl-C or a failure in this process stops every child, as locally."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-    from profiler.ray_cluster import HostLost, HostSetupError, HostSilent, RayHost
 
     def run_on_host(w: _Work) -> None:
         host = None
@@ -866,7 +856,6 @@ def _check_same_sweep(store: ResultsDir, plan: Plan, spec_text: str | None, forc
     existing = store.read_manifest()
     if existing is None:
         return None
-    from profiler.spec import MAX_SPEC_BYTES
 
     new_hash = _spec_hash(plan)
     old_text = (store.spec.read_text(errors="replace")
@@ -887,7 +876,6 @@ def _check_same_sweep(store: ResultsDir, plan: Plan, spec_text: str | None, forc
 def _spec_differences(old_spec: Path, plan: Plan) -> str:
     """The spec fields whose values differ (``workload.concurrency``), read through the spec model;
     "" when the old spec no longer loads."""
-    from profiler.spec import SpecError, load_spec
 
     try:
         old = load_spec(old_spec).model_dump(mode="json")
@@ -976,15 +964,14 @@ def target_gpu(name: str | None, platform: str | None) -> tuple[Any, str]:
     Raises ``UnknownName`` for a name the catalog does not know.
     """
     from analysis.catalog import UnknownName, resolve_gpu
-    from profiler.preflight import detect_platform, platform_device
 
     flat = f"a flat {FLAT_STARTUP_S:g} s per engine start and {FLAT_STEP_S * 1e3:g} ms per step"
     if name is not None:
         gpu, note = resolve_gpu(name)
         return gpu, note or f"target GPU: {gpu.name} ({gpu.display})"
-    if (platform or detect_platform()) != "cuda":
+    if (platform or machine.detect_platform()) != "cuda":
         return None, f"CPU sweep: {flat} (`--gpu NAME` costs it on a GPU)"
-    _, nvml_name = platform_device("cuda")
+    _, nvml_name = machine.platform_device("cuda")
     if not nvml_name:
         return None, (f"the GPU-time estimate needs --gpu NAME (`kvprof gpus` lists them): NVML sees no GPU "
                       f"here; shown instead: {flat}")
@@ -1001,7 +988,6 @@ def plan_cost(plan: Plan, gpu: Any) -> Any:
     if gpu is None or not plan.engines:
         return None
     from analysis.sweep_cost import sweep_cost
-    from profiler.preflight import run_architecture
 
     arch = run_architecture(plan)
     return sweep_cost(arch, gpu, plan.engines, plan.points, plan.spec.phases)
@@ -1016,7 +1002,6 @@ def dry_run_table(plan: Plan, platform: str | None = None, cost: Any = None, row
     from rich.table import Table
 
     from analysis.allocator import paged_capacity
-    from profiler.preflight import run_architecture
 
     arch = run_architecture(plan)
     sat = plan.spec.saturation if "saturation" in plan.spec.phases else None
@@ -1045,9 +1030,8 @@ def dry_run_table(plan: Plan, platform: str | None = None, cost: Any = None, row
                 p0 = sat_points[0]
                 ceiling = f"{p0.ceiling} @ {p0.prompt_len + p0.output_len:,} tok"
         elif budget is not None and arch is not None:
-            from profiler.preflight import async_scheduling, detect_platform, scheduler_defaults
 
-            on = platform or detect_platform()
+            on = platform or machine.detect_platform()
             mnbt, seqs = scheduler_defaults(cfg, on)
             cap = paged_capacity(arch, budget, block_size=cfg.block_size, max_model_len=cfg.max_model_len,
                                  max_num_batched_tokens=mnbt, kv_cache_dtype=cfg.kv_cache_dtype,
@@ -1124,7 +1108,6 @@ def dump_plan(plan: Plan, cost: Any = None, estimate_note: str = "", detail: boo
     else the flat estimate) and, with ``cost``, every engine's predicted parts under ``cost``. With
     ``detail`` also each point: its id under its engine, its predicted parts under ``cost``, every
     dropped combination and flagged point; without it the output stays a few hundred bytes an engine."""
-    from profiler.spec import DROPPED_LISTED, dropped_summary
 
     engines = []
     for e in plan.engines:

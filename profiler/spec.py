@@ -23,6 +23,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationInfo, fie
 
 from analysis.catalog import WEIGHT_SUFFIXES
 from analysis.results_schema import Dropped, EngineSettings, PointSettings
+from profiler.devices import parse as parse_devices
 
 PHASES = ("capacity", "decode", "saturation", "serve")
 
@@ -378,9 +379,7 @@ class SweepSpec(BaseModel):
     @field_validator("devices", mode="before")
     @classmethod
     def _device_list(cls, v: Any) -> Any:
-        from profiler.devices import parse
-
-        return parse(v, "")
+        return parse_devices(v, "")
 
     @field_validator("phases")
     @classmethod

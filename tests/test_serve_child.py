@@ -10,7 +10,7 @@ import pytest
 
 from analysis.results_schema import ServerRecord, load_point
 from profiler import serve
-from profiler.runner import free_port
+from profiler.machine import free_port
 from profiler.spec import ServeJob, expand, parse_spec
 from profiler.store import ResultsDir
 from profiler.tokenizer import tokenizer_dir

@@ -176,11 +176,11 @@ def _write(tmp_path, text):
 
 
 def test_platform_rules_for_the_cpu_backend(tmp_path, monkeypatch):
-    from profiler import preflight
+    from profiler import machine, preflight
 
     path = _write(tmp_path, "name: s\nmodel: tiny-llama-gqa\nengine:\n  block_size: [16, 32]\n"
                             "  kv_cache_dtype: [auto, fp8]\n  kv_cache_memory_bytes: 16MiB\n")
-    monkeypatch.setattr(preflight, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.setattr(machine, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     with pytest.raises(SpecError) as info:
         preflight.validate(path, platform="cpu")
     msg = str(info.value)
@@ -192,7 +192,7 @@ def test_platform_rules_for_the_cpu_backend(tmp_path, monkeypatch):
     # The same spec is fine for a GPU box.
     _spec, plan = preflight.validate(path, platform="cuda")
     assert len(plan.engines) == 4
-    monkeypatch.setattr(preflight, "cpu_flags", lambda: frozenset({"avx512f"}))
+    monkeypatch.setattr(machine, "cpu_flags", lambda: frozenset({"avx512f"}))
     with pytest.raises(SpecError, match="block_size") as info:
         preflight.validate(path, platform="cpu")
     assert "kv_cache_dtype" not in str(info.value)  # AVX-512 runs fp8

@@ -258,9 +258,9 @@ def test_dry_run_json_carries_the_cost(tmp_path):
 
 
 def test_without_a_gpu_the_dry_run_says_the_estimate_needs_one(tmp_path, monkeypatch):
-    from profiler import preflight
+    from profiler import machine
 
-    monkeypatch.setattr(preflight, "platform_device", lambda platform: (0, ""))
+    monkeypatch.setattr(machine, "platform_device", lambda platform: (0, ""))
     res = runner.invoke(app, ["sweep", str(_spec(tmp_path)), "--dry-run", "--platform", "cuda"])
     assert res.exit_code == 0, res.output
     out = " ".join(res.output.split())
@@ -272,13 +272,13 @@ def test_without_a_gpu_the_dry_run_says_the_estimate_needs_one(tmp_path, monkeyp
 
 
 def test_the_gpu_nvml_sees_is_the_default_target(tmp_path, monkeypatch):
-    from profiler import preflight
+    from profiler import machine
 
-    monkeypatch.setattr(preflight, "platform_device", lambda platform: (81559 * 2**20, "NVIDIA H100 80GB HBM3"))
+    monkeypatch.setattr(machine, "platform_device", lambda platform: (81559 * 2**20, "NVIDIA H100 80GB HBM3"))
     res = runner.invoke(app, ["sweep", str(_spec(tmp_path)), "--dry-run", "--platform", "cuda"])
     assert res.exit_code == 0, res.output
     assert "target GPU: h100-sxm (GPU 0 as NVML sees it: NVIDIA H100 80GB HBM3)" in " ".join(res.output.split())
-    monkeypatch.setattr(preflight, "platform_device", lambda platform: (8 * GiB, "NVIDIA Quadro P4000"))
+    monkeypatch.setattr(machine, "platform_device", lambda platform: (8 * GiB, "NVIDIA Quadro P4000"))
     res = runner.invoke(app, ["sweep", str(_spec(tmp_path)), "--dry-run", "--platform", "cuda"])
     assert "NVML sees 'NVIDIA Quadro P4000', which is not in the GPU catalog" in " ".join(res.output.split())
 
