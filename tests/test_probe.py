@@ -9,6 +9,8 @@ from typer.testing import CliRunner
 from profiler.cli import app
 from profiler.probe import run_probe
 
+pytest.importorskip("torch", reason="the probe measures with torch")
+
 
 def test_probe_measures_copy_matmul_and_decode_attention():
     r = run_probe("cpu", quick=True)

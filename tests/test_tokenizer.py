@@ -273,6 +273,7 @@ def test_vllm_random_dataset_prompts_have_the_asked_token_count(written):
     """vLLM 0.32's RandomDataset (benchmarks/datasets/datasets.py) samples non-special ids, decodes them and
     re-encodes until the count matches (gen_prompt_decode_to_target_len); with an exact round trip the
     first try holds, so every prompt is input_len tokens both to the client and to the server's encode."""
+    pytest.importorskip("vllm", reason="vLLM's own RandomDataset")
     from vllm.benchmarks.datasets import RandomDataset
     from vllm.tokenizers import get_tokenizer
 
@@ -293,6 +294,7 @@ def test_vllm_finds_the_config_copy_instead_of_retrying(written, monkeypatch):
     """vLLM 0.32's get_tokenizer parses the tokenizer directory's config (tokenizers/registry.py → get_config,
     with_retry in transformers_utils/repo_utils.py: an ERROR line, time.sleep(2), a second ERROR line when
     there is none). The config copy beside the tokenizer is the model's own, so that parse succeeds at once."""
+    pytest.importorskip("vllm", reason="vLLM's own get_tokenizer")
     import vllm.transformers_utils.repo_utils as repo_utils
     from vllm.tokenizers import get_tokenizer
     from vllm.transformers_utils.config import get_config
