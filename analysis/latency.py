@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import yaml
@@ -149,6 +149,13 @@ class StepWork:
         return self.decode_seqs + self.prefill_tokens
 
 
+@lru_cache(maxsize=256)
+def _weights(a: Architecture, tp: int) -> tuple[Any, Any]:
+    """A model's weight breakdown per rank and parameter counts: the same for every step of a schedule (a burst's
+    thousands of chunks), so worked out once per model and tensor-parallel size."""
+    return weight_breakdown(a, tp), count_params(a)
+
+
 def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0, decode_context: float = 0,
               prefill_tokens: float = 0, prefill_prefix: float = 0, prefill_seqs: float | None = None,
               kv_cache_dtype: str = "auto", enforce_eager: bool = False,
@@ -159,7 +166,7 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
     if decode_seqs < 0 or prefill_tokens < 0 or decode_seqs + prefill_tokens <= 0:
         raise ValueError("a step processes at least one token")
     tokens = decode_seqs + prefill_tokens
-    w, p = weight_breakdown(a, tp), count_params(a)
+    w, p = _weights(a, tp)
     dense = w.non_expert - (0 if a.tie_word_embeddings else w.embedding)
     experts, touched = 0.0, None
     if a.moe:
