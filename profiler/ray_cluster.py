@@ -83,7 +83,6 @@ def _json_str(path: str) -> bytes:
 def _remove_dead_scratch() -> None:
     """Remove the scratch directories of hosts on this node whose process is gone (killed before it could
     clean up; what they held and had not handed back is recorded as lost by their driver)."""
-
     for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
         pid = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
         if pid.isdigit() and not machine.pid_alive(int(pid)):
@@ -111,7 +110,6 @@ class NodeHost:
         self.poll_lock = threading.Lock()
         self.cores: list[int] = []
         if platform == "cpu":
-
             self.cores = take_node_cores(devices, os.getpid())
         for sub in ("points", "engines", "servers", "logs", "telemetry", "jobs", "tokenizers"):
             os.makedirs(os.path.join(self.scratch, sub), exist_ok=True)
@@ -160,7 +158,6 @@ class NodeHost:
         return [p for p in paths if not os.access(p, os.R_OK)]
 
     def free_port(self) -> int:
-
         return machine.free_port()
 
     def start(self, cmd: list[str], files: dict[str, bytes], env: dict[str, str | None], log: str) -> int:
@@ -177,7 +174,6 @@ class NodeHost:
             else:
                 child_env[k] = v
         if self.cores:
-
             child_env.update(Placement("cpu", self.cores).env())
         with self.lock, open(os.path.join(self.scratch, log), "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
@@ -275,7 +271,6 @@ class NodeHost:
         if self.sampler is not None:
             self.stop_sampler()
         if self.cores:
-
             give_back_node_cores(os.getpid())
         shutil.rmtree(self.scratch, ignore_errors=True)
 

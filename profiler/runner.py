@@ -544,7 +544,6 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
     store.lock()
     outcome = SweepOutcome()
     _STOP.clear()
-
     on = machine.detect_platform()  # where the device pool's indices point: GPUs or cores
     try:
         _check_resumable(store)
@@ -710,7 +709,6 @@ def _dispatch_ray(work: list[_Work], cluster: Any, store: ResultsDir, exclusive:
     with the reason; Ctrl-C or a failure in this process stops every child, as locally."""
     from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-
     def run_on_host(w: _Work) -> None:
         host = None
         try:
@@ -856,7 +854,6 @@ def _check_same_sweep(store: ResultsDir, plan: Plan, spec_text: str | None, forc
     existing = store.read_manifest()
     if existing is None:
         return None
-
     new_hash = _spec_hash(plan)
     old_text = (store.spec.read_text(errors="replace")
                 if store.spec.is_file() and store.spec.stat().st_size <= MAX_SPEC_BYTES else None)
@@ -876,7 +873,6 @@ def _check_same_sweep(store: ResultsDir, plan: Plan, spec_text: str | None, forc
 def _spec_differences(old_spec: Path, plan: Plan) -> str:
     """The spec fields whose values differ (``workload.concurrency``), read through the spec model;
     "" when the old spec no longer loads."""
-
     try:
         old = load_spec(old_spec).model_dump(mode="json")
     except SpecError:
@@ -1030,7 +1026,6 @@ def dry_run_table(plan: Plan, platform: str | None = None, cost: Any = None, row
                 p0 = sat_points[0]
                 ceiling = f"{p0.ceiling} @ {p0.prompt_len + p0.output_len:,} tok"
         elif budget is not None and arch is not None:
-
             on = platform or machine.detect_platform()
             mnbt, seqs = scheduler_defaults(cfg, on)
             cap = paged_capacity(arch, budget, block_size=cfg.block_size, max_model_len=cfg.max_model_len,
@@ -1108,7 +1103,6 @@ def dump_plan(plan: Plan, cost: Any = None, estimate_note: str = "", detail: boo
     else the flat estimate) and, with ``cost``, every engine's predicted parts under ``cost``. With
     ``detail`` also each point: its id under its engine, its predicted parts under ``cost``, every
     dropped combination and flagged point; without it the output stays a few hundred bytes an engine."""
-
     engines = []
     for e in plan.engines:
         pts = plan.points[e.id]

@@ -31,6 +31,7 @@ GPUS_FILE = CATALOG_DIR / "gpus.yaml"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 OTHER_WEIGHT_SUFFIXES = (".pth", ".h5", ".msgpack", ".ckpt")
 
+
 class UnknownName(ValueError):
     """A model or GPU name that is not in the catalog (message lists near matches)."""
 
