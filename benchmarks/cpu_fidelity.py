@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from analysis.fit import fit_decode_selected  # noqa: E402
-from analysis.load import load  # noqa: E402
-from analysis.pipeline import analyse, calibration  # noqa: E402
+from analysis.measured.decode_fit import fit_decode_selected  # noqa: E402
+from analysis.measured.pipeline import analyse, calibration  # noqa: E402
+from analysis.results.load import load  # noqa: E402
 
 
 def sweep(spec: Path, out: Path) -> None:
@@ -138,8 +138,9 @@ def report_fit(root: Path) -> dict[str, Any]:
           + (f" + FLOPs / {f.effective_flops / 1e9:.0f} GFLOP/s" if f.effective_flops else "")
           + f"  (R² {f.r2:.3f}){' — ' + f.note if f.note else ''}")
     dec = dec.sort_values(["concurrency", "mean_context"]).reset_index(drop=True)
-    # The fit leaves out points flagged as noisy or contended (analysis.theory_vs_measured.fit): its leave-one-out
-    # errors are those of the points it used; a flagged point is shown with the full fit's prediction, marked.
+    # The fit leaves out points flagged as noisy or contended (analysis.measured.theory_vs_measured.fit): its
+    # leave-one-out errors are those of the points it used; a flagged point is shown with the full fit's
+    # prediction, marked.
     full = a.decode.reset_index(drop=True)
     used = full[full["flagged"].isna()] if "flagged" in full else full
     loo = dict(zip(used["point_id"], f.loo_rel_errors, strict=True))

@@ -27,7 +27,7 @@ validate and the dry run import neither pandas nor numpy), with 2× headroom for
     ≤ 4.7 s, ≤ 225 MB): linear in points and engines, and the dry run's table shows 50 engines and its --json
     no point ids unless -v;
   * the dry run costed on a GPU (--gpu) at the caps: 90 s and 800 MB (measured idle: 33 s, 538 MB). That is
-    analysis/sweep_cost.py's roofline for every point (~0.3 ms and ~3.5 kB a point), outside the grid
+    analysis/planning/sweep_cost.py's roofline for every point (~0.3 ms and ~3.5 kB a point), outside the grid
     code; it is the one to make faster.
 The manifest records every dropped combination, ~190 bytes each: at most ~19 MB at the cap (bound 25 MB).
 Beyond the caps nothing grows: the count refuses the spec in the time of the baseline.
@@ -140,7 +140,7 @@ def measure(args: list[str]) -> tuple[float, float, int, int]:
 def manifest_bytes(path: Path) -> tuple[int, int]:
     """(dropped combinations, bytes of manifest.json recording them) for the spec's plan."""
     sys.path.insert(0, str(ROOT))
-    from analysis.results_schema import Manifest
+    from analysis.results.schema import Manifest
     from profiler.preflight import validate
 
     _, plan = validate(path, platform="cpu")

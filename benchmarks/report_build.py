@@ -22,7 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 def main() -> int:
     from synthetic_results import Injected, make_results
 
-    from analysis.report import build_report
+    from analysis.report.run import build_report
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--points", type=int, default=1000, help="approximate number of points")

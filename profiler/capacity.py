@@ -44,11 +44,11 @@ def read_capacity(llm: Any) -> dict[str, Any]:
 
 
 def read_engine_mode(llm: Any) -> dict[str, Any]:
-    """How the engine runs (analysis.results_schema.EngineMode): the vLLM choices that change what
+    """How the engine runs (analysis.results.schema.EngineMode): the vLLM choices that change what
     a step time means — async scheduling, the model runner, CUDA graphs, compilation, processes."""
     import vllm
 
-    from analysis.results_schema import TESTED_VLLM_VERSIONS
+    from analysis.results.schema import TESTED_VLLM_VERSIONS
 
     cfg = llm.llm_engine.vllm_config
     cc = getattr(cfg, "compilation_config", None)

@@ -42,10 +42,10 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from analysis import catalog
-from analysis.architecture import UnsupportedArchitecture
-from analysis.inputs import InputFileError, read_json
-from analysis.plan import Calibration, PlanError, PlanInputs, make_plan
-from analysis.procurement import parse_gpu_list, parse_tp_list, procurement
+from analysis.model.architecture import UnsupportedArchitecture
+from analysis.planning.plan import Calibration, PlanError, PlanInputs, make_plan
+from analysis.planning.procurement import parse_gpu_list, parse_tp_list, procurement
+from analysis.results.inputs import InputFileError, read_json
 from analysis.units import fmt_bytes, fmt_count, fmt_seconds, parse_bytes, parse_seconds
 
 if _loading:
@@ -134,7 +134,7 @@ def output_path(path: Path, option: str, *, results_dirs: tuple[Path, ...] = (),
 @app.command("models")
 def models_cmd(json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False):
     """List the shipped model architectures."""
-    from analysis.params import count_params
+    from analysis.model.params import count_params
 
     rows = []
     for name in catalog.model_names():
@@ -306,7 +306,7 @@ def plan_cmd(
     (most first); then those that do not, with the reason (tp does not divide the heads, weights,
     not one sequence fits, SLO). With --calibration the calibrated figures stand beside the
     spec-sheet ones and decide fit and order. --json: a list of rows (keys:
-    analysis.procurement.ProcurementRow).
+    analysis.planning.procurement.ProcurementRow).
     """
     try:
         tps = parse_tp_list(tp)
@@ -383,7 +383,7 @@ def plan_cmd(
     if save:
         import time
 
-        from analysis.saved_plan import PLAN_KIND
+        from analysis.planning.saved_plan import PLAN_KIND
         from profiler.output_paths import OutputPathError, writing
         from profiler.store import atomic_write_json
 
@@ -587,7 +587,7 @@ def _checked_calibration(cal: Calibration, path: Path, gpu_spec: Any, name: str,
     """The calibration as the plan applies it (labelled when transferred) and its provenance; one fitted on
     another GPU without --transfer-calibration is a PlanError naming both (another model on the same GPU is
     applied, and named)."""
-    from analysis.plan import CalibrationMismatch, calibration_provenance, transferred_calibration
+    from analysis.planning.plan import CalibrationMismatch, calibration_provenance, transferred_calibration
 
     try:
         provenance = calibration_provenance(cal, gpu_spec, name, catalog.model_config_sha256(model), vllm_version,
@@ -599,7 +599,7 @@ def _checked_calibration(cal: Calibration, path: Path, gpu_spec: Any, name: str,
 
 def _load_calibration(path: Path, gpu_spec: Any) -> Calibration:
     """calibration.json from a sweep, or a saved `kvprof log --json` (its reserve)."""
-    from analysis.vllm_startup import LOG_KIND, calibration_from_log
+    from analysis.planning.startup_log_check import LOG_KIND, calibration_from_log
 
     try:
         raw = read_json(path)
@@ -675,7 +675,7 @@ def log_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object (bytes per GPU).")] = False,
 ):
     """Say what vLLM decided at start-up (weights, reserve, KV budget, blocks), beside kvprof's prediction."""
-    from analysis.vllm_startup import LogInputError, predict, read_log, summarize
+    from analysis.planning.startup_log_check import LogInputError, predict, read_log, summarize
 
     try:
         rec = summarize(read_log(file), str(file))
@@ -756,8 +756,8 @@ def report_cmd(
     the lock when it has no lock file (no sweep can be writing it): give --out-dir.
     Exit codes: 0 written, 2 bad input, 3 a file could not be written, 130 interrupted.
     """
-    from analysis.load import LoadError, results_warnings
-    from analysis.report import build_report
+    from analysis.report.run import build_report
+    from analysis.results.load import LoadError, results_warnings
     from profiler.store import StoreError
 
     target = _report_target(results_dir, out_dir)
@@ -796,9 +796,9 @@ def compare_cmd(
     if len(inputs) == 2 and inputs[0].is_file():
         _check_plan(inputs[0], inputs[1], json_out)
         return
-    from analysis.comparison_report import build_comparison
-    from analysis.load import results_warnings
-    from analysis.run_comparison import CompareError, compare_runs
+    from analysis.measured.comparison import CompareError, compare_runs
+    from analysis.report.comparison import build_comparison
+    from analysis.results.load import results_warnings
     from profiler.output_paths import OutputPathError, output_dir, safe_name, writing
 
     names = [x.strip() for x in labels.split(",")] if labels is not None else None
@@ -835,8 +835,8 @@ def compare_cmd(
 
 
 def _check_plan(plan_path: Path, results_dir: Path, json_out: bool) -> None:
-    from analysis.load import results_warnings
-    from analysis.plan_check import PlanCheckError, check_plan, plan_check_markdown
+    from analysis.measured.plan_check import PlanCheckError, check_plan, plan_check_markdown
+    from analysis.results.load import results_warnings
 
     try:
         with results_warnings(warn):
@@ -1203,8 +1203,8 @@ def _sweep(spec_path: Path, out: Path | None, dry_run: bool, retry_failed: bool,
         err.print("[bold red]nothing was measured[/]: every engine failed (see the lines above and "
                   f"{out_dir / 'logs'}); no report built", highlight=False)
     elif not outcome.interrupted and not no_report:
-        from analysis.load import results_warnings
-        from analysis.report import build_report
+        from analysis.report.run import build_report
+        from analysis.results.load import results_warnings
 
         try:
             with _locked_for_report(out_dir), results_warnings(warn):

@@ -25,7 +25,7 @@ from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-from analysis.results_schema import (
+from analysis.results.schema import (
     BlockRoundingRow,
     CapacityFacts,
     DecodeMeasurements,
@@ -151,7 +151,7 @@ def measure_decode(driver: Driver, point: PointSettings) -> dict[str, Any]:
     """One decode point: `warmup` unmeasured batches, then `repeats` measured ones.
 
     The quantities (decode step, TTFT, TPOT, throughput) are defined on
-    :class:`analysis.results_schema.DecodeMeasurements`.
+    :class:`analysis.results.schema.DecodeMeasurements`.
     """
     c, p, o = point.concurrency, point.prompt_len, point.output_len
     assert c is not None
@@ -226,7 +226,7 @@ def measure_block_rounding(driver: Driver, num_blocks: int, block_size: int, max
 def _run_architecture(engine: EngineSettings, facts: CapacityFacts) -> Any:
     """The engine's architecture in the dtype vLLM ran its weights in (a float32 run of a bfloat16
     config reads twice the bytes the config says)."""
-    from analysis.theory_vs_measured import architecture
+    from analysis.measured.theory_vs_measured import architecture
 
     arch = architecture(engine.model_dir, None, facts.model_dtype)
     if arch is None:
@@ -238,7 +238,7 @@ def model_bandwidth(engine: EngineSettings, facts: CapacityFacts, point: PointSe
                     measured: dict[str, Any]) -> dict[str, Any]:
     """Achieved bandwidth without NVML: bytes the analytic model says one decode step
     reads (weights + every sequence's KV at the mean context) ÷ the measured step time."""
-    from analysis.roofline import decode_step
+    from analysis.model.roofline import decode_step
 
     try:
         arch = _run_architecture(engine, facts)
@@ -255,7 +255,7 @@ def model_bandwidth(engine: EngineSettings, facts: CapacityFacts, point: PointSe
 
 def predicted_ceiling(engine: EngineSettings, facts: CapacityFacts, prompt_len: int, output_len: int) -> Any:
     """The analysis model's batch ceiling for this engine's real block count and block size."""
-    from analysis.allocator import batch_ceiling, paged_capacity
+    from analysis.vllm.allocator import batch_ceiling, paged_capacity
 
     arch = _run_architecture(engine, facts)
     cap = paged_capacity(arch, 0, block_size=facts.block_size, max_model_len=facts.max_model_len,
@@ -275,7 +275,7 @@ def measure_saturation(driver: Driver, point: PointSettings, engine: EngineSetti
     admitted and preempted as they grow, or queue behind max_num_seqs; the
     per-step timeline of running/waiting/usage/preemptions shows which.
     """
-    from analysis.allocator import saturation_levels
+    from analysis.vllm.allocator import saturation_levels
 
     p, o = point.prompt_len, point.output_len
     pred = predicted_ceiling(engine, facts, p, o)

@@ -1,7 +1,7 @@
 """Checks a valid-looking spec must pass before any engine starts.
 
 pydantic (profiler.spec) checks shapes and types; this checks what the spec means
-on this machine: what vLLM refuses (analysis.engine_rules, the rules `kvprof plan` and
+on this machine: what vLLM refuses (analysis.vllm.engine_rules, the rules `kvprof plan` and
 `check-plan` use: tensor parallelism against the heads, block sizes and KV dtypes the
 platform can run, max_model_len against the model's, a KV budget past the GPU), a KV budget that
 holds at least one max_model_len sequence (predicted before vLLM says so), engines
@@ -22,12 +22,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from analysis.allocator import NotModelled, batch_ceiling, paged_capacity
-from analysis.architecture import Architecture
-from analysis.budget import vllm_default_batching
 from analysis.catalog import WEIGHT_SUFFIXES, resolve_model
-from analysis.engine_rules import allow_long_max_model_len, engine_problems
-from analysis.results_schema import Dropped, EngineSettings
+from analysis.model.architecture import Architecture
+from analysis.results.schema import Dropped, EngineSettings
+from analysis.vllm.allocator import NotModelled, batch_ceiling, paged_capacity
+from analysis.vllm.budget import vllm_default_batching
+from analysis.vllm.engine_rules import allow_long_max_model_len, engine_problems
 from profiler import machine
 from profiler.spec import EngineConfig, Plan, SpecError, SweepSpec, expand, load_spec, yaml_line
 
@@ -215,7 +215,7 @@ def _int(value: Any) -> int | None:
 
 def _engine_rule_problems(spec: SweepSpec, plan: Plan, arch: Architecture, platform: str,
                           lines: dict[tuple[Any, ...], int]) -> list[tuple[tuple[str, str], str]]:
-    """analysis.engine_rules on each engine's settings as vLLM gets them (engine_args win), one line per field
+    """analysis.vllm.engine_rules on each engine's settings as vLLM gets them (engine_args win), one line per field
     and problem listing the values that break it; the GPU's memory from NVML on CUDA, and
     VLLM_ALLOW_LONG_MAX_MODEL_LEN from this environment (the engine children inherit it)."""
     memory, name = machine.platform_device(platform)
@@ -334,8 +334,8 @@ def _serve_problems(spec: SweepSpec, plan: Plan) -> list[tuple[tuple[str, ...], 
 
 def validate(path: str | Path, platform: str | None = None) -> tuple[SweepSpec, Plan]:
     """Everything before an engine starts: YAML, types, the model, then `check`. Raises SpecError."""
-    from analysis.architecture import UnsupportedArchitecture
     from analysis.catalog import UnknownName
+    from analysis.model.architecture import UnsupportedArchitecture
 
     path = Path(path)
     spec = load_spec(path)

@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if ns.out:
-        from analysis.results_schema import ProbeResult
+        from analysis.results.schema import ProbeResult
         from profiler.store import atomic_write_json
 
         ProbeResult.model_validate(result)  # written through its contract, as every results file

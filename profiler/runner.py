@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from analysis.results_schema import EngineRecord, EngineTelemetry, ProcessTimes, ResultsError, StartupLog
+from analysis.results.schema import EngineRecord, EngineTelemetry, ProcessTimes, ResultsError, StartupLog
 from profiler import machine
 from profiler.devices import Placement, Pool
 from profiler.machine import Stopped
@@ -329,7 +329,7 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
 
     The same rules as an engine child: its own process group (the server and its engine core in it),
     ``engine_start_s`` until /health answers, ``point_s`` per point, everything killed on Ctrl-C."""
-    from analysis.results_schema import ServerRecord
+    from analysis.results.schema import ServerRecord
 
     port = spec.serve.port or (host.free_port() if host else machine.free_port())
     addr = "127.0.0.1"  # the server listens on its node's loopback; its client and sampler run beside it
@@ -763,7 +763,7 @@ def _mark_beside(store: ResultsDir, plan: Plan) -> int:
     """Record in every engine and server record of the plan which other launches ran on the same machine while
     it did (from the parent's spawn and exit times, and the Ray nodes in their devices); return the most that
     ran at once anywhere (0: none recorded)."""
-    from analysis.results_schema import same_host
+    from analysis.results.schema import same_host
 
     recs: list[tuple[str, Any, Any]] = []
     for e in plan.engines:
@@ -980,10 +980,10 @@ def target_gpu(name: str | None, platform: str | None) -> tuple[Any, str]:
 
 
 def plan_cost(plan: Plan, gpu: Any) -> Any:
-    """The sweep's predicted cost on ``gpu`` (analysis.sweep_cost), or None without a GPU or engines."""
+    """The sweep's predicted cost on ``gpu`` (analysis.planning.sweep_cost), or None without a GPU or engines."""
     if gpu is None or not plan.engines:
         return None
-    from analysis.sweep_cost import sweep_cost
+    from analysis.planning.sweep_cost import sweep_cost
 
     arch = run_architecture(plan)
     return sweep_cost(arch, gpu, plan.engines, plan.points, plan.spec.phases)
@@ -992,12 +992,12 @@ def plan_cost(plan: Plan, gpu: Any) -> Any:
 def dry_run_table(plan: Plan, platform: str | None = None, cost: Any = None, rows: int | None = None) -> Any:
     """The plan as a rich table with the analytic capacity prediction per engine (scheduler
     settings the spec leaves unset take vLLM's defaults for ``platform``: this machine's by default).
-    With ``cost`` (a :class:`analysis.sweep_cost.SweepCost`) the capacity is the target GPU's
+    With ``cost`` (a :class:`analysis.planning.sweep_cost.SweepCost`) the capacity is the target GPU's
     predicted pool, and each engine's duration (start-up included) and flagged points are added.
     ``rows``: at most this many engines, the others counted in the caption."""
     from rich.table import Table
 
-    from analysis.allocator import paged_capacity
+    from analysis.vllm.allocator import paged_capacity
 
     arch = run_architecture(plan)
     sat = plan.spec.saturation if "saturation" in plan.spec.phases else None
@@ -1033,7 +1033,7 @@ def dry_run_table(plan: Plan, platform: str | None = None, cost: Any = None, row
                                  tp=cfg.tensor_parallel_size, async_scheduling=async_scheduling(cfg, on))
             blocks, conc = f"{cap.num_blocks:,}", f"{cap.max_concurrency:.2f}x"
             if sat:
-                from analysis.allocator import batch_ceiling
+                from analysis.vllm.allocator import batch_ceiling
 
                 p = sat.prompt_len or cfg.max_model_len // 2
                 if p + sat.output_len <= cfg.max_model_len:

@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from analysis.results_schema import (
+from analysis.results.schema import (
     FailedPoint,
     LatencyStats,
     PointSettings,

@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from analysis.catalog import WEIGHT_SUFFIXES
-from analysis.results_schema import Dropped, EngineSettings, PointSettings
+from analysis.results.schema import Dropped, EngineSettings, PointSettings
 from profiler.devices import parse as parse_devices
 
 PHASES = ("capacity", "decode", "saturation", "serve")
@@ -111,7 +111,7 @@ class EngineAxes(BaseModel):
     @classmethod
     def _kv_dtypes(cls, v: list[str]) -> list[str]:
         """vLLM's own names (its CacheDType is case-sensitive and knows no bf16/fp16)."""
-        from analysis.kv import KV_DTYPE_ALIASES, VLLM_KV_DTYPES
+        from analysis.model.kv import KV_DTYPE_ALIASES, VLLM_KV_DTYPES
 
         if not v:
             raise ValueError("must list at least one value")
@@ -763,7 +763,7 @@ def model_fingerprint(model_dir: Path, weights: str) -> str:
 # as a list); the sizes are counted from the axes and a grid over the caps is refused before `expand`
 # allocates anything. The defaults are what a GPU could run in about a week:
 # - engines: every launch costs 23 s (enforce_eager) to ~86 s (torch.compile and CUDA graphs) of start-up
-#   before its first point (analysis/sweep_cost.py, from published vLLM logs): 10,000 launches are 2.7 to
+#   before its first point (analysis/planning/sweep_cost.py, from published vLLM logs): 10,000 launches are 2.7 to
 #   10 days of start-ups alone.
 # - points: a decode point at the defaults (3 repeats + 1 warm-up of 64 tokens) is ~260 engine steps,
 #   ~1 to 6 s at the 4 to 20 ms of a decode step of a small to 8B model: 100,000 points are one to seven

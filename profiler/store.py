@@ -1,6 +1,6 @@
 """The results directory on disk: atomic writes, lock, resume.
 
-What each file holds is defined once, in :mod:`analysis.results_schema`; every
+What each file holds is defined once, in :mod:`analysis.results.schema`; every
 record is written through those models here, so nothing off-contract reaches
 disk. Every file goes to a temporary name in the same directory, is fsynced,
 then renamed into place, so a crash never leaves a half-written record. A point
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analysis.results_schema import (
+from analysis.results.schema import (
     SCHEMA_VERSION,
     EngineRecord,
     FailedPoint,
@@ -73,7 +73,7 @@ def read_json(path: Path) -> Any | None:
 
 
 class ResultsDir:
-    """One results directory: its layout (analysis.results_schema), records in and out, the lock."""
+    """One results directory: its layout (analysis.results.schema), records in and out, the lock."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)

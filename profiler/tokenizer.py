@@ -34,7 +34,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from analysis.architecture import MAX_VOCAB_SIZE  # 2**24, kvprof's bound on a config's vocab_size
+from analysis.model.architecture import MAX_VOCAB_SIZE  # 2**24, kvprof's bound on a config's vocab_size
 
 __all__ = [
     "GENERATOR_VERSION", "MAX_VOCAB_SIZE", "METADATA_FILE", "MIN_VOCAB_SIZE", "SYNTHETIC_NOTE",
@@ -122,7 +122,7 @@ def tokenizer_dir(results_root: Path, model_sha256: str) -> Path:
 
 def _text_value(config: dict[str, Any], key: str) -> Any:
     """A config key, read from ``text_config`` first (multimodal wrappers nest the decoder's facts, as
-    analysis.architecture reads them and vLLM's hf_text_config does), then from the top level."""
+    analysis.model.architecture reads them and vLLM's hf_text_config does), then from the top level."""
     text = config.get("text_config")
     if isinstance(text, dict) and text.get(key) is not None:
         return text[key]
@@ -142,7 +142,7 @@ def _plan(config: dict[str, Any]) -> SyntheticTokenizer:
     if not isinstance(config, dict):
         raise TokenizerError(f"config must be a dict (a parsed config.json), got {type(config).__name__}")
     size = _text_value(config, "vocab_size")
-    if size is None:  # as analysis.architecture reads it
+    if size is None:  # as analysis.model.architecture reads it
         size = _text_value(config, "padded_vocab_size")
     if isinstance(size, bool) or not isinstance(size, int):
         raise TokenizerError(

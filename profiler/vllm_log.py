@@ -1,7 +1,7 @@
-"""vLLM's start-up log → numbers. The parser lives in ``analysis.vllm_startup_log`` (the
+"""vLLM's start-up log → numbers. The parser lives in ``analysis.vllm.startup_log`` (the
 results contract's ``StartupLog`` and ``kvprof log`` read it without vLLM); this module
 keeps the profiler's import path."""
 
-from analysis.vllm_startup_log import PATTERNS, parse_startup, records
+from analysis.vllm.startup_log import PATTERNS, parse_startup, records
 
 __all__ = ["PATTERNS", "parse_startup", "records"]

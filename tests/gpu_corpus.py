@@ -17,7 +17,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from analysis.evidence import PublishedRecord
+from analysis.catalog.evidence import PublishedRecord
 
 CORPUS_DIR = Path(__file__).parent / "fixtures" / "gpu_corpus"
 

@@ -1,12 +1,12 @@
-"""Small valid records for tests, built through the results contract (analysis.results_schema)."""
+"""Small valid records for tests, built through the results contract (analysis.results.schema)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import analysis.results_schema as _schema
-from analysis.results_schema import (
+import analysis.results.schema as _schema
+from analysis.results.schema import (
     CapacityFacts,
     DecodeMeasurements,
     DecodePoint,

@@ -16,11 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.allocator import batch_ceiling, paged_capacity
-from analysis.budget import default_reserve, kv_budget, vllm_default_batching
 from analysis.catalog import gpu, resolve_model
-from analysis.params import weight_bytes
-from analysis.results_schema import (
+from analysis.model.params import weight_bytes
+from analysis.model.roofline import decode_step
+from analysis.results.schema import (
     SCHEMA_VERSION,
     DecodePoint,
     EngineRecord,
@@ -33,7 +32,8 @@ from analysis.results_schema import (
     ServerRecord,
     ServerTokenizer,
 )
-from analysis.roofline import decode_step
+from analysis.vllm.allocator import batch_ceiling, paged_capacity
+from analysis.vllm.budget import default_reserve, kv_budget, vllm_default_batching
 from profiler.tokenizer import SYNTHETIC_NOTE
 
 GiB = 2**30
@@ -184,7 +184,7 @@ def _decode_points(root, inj, arch, settings, mml, dtype, blocks, rng, spec_bw):
 def _serve(root, inj, settings, decode):
     """The engine served: closed-loop levels whose TPOT is serve_slope × the offline step at the same batch and
     lengths + serve_overhead_s, open-loop rates, a shared-prefix point, SLOs with per-request lists."""
-    import analysis.results_schema as schema
+    import analysis.results.schema as schema
 
     eid, p, o = settings.id, inj.serve_prompt_len, inj.output_len
     ServerRecord(id=eid, status="ok", engine=settings, server_kwargs={"model": settings.model_dir}, port=8000,

@@ -4,7 +4,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.allocator import (
+from analysis.catalog import resolve_model
+from analysis.model.architecture import Architecture
+from analysis.model.kv import kv_bytes_per_token, mha_reduction
+from analysis.vllm.allocator import (
     NotModelled,
     batch_ceiling,
     blocks_for_sequence,
@@ -13,9 +16,6 @@ from analysis.allocator import (
     sequences_that_fit,
     usage_fraction,
 )
-from analysis.architecture import Architecture
-from analysis.catalog import resolve_model
-from analysis.kv import kv_bytes_per_token, mha_reduction
 
 MiB = 2**20
 
@@ -148,7 +148,7 @@ def test_capacity_is_monotone_in_budget(a, budget, extra, block, mml):
 @given(a=gqa_archs(), budget=st.integers(2**20, 2**40), block=st.sampled_from([16, 32]),
        mml=st.integers(1, 200_000))
 def test_paged_never_beats_ideal(a, budget, block, mml):
-    from analysis.kv import ideal_capacity
+    from analysis.model.kv import ideal_capacity
 
     paged = paged_capacity(a, budget, block_size=block, max_model_len=mml, max_num_batched_tokens=8192)
     ideal = ideal_capacity(a, budget, mml)

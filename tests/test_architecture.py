@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from analysis.architecture import Architecture, UnsupportedArchitecture
 from analysis.catalog import gpu, gpus, model_names, resolve_model
-from analysis.kv import kv_bytes_per_sequence, kv_bytes_per_token, layer_kv_bytes_per_token
-from analysis.params import count_params, decode_weight_bytes, expected_experts_touched
+from analysis.model.architecture import Architecture, UnsupportedArchitecture
+from analysis.model.kv import kv_bytes_per_sequence, kv_bytes_per_token, layer_kv_bytes_per_token
+from analysis.model.params import count_params, decode_weight_bytes, expected_experts_touched
 
 
 @pytest.mark.parametrize(

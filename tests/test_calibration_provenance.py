@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis.catalog import MODELS_DIR
-from analysis.fit import DecodeFit, calibration_dict
+from analysis.measured.decode_fit import DecodeFit, calibration_dict
 from profiler.cli import app
 
 runner = CliRunner()

@@ -11,8 +11,8 @@ from synthetic_results import Injected, make_results
 from typer.testing import CliRunner
 
 from analysis.catalog import model_dir
-from analysis.results_schema import EngineRecord, EngineSettings, Manifest
-from analysis.run_comparison import NOT_AXES, SETTING_AXES, compare_runs
+from analysis.measured.comparison import NOT_AXES, SETTING_AXES, compare_runs
+from analysis.results.schema import EngineRecord, EngineSettings, Manifest
 from profiler.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,10 +12,10 @@ import pandas as pd
 import psutil
 import pytest
 
-from analysis.load import load
-from analysis.pipeline import analyse
-from analysis.report import _spread_bars
-from analysis.theory_vs_measured import flag_reason
+from analysis.measured.pipeline import analyse
+from analysis.measured.theory_vs_measured import flag_reason
+from analysis.report.run import _spread_bars
+from analysis.results.load import load
 from profiler.contention import Snapshot, other_cpu_cores, snapshot
 from tests.synthetic_results import make_results
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from analysis.load import _beside
+from analysis.results.load import _beside
 from profiler import runner
 from profiler.cli import app
 from profiler.devices import CPUS_ENV, DeviceError, Placement, Pool, parse, resolve
@@ -154,7 +154,7 @@ def test_a_point_is_beside_the_launches_that_overlap_it():
 
 def test_launches_on_different_ray_nodes_ran_beside_nobody():
     """On a Ray cluster, launches overlapping in time on other nodes shared nothing of this machine."""
-    from analysis.results_schema import same_host
+    from analysis.results.schema import same_host
 
     assert same_host(["10.0.0.5/gpu0"], ["10.0.0.5/gpu1"]) and not same_host(["10.0.0.5/gpu0"], ["10.0.0.6/gpu0"])
     assert same_host(["gpu0"], ["gpu1"]) and same_host([], ["cpu1"])  # one machine, as before
@@ -222,7 +222,7 @@ def test_hosts_on_one_node_take_disjoint_cores_and_a_dead_holders_come_back(tmp_
 def test_the_report_names_the_ray_cluster_the_engines_ran_on():
     import pandas as pd
 
-    from analysis.pipeline import _parallel_lines
+    from analysis.measured.pipeline import _parallel_lines
 
     manifest = {"ray": {"address": "10.0.0.1:6379", "resource": "GPU",
                         "nodes": [{"ip": "10.0.0.5", "devices": 8}, {"ip": "10.0.0.6", "devices": 8}]},

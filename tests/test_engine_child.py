@@ -137,7 +137,7 @@ def test_real_weights_load_and_what_ran_is_recorded(tmp_path):
 def test_an_engine_argument_swept_from_the_spec_reaches_vllm(tmp_path):
     """engine_args_sweep: vLLM's num_gpu_blocks_override at 64 and 128 → two engines whose
     pools vLLM itself reports as 64 and 128 blocks (the 16 MiB budget holds 512 of 32 tokens)."""
-    from analysis.load import load
+    from analysis.results.load import load
 
     raw = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
     raw.update(phases=["capacity"], probe=False, telemetry={"enabled": False},

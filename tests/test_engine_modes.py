@@ -7,8 +7,8 @@ import yaml
 from synthetic_results import Injected, make_results
 from typer.testing import CliRunner
 
-from analysis.load import load
-from analysis.pipeline import analyse, setup_lines
+from analysis.measured.pipeline import analyse, setup_lines
+from analysis.results.load import load
 from profiler.cli import app
 from profiler.spec import SpecError, expand, parse_spec
 
@@ -69,7 +69,7 @@ def test_the_gpu_extra_pins_the_tested_vllm_and_python_is_truthful():
     import tomllib
     from importlib.metadata import metadata
 
-    from analysis.results_schema import TESTED_VLLM_VERSIONS
+    from analysis.results.schema import TESTED_VLLM_VERSIONS
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["optional-dependencies"]["gpu"] == [f"vllm=={TESTED_VLLM_VERSIONS[0]}"]
@@ -86,7 +86,7 @@ def test_the_gpu_extra_pins_the_tested_vllm_and_python_is_truthful():
 
 
 def test_the_report_says_how_vllm_ran(tmp_path):
-    from analysis.report import build_report
+    from analysis.report.run import build_report
 
     root = tmp_path / "run"
     make_results(root, Injected(max_model_lens=(8192,), telemetry_samples_per_engine=10))

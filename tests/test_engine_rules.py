@@ -1,4 +1,4 @@
-"""What vLLM 0.32 refuses in an engine's settings (analysis.engine_rules), and the same answer from
+"""What vLLM 0.32 refuses in an engine's settings (analysis.vllm.engine_rules), and the same answer from
 `kvprof plan`, `kvprof validate --platform cuda` and `kvprof check-plan` (issue #15).
 
 Expected values come from vLLM 0.32's source (cited per test) and from the catalog configs' own facts,
@@ -13,10 +13,12 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from analysis.allocator import paged_capacity
-from analysis.architecture import Architecture
 from analysis.catalog import gpu, model_dir, resolve_model
-from analysis.engine_rules import (
+from analysis.model.architecture import Architecture
+from analysis.model.kv import kv_bytes_per_token, kv_heads_per_rank, layer_kv_bytes_per_token
+from analysis.planning.plan import PlanInputs
+from analysis.vllm.allocator import paged_capacity
+from analysis.vllm.engine_rules import (
     allow_long_max_model_len,
     block_size_problems,
     engine_problems,
@@ -26,8 +28,6 @@ from analysis.engine_rules import (
     tensor_parallel_problems,
     workload_problems,
 )
-from analysis.kv import kv_bytes_per_token, kv_heads_per_rank, layer_kv_bytes_per_token
-from analysis.plan import PlanInputs
 from profiler import machine
 from profiler.cli import app
 from profiler.spec import SpecError, parse_spec
@@ -314,7 +314,7 @@ def test_architecture_built_by_hand_is_bounded_too():
 
 def test_a_plan_without_a_block_size_takes_vllms_default_for_the_device():
     from analysis.catalog import GPU
-    from analysis.plan import make_plan
+    from analysis.planning.plan import make_plan
 
     cpu = GPU(name="calibration: CPU", display="CPU", memory_mib=65536, bandwidth_tbs=0.013, bf16_tflops=1.0,
               cpu=True)

@@ -12,10 +12,10 @@ from synthetic_results import make_results
 from typer.testing import CliRunner
 
 from analysis.catalog import model_dir
-from analysis.fit import classify_regime, fit_decode, fit_decode_selected
-from analysis.load import load
-from analysis.pipeline import analyse, calibration
-from analysis.theory_vs_measured import architecture
+from analysis.measured.decode_fit import classify_regime, fit_decode, fit_decode_selected
+from analysis.measured.pipeline import analyse, calibration
+from analysis.measured.theory_vs_measured import architecture
+from analysis.results.load import load
 from profiler.cli import app
 
 runner = CliRunner()
@@ -208,7 +208,7 @@ def test_float32_engine_blocks_are_counted_in_float32():
     import subprocess
     import sys
 
-    from analysis.allocator import paged_capacity
+    from analysis.vllm.allocator import paged_capacity
     from profiler.capacity import CAPACITY_PREFIX
 
     engine_args = {"block_size": 32, "max_model_len": 1024, "kv_cache_memory_bytes": 16 * 2**20,

@@ -85,7 +85,7 @@ def test_a_sweep_on_a_cpu_without_avx512_runs_auto_and_records_the_skipped_fp8_e
     """The whole path on a real engine, the CPU's flags patched as an AVX2-only x86's: the fp8
     engine never starts, the sweep says why before it starts anything, the auto engine runs, and
     the manifest keeps the skipped engine with its settings and the reason."""
-    from analysis.results_schema import Manifest
+    from analysis.results.schema import Manifest
 
     spec = tmp_path / "s.yaml"
     spec.write_text("name: s\nmodel: tiny-llama-gqa\ndtype: bfloat16\nprobe: false\nphases: [capacity]\n"
@@ -198,8 +198,8 @@ STEP = "fp8 KV halves the KV bytes read per decode step (the step shrinks by the
 
 
 def _claims(root: Path):
-    from analysis.load import load
-    from analysis.pipeline import analyse
+    from analysis.measured.pipeline import analyse
+    from analysis.results.load import load
 
     return analyse(load(root)).claims.set_index("claim")
 
@@ -240,8 +240,8 @@ def test_without_an_fp8_engine_the_claims_say_why_and_a_skip_is_named_in_the_rep
     from pdf_checks import pdf_text
     from synthetic_results import Injected, make_results
 
-    from analysis.report import build_report
-    from analysis.results_schema import Dropped, EngineSettings, Manifest
+    from analysis.report.run import build_report
+    from analysis.results.schema import Dropped, EngineSettings, Manifest
 
     make_results(tmp_path, Injected(kv_dtypes=("auto",)))
     claims = _claims(tmp_path)
@@ -285,7 +285,7 @@ def _decode_pair(fp8_step_s: float, spread_s: float = 0.0001) -> pd.DataFrame:
     (0.002, "diverges", (0.5 - 0.75) / 0.75),  # faster than reading 0.75 of the bytes allows
 ])
 def test_without_a_sound_fit_the_step_ratio_is_held_to_the_bounds_of_a_halved_kv_read(fp8_step_s, verdict, error):
-    from analysis.claims import fp8_decode_step
+    from analysis.measured.claims import fp8_decode_step
 
     c = fp8_decode_step(_decode_pair(fp8_step_s), fit=None)
     assert (c["verdict"], c["error"]) == (verdict, pytest.approx(error))
@@ -294,7 +294,7 @@ def test_without_a_sound_fit_the_step_ratio_is_held_to_the_bounds_of_a_halved_kv
 
 
 def test_decode_points_too_noisy_to_compare_are_left_out_and_said():
-    from analysis.claims import fp8_decode_step
+    from analysis.measured.claims import fp8_decode_step
 
     c = fp8_decode_step(_decode_pair(0.0039, spread_s=0.003), fit=None)  # IQR 3 ms on a 4 ms step
     assert c["verdict"] == "not tested"
@@ -302,7 +302,7 @@ def test_decode_points_too_noisy_to_compare_are_left_out_and_said():
 
 
 def test_engine_pairs_that_disagree_beyond_the_tolerance_leave_the_step_claim_untested():
-    from analysis.claims import fp8_decode_step
+    from analysis.measured.claims import fp8_decode_step
 
     # Two auto/fp8 engine pairs (block 32 and 64), the same workload: fp8 25 % slower with one (error +25 %),
     # 0.975 of auto's step with the other (inside [0.75, 1]: error 0): 25 points apart, over twice the 10 %.

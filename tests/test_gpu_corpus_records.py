@@ -14,7 +14,7 @@ import re
 import pytest
 
 from analysis.catalog import MODELS_DIR, UnknownName, resolve_gpu, resolve_model
-from analysis.vllm_startup_log import parse_startup
+from analysis.vllm.startup_log import parse_startup
 from tests.gpu_corpus import CORPUS_DIR, CorpusRecord, load_corpus
 
 G = 2**30  # vLLM prints bytes / 2**30 as "GiB" (and as "GB" before 0.7)

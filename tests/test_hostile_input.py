@@ -113,8 +113,7 @@ def test_plan_save_refuses_to_overwrite_its_calibration(tmp_path):
 def test_an_interrupted_report_leaves_no_truncated_pdf(tmp_path, monkeypatch):
     """A report that fails (or is interrupted) half-way through its pages leaves the previous PDF untouched
     and no partial file, instead of a 5-of-23-page PDF that opens as if complete."""
-    from analysis import report
-
+    from analysis.report import run as report
     d = _results_dir(tmp_path)
     (d / "report.pdf").write_bytes(b"%PDF-old")
     pages = list(report.PAGES)
@@ -146,7 +145,7 @@ def test_plan_bad_paths_and_names_are_one_line(tmp_path, args, message):
 def test_kvprof_log_prediction_runs_a_float32_checkpoint_in_16_bits():
     """gemma-2-9b's config says float32; vLLM 0.19 logged 17.22 GiB for it on an H100 (llmdplanner_gemma2_9b_h100
     in tests/fixtures/gpu_corpus): `kvprof log`'s prediction must be the 16-bit weights, not twice them."""
-    from analysis.vllm_startup import predict
+    from analysis.planning.startup_log_check import predict
 
     p = predict({"model": "google/gemma-2-9b-it", "dtype": "bfloat16"}, model_ref="gemma-2-9b")
     assert p["weights_bytes"] == pytest.approx(17.22 * 2**30, rel=0.02)

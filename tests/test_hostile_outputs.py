@@ -22,8 +22,8 @@ from test_fuzz_results import _copy_corrupted, assert_clean, corruption, fast_pd
 from typer.testing import CliRunner
 
 from analysis.catalog import model_dir
-from analysis.engine_rules import batching_problems
-from analysis.results_schema import EngineRecord, EngineSettings, Manifest
+from analysis.results.schema import EngineRecord, EngineSettings, Manifest
+from analysis.vllm.engine_rules import batching_problems
 from profiler.cli import app
 from profiler.output_paths import OutputPathError, output_dir, output_file, safe_name
 

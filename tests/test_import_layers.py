@@ -72,3 +72,19 @@ def test_the_machine_facts_are_a_leaf():
     # and the modules that once looped through each other's private names ask it instead
     for m in ("profiler.devices", "profiler.preflight", "profiler.runner", "profiler.ray_cluster"):
         assert "profiler.machine" in GRAPH[m]
+
+
+# analysis's folders are layers, lowest first; a module imports only from its own layer or the ones below.
+ANALYSIS_LAYERS = ("units", "table", "model", "catalog", "results", "vllm", "latency", "planning", "measured", "report")
+
+
+def _layer(module: str) -> int:
+    return ANALYSIS_LAYERS.index(module.split(".")[1])
+
+
+def test_analysis_layers_import_only_downwards():
+    analysis = {m for m in MODULES if m.startswith("analysis.")}
+    assert {m.split(".")[1] for m in analysis} == set(ANALYSIS_LAYERS), "a new folder in analysis/ needs its layer here"
+    upward = sorted(f"{m} imports {t}" for m in analysis for t in GRAPH[m]
+                    if t.startswith("analysis.") and _layer(t) > _layer(m))
+    assert not upward, upward

@@ -14,7 +14,7 @@ import pytest
 from test_vllm_log import EXPECTED, FIXTURES, G
 from typer.testing import CliRunner
 
-from analysis.vllm_startup import KEYS, catalog_match
+from analysis.planning.startup_log_check import KEYS, catalog_match
 from profiler.cli import app
 
 runner = CliRunner()

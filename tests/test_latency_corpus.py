@@ -12,9 +12,8 @@ import re
 import pytest
 
 from analysis import catalog
-from analysis.latency import interval_for, shipped_constants
-from analysis.latency_corpus import load_latency_corpus, vllm_version
-from analysis.latency_fit import (
+from analysis.latency.corpus import load_latency_corpus, vllm_version
+from analysis.latency.fit import (
     QUEUED,
     Problem,
     calibration_check,
@@ -23,6 +22,7 @@ from analysis.latency_fit import (
     record_architecture,
     summary,
 )
+from analysis.latency.step import interval_for, shipped_constants
 
 CORPUS = load_latency_corpus()
 
@@ -120,7 +120,7 @@ def test_the_shipped_constants_are_the_fit_on_the_corpus(fitted):
     shipped = shipped_constants()
     assert shipped.params.keys() == constants.params.keys()
     for k, v in constants.params.items():
-        assert shipped.params[k] == pytest.approx(v, rel=1e-6), f"{k}: rerun python -m analysis.latency_fit --write"
+        assert shipped.params[k] == pytest.approx(v, rel=1e-6), f"{k}: rerun python -m analysis.latency.fit --write"
     assert shipped.fitted_on == constants.fitted_on
     assert shipped.intervals.keys() == constants.intervals.keys()
 

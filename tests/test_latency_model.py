@@ -1,4 +1,4 @@
-"""The latency model's terms (analysis.latency), each held against arithmetic written out here.
+"""The latency model's terms (analysis.latency.step), each held against arithmetic written out here.
 
 The constants are set by each test (round numbers), so every expected value follows from the config facts,
 the datasheet and those numbers alone, not from the fitted file.
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import catalog, latency
-from analysis.latency import (
+from analysis import catalog
+from analysis.latency import step as latency
+from analysis.latency.step import (
     Engine,
     LatencyConstants,
     allreduce_kind,
@@ -224,8 +225,8 @@ def test_a_closed_loop_beyond_what_the_engine_runs_queues_for_whole_lifetimes():
 def test_a_latency_run_of_one_output_token_is_its_batch_prefill():
     import yaml
 
-    from analysis.latency_corpus import LatencyRecord
-    from analysis.latency_fit import record_targets
+    from analysis.latency.corpus import LatencyRecord
+    from analysis.latency.fit import record_targets
 
     doc = yaml.safe_load("""
 source: https://example.org/run
@@ -253,7 +254,7 @@ excerpt: "Avg latency: 0.5 seconds"
 
 
 def test_the_plan_reports_the_model_its_terms_the_roofline_and_intervals():
-    from analysis.plan import PlanInputs, make_plan
+    from analysis.planning.plan import PlanInputs, make_plan
 
     p = make_plan(LLAMA8B, PlanInputs(batch=1, context=1024, prompt_len=512, max_model_len=8192), H100)
     assert p["decode_step_s"] == pytest.approx(sum(p["decode_terms"][k] for k in latency.TERMS))
@@ -266,7 +267,7 @@ def test_the_plan_reports_the_model_its_terms_the_roofline_and_intervals():
 
 
 def test_a_cpu_plan_keeps_the_roofline_and_says_why():
-    from analysis.plan import PlanInputs, make_plan
+    from analysis.planning.plan import PlanInputs, make_plan
 
     cpu = catalog.GPU(name="probe: cpu", display="cpu", memory_mib=65536, bandwidth_tbs=0.02, bf16_tflops=1.0,
                       cpu=True)

@@ -139,7 +139,7 @@ def test_resolve_model_takes_config_json_paths_and_bare_folders(tmp_path, monkey
 def test_a_results_model_name_is_the_catalog_entry_whatever_the_cwd_holds(tmp_path, monkeypatch):
     """The analysis of a run whose spec named a catalog model reads the catalog, not a folder of that name in the
     directory the report runs from (which a spec would have to call ./NAME)."""
-    from analysis.theory_vs_measured import architecture
+    from analysis.measured.theory_vs_measured import architecture
 
     shadow = tmp_path / "llama-3.1-8b"
     shadow.mkdir()

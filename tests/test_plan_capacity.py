@@ -9,8 +9,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from analysis.allocator import batch_ceiling, paged_capacity
 from analysis.catalog import resolve_model
+from analysis.vllm.allocator import batch_ceiling, paged_capacity
 from profiler.cli import app
 
 runner = CliRunner()

@@ -10,7 +10,7 @@ from synthetic_results import Injected, make_results
 from typer.testing import CliRunner
 
 from analysis.catalog import model_dir
-from analysis.results_schema import EngineRecord, EngineSettings, Manifest, PointSettings, SaturationPoint
+from analysis.results.schema import EngineRecord, EngineSettings, Manifest, PointSettings, SaturationPoint
 from profiler.cli import app
 
 runner = CliRunner()

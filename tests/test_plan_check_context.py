@@ -1,5 +1,5 @@
 """`kvprof check-plan` compares a decode prediction only with a point measured near its context
-(analysis.plan_check.CONTEXT_TOLERANCE, ±10 %), and otherwise says which point was nearest."""
+(analysis.measured.plan_check.CONTEXT_TOLERANCE, ±10 %), and otherwise says which point was nearest."""
 
 import json
 

@@ -17,8 +17,8 @@ import pytest
 from gpu_corpus import CorpusRecord, load_corpus, vllm_version
 
 from analysis import catalog
-from analysis.params import weight_bytes
-from analysis.plan import PlanError, PlanInputs, make_plan
+from analysis.model.params import weight_bytes
+from analysis.planning.plan import PlanError, PlanInputs, make_plan
 
 GiB = 2**30
 TOLERANCE = 0.02
@@ -47,7 +47,7 @@ EXPLAINED: dict[str, str] = {
     "llmdbench_gpt_oss_120b_h100":
         "a 3.3 GiB pool: the 0.13 GiB the mxfp4 weights come out light (0.2 % of 64.4 GiB) is 4 % of it",
     "llmdplanner_gemma3_12b_h100":
-        "weights: the checkpoint's SigLIP vision tower and projector (logged 23.31 GiB; analysis.params counts "
+        "weights: the checkpoint's SigLIP vision tower and projector (logged 23.31 GiB; analysis.model.params counts "
         "the text model's 21.92 GiB), and the budget by as much",
     "llmdplanner_gemma3_27b_h100": "weights: the vision tower again (logged 51.45 GiB against 50.31 GiB)",
     "pr10511_llama3_8b_h100":

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from analysis.budget import vllm_default_batching
+from analysis.vllm.budget import vllm_default_batching
 from profiler.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +111,7 @@ def test_plan_takes_the_entry_points_defaults():
 
 
 def test_the_requested_memory_is_rounded_up_as_vllm_does():
-    from analysis.budget import Reserve, kv_budget
+    from analysis.vllm.budget import Reserve, kv_budget
 
     none = Reserve(activation_bytes=0, non_torch_bytes=0, cuda_graph_bytes=0, source="test")
     # request_memory: math.ceil(total × utilization) — 11 × 0.5 = 5.5 → 6 bytes, not 5.

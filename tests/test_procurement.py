@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis import catalog
-from analysis.procurement import parse_tp_list
+from analysis.planning.procurement import parse_tp_list
 from analysis.units import parse_seconds
 from profiler.cli import _procurement_tables, app
 
@@ -48,8 +48,7 @@ def roofline_constants(monkeypatch):
     """The procurement arithmetic is tested on the tiny model with the latency model reduced to the roofline's
     byte stream (every efficiency 1, no floors, no API cost), so each step is bytes / bandwidth as written out;
     the latency model's own terms are tests/test_latency_model.py's."""
-    from analysis import latency
-
+    from analysis.latency import step as latency
     params = {n: 1.0 for n in latency.parameter_names()}
     params.update({n: 0.0 for n in params if n.endswith("_s") or "_s." in n})
     monkeypatch.setattr(latency, "shipped_constants", lambda: latency.LatencyConstants(params=params))
@@ -221,8 +220,8 @@ def test_human_table_right_aligns_numbers_with_units():
     out = result.stdout
     assert "GiB" in out and " ms" in out and "tok/s" in out and "weights" in out
     assert "by GPUs needed (fewest first), then tokens/s per GPU" in out
-    from analysis.plan import PlanInputs
-    from analysis.procurement import procurement
+    from analysis.planning.plan import PlanInputs
+    from analysis.planning.procurement import procurement
 
     a, _ = catalog.resolve_model("llama-3.1-70b")
     rows = procurement(a, PlanInputs(), [catalog.gpu("h200")], [1, 8], concurrency=64, context=32768)

@@ -18,7 +18,7 @@ import pytest
 from pydantic import ValidationError
 from records import decode_point
 
-from analysis.results_schema import (
+from analysis.results.schema import (
     GpuPointTelemetry,
     HostPointTelemetry,
     ServerPointTelemetry,

@@ -1,4 +1,4 @@
-"""Weight bytes of quantized checkpoints (analysis/quantization.py), issue #14.
+"""Weight bytes of quantized checkpoints (analysis/model/quantization.py), issue #14.
 
 Every expected number is written out from the layout vLLM allocates (the file named
 in each scheme's docstring), never taken from the code under test; the corpus test
@@ -11,17 +11,16 @@ import json
 
 import pytest
 
-from analysis.architecture import Architecture, UnsupportedArchitecture
 from analysis.catalog import model_dir, resolve_gpu, resolve_model
-from analysis.params import (
+from analysis.model.architecture import Architecture, UnsupportedArchitecture
+from analysis.model.params import (
     decode_weight_bytes,
     model_loading_bytes,
     rotary_cache_bytes,
     weight_breakdown,
     weight_bytes,
 )
-from analysis.plan import PlanError, PlanInputs, make_plan
-from analysis.quantization import (
+from analysis.model.quantization import (
     Awq,
     BitsAndBytes,
     CompressedTensors,
@@ -34,6 +33,7 @@ from analysis.quantization import (
     mxfp4_kernel,
     scheme_from_config,
 )
+from analysis.planning.plan import PlanError, PlanInputs, make_plan
 from tests.gpu_corpus import load_corpus
 
 GiB = 2**30

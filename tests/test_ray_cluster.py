@@ -28,7 +28,7 @@ DOUBLE = textwrap.dedent(f"""
     import json, os, sys, time
     from pathlib import Path
     sys.path.insert(0, {str(ROOT)!r})
-    from analysis.results_schema import CapacityFacts, DecodeMeasurements, DecodePoint, EngineRecord, PhaseMarker
+    from analysis.results.schema import CapacityFacts, DecodeMeasurements, DecodePoint, EngineRecord, PhaseMarker
     from profiler.lifeline import hold
     from profiler.spec import EngineJob
     from profiler.store import ResultsDir

@@ -7,9 +7,9 @@ from pdf_checks import page_ink, pdf_text, summary_cells
 from synthetic_results import GiB, Injected, make_results
 from typer.testing import CliRunner
 
-from analysis.load import LoadError, load
-from analysis.pipeline import analyse
-from analysis.report import build_report
+from analysis.measured.pipeline import analyse
+from analysis.report.run import build_report
+from analysis.results.load import LoadError, load
 from profiler.cli import app
 
 runner = CliRunner()
@@ -133,7 +133,7 @@ def test_smaller_injection_is_recovered_too(tmp_path):
 
 
 def test_flat_step_times_give_no_bandwidth_and_say_why():
-    from analysis.fit import fit_decode
+    from analysis.measured.decode_fit import fit_decode
 
     f = fit_decode([1e6, 2e6, 3e6, 4e6], [0.0031, 0.0030, 0.0031, 0.0030])
     assert f.effective_bandwidth_Bps is None and f.step_overhead_s == pytest.approx(0.00305, rel=0.02)
@@ -141,15 +141,15 @@ def test_flat_step_times_give_no_bandwidth_and_say_why():
 
 
 def test_poor_fit_is_flagged():
-    from analysis.fit import fit_decode
+    from analysis.measured.decode_fit import fit_decode
 
     f = fit_decode([1e6, 2e6, 3e6, 4e6, 5e6], [0.0031, 0.0050, 0.0029, 0.0052, 0.0030])
     assert f.r2 < 0.5 and "poor fit" in f.note
 
 
 def test_one_registered_page_reaches_the_pdf_and_the_summary_in_registry_order(tmp_path, monkeypatch):
-    from analysis import report
-    from analysis.pdf_pages import text_page
+    from analysis.report import run as report
+    from analysis.report.pdf import text_page
 
     make_results(tmp_path, Injected(max_model_lens=(8192,), kv_dtypes=("auto",), telemetry_samples_per_engine=50))
     names = [p.name for p in report.PAGES]

@@ -16,11 +16,12 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from synthetic_results import Injected, make_results
 
-from analysis import report
-from analysis.load import load
-from analysis.pdf_pages import Pages, Table, is_numeric, units_in_headers
-from analysis.pipeline import analyse
-from analysis.report_style import ENGINE_GID, TOLERANCE, EngineStyle, severity_color
+from analysis.measured.pipeline import analyse
+from analysis.report import run as report
+from analysis.report.pdf import Pages
+from analysis.report.style import ENGINE_GID, TOLERANCE, EngineStyle, severity_color
+from analysis.results.load import load
+from analysis.table import Table, is_numeric, units_in_headers
 
 
 class Recorder:

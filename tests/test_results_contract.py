@@ -1,4 +1,4 @@
-"""The results contract (analysis.results_schema): one definition for writer, loader and fixture.
+"""The results contract (analysis.results.schema): one definition for writer, loader and fixture.
 
 Expected values are the contract's own statements (field names, the file layout) and
 arithmetic on ids written out here, never values computed by the loader under test.
@@ -16,8 +16,8 @@ from records import decode_point, engine_record
 from synthetic_results import Injected, make_results
 from typer.testing import CliRunner
 
-from analysis.load import LoadError, load
-from analysis.results_schema import (
+from analysis.results.load import LoadError, load
+from analysis.results.schema import (
     SCHEMA_FILE,
     TELEMETRY_COLUMNS,
     PointSettings,
@@ -43,7 +43,7 @@ def synthetic(tmp_path_factory):
 
 def test_exported_json_schema_is_current():
     assert SCHEMA_FILE.read_text() == json_schema_text(), \
-        "analysis/results.schema.json is stale: run `python -m analysis.results_schema`"
+        "analysis/results/results.schema.json is stale: run `python -m analysis.results.schema`"
 
 
 def _schema_for(kind: str) -> dict:
@@ -239,14 +239,14 @@ def test_a_sweep_refuses_to_resume_another_schemas_directory(tmp_path):
 
 def test_every_engine_axis_is_an_engine_setting():
     # expand() builds engines from EngineAxes' fields by name: an axis is added in these two models only.
-    from analysis.results_schema import EngineSettings
+    from analysis.results.schema import EngineSettings
     from profiler.spec import EngineAxes
 
     assert set(EngineAxes.model_fields) <= set(EngineSettings.model_fields)
 
 
 def test_a_new_axis_left_at_its_default_keeps_existing_ids():
-    from analysis.results_schema import EngineSettings
+    from analysis.results.schema import EngineSettings
 
     class WithNewAxis(EngineSettings):  # as if a field were added to the contract
         some_new_vllm_setting: int | None = None

@@ -1,7 +1,7 @@
 """Broken results directories, probes and model paths: one clear line (exit 2) or a report that says what it
 left out — never a traceback.
 
-The rule (analysis.load): a record (manifest, engine, point) that is damaged, off the contract or in the wrong
+The rule (analysis.results.load): a record (manifest, engine, point) that is damaged, off the contract or in the wrong
 place stops every command with the file and what is wrong; what can be left out while the rest still means
 what it says is left out with a warning, on stderr and in the report: a point whose engine record is missing,
 a telemetry file that cannot be read, a probe.json or spec.yaml that is not UTF-8 (or not the probe's shape),

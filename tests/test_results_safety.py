@@ -36,7 +36,7 @@ cli = CliRunner()
 DOUBLE = textwrap.dedent(f"""
     import os, sys, time
     sys.path.insert(0, {str(ROOT)!r})
-    from analysis.results_schema import (CapacityFacts, DecodeMeasurements, DecodePoint, EngineRecord,
+    from analysis.results.schema import (CapacityFacts, DecodeMeasurements, DecodePoint, EngineRecord,
                                          PhaseMarker)
     from profiler.spec import EngineJob
     from profiler.store import ResultsDir
@@ -267,7 +267,7 @@ def test_a_sweep_refused_by_a_running_report_is_told_it_is_a_report(results):
 def test_an_interrupted_report_leaves_every_earlier_output_whole(results, monkeypatch):
     """Ctrl-C while results.parquet is being written: the old summary, table and calibration stay as they were
     (the old code wrote the table in place and left it truncated)."""
-    from analysis.report import build_report
+    from analysis.report.run import build_report
 
     build_report(results)
     before = {n: (results / n).read_bytes() for n in ("report.pdf", "summary.md", "results.parquet",
@@ -424,11 +424,11 @@ def _interrupt(*args, **kwargs):
     (["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm"], "profiler.cli.make_plan"),
     (["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm,h200", "--concurrency", "4"],
      "profiler.cli.procurement"),
-    (["report", "RESULTS"], "analysis.report.load"),
-    (["compare", "RESULTS", "RESULTS"], "analysis.run_comparison.compare_runs"),
-    (["check-plan", "PLAN", "RESULTS"], "analysis.plan_check.check_plan"),
+    (["report", "RESULTS"], "analysis.report.run.load"),
+    (["compare", "RESULTS", "RESULTS"], "analysis.measured.comparison.compare_runs"),
+    (["check-plan", "PLAN", "RESULTS"], "analysis.measured.plan_check.check_plan"),
     (["probe", "--quick"], "profiler.probe.run_probe"),
-    (["log", "LOG"], "analysis.vllm_startup.read_log"),
+    (["log", "LOG"], "analysis.planning.startup_log_check.read_log"),
     (["models"], "analysis.catalog.model_names"),
     (["gpus"], "analysis.catalog.gpus"),
 ])
@@ -456,8 +456,7 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_still_stops_the_command(results, monk
     """Python swallows a KeyboardInterrupt raised inside a finalizer or weakref callback ("Exception ignored
     in …" with a traceback) and carries on: `kvprof report` then finished and exited 0. Delivered again, it
     stops the report like any Ctrl-C."""
-    from analysis import report
-
+    from analysis.report import run as report
     real_load = report.load
 
     class Finalized:
@@ -480,7 +479,7 @@ INTERRUPT_WHILE_LOADING = textwrap.dedent("""
 
     class Finder:  # Ctrl-C arrives while kvprof's modules are still being imported
         def find_spec(self, name, path=None, target=None):
-            if name == "analysis.plan":
+            if name == "analysis.planning.plan":
                 os.kill(os.getpid(), signal.SIGINT)
             return None
 

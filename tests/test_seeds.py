@@ -2,16 +2,16 @@
 
 import pytest
 
-from analysis.architecture import Architecture
 from analysis.catalog import resolve_model
-from analysis.kv import (
+from analysis.model.architecture import Architecture
+from analysis.model.kv import (
     ideal_capacity,
     kv_bytes_per_sequence,
     kv_bytes_per_token,
     mha_reduction,
 )
-from analysis.params import weight_bytes
-from analysis.roofline import crossover_context, decode_step, ridge_point
+from analysis.model.params import weight_bytes
+from analysis.model.roofline import crossover_context, decode_step, ridge_point
 
 GiB, GB, MB = 2**30, 1e9, 1e6
 

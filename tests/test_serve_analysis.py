@@ -16,17 +16,8 @@ from records import (
 )
 
 from analysis.catalog import model_dir
-from analysis.load import LoadError, load
-from analysis.pipeline import analyse
-from analysis.results_schema import (
-    DecodeMeasurements,
-    FailedPoint,
-    LatencyStats,
-    PointSettings,
-    ServeRequests,
-    StartupLog,
-)
-from analysis.serve_analysis import (
+from analysis.measured.pipeline import analyse
+from analysis.measured.serve import (
     analyse_serve,
     frontier,
     good_requests,
@@ -36,6 +27,15 @@ from analysis.serve_analysis import (
     prefix_sharing,
     served_ceiling,
     served_vs_offline,
+)
+from analysis.results.load import LoadError, load
+from analysis.results.schema import (
+    DecodeMeasurements,
+    FailedPoint,
+    LatencyStats,
+    PointSettings,
+    ServeRequests,
+    StartupLog,
 )
 
 needs_server_telemetry = pytest.mark.skipif(not HAVE_SERVER_TELEMETRY,
@@ -289,6 +289,6 @@ def test_a_server_that_never_came_up_is_a_row_of_the_servers_table(tmp_path):
     assert res.serve.empty and analyse_serve(res) is None  # no serve page without a served point
     a = analyse(res)
     assert a.tables["failed"].frame["status"].tolist() == ["timeout"]
-    from analysis.pipeline import setup_lines
+    from analysis.measured.pipeline import setup_lines
 
     assert "Server of e did not serve: timeout — /health never answered" in setup_lines(a)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.results_schema import ServerRecord, load_point
+from analysis.results.schema import ServerRecord, load_point
 from profiler import serve
 from profiler.machine import free_port
 from profiler.spec import ServeJob, expand, parse_spec

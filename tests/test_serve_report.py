@@ -6,10 +6,10 @@ from records import HAVE_SERVER_TELEMETRY
 from synthetic_results import Injected, make_results
 from typer.testing import CliRunner
 
-from analysis.load import load
-from analysis.pipeline import analyse
-from analysis.report import build_report
-from analysis.run_comparison import compare_runs
+from analysis.measured.comparison import compare_runs
+from analysis.measured.pipeline import analyse
+from analysis.report.run import build_report
+from analysis.results.load import load
 from profiler.cli import app
 
 SMALL = {"max_model_lens": (8192,), "kv_dtypes": ("auto",), "telemetry_samples_per_engine": 20,

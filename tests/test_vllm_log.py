@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.results_schema import StartupLog
-from analysis.vllm_startup_log import parse_startup, records
+from analysis.results.schema import StartupLog
+from analysis.vllm.startup_log import parse_startup, records
 from profiler.vllm_log import parse_startup as profiler_parse_startup
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm_logs"

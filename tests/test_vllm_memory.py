@@ -1,4 +1,4 @@
-"""vLLM's start-up memory accounting (analysis/vllm_memory.py) against vLLM's code and published logs.
+"""vLLM's start-up memory accounting (analysis/vllm/memory.py) against vLLM's code and published logs.
 
 Expected values are what vLLM logged (the fixture logs in tests/fixtures/vllm_logs/ and the GPU corpus in
 tests/fixtures/gpu_corpus/), vLLM's own tables written out, or the arithmetic of vLLM's code written out
@@ -11,10 +11,10 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from analysis.allocator import paged_capacity
-from analysis.architecture import Architecture
 from analysis.catalog import MODELS_DIR, gpu, resolve_model
-from analysis.vllm_memory import (
+from analysis.model.architecture import Architecture
+from analysis.vllm.allocator import paged_capacity
+from analysis.vllm.memory import (
     UnknownVLLMVersion,
     default_batching,
     normalize_entry,
@@ -284,7 +284,7 @@ EXPLAINED = {
 # Further misses of the spec-sheet budget (the catalog's weights and total), outside the accounting.
 SPEC_SHEET_EXPLAINED = {
     "llmdplanner_gemma3_12b_h100": "weights: the checkpoint's SigLIP vision tower and projector (logged 23.31 GiB, "
-                                   "analysis.params counts the text model's 21.92 GiB)",
+                                   "analysis.model.params counts the text model's 21.92 GiB)",
     "llmdplanner_gemma3_27b_h100": "weights: the vision tower again (logged 51.45 GiB against 50.31 GiB)",
     "llmdplanner_llama31_8b_pp2_h100": "pipeline parallelism: the plan has no pipeline_parallel_size, so each "
                                        "rank is charged all the layers' weights",
@@ -309,7 +309,7 @@ def corpus_predictions(spec_sheet: bool = False):
     """(stem, record, prediction, logged KV GiB or None) for every corpus record with a catalog model.
 
     By default the prediction takes the weights and the total the log states (the accounting alone);
-    ``spec_sheet`` predicts from the catalog alone: analysis.params' weights, the catalog's CUDA total."""
+    ``spec_sheet`` predicts from the catalog alone: analysis.model.params' weights, the catalog's CUDA total."""
     out = []
     for stem, rec in load_corpus().items():
         s, L = rec.settings, rec.logged
@@ -335,7 +335,7 @@ def corpus_predictions(spec_sheet: bool = False):
 
 def corpus_budget_errors(spec_sheet: bool = False):
     """(stem, predicted GiB, logged GiB) for every corpus record with a KV budget and a catalog model
-    (``spec_sheet``: only unquantized checkpoints, whose weights analysis.params models)."""
+    (``spec_sheet``: only unquantized checkpoints, whose weights analysis.model.params models)."""
     return [(stem, p.kv_budget_bytes / GiB, logged) for stem, rec, p, logged in corpus_predictions(spec_sheet)
             if logged is not None and not (spec_sheet and rec.settings.quantization)]
 

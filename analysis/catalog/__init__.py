@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from analysis.architecture import Architecture
+from analysis.model.architecture import Architecture
 
 CATALOG_DIR = Path(__file__).resolve().parent
 MODELS_DIR = CATALOG_DIR / "models"
@@ -55,7 +55,7 @@ class GPU(BaseModel):
     cpu: bool = False  # a CPU described by a probe (vLLM's CPU defaults apply)
     # The market the part is sold into (every catalog entry states it; a probed device has none).
     segment: Literal["datacenter", "workstation", "consumer"] | None = None
-    # The latency model's traits (analysis.latency): the architecture its kernel efficiencies are fitted per,
+    # The latency model's traits (analysis.latency.step): the architecture its kernel efficiencies are fitted per,
     # and the link tensor-parallel all-reduces cross (per GPU and direction). None: a probed device.
     generation: Literal["ampere", "ada", "hopper", "blackwell"] | None = None
     interconnect: Literal["nvlink", "pcie"] | None = None

@@ -1,0 +1,645 @@
+"""The latency model: one vLLM engine step as the sum of the terms a real GPU pays (issue #25).
+
+A step is the work of one scheduler iteration on one GPU of a tensor-parallel group
+(:class:`StepWork`): decoding sequences and prompt tokens, the weight bytes it streams,
+the KV it reads, its FLOPs and its all-reduces. Its time is
+
+    weights_s        smooth-max(weight bytes / (BW · η_w[generation] · κ[kernel] (· κ_moe for experts)),
+                                GEMM FLOPs / (peak · η_f[generation]), routed experts' grouped GEMMs at κ_moe_f)
+  + kv_s             KV bytes read / (BW · η_kv[generation] · κ_kv[vLLM era])   attention kernels reach a
+                                                                  smaller share of peak than GEMMs
+  + attention_s      attention FLOPs / (peak · η_f[generation])   prefill's quadratic term
+  + communication_s  all-reduces × latency[link] · log2(tp) + their bytes / link bandwidth   (tp > 1: two a layer;
+                                                                  the latency grows with the ranks synchronised)
+  + floor_s          host[vLLM era] + per-sequence host cost × sequences
+                     + per-layer launch cost (CUDA-graph replay, or eager) (+ MoE and MLA layers' extras)
+
+Weight bytes include quantization scales and zero points (``analysis.model.quantization``); an MoE
+step reads the experts its tokens touch, E·(1 − (1 − k/E)^tokens), not the top-k alone
+(``analysis.model.params.expected_experts_touched``). The constants (η, κ, latencies, floors) are fitted on
+the corpus of published vLLM measurements (``analysis.latency.corpus``) by ``analysis.latency.fit``
+and shipped in ``catalog/latency.yaml`` with the leave-one-source-out error of every regime, which
+gives each prediction its interval.
+
+Workloads are schedules of steps (:class:`Schedule`): a decode step, a prefill in chunks of
+``max_num_batched_tokens``, the time to first token of a request arriving while others decode, a
+served TPOT with the prefill of arriving requests mixed into the decode steps, bursts of requests run in waves
+of what the engine holds at once, and closed loops that queue beyond it. The plan, the
+procurement table and the fit all use the same schedules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis.catalog import CATALOG_DIR, GPU
+from analysis.model.architecture import Architecture
+from analysis.model.kv import kv_bytes_per_sequence
+from analysis.model.params import count_params, expected_experts_touched, weight_breakdown
+from analysis.model.quantization import Awq, BitsAndBytes, CompressedTensors, Fp8, Gptq, Mxfp4
+from analysis.model.roofline import attention_flops_per_token
+
+CONSTANTS_FILE = CATALOG_DIR / "latency.yaml"
+
+GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
+KERNELS = ("bf16", "fp8", "int8", "int4", "fp4", "mxfp4", "nf4")
+# How an all-reduce runs: vLLM's custom all-reduce over NVLink (0.3.0 on), or NCCL (before it, and on PCIe).
+LINKS = ("nvlink", "pcie", "nccl")
+# vLLM eras whose host cost per step differs: before 0.6 (no async output processing), 0.6 to 0.8
+# (V0's async output processing, V1 arriving), 0.9 on (V1 with its persistent batch, async scheduling later).
+ERAS = ("0.5", "0.6", "0.9")
+ACTIVATION_BYTES = 2  # bf16/fp16 activations in every all-reduce
+SMOOTH_MAX_POWER = 4.0  # weight stream vs GEMM arithmetic: max() rounded at the ridge, where neither hides the other
+
+Kernel = Literal["bf16", "fp8", "int8", "int4", "fp4", "mxfp4", "nf4"]
+
+
+def kernel_family(a: Architecture) -> Kernel:
+    """Which kind of weight kernel vLLM runs the model's linear layers with (its efficiency is fitted)."""
+    q = a.quantization
+    if q is None:
+        return "bf16"
+    if isinstance(q, Fp8):
+        return "fp8"
+    if isinstance(q, Mxfp4):
+        return "mxfp4"
+    if isinstance(q, BitsAndBytes):
+        return "nf4"
+    if isinstance(q, Awq | Gptq):
+        return "int4" if getattr(q, "bits", 4) <= 4 else "int8"
+    if isinstance(q, CompressedTensors):
+        w = q.groups[0][1]
+        if w.num_bits >= 8:
+            return "fp8" if w.type == "float" else "int8"
+        return "fp4" if w.type == "float" else "int4"
+    return "bf16"
+
+
+def _version(vllm_version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a version string, None when absent or unreadable."""
+    try:
+        major, minor = (int(x) for x in (vllm_version or "").lstrip("v").split(".")[:2])
+    except ValueError:
+        return None
+    return major, minor
+
+
+def era(vllm_version: str | None) -> str:
+    """The host-cost era of a vLLM version (None or unreadable: the newest)."""
+    v = _version(vllm_version)
+    if v is None:
+        return ERAS[-1]
+    return "0.5" if v < (0, 6) else "0.6" if v < (0, 9) else "0.9"
+
+
+def allreduce_kind(gpu: GPU, vllm_version: str | None) -> str:
+    """How a tensor-parallel all-reduce runs: vLLM's custom all-reduce over NVLink (since 0.3.0, vLLM PR 2192),
+    or NCCL: before it on NVLink, and over PCIe (``pcie``)."""
+    if (gpu.interconnect or "pcie") == "pcie":
+        return "pcie"
+    v = _version(vllm_version)
+    return "nccl" if v is not None and v < (0, 3) else "nvlink"
+
+
+def chunked_prefill_default(vllm_version: str | None) -> bool:
+    """Whether prompts are chunked and mixed into decode steps by default: V1 (vLLM 0.8 on) always does."""
+    v = _version(vllm_version)
+    return v is None or v >= (0, 8)
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What one engine step does on one GPU of the tensor-parallel group, and what it runs on."""
+
+    decode_seqs: float
+    prefill_tokens: float
+    dense_bytes: float  # weights streamed outside the routed experts
+    expert_bytes: float  # routed experts the step's tokens touch
+    experts_touched: float | None
+    kv_bytes: float  # KV read by decode attention + KV written by the prompt tokens
+    gemm_flops: float  # dense GEMMs (attention projections, dense MLPs, shared experts, the LM head)
+    expert_gemm_flops: float  # routed experts' grouped GEMMs
+    attention_flops: float
+    layers: int
+    moe_layers: int
+    mla_layers: int  # latent-attention layers: absorbed up-projections and more kernels a layer
+    allreduces: float
+    allreduce_hops: float  # log2(tp): an all-reduce's latency grows with the ranks it synchronises
+    allreduce_bytes: float  # bytes each GPU sends and receives in them (ring: 2(tp−1)/tp of the tensor)
+    eager: bool
+    generation: str
+    kernel: str
+    era: str
+    link: str
+    bandwidth_Bps: float
+    gemm_peak_flops: float  # the tensor rate the GEMMs run at (fp8/int8 where the kernel and part have it)
+    peak_flops: float  # bf16 tensor rate (attention)
+    link_Bps: float
+
+    @property
+    def tokens(self) -> float:
+        return self.decode_seqs + self.prefill_tokens
+
+
+@lru_cache(maxsize=256)
+def _weights(a: Architecture, tp: int) -> tuple[Any, Any]:
+    """A model's weight breakdown per rank and parameter counts: the same for every step of a schedule (a burst's
+    thousands of chunks), so worked out once per model and tensor-parallel size."""
+    return weight_breakdown(a, tp), count_params(a)
+
+
+def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0, decode_context: float = 0,
+              prefill_tokens: float = 0, prefill_prefix: float = 0, prefill_seqs: float | None = None,
+              kv_cache_dtype: str = "auto", enforce_eager: bool = False,
+              vllm_version: str | None = None) -> StepWork:
+    """The work of one step: ``decode_seqs`` sequences each holding ``decode_context`` tokens generate one
+    token each, and ``prefill_tokens`` prompt tokens (of ``prefill_seqs`` prompts, after ``prefill_prefix``
+    tokens already cached) are processed. Byte and FLOP counts are per GPU."""
+    if decode_seqs < 0 or prefill_tokens < 0 or decode_seqs + prefill_tokens <= 0:
+        raise ValueError("a step processes at least one token")
+    tokens = decode_seqs + prefill_tokens
+    w, p = _weights(a, tp)
+    dense = w.non_expert - (0 if a.tie_word_embeddings else w.embedding)
+    experts, touched = 0.0, None
+    if a.moe:
+        touched = expected_experts_touched(a.moe.num_experts, a.moe.experts_per_token, max(tokens, 1e-9))
+        experts = w.experts * touched / a.moe.num_experts
+    kv = decode_seqs * kv_bytes_per_sequence(a, round(decode_context), kv_cache_dtype, tp)
+    # A step's prompt tokens belong to prefill_seqs prompts of per_prompt tokens each: the KV they write and the
+    # context their attention spans are each prompt's, not one sequence's of all the step's tokens.
+    per_prompt = prefill_tokens / max(prefill_seqs or 1.0, 1.0)
+    if prefill_tokens:
+        whole = max(round(per_prompt), 1)
+        kv += prefill_tokens / whole * kv_bytes_per_sequence(a, whole, kv_cache_dtype, tp)
+    # GEMMs over every token, the LM head only over the rows sampled (one per sequence).
+    lm_head = p.lm_head or (p.embedding if a.tie_word_embeddings else 0)
+    lookup = 0 if a.tie_word_embeddings else p.embedding
+    body = p.active - lookup - lm_head
+    sampled = decode_seqs + (prefill_seqs if prefill_seqs is not None else (1 if prefill_tokens else 0))
+    gemm = 2 * (body * tokens + lm_head * sampled) / tp
+    expert_gemm = 2 * p.experts_active * tokens / tp  # the routed experts' share of it (grouped GEMMs)
+    attn = decode_seqs * attention_flops_per_token(a, round(decode_context))
+    if prefill_tokens:
+        attn += prefill_tokens * attention_flops_per_token(a, round(prefill_prefix + per_prompt / 2))
+    kern = kernel_family(a)
+    bf16 = gpu.peak_flops()
+    gemm_peak = gpu.peak_flops(fp8=True) if kern in ("fp8", "int8", "fp4") else bf16
+    moe_layers = sum(1 for i in range(a.num_layers) if a.is_moe_layer(i))
+    allreduces = 2 * a.num_layers if tp > 1 else 0
+    ar_bytes = allreduces * tokens * a.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp if tp > 1 else 0.0
+    return StepWork(
+        decode_seqs=decode_seqs, prefill_tokens=prefill_tokens, dense_bytes=dense / tp, expert_bytes=experts / tp,
+        experts_touched=touched, kv_bytes=kv, gemm_flops=gemm - expert_gemm, expert_gemm_flops=expert_gemm,
+        attention_flops=attn / tp, layers=a.num_layers,
+        moe_layers=moe_layers, mla_layers=a.num_layers if a.mla else 0, allreduces=allreduces,
+        allreduce_hops=float(np.log2(tp)), allreduce_bytes=ar_bytes,
+        eager=enforce_eager,
+        generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
+        link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
+        peak_flops=bf16, link_Bps=(gpu.interconnect_gbs or 32) * 1e9)
+
+
+# -- the constants ---------------------------------------------------------------------------------
+
+def parameter_names() -> list[str]:
+    """Every fitted constant, by name. ``eta_*`` without a generation is the pooled value the per-generation
+    ones are drawn towards (and the one a GPU of an unseen generation gets)."""
+    names = []
+    for eta in ("eta_weights", "eta_kv", "eta_flops"):
+        names += [eta] + [f"{eta}.{g}" for g in GENERATIONS]
+    names += [f"kv_era.{e}" for e in ERAS[:-1]]
+    names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel", "moe_flops"]
+    names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "layer_s", "eager_layer_s", "moe_layer_s", "mla_layer_s"]
+    names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s"]
+    return names
+
+
+# Priors: physically plausible values the fit starts from and is drawn towards (log-normal, sigma in log units).
+# Efficiencies: decode GEMMs stream weights at 70-90 % of peak, attention's KV reads at 40-80 %, prefill GEMMs
+# reach about half the dense tensor peak. Floors: a few microseconds per kernel, ~10 kernels a layer under
+# CUDA-graph replay; eager launches cost tens of microseconds a layer; NVLink all-reduces of a few KiB take
+# ~10 µs (vLLM's custom all-reduce), PCIe ones ~30 µs (NCCL).
+PRIORS: dict[str, tuple[float, float]] = {
+    "eta_weights": (0.80, 0.3), "eta_kv": (0.60, 0.5), "eta_flops": (0.55, 0.4),
+    "kv_era.0.5": (1.0, 0.4), "kv_era.0.6": (1.0, 0.4),
+    "kernel.fp8": (0.90, 0.4), "kernel.int8": (0.85, 0.4), "kernel.int4": (0.70, 0.5), "kernel.fp4": (0.70, 0.5),
+    "kernel.mxfp4": (0.55, 0.6), "kernel.nf4": (0.30, 0.6), "moe_kernel": (0.60, 0.5),
+    "moe_flops": (0.6, 0.5),
+    "host_s.0.5": (3e-3, 1.0), "host_s.0.6": (1e-3, 1.0), "host_s.0.9": (4e-4, 1.0),
+    "seq_s": (8e-6, 1.0), "layer_s": (8e-6, 0.8), "eager_layer_s": (6e-5, 0.8), "moe_layer_s": (1.5e-5, 0.8),
+    "mla_layer_s": (3e-5, 1.5),
+    "allreduce_s.nvlink": (1.2e-5, 0.7), "allreduce_s.pcie": (3e-5, 0.7), "allreduce_s.nccl": (3e-5, 0.7),
+    "api_s": (3e-3, 1.0),
+}
+GENERATION_SIGMA = 0.25  # how far a generation's efficiency may sit from the pooled one without evidence
+
+
+def prior(name: str) -> tuple[float, float]:
+    return PRIORS.get(name) or PRIORS[name.split(".")[0]]
+
+
+class Interval(BaseModel):
+    """Measured ÷ predicted over the corpus records of one regime, each predicted by a fit that did not see
+    its source (leave-one-source-out): the interval a prediction of that regime carries."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int
+    sources: int
+    median_ratio: float
+    low_ratio: float = Field(description="10th percentile of measured ÷ predicted")
+    high_ratio: float = Field(description="90th percentile of measured ÷ predicted")
+    median_abs_error: float = Field(description="median |measured ÷ predicted − 1|")
+
+
+class LatencyConstants(BaseModel):
+    """``catalog/latency.yaml``: the fitted constants, what they were fitted on, and the intervals."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    params: dict[str, float]
+    fitted_on: str = Field("", description="the corpus the constants were fitted on (records, sources)")
+    intervals: dict[str, Interval] = {}
+
+    def value(self, name: str) -> float:
+        """A constant, the pooled value standing in for a generation without its own."""
+        if name in self.params:
+            return self.params[name]
+        base = name.rpartition(".")[0]
+        if base in self.params:  # eta_weights.<a generation the corpus has no record of, or a probed GPU's None>
+            return self.params[base]
+        return prior(name)[0]
+
+    def save(self, path: Path = CONSTANTS_FILE) -> None:
+        path.write_text(yaml.safe_dump(self.model_dump(), sort_keys=False, width=110), encoding="utf-8")
+
+
+@cache
+def shipped_constants() -> LatencyConstants:
+    """The constants shipped with kvprof (priors alone when the file is missing, as before a first fit)."""
+    if CONSTANTS_FILE.is_file():
+        return LatencyConstants.model_validate(yaml.safe_load(CONSTANTS_FILE.read_text(encoding="utf-8")))
+    return LatencyConstants(params={n: prior(n)[0] for n in parameter_names()})
+
+
+# -- the step time -----------------------------------------------------------------------------------
+
+TERMS = ("weights_s", "kv_s", "attention_s", "communication_s", "floor_s")
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """A calibration's measured figures in place of the shipped constants (``analysis.planning.plan``): an effective
+    bandwidth for every byte, a FLOP rate and a per-step overhead, as a sweep's decode fit gives them."""
+
+    bandwidth_Bps: float | None = None
+    flops: float | None = None
+    step_overhead_s: float | None = None
+
+
+def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm_flops, attention_flops, allreduces,
+                 allreduce_hops, allreduce_bytes, decode_seqs, layers, moe_layers, mla_layers, bandwidth_Bps,
+                 gemm_peak_flops, peak_flops, link_Bps, eta_weights, kernel, moe_kernel, moe_flops, eta_kv, kv_era,
+                 eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s, mla_layer_s):
+    """The step-time formula (module docstring), term by term. Every argument may be a number or a numpy array
+    of steps (the fit evaluates the whole corpus at once), so there is one formula for the plan and the fit."""
+    bw_w = bandwidth_Bps * eta_weights * kernel
+    stream = dense_bytes / bw_w + expert_bytes / (bw_w * moe_kernel)
+    gemm = (gemm_flops + expert_gemm_flops / moe_flops) / (gemm_peak_flops * eta_flops)
+    p = SMOOTH_MAX_POWER
+    return {
+        "weights_s": (stream ** p + gemm ** p) ** (1 / p),
+        "weight_stream_s": stream,
+        "gemm_compute_s": gemm,
+        "kv_s": kv_bytes / (bandwidth_Bps * eta_kv * kv_era),
+        "attention_s": attention_flops / (peak_flops * eta_flops),
+        "communication_s": allreduces * allreduce_hops * allreduce_s + allreduce_bytes / link_Bps,
+        "floor_s": host_s + seq_s * decode_seqs + layer_s * layers + moe_layer_s * moe_layers
+                   + mla_layer_s * mla_layers,
+    }
+
+
+FEATURES = ("dense_bytes", "expert_bytes", "kv_bytes", "gemm_flops", "expert_gemm_flops", "attention_flops",
+            "allreduces",
+            "allreduce_hops", "allreduce_bytes", "decode_seqs", "layers", "moe_layers", "mla_layers", "bandwidth_Bps",
+            "gemm_peak_flops", "peak_flops", "link_Bps")
+
+
+def step_constants(w: StepWork) -> dict[str, str | float]:
+    """Which constant each of the formula's coefficients is for this step (a name, or a fixed number)."""
+    g = w.generation
+    return {"eta_weights": f"eta_weights.{g}", "kernel": 1.0 if w.kernel == "bf16" else f"kernel.{w.kernel}",
+            "moe_kernel": "moe_kernel" if w.expert_bytes else 1.0, "eta_kv": f"eta_kv.{g}",
+            "moe_flops": "moe_flops" if w.expert_gemm_flops else 1.0,
+            "kv_era": 1.0 if w.era == ERAS[-1] else f"kv_era.{w.era}",
+            "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
+            "host_s": f"host_s.{w.era}", "seq_s": "seq_s", "layer_s": "eager_layer_s" if w.eager else "layer_s",
+            "moe_layer_s": "moe_layer_s" if w.moe_layers else 0.0,
+            "mla_layer_s": "mla_layer_s" if w.mla_layers else 0.0}
+
+
+def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overrides | None = None
+               ) -> dict[str, float]:
+    """The named terms of one step (seconds) and the effective rates that set them."""
+    c = c or shipped_constants()
+    o = overrides or Overrides()
+    features = {k: getattr(w, k) for k in FEATURES}
+    coef = {k: v if isinstance(v, float) else c.value(v) for k, v in step_constants(w).items()}
+    if o.bandwidth_Bps:  # one measured bandwidth for every byte, MoE kernels' share kept
+        features["bandwidth_Bps"] = o.bandwidth_Bps
+        coef.update(eta_weights=1.0, kernel=1.0, eta_kv=1.0, kv_era=1.0)
+    if o.flops:
+        features.update(gemm_peak_flops=o.flops, peak_flops=o.flops)
+        coef["eta_flops"] = 1.0  # the MoE kernels' share kept
+    if o.step_overhead_s is not None:
+        coef.update(host_s=o.step_overhead_s, seq_s=0.0, layer_s=0.0, moe_layer_s=0.0, mla_layer_s=0.0)
+    out = step_seconds(**features, **coef)
+    bw_w = features["bandwidth_Bps"] * coef["eta_weights"] * coef["kernel"]
+    out.update(effective_weight_bandwidth_Bps=bw_w,
+               effective_kv_bandwidth_Bps=features["bandwidth_Bps"] * coef["eta_kv"] * coef["kv_era"],
+               effective_flops=features["gemm_peak_flops"] * coef["eta_flops"])
+    return out
+
+
+def step_time(w: StepWork, c: LatencyConstants | None = None, overrides: Overrides | None = None) -> float:
+    t = step_terms(w, c, overrides)
+    return sum(t[k] for k in TERMS)
+
+
+# -- schedules: workloads as weighted steps ------------------------------------------------------------
+
+@dataclass
+class Schedule:
+    """A time made of steps: Σ weight × step time + ``api`` × the serving front end's per-request cost."""
+
+    steps: list[tuple[float, StepWork]] = field(default_factory=list)
+    api: float = 0.0
+
+    def add(self, weight: float, w: StepWork) -> Schedule:
+        if weight:
+            self.steps.append((weight, w))
+        return self
+
+    def extend(self, other: Schedule, weight: float = 1.0) -> Schedule:
+        self.steps += [(weight * x, w) for x, w in other.steps]
+        self.api += weight * other.api
+        return self
+
+    def time(self, c: LatencyConstants | None = None, overrides: Overrides | None = None) -> float:
+        c = c or shipped_constants()
+        return sum(x * step_time(w, c, overrides) for x, w in self.steps) + self.api * c.value("api_s")
+
+    def terms(self, c: LatencyConstants | None = None, overrides: Overrides | None = None) -> dict[str, float]:
+        """The schedule's time split into the named terms."""
+        c = c or shipped_constants()
+        out = dict.fromkeys(TERMS, 0.0)
+        for x, w in self.steps:
+            t = step_terms(w, c, overrides)
+            for k in TERMS:
+                out[k] += x * t[k]
+        out["api_s"] = self.api * c.value("api_s")
+        return out
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What every step of a workload shares: the model, the GPU, the engine settings."""
+
+    a: Architecture
+    gpu: GPU
+    tp: int = 1
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    vllm_version: str | None = None
+    max_num_batched_tokens: int | None = None  # None: no chunking (the whole prefill in one step)
+    chunked_prefill: bool | None = None  # None: vLLM's default for the version
+
+    @property
+    def chunked(self) -> bool:
+        return chunked_prefill_default(self.vllm_version) if self.chunked_prefill is None else self.chunked_prefill
+
+    def step(self, **kw: float) -> StepWork:
+        return step_work(self.a, self.gpu, tp=self.tp, kv_cache_dtype=self.kv_cache_dtype,
+                         enforce_eager=self.enforce_eager, vllm_version=self.vllm_version, **kw)
+
+    def chunks(self, tokens: float) -> list[float]:
+        """Prompt tokens split into steps of at most max_num_batched_tokens."""
+        budget = self.max_num_batched_tokens
+        if not budget or tokens <= budget:
+            return [tokens]
+        full = int(tokens // budget)
+        rest = tokens - full * budget
+        return [float(budget)] * full + ([rest] if rest > 0 else [])
+
+
+def decode_schedule(e: Engine, batch: float, context: float) -> Schedule:
+    """One decode step of ``batch`` sequences at ``context`` tokens each."""
+    return Schedule().add(1, e.step(decode_seqs=batch, decode_context=context))
+
+
+def _chunk_steps(e: Engine, prompts: float, prompt_len: int, decoding: Callable[[int], float],
+                 context: float) -> list[StepWork]:
+    """The steps that prefill ``prompts`` prompts of ``prompt_len`` tokens in chunks of max_num_batched_tokens,
+    chunk j also decoding ``decoding(j)`` sequences at ``context`` (chunked prefill mixes them)."""
+    steps, done = [], 0.0
+    for j, n in enumerate(e.chunks(prompts * prompt_len)):
+        steps.append(e.step(prefill_tokens=n, prefill_prefix=(done % prompt_len) if prompts > 1 else done,
+                            prefill_seqs=max(n / prompt_len, 1.0), decode_seqs=decoding(j), decode_context=context))
+        done += n
+    return steps
+
+
+def prefill_schedule(e: Engine, prompts: float, prompt_len: int, decoding: float = 0, context: float = 0) -> Schedule:
+    """``prompts`` prompts of ``prompt_len`` tokens processed in chunks of max_num_batched_tokens, with
+    ``decoding`` sequences (at ``context``) decoding in every chunk's step (chunked prefill mixes them)."""
+    s = Schedule()
+    for w in _chunk_steps(e, prompts, prompt_len, lambda _: decoding, context):
+        s.add(1, w)
+    return s
+
+
+def latency_schedule(e: Engine, batch: int, input_len: int, output_len: int) -> Schedule:
+    """``vllm bench latency``: the batch's prompts prefilled together, then ``output_len − 1`` decode steps
+    (the prefill's step samples the first token) at the mean context of the decode."""
+    s = prefill_schedule(e, batch, input_len)
+    if output_len > 1:
+        s.extend(decode_schedule(e, batch, input_len + output_len / 2), output_len - 1)
+    return s
+
+
+def served_step_schedule(e: Engine, concurrency: float, input_len: int, output_len: int,
+                         steady: bool = True) -> Schedule:
+    """A served request's time per output token at ``concurrency`` requests in flight.
+
+    Steady state (requests keep arriving as others finish): while one request decodes, each of the other
+    ``concurrency − 1`` slots takes a new prompt every ``output_len`` steps (a request's own prompt runs before its
+    first token, outside its TPOT: at concurrency 1 no prompt ever interrupts it), so that share of the steps
+    carries a whole prompt beside the running decodes — mixed into the step
+    in chunks of what max_num_batched_tokens leaves beside them (chunked prefill), or run as a step of its own
+    that stalls them (without it). The other steps decode alone. (Averaging the prompt's tokens over every step
+    would be wrong: an MoE step of a few tokens touches few experts, one with a whole prompt nearly all.)
+    Without arrivals (every request started together): the decode step alone."""
+    ctx = input_len + output_len / 2
+    decode = decode_schedule(e, concurrency, ctx)
+    if not steady or output_len <= 1:
+        return decode
+    arriving = min((concurrency - 1) / output_len, 1.0)  # other requests' prompts per step
+    if not e.chunked:
+        return decode.extend(prefill_schedule(e, 1, input_len), arriving)
+    room = None if e.max_num_batched_tokens is None else max(e.max_num_batched_tokens - concurrency, 1)
+    chunks = replace(e, max_num_batched_tokens=room).chunks(input_len)
+    s = Schedule().extend(decode, max(1.0 - arriving * len(chunks), 0.0))
+    done = 0.0
+    for n in chunks:
+        s.add(arriving, e.step(decode_seqs=concurrency, decode_context=ctx, prefill_tokens=n,
+                               prefill_prefix=done, prefill_seqs=1))
+        done += n
+    return s
+
+
+def ttft_schedule(e: Engine, prompt_len: int, decoding: float = 0, context: float = 0,
+                  served: bool = True) -> Schedule:
+    """Time to first token of one request arriving while ``decoding`` others run: half a step's wait for the
+    running step to finish (when any run), then its prompt in chunks mixed with their decodes (chunked prefill),
+    or alone; plus the API server's per-request cost when ``served``."""
+    s = Schedule(api=1.0 if served else 0.0)
+    if decoding > 0:
+        s.extend(decode_schedule(e, decoding, context), 0.5)
+    if e.chunked:
+        s.extend(prefill_schedule(e, 1, prompt_len, decoding=decoding, context=context))
+    else:
+        s.extend(prefill_schedule(e, 1, prompt_len))
+    return s
+
+
+def _wave_chunks(e: Engine, requests: int, prompt_len: int) -> tuple[list[StepWork], list[int]]:
+    """The prefill steps of ``requests`` prompts arriving together, in chunks of max_num_batched_tokens, and the
+    step at which each request's prompt completes (its first token). With chunked prefill the requests already
+    started decode in every later chunk's step."""
+    ends = np.cumsum(e.chunks(requests * prompt_len))
+    done_at = [int(np.searchsorted(ends, (i + 1) * prompt_len - 1e-6)) for i in range(requests)]
+    started = (lambda j: sum(1 for d in done_at if d < j)) if e.chunked else (lambda _: 0)
+    return _chunk_steps(e, requests, prompt_len, started, prompt_len), done_at
+
+
+def _waves(requests: int, running: int | None) -> tuple[int, float, float]:
+    """Requests beyond what the engine runs at once (``running``: max_num_seqs or the KV cache) wait for a whole
+    earlier wave: (requests per wave, mean waves waited, median request's waves waited)."""
+    b = max(1, min(requests, running or requests))
+    return b, sum(i // b for i in range(requests)) / requests, float(((requests - 1) // 2) // b)
+
+
+def burst_ttft_schedule(e: Engine, requests: int, prompt_len: int, statistic: Literal["mean", "median"],
+                        served: bool = True, running: int | None = None, output_len: int = 1) -> Schedule:
+    """Time to first token when ``requests`` prompts arrive together: prefill chunks run one after another and
+    request i's first token comes with the chunk that completes its prompt; the mean (or median) over them.
+    Where the engine runs fewer at once (``running``), the others wait for the earlier waves to finish: a
+    wave is its prefill and ``output_len − 1`` decode steps."""
+    b, mean_waits, median_waits = _waves(requests, running)
+    chunk_steps, done_at = _wave_chunks(e, b, prompt_len)
+    s = Schedule(api=1.0 if served else 0.0)
+    if statistic == "median":
+        k = sorted(done_at)[(b - 1) // 2]
+        weights = [1.0 if j <= k else 0.0 for j in range(len(chunk_steps))]
+    else:
+        weights = [sum(1 for d in done_at if d >= j) / b for j in range(len(chunk_steps))]
+    for wt, w in zip(weights, chunk_steps, strict=True):
+        s.add(wt, w)
+    waits = median_waits if statistic == "median" else mean_waits
+    if waits:
+        for w in chunk_steps:
+            s.add(waits, w)
+        s.extend(decode_schedule(e, b, prompt_len + output_len / 2), waits * max(output_len - 1, 0))
+    return s
+
+
+def burst_tpot_schedule(e: Engine, requests: int, prompt_len: int, output_len: int,
+                        statistic: Literal["mean", "median"], running: int | None = None) -> Schedule:
+    """Time per output token of requests that arrive together (in waves of what the engine runs at once): after
+    a request's first token, the prefill chunks of the prompts behind it in its wave still run, each a step that
+    also yields its next token; the rest of its tokens are plain decode steps. The mean (or the median request's)
+    over the wave, per output token after the first."""
+    b, _, _ = _waves(requests, running)
+    chunk_steps, done_at = _wave_chunks(e, b, prompt_len)
+    decode = decode_schedule(e, b, prompt_len + output_len / 2)
+    n = max(output_len - 1, 1)
+    order = sorted(range(b), key=lambda i: done_at[i])
+    chosen = [order[(b - 1) // 2]] if statistic == "median" else list(range(b))
+    s = Schedule()
+    weights = [0.0] * len(chunk_steps)
+    decode_weight = 0.0
+    for i in chosen:
+        later = list(range(done_at[i] + 1, len(chunk_steps)))[:n]
+        for m in later:
+            weights[m] += 1.0 / (len(chosen) * n)
+        decode_weight += max(n - len(later), 0) / (len(chosen) * n)
+    for wt, w in zip(weights, chunk_steps, strict=True):
+        s.add(wt, w)
+    return s.extend(decode, decode_weight)
+
+
+def queued_ttft_schedule(e: Engine, concurrency: int, running: int, prompt_len: int, output_len: int) -> Schedule:
+    """TTFT of a closed loop that keeps ``concurrency`` requests in flight where the engine runs ``running``
+    (< concurrency) at once: by Little's law each request waits (concurrency / running − 1) request lifetimes
+    in the queue, then arrives at a running batch as in :func:`ttft_schedule`."""
+    ctx = prompt_len + output_len / 2
+    s = ttft_schedule(e, prompt_len, decoding=running - 1, context=ctx)
+    life = served_step_schedule(e, running, prompt_len, output_len)
+    return s.extend(life, (concurrency / running - 1) * output_len)
+
+
+# -- predictions with their named terms and intervals ---------------------------------------------------
+
+Regime = Literal["dense", "tensor_parallel", "moe", "quantized", "ttft"]
+
+
+def regime(a: Architecture, tp: int, kind: Literal["decode", "ttft"] = "decode") -> Regime:
+    """Which corpus regime's residuals bound a prediction (the first that applies)."""
+    if kind == "ttft":
+        return "ttft"
+    if a.moe:
+        return "moe"
+    if kernel_family(a) in ("int4", "int8", "fp4", "mxfp4", "nf4"):
+        return "quantized"
+    if tp > 1:
+        return "tensor_parallel"
+    return "dense"
+
+
+def interval_for(r: str, c: LatencyConstants | None = None) -> Interval | None:
+    """The interval of a regime, the pooled decode one where the regime has too few records."""
+    c = c or shipped_constants()
+    iv = c.intervals.get(r)
+    if iv is None or iv.n < 6:
+        iv = c.intervals.get("decode" if r != "ttft" else "ttft")
+    return iv
+
+
+def describe(time_s: float, r: str, c: LatencyConstants | None = None) -> dict[str, object]:
+    """A prediction's interval and what it was checked against, for the plan's JSON."""
+    iv = interval_for(r, c)
+    if iv is None:
+        return {"interval_s": None, "checked_against": "no corpus fit shipped: the priors alone, unchecked"}
+    return {"interval_s": [time_s * iv.low_ratio, time_s * iv.high_ratio],
+            "checked_against": (f"{iv.n} published vLLM measurements from {iv.sources} sources ({r} regime), each "
+                                f"predicted without its source: median |error| {100 * iv.median_abs_error:.0f}%, "
+                                f"measured/predicted {iv.low_ratio:.2f}–{iv.high_ratio:.2f} (10th–90th pct)")}
+
+
+def named_terms(s: Schedule, c: LatencyConstants | None = None, overrides: Overrides | None = None
+                ) -> dict[str, float]:
+    t = s.terms(c, overrides)
+    return {k: v for k, v in t.items() if v or k in TERMS}
+
+
+def dominant_term(terms: Mapping[str, float]) -> str:
+    """The largest term, by name without its unit ("weights", "floor", …)."""
+    return max((k for k in TERMS), key=lambda k: terms.get(k, 0.0)).removesuffix("_s")

@@ -1,0 +1,514 @@
+"""A model's architecture facts, read from a Hugging Face ``config.json``.
+
+Only what the KV-cache and roofline arithmetic needs is kept. Anything the
+arithmetic cannot model (state-space layers, linear attention, encoder-decoder)
+is refused with an :class:`UnsupportedArchitecture` that names the problem,
+rather than producing a silently wrong number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
+
+LayerType = Literal["full_attention", "sliding_attention"]
+
+
+class UnsupportedArchitecture(ValueError):
+    """The config describes something the analytic model cannot represent."""
+
+
+# Families whose MLP has two matrices (up, down) instead of gate/up/down, and
+# that carry biases and learned position embeddings (GPT-2 lineage).
+_NON_GATED = {"gpt2", "gpt_bigcode", "gpt_neox", "opt", "gptj", "falcon", "phi", "bloom"}
+_LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt"}
+# Families whose q/k/v projections have biases even though the config says nothing.
+_QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
+# Families with q/k RMSNorm over head_dim (two small vectors per layer).
+_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2"}
+# Families with four norms per layer (pre/post attention, pre/post MLP).
+_FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
+# HF PretrainedConfig defaults tie_word_embeddings to True; these families override it.
+_UNTIED_BY_DEFAULT = {
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+    "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2", "phi3",
+}
+# Layer kinds that carry recurrent state rather than a KV cache.
+_STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
+_ENCODER_DECODER = {"t5", "mt5", "bart", "mbart", "whisper", "pegasus", "marian"}
+
+_DTYPE_BYTES = {
+    "float32": 4, "float": 4, "fp32": 4,
+    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
+    "float8_e4m3fn": 1, "fp8": 1, "int8": 1,
+}
+
+
+# Plausibility bounds on a config.json's sizes, checked before anything is built per layer: each is far above
+# any published model (the largest have ~126 layers, hidden 16384 to 25600, 128 heads of at most 512, 384
+# experts, vocabularies of 262,144, 10M positions), so only a corrupt or hostile config reaches one.
+MAX_LAYERS = 4096
+MAX_HIDDEN_SIZE = 1 << 18  # 262,144
+MAX_HEADS = 8192
+MAX_HEAD_DIM = 8192
+MAX_INTERMEDIATE_SIZE = 1 << 20  # 1,048,576
+MAX_VOCAB_SIZE = 1 << 24  # 16,777,216
+MAX_EXPERTS = 16384
+MAX_POSITIONS = 1 << 28  # 268,435,456
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is kilobytes; quantization ignore lists make some a few hundred
+
+# vLLM 0.32's keys for a model's length (ModelArchConfigConvertorBase.derive_max_model_len_and_key,
+# transformers_utils/model_arch_config_convertor.py): the smallest one present counts, model_max_length wins.
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# RoPE types whose max_position_embeddings is already the scaled length (_get_and_verify_max_len).
+_ROPE_PRESCALED = {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}
+
+
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of a torch/HF dtype name (``torch.bfloat16`` or ``bfloat16``)."""
+    key = name.removeprefix("torch.").lower()
+    if key not in _DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(sorted(_DTYPE_BYTES))}")
+    return _DTYPE_BYTES[key]
+
+
+class MoE(BaseModel):
+    """Mixture-of-experts MLP layout."""
+
+    model_config = ConfigDict(frozen=True)
+
+    num_experts: int = Field(gt=0, le=MAX_EXPERTS)
+    experts_per_token: int = Field(gt=0, le=MAX_EXPERTS)
+    expert_intermediate_size: int = Field(gt=0, le=MAX_INTERMEDIATE_SIZE)
+    shared_experts: int = Field(0, ge=0, le=MAX_EXPERTS)
+    shared_expert_intermediate_size: int = Field(0, ge=0, le=MAX_EXPERTS * MAX_INTERMEDIATE_SIZE)
+    shared_expert_gate: bool = False
+    dense_layers: tuple[int, ...] = ()
+    expert_bias: bool = False
+    router_bias: bool = False
+    # Bits per expert weight, for a hand-built architecture without a quantization scheme
+    # (a checkpoint's quantization_config becomes Architecture.quantization instead).
+    expert_weight_bits: float | None = None
+
+
+class MLA(BaseModel):
+    """DeepSeek multi-head latent attention dimensions."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kv_lora_rank: int = Field(gt=0, le=MAX_HIDDEN_SIZE)
+    qk_rope_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    qk_nope_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    v_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    q_lora_rank: int | None = Field(None, le=MAX_HIDDEN_SIZE)
+
+
+class Architecture(BaseModel):
+    """Decoder-only transformer hyperparameters the KV and roofline arithmetic use."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = "model"
+    model_type: str = "custom"
+    num_layers: int = Field(gt=0, le=MAX_LAYERS)
+    hidden_size: int = Field(gt=0, le=MAX_HIDDEN_SIZE)
+    num_heads: int = Field(gt=0, le=MAX_HEADS)
+    num_kv_heads: int = Field(gt=0, le=MAX_HEADS)
+    head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    vocab_size: int = Field(ge=0, le=MAX_VOCAB_SIZE)
+    intermediate_size: int = Field(ge=0, le=MAX_INTERMEDIATE_SIZE)
+    mlp_gated: bool = True
+    tie_word_embeddings: bool = False
+    torch_dtype: str = "bfloat16"
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    attention_sinks: bool = False
+    norms_per_layer: int = 2
+    learned_position_embeddings: int = 0
+    max_position_embeddings: int | None = Field(None, le=MAX_POSITIONS)
+    # vLLM's longest max_model_len for the model where it is not max_position_embeddings (another length key,
+    # model_max_length, a RoPE scaling factor), and where it comes from: see `max_len_limit`.
+    derived_max_len: int | None = Field(None, gt=0)
+    derived_max_len_from: str | None = None
+    sliding_window: int | None = Field(None, le=MAX_POSITIONS)
+    layer_types: tuple[LayerType, ...] = ()
+    moe: MoE | None = None
+    mla: MLA | None = None
+    # The checkpoint's weight quantization (config.json quantization_config), or an override.
+    quantization: AnyScheme | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Architecture:
+        if not self.layer_types:
+            object.__setattr__(self, "layer_types", ("full_attention",) * self.num_layers)
+        if len(self.layer_types) != self.num_layers:
+            raise UnsupportedArchitecture(
+                f"{self.name}: layer_types has {len(self.layer_types)} entries "
+                f"but the model has {self.num_layers} layers"
+            )
+        if "sliding_attention" in self.layer_types and not self.sliding_window:
+            raise UnsupportedArchitecture(
+                f"{self.name}: sliding-attention layers but no sliding_window size"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise UnsupportedArchitecture(
+                f"{self.name}: {self.num_heads} attention heads are not divisible "
+                f"into {self.num_kv_heads} KV heads"
+            )
+        return self
+
+    # -- convenience ---------------------------------------------------------
+    @property
+    def max_len_limit(self) -> int | None:
+        """The longest max_model_len vLLM accepts for this model (None: config.json names no length)."""
+        return self.derived_max_len or self.max_position_embeddings
+
+    @property
+    def max_len_source(self) -> str:
+        """Where `max_len_limit` comes from, for messages."""
+        return self.derived_max_len_from or "max_position_embeddings in config.json"
+
+    @property
+    def weight_dtype_bytes(self) -> int:
+        return dtype_bytes(self.torch_dtype)
+
+    @property
+    def num_sliding_layers(self) -> int:
+        return sum(t == "sliding_attention" for t in self.layer_types)
+
+    @property
+    def num_full_layers(self) -> int:
+        return self.num_layers - self.num_sliding_layers
+
+    @property
+    def attention_kind(self) -> str:
+        """MHA / GQA / MQA / MLA, for display."""
+        if self.mla:
+            return "MLA"
+        if self.num_kv_heads == self.num_heads:
+            return "MHA"
+        return "MQA" if self.num_kv_heads == 1 else "GQA"
+
+    def with_dtype(self, dtype: str = "auto") -> Architecture:
+        """This architecture with its weights (and an auto KV cache) in the dtype vLLM runs for ``--dtype``.
+
+        ``auto`` follows vLLM's ``_resolve_auto_dtype`` (vllm/config/model.py, 0.32): a float32 checkpoint
+        is downcast to the platform's first supported dtype — bfloat16 on Ampere or newer and on x86 CPUs,
+        float16 on Volta/Turing: 2 bytes either way — and any other config dtype is kept. An explicit
+        dtype replaces the config's (``float32`` runs a bf16 checkpoint in float32)."""
+        name = dtype.removeprefix("torch.").lower()
+        if name == "auto":
+            if dtype_bytes(self.torch_dtype) != 4:
+                return self
+            name = "bfloat16"
+        name = {"float": "float32", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
+                "half": "float16"}.get(name, name)
+        if _DTYPE_BYTES.get(name) not in (2, 4):
+            raise ValueError(f"--dtype {dtype!r}: vLLM runs weights in auto, bfloat16, float16 or float32")
+        return self if name == self.torch_dtype else self.model_copy(update={"torch_dtype": name})
+
+    def with_quantization(self, name: str | None, generation: str | None = None,
+                          vllm_version: str | None = None) -> Architecture:
+        """This architecture as vLLM runs it with ``--quantization NAME`` (None: as the checkpoint
+        says) on a GPU of ``generation`` (the catalog's ``GPU.generation``: some kernels pad per
+        device architecture)."""
+        scheme = self.quantization
+        if name is not None:
+            try:
+                scheme = scheme_for_override(name, scheme)
+            except QuantizationError as exc:
+                raise UnsupportedArchitecture(f"{self.name}: {exc}") from None
+        if scheme is not None:
+            scheme = scheme.for_device(generation, vllm_version)
+        if scheme == self.quantization:
+            return self
+        return self.model_copy(update={"quantization": scheme})
+
+    def is_moe_layer(self, index: int) -> bool:
+        return self.moe is not None and index not in self.moe.dense_layers
+
+    # -- construction ---------------------------------------------------------
+    @classmethod
+    def from_config(cls, source: str | Path | dict[str, Any], name: str | None = None) -> Architecture:
+        """Build from a config.json path, a model directory, or an already-parsed dict."""
+        if isinstance(source, dict):
+            return _from_dict(source, name or source.get("_name_or_path") or "model")
+        path = Path(source)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise UnsupportedArchitecture(f"no config.json at {path}")
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise UnsupportedArchitecture(f"{path}: {path.stat().st_size:,} bytes; a model's config.json is at most "
+                                          f"{MAX_CONFIG_BYTES:,} bytes")
+        try:
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise UnsupportedArchitecture(f"{path} is not valid JSON: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise UnsupportedArchitecture(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        except RecursionError:
+            raise UnsupportedArchitecture(f"{path}: nested too deeply to be a model's config.json") from None
+        if not isinstance(cfg, dict):
+            raise UnsupportedArchitecture(f"{path} does not hold a JSON object")
+        return _from_dict(cfg, name or path.parent.name)
+
+
+def _first(cfg: dict[str, Any], keys: tuple[str, ...], what: str, name: str) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    raise UnsupportedArchitecture(
+        f"{name}: config.json has no {what} (looked for {', '.join(keys)})"
+    )
+
+
+def _positive_int(value: Any, field: str, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UnsupportedArchitecture(f"{name}: {field} must be a positive integer, got {value!r}")
+    return value
+
+
+def _check_bounds(cfg: dict[str, Any], name: str) -> None:
+    """Refuse a size past its plausibility bound (MAX_*) before anything is built per layer or per expert,
+    naming the config key, its value and the bound."""
+    bounds = (
+        (("num_hidden_layers", "n_layer", "num_layers"), MAX_LAYERS),
+        (("hidden_size", "n_embd", "d_model"), MAX_HIDDEN_SIZE),
+        (("num_attention_heads", "n_head", "num_key_value_heads", "n_head_kv"), MAX_HEADS),
+        (("head_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"), MAX_HEAD_DIM),
+        (("intermediate_size", "n_inner", "ffn_dim", "moe_intermediate_size"), MAX_INTERMEDIATE_SIZE),
+        (("vocab_size", "padded_vocab_size"), MAX_VOCAB_SIZE),
+        (("num_local_experts", "n_routed_experts", "num_experts", "num_experts_per_tok", "moe_topk",
+          "n_shared_experts"), MAX_EXPERTS),
+        (("kv_lora_rank", "q_lora_rank"), MAX_HIDDEN_SIZE),
+        # model_max_length is left out: tokenizer-style configs write 1e30 for "no limit"
+        ((*(k for k in _MAX_LEN_KEYS if k != "model_max_length"), "sliding_window"), MAX_POSITIONS),
+    )
+    for keys, bound in bounds:
+        for key in keys:
+            value = cfg.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > bound:
+                raise UnsupportedArchitecture(
+                    f"{name}: config.json {key} {value:,} is past kvprof's bound of {bound:,} (far above any "
+                    "published model): not a real model's config")
+
+
+def _derived_max_len(cfg: dict[str, Any], model_type: str) -> tuple[int | None, str | None]:
+    """vLLM 0.32's derived max_model_len (``_get_and_verify_max_len``, vllm/config/model.py) and where it comes
+    from: the smallest length key (model_max_length wins), times the RoPE scaling factor unless the RoPE type
+    already scales max_position_embeddings (llama3, yarn, longrope …) or the model is a Gemma 3. (None, None)
+    when that is just max_position_embeddings, or when config.json names no length."""
+    derived, key = math.inf, None
+    for k in _MAX_LEN_KEYS:
+        v = cfg.get(k)
+        if isinstance(v, int | float) and not isinstance(v, bool) and v < derived:
+            derived, key = v, k
+    if isinstance(cfg.get("model_max_length"), int | float) and cfg["model_max_length"]:
+        derived, key = cfg["model_max_length"], "model_max_length"
+    if key is None:
+        return None, None
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    params: list[dict[str, Any]] = []
+    if isinstance(rope, dict) and rope:
+        nested = all(isinstance(v, dict) for v in rope.values())  # per layer type (Gemma 3, …)
+        params = [p for p in rope.values() if p] if nested else [rope]
+    factor: Any = 1.0
+    if params and "gemma3" not in model_type:
+        for rp in params:
+            if rp.get("rope_type", rp.get("type")) not in _ROPE_PRESCALED:
+                factor = rp.get("factor", factor)
+        if not isinstance(factor, int | float) or isinstance(factor, bool) or not factor > 0:
+            factor = 1.0  # vLLM falls back to 1.0 for a null factor
+    if key == "max_position_embeddings" and factor == 1:
+        return None, None
+    source = f"{key} {derived:,} in config.json" + (f" × RoPE scaling factor {factor:g}" if factor != 1 else "")
+    limit = derived * factor
+    if not limit <= MAX_POSITIONS:  # model_max_length 1e30 ("no limit"), or a factor past the bound
+        return MAX_POSITIONS, f"{source}, capped at kvprof's bound"
+    return int(limit), source
+
+
+def _layer_types(cfg: dict[str, Any], model_type: str, n_layers: int, name: str) -> tuple[LayerType, ...]:
+    """Which layers use a sliding window, from every convention HF configs use."""
+    explicit = cfg.get("layer_types")
+    if explicit:
+        stateful = sorted({t for t in explicit if t in _STATEFUL_LAYER_TYPES})
+        if stateful:
+            raise UnsupportedArchitecture(
+                f"{name}: layers of type {', '.join(stateful)} keep recurrent state, "
+                "not a KV cache; kvprof models attention layers only"
+            )
+        unknown = sorted(set(explicit) - {"full_attention", "sliding_attention"})
+        if unknown:
+            raise UnsupportedArchitecture(f"{name}: unknown layer types {unknown} in layer_types")
+        return tuple(explicit)
+    window = cfg.get("sliding_window")
+    if window:
+        _positive_int(window, "config.json sliding_window", name)  # -1 or 0.5 is no window size
+    if not window:
+        return ("full_attention",) * n_layers
+    pattern = cfg.get("sliding_window_pattern")
+    if model_type in ("gemma3", "gemma3_text") and pattern:
+        # Gemma 3: every `pattern`-th layer is global, the rest are local.
+        return tuple(
+            "full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
+            for i in range(n_layers)
+        )
+    if model_type == "gemma2":
+        # Gemma 2 alternates, starting with a sliding layer.
+        return tuple("sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers))
+    if "use_sliding_window" in cfg:
+        # Qwen2 convention: the window applies to layers at index >= max_window_layers.
+        if not cfg["use_sliding_window"]:
+            return ("full_attention",) * n_layers
+        start = cfg.get("max_window_layers", 0) or 0
+        return tuple("sliding_attention" if i >= start else "full_attention" for i in range(n_layers))
+    # Mistral v0.1 convention: one window for every layer.
+    return ("sliding_attention",) * n_layers
+
+
+def _moe(cfg: dict[str, Any], model_type: str, n_layers: int, intermediate: int, name: str) -> MoE | None:
+    n_experts = cfg.get("num_local_experts") or cfg.get("n_routed_experts") or cfg.get("num_experts")
+    if not n_experts:
+        return None
+    top_k = _first(cfg, ("num_experts_per_tok", "moe_topk"), "experts per token", name)
+    expert_inter = cfg.get("moe_intermediate_size") or intermediate
+    shared = int(cfg.get("n_shared_experts") or 0)
+    shared_inter = shared * expert_inter
+    shared_gate = False
+    if cfg.get("shared_expert_intermediate_size"):  # Qwen2-MoE: one gated shared expert
+        shared, shared_inter, shared_gate = 1, int(cfg["shared_expert_intermediate_size"]), True
+    dense: set[int] = set(range(int(cfg.get("first_k_dense_replace") or 0)))
+    dense.update(cfg.get("mlp_only_layers") or [])
+    step = cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1
+    if step > 1:
+        dense.update(i for i in range(n_layers) if (i + 1) % step != 0)
+    return MoE(
+        num_experts=n_experts,
+        experts_per_token=top_k,
+        expert_intermediate_size=expert_inter,
+        shared_experts=shared,
+        shared_expert_intermediate_size=shared_inter,
+        shared_expert_gate=shared_gate,
+        dense_layers=tuple(sorted(dense)),
+        expert_bias=model_type == "gpt_oss",
+        router_bias=model_type == "gpt_oss",
+    )
+
+
+def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
+    cfg = dict(raw)
+    text = cfg.get("text_config")
+    if isinstance(text, dict):
+        # Multimodal wrappers (Gemma 3, Llava, Qwen-VL…) nest the decoder's facts.
+        merged = {**text}
+        for k in ("torch_dtype", "dtype", "tie_word_embeddings"):
+            if k not in merged and k in cfg:
+                merged[k] = cfg[k]
+        cfg = merged
+    model_type = str(cfg.get("model_type") or raw.get("model_type") or "custom")
+    if model_type in _ENCODER_DECODER or cfg.get("is_encoder_decoder"):
+        raise UnsupportedArchitecture(f"{name}: encoder-decoder models ({model_type}) are not supported")
+    if cfg.get("ssm_cfg") or cfg.get("mamba_d_state") or cfg.get("attn_layer_period"):
+        raise UnsupportedArchitecture(f"{name}: state-space (Mamba) layers are not supported")
+    _check_bounds(cfg, name)
+
+    n_layers = _positive_int(
+        _first(cfg, ("num_hidden_layers", "n_layer", "num_layers"), "layer count", name), "layer count", name
+    )
+    hidden = _positive_int(_first(cfg, ("hidden_size", "n_embd", "d_model"), "hidden size", name),
+                           "hidden size", name)
+    heads = _positive_int(_first(cfg, ("num_attention_heads", "n_head"), "attention head count", name),
+                          "attention head count", name)
+    kv_heads = 1 if cfg.get("multi_query") else cfg.get("num_key_value_heads") or cfg.get("n_head_kv") or heads
+    for key in ("num_key_value_heads", "n_head_kv"):  # written but 0 or negative: not "absent" (= heads)
+        if not cfg.get("multi_query") and cfg.get(key) is not None:
+            kv_heads = _positive_int(cfg[key], f"config.json {key}", name)
+            break
+    head_dim = cfg.get("head_dim")
+    if head_dim is None:
+        if hidden % heads:
+            raise UnsupportedArchitecture(
+                f"{name}: no head_dim and hidden_size {hidden} is not divisible by {heads} heads"
+            )
+        head_dim = hidden // heads
+    gated = model_type not in _NON_GATED
+    default_inter = 4 * hidden if not gated else None
+    intermediate = cfg.get("intermediate_size") or cfg.get("n_inner") or cfg.get("ffn_dim") or default_inter
+    if intermediate is None:
+        raise UnsupportedArchitecture(f"{name}: config.json has no intermediate_size")
+    vocab = _first(cfg, ("vocab_size", "padded_vocab_size"), "vocab size", name)
+    tie = cfg.get("tie_word_embeddings")
+    if tie is None:
+        tie = model_type not in _UNTIED_BY_DEFAULT
+
+    mla = None
+    if cfg.get("kv_lora_rank"):
+        mla = MLA(
+            kv_lora_rank=cfg["kv_lora_rank"],
+            qk_rope_head_dim=_first(cfg, ("qk_rope_head_dim",), "qk_rope_head_dim", name),
+            qk_nope_head_dim=_first(cfg, ("qk_nope_head_dim",), "qk_nope_head_dim", name),
+            v_head_dim=_first(cfg, ("v_head_dim",), "v_head_dim", name),
+            q_lora_rank=cfg.get("q_lora_rank"),
+        )
+        head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+
+    layer_types = _layer_types(cfg, model_type, n_layers, name)
+    derived_len, derived_from = _derived_max_len(cfg, model_type)
+    window = cfg.get("sliding_window") if "sliding_attention" in layer_types else None
+    learned_pos = cfg.get("n_positions") or cfg.get("max_position_embeddings") or 0
+    torch_dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    try:
+        dtype_bytes(torch_dtype)
+    except ValueError as exc:
+        raise UnsupportedArchitecture(f"{name}: {exc}") from exc
+
+    fields = dict(
+        name=name,
+        model_type=model_type,
+        num_layers=n_layers,
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=vocab,
+        intermediate_size=intermediate,
+        mlp_gated=gated,
+        tie_word_embeddings=bool(tie),
+        torch_dtype=torch_dtype,
+        qkv_bias=bool(cfg.get("attention_bias") or model_type in _QKV_BIAS or not gated),
+        o_bias=bool(cfg.get("attention_bias")) or not gated,
+        mlp_bias=bool(cfg.get("mlp_bias")) or not gated,
+        qk_norm=model_type in _QK_NORM,
+        attention_sinks=model_type == "gpt_oss",
+        norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
+        learned_position_embeddings=learned_pos if model_type in _LEARNED_POSITIONS else 0,
+        max_position_embeddings=cfg.get("max_position_embeddings") or cfg.get("n_positions"),
+        derived_max_len=derived_len,
+        derived_max_len_from=derived_from,
+        sliding_window=window,
+        layer_types=layer_types,
+    )
+    try:
+        quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")))
+    except QuantizationError as exc:
+        raise UnsupportedArchitecture(f"{name}: {exc}") from None
+    try:
+        return Architecture(**fields, moe=_moe(cfg, model_type, n_layers, intermediate, name), mla=mla,
+                            quantization=quantization)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}".removeprefix(": ").replace("Value error, ", "")
+            for e in exc.errors()
+        )
+        raise UnsupportedArchitecture(f"{name}: {problems}") from None

@@ -1,0 +1,276 @@
+"""Parameter counts and weight bytes: total, active per token (MoE), and read per decode step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analysis.model.architecture import Architecture
+from analysis.model.quantization import ModuleKind
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameters by role. ``experts_*`` are routed-expert weights only."""
+
+    embedding: int
+    lm_head: int
+    attention: int
+    dense_mlp: int
+    router_and_shared: int
+    experts_total: int
+    experts_active: int
+    norms: int
+
+    @property
+    def non_expert(self) -> int:
+        return (self.embedding + self.lm_head + self.attention + self.dense_mlp
+                + self.router_and_shared + self.norms)
+
+    @property
+    def total(self) -> int:
+        return self.non_expert + self.experts_total
+
+    @property
+    def active(self) -> int:
+        """Parameters that touch one token (routed experts: top-k only)."""
+        return self.non_expert + self.experts_active
+
+
+def _attention_params(a: Architecture) -> int:
+    h, hd = a.hidden_size, a.head_dim
+    if a.mla:
+        m = a.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a.num_heads * qk
+        else:
+            q = h * a.num_heads * qk
+        kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank  # + latent norm
+        kv_b = m.kv_lora_rank * a.num_heads * (m.qk_nope_head_dim + m.v_head_dim)
+        o = a.num_heads * m.v_head_dim * h
+        return q + kv_a + kv_b + o
+    q_out, kv_out = a.num_heads * hd, a.num_kv_heads * hd
+    n = h * q_out + 2 * h * kv_out + q_out * h
+    if a.qkv_bias:
+        n += q_out + 2 * kv_out
+    if a.o_bias:
+        n += h
+    if a.qk_norm:
+        n += 2 * hd
+    if a.attention_sinks:
+        n += a.num_heads
+    return n
+
+
+def _mlp_params(hidden: int, inter: int, gated: bool, bias: bool) -> int:
+    mats = 3 if gated else 2
+    n = mats * hidden * inter
+    if bias:
+        n += (2 if gated else 1) * inter + hidden
+    return n
+
+
+def count_params(a: Architecture) -> ParamCount:
+    """Total and active (per token, MoE) parameter counts from the config alone."""
+    h = a.hidden_size
+    embedding = a.vocab_size * h + a.learned_position_embeddings * h
+    lm_head = 0 if a.tie_word_embeddings else a.vocab_size * h
+    attention = a.num_layers * _attention_params(a)
+    # Final norm too, unless the model is the seeds' idealised one with no norm weights.
+    norms = a.num_layers * a.norms_per_layer * h + (h if a.norms_per_layer else 0)
+    dense_mlp = router_shared = experts_total = experts_active = 0
+    for i in range(a.num_layers):
+        if not a.is_moe_layer(i):
+            dense_mlp += _mlp_params(h, a.intermediate_size, a.mlp_gated, a.mlp_bias)
+            continue
+        m = a.moe
+        assert m is not None
+        one_expert = _mlp_params(h, m.expert_intermediate_size, a.mlp_gated, m.expert_bias)
+        experts_total += m.num_experts * one_expert
+        experts_active += m.experts_per_token * one_expert
+        router_shared += h * m.num_experts + (m.num_experts if m.router_bias else 0)
+        if m.shared_experts:
+            router_shared += _mlp_params(h, m.shared_expert_intermediate_size, a.mlp_gated, False)
+            if m.shared_expert_gate:
+                router_shared += h
+    return ParamCount(
+        embedding=embedding,
+        lm_head=lm_head,
+        attention=attention,
+        dense_mlp=dense_mlp,
+        router_and_shared=router_shared,
+        experts_total=experts_total,
+        experts_active=experts_active,
+        norms=norms,
+    )
+
+
+def _expert_bytes(a: Architecture, n_params: float) -> float:
+    if a.moe and a.moe.expert_weight_bits:
+        return n_params * a.moe.expert_weight_bits / 8
+    return n_params * a.weight_dtype_bytes
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """One weight matrix ``out × in`` as the checkpoint names it (``count`` copies)."""
+
+    name: str
+    kind: ModuleKind
+    out_features: int
+    in_features: int
+
+
+def weight_matrices(a: Architecture) -> list[Matrix]:
+    """Every weight matrix outside the routed experts, named as in a Hugging Face checkpoint.
+
+    Biases, norms and attention sinks are not matrices; the routed experts are
+    counted per layer by the scheme (:meth:`QuantScheme.experts_bytes`).
+    """
+    h, out = a.hidden_size, []
+    out.append(Matrix("model.embed_tokens", "embedding", a.vocab_size, h))
+    if a.learned_position_embeddings:
+        out.append(Matrix("model.embed_positions", "embedding", a.learned_position_embeddings, h))
+    if not a.tie_word_embeddings:
+        out.append(Matrix("lm_head", "lm_head", a.vocab_size, h))
+    for i in range(a.num_layers):
+        attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        if a.mla:
+            m, qk = a.mla, a.mla.qk_nope_head_dim + a.mla.qk_rope_head_dim
+            if m.q_lora_rank:
+                out += [Matrix(f"{attn}.q_a_proj", "linear", m.q_lora_rank, h),
+                        Matrix(f"{attn}.q_b_proj", "linear", a.num_heads * qk, m.q_lora_rank)]
+            else:
+                out.append(Matrix(f"{attn}.q_proj", "linear", a.num_heads * qk, h))
+            out += [Matrix(f"{attn}.kv_a_proj_with_mqa", "linear", m.kv_lora_rank + m.qk_rope_head_dim, h),
+                    Matrix(f"{attn}.kv_b_proj", "linear",
+                           a.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
+                    Matrix(f"{attn}.o_proj", "linear", h, a.num_heads * m.v_head_dim)]
+        else:
+            q, kv = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
+            out += [Matrix(f"{attn}.q_proj", "linear", q, h), Matrix(f"{attn}.k_proj", "linear", kv, h),
+                    Matrix(f"{attn}.v_proj", "linear", kv, h), Matrix(f"{attn}.o_proj", "linear", h, q)]
+        if not a.is_moe_layer(i):
+            out += _mlp_matrices(mlp, h, a.intermediate_size, a.mlp_gated)
+            continue
+        m = a.moe
+        assert m is not None
+        router = "router" if a.model_type == "gpt_oss" else "gate"
+        out.append(Matrix(f"{mlp}.{router}", "router", m.num_experts, h))
+        if m.shared_experts:
+            shared = f"{mlp}.shared_expert" if m.shared_expert_gate else f"{mlp}.shared_experts"
+            out += _mlp_matrices(shared, h, m.shared_expert_intermediate_size, a.mlp_gated)
+            if m.shared_expert_gate:
+                out.append(Matrix(f"{mlp}.shared_expert_gate", "router", 1, h))
+    return out
+
+
+def _mlp_matrices(prefix: str, hidden: int, inter: int, gated: bool) -> list[Matrix]:
+    mats = [Matrix(f"{prefix}.up_proj", "linear", inter, hidden),
+            Matrix(f"{prefix}.down_proj", "linear", hidden, inter)]
+    if gated:
+        mats.insert(0, Matrix(f"{prefix}.gate_proj", "linear", inter, hidden))
+    return mats
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    """Bytes of all weights, all ranks together, by role (``experts``: routed experts only)."""
+
+    embedding: float
+    lm_head: float
+    experts: float
+    other: float
+
+    @property
+    def total(self) -> float:
+        return self.embedding + self.lm_head + self.experts + self.other
+
+    @property
+    def non_expert(self) -> float:
+        return self.total - self.experts
+
+
+def weight_breakdown(a: Architecture, tp: int = 1) -> WeightBytes:
+    """Weight bytes by role under the architecture's quantization scheme (all ranks together).
+
+    Without a scheme every parameter is at the model dtype. With one, each matrix the
+    scheme quantizes costs what the scheme says; everything else (biases, norms,
+    sinks, unquantized matrices) stays at the model dtype. ``tp`` matters only to
+    schemes whose kernels pad per rank (mxfp4).
+    """
+    p, d, q = count_params(a), a.weight_dtype_bytes, a.quantization
+    if q is None:
+        return WeightBytes(embedding=p.embedding * d, lm_head=p.lm_head * d,
+                           experts=_expert_bytes(a, p.experts_total),
+                           other=(p.non_expert - p.embedding - p.lm_head) * d)
+    parts = {"embedding": 0.0, "lm_head": 0.0, "other": 0.0}
+    matrix_params = 0
+    for mat in weight_matrices(a):
+        n = mat.out_features * mat.in_features
+        matrix_params += n
+        b = (q.module_bytes(mat.name, mat.kind, mat.out_features, mat.in_features, d)
+             if q.quantizes(mat.name, mat.kind) else n * d)
+        parts[mat.kind if mat.kind in ("embedding", "lm_head") else "other"] += b
+    experts = 0.0
+    if a.moe:
+        m = a.moe
+        for i in range(a.num_layers):
+            if a.is_moe_layer(i):
+                experts += q.experts_bytes(f"model.layers.{i}.mlp.experts", m.num_experts, a.hidden_size,
+                                           m.expert_intermediate_size, a.mlp_gated, m.expert_bias, d, tp)
+    rest = p.non_expert - matrix_params
+    assert rest >= 0, f"{a.name}: weight matrices exceed the parameter count"
+    parts["other"] += rest * d
+    return WeightBytes(experts=experts, **parts)
+
+
+def weight_bytes(a: Architecture, tp: int = 1) -> int:
+    """Bytes of all weights held per GPU (tensor-parallel shards split evenly)."""
+    return round(weight_breakdown(a, tp).total / tp)
+
+
+def rotary_cache_bytes(a: Architecture) -> int:
+    """vLLM's RoPE ``cos_sin_cache``: positions × rotary dim in the model dtype, on every GPU.
+
+    ``RotaryEmbedding.__init__`` (``layers/rotary_embedding/base.py``) registers it as a
+    buffer while the model is built, so "Model loading took X GiB" counts it beside the
+    weights; ``get_rope`` caches one instance per configuration, so the model holds
+    one. 32 MiB for Llama 3.1 (131,072 × 128 × 2), 0.24 GiB for Mistral-Nemo's
+    1,024,000 positions. Not part of :func:`weight_bytes`.
+    """
+    if not a.max_position_embeddings or a.learned_position_embeddings:
+        return 0
+    rotary_dim = a.mla.qk_rope_head_dim if a.mla else a.head_dim
+    return a.max_position_embeddings * rotary_dim * a.weight_dtype_bytes
+
+
+def model_loading_bytes(a: Architecture, tp: int = 1) -> int:
+    """What vLLM's "Model loading took X GiB" counts per GPU: weights and the RoPE cache."""
+    return weight_bytes(a, tp) + rotary_cache_bytes(a)
+
+
+def expected_experts_touched(num_experts: int, top_k: int, batch: int) -> float:
+    """Expected distinct experts a batch routes to, with uniform independent routing.
+
+    Each token picks k of E experts; an expert is untouched by one token with
+    probability (1 - k/E), by the whole batch with (1 - k/E)^batch.
+    """
+    if batch <= 0:
+        return 0.0
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** batch)
+
+
+def decode_weight_bytes(a: Architecture, batch: int = 1, tp: int = 1) -> float:
+    """Weight bytes one decode step streams from memory, per GPU.
+
+    The input embedding is a row lookup (a few KiB), not a full read, unless it
+    doubles as the LM head (tied). Routed experts are read only when some token
+    in the batch selects them.
+    """
+    w = weight_breakdown(a, tp)
+    total = w.non_expert - (0 if a.tie_word_embeddings else w.embedding)
+    if a.moe:
+        touched = expected_experts_touched(a.moe.num_experts, a.moe.experts_per_token, batch)
+        total += w.experts * touched / a.moe.num_experts
+    return total / tp

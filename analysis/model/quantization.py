@@ -1,0 +1,555 @@
+"""Weight quantization schemes: the bytes vLLM holds on the GPU for each.
+
+One class per scheme, each owning its bytes formula (as vLLM's
+``v1/kv_cache_interface.py`` has one spec class per KV-cache kind): which modules
+it quantizes, and what one quantized weight matrix of ``out × in`` costs, packed
+values, scales and zero points as vLLM keeps them after loading. Everything a
+scheme leaves alone (embeddings, norms, biases, MoE routers, ignored modules)
+stays at the model dtype; ``analysis.model.params`` does that sum.
+
+A module is named as in the Hugging Face checkpoint (``model.layers.3.self_attn.q_proj``,
+``model.layers.3.mlp.experts``, ``lm_head``), so a checkpoint's own ignore list
+(``ignore``, ``ignored_layers``, ``modules_to_not_convert``, ``llm_int8_skip_modules``)
+applies as written: exact names, dotted prefixes, ``*`` globs and ``re:`` regexes.
+
+Source: vLLM 0.32 ``vllm/model_executor/layers/quantization/`` (file named per class);
+bitsandbytes from vLLM 0.10 (``quantization/bitsandbytes.py``; 0.32 no longer ships it).
+The measured bytes are vLLM's "Model loading took X GiB": torch memory allocated
+after ``process_weights_after_loading`` (``DeviceMemoryProfiler``), so repacked and
+dropped tensors count as vLLM leaves them, not as the checkpoint stores them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ModuleKind = Literal["linear", "expert", "router", "lm_head", "embedding"]
+
+FP32 = 4
+
+
+class QuantizationError(ValueError):
+    """A quantization_config (or --quantization name) kvprof cannot model; the message says which field."""
+
+
+def module_matches(name: str, patterns: tuple[str, ...]) -> bool:
+    """Whether a module (or one of its parents) is named by an ignore list.
+
+    Accepts the conventions checkpoints use: an exact name or dotted prefix
+    (``lm_head``, ``model.layers.0.mlp``), a last component (``gate``, bitsandbytes'
+    ``llm_int8_skip_modules``), ``*`` globs (``model.layers.*.self_attn``, mxfp4) and
+    ``re:`` regexes matched against the full name (``re:.*mlp.gate$``, compressed-tensors).
+    """
+    parts = name.split(".")
+    prefixes = {".".join(parts[: i + 1]) for i in range(len(parts))}
+    for pat in patterns:
+        if pat.startswith("re:"):
+            if re.match(pat[3:], name):
+                return True
+        elif "*" in pat:
+            if any(fnmatch.fnmatchcase(p, pat) for p in prefixes):
+                return True
+        elif pat in prefixes or pat in parts or name.endswith("." + pat):
+            return True
+    return False
+
+
+def _scale_count(strategy: str, block: Any, out_features: int, in_features: int) -> int:
+    """float32 scales of one weight matrix: one per block (128 × 128 by default), per output channel, or one."""
+    if strategy == "block":
+        bo, bi = block or (128, 128)
+        return math.ceil(out_features / bo) * math.ceil(in_features / bi)
+    return out_features if strategy == "channel" else 1
+
+
+class QuantScheme(BaseModel):
+    """How a checkpoint's weights are held on the GPU. Subclasses own their bytes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: str
+    ignore: tuple[str, ...] = Field((), description="modules the checkpoint leaves unquantized")
+    lm_head_quantized: bool = False
+
+    def quantizes(self, name: str, kind: ModuleKind) -> bool:
+        """Whether vLLM runs this module through the scheme's quantized method.
+
+        Only ``LinearBase`` layers and fused MoE experts are; embeddings and the
+        router (``ReplicatedLinear(..., quant_config=None)`` in vLLM's MoE models,
+        a plain ``nn.Linear`` in gpt-oss) never are; ``lm_head`` (a ParallelLMHead,
+        not a LinearBase) only where the scheme says so.
+        """
+        if kind in ("embedding", "router"):
+            return False
+        if kind == "lm_head" and not self.lm_head_quantized:
+            return False
+        return not module_matches(name, self.ignore)
+
+    def matrix_bytes(self, out_features: int, in_features: int, dtype_bytes: int) -> float:
+        """Bytes of one quantized ``out × in`` weight with its scales and zero points."""
+        raise NotImplementedError
+
+    def module_bytes(self, name: str, kind: ModuleKind, out_features: int, in_features: int,
+                     dtype_bytes: int) -> float:
+        """Bytes of the quantized module ``name`` (schemes with per-module settings override this)."""
+        return self.matrix_bytes(out_features, in_features, dtype_bytes)
+
+    def experts_bytes(self, name: str, num_experts: int, hidden: int, intermediate: int, gated: bool,
+                      bias: bool, dtype_bytes: int, tp: int = 1) -> float:
+        """Bytes of one MoE layer's routed experts, all ranks together.
+
+        ``intermediate`` is the expert's full intermediate size; biases stay at the model dtype.
+        """
+        mats = [(intermediate, hidden)] * (2 if gated else 1) + [(hidden, intermediate)]
+        if self.quantizes(name, "expert"):
+            one = sum(self.module_bytes(name, "expert", o, i, dtype_bytes) for o, i in mats)
+        else:
+            one = sum(o * i for o, i in mats) * dtype_bytes
+        if bias:
+            one += ((2 if gated else 1) * intermediate + hidden) * dtype_bytes
+        return num_experts * one
+
+    def for_device(self, generation: str | None, vllm_version: str | None = None) -> QuantScheme:
+        """The scheme as vLLM lays it out on a GPU of ``generation`` (the catalog's ``GPU.generation``: ampere,
+        ada, hopper, blackwell); most layouts do not depend on it."""
+        return self
+
+    def describe(self) -> str:
+        return self.method
+
+
+class Fp8(QuantScheme):
+    """FP8 (e4m3) weights, one byte each, with float32 scales (vLLM ``fp8.py``).
+
+    ``tensor``: one scale per matrix (per logical shard on disk; vLLM requantizes a
+    fused qkv/gate-up to the max, ``process_fp8_weight_tensor_strategy``).
+    ``channel``: one per output row (compressed-tensors FP8-dynamic,
+    ``compressed_tensors_w8a8_fp8.py`` ``ChannelQuantScaleParameter`` float32).
+    ``block``: one ``weight_scale_inv`` per ``weight_block_size`` tile (DeepSeek / Qwen3
+    FP8, ``Fp8LinearMethod.create_weights``). A static activation scheme adds one
+    float32 ``input_scale``. ``ignore`` is the checkpoint's ``ignored_layers``.
+    Meta's ``fbgemm_fp8`` checkpoints (``fbgemm_fp8.py``) are per-channel FP8 with float32
+    row scales, leaving ``modules_to_not_convert`` in 16 bits.
+    Also vLLM's online ``--quantization fp8`` of a bf16 checkpoint
+    (``online/fp8.py`` ``Fp8PerTensorOnlineLinearMethod``): every ``LinearBase`` and
+    the MoE experts, per-tensor; lm_head, embeddings and routers stay bf16.
+    """
+
+    method: Literal["fp8"] = "fp8"
+    strategy: Literal["tensor", "channel", "block"] = "tensor"
+    weight_block_size: tuple[int, int] | None = None
+    static_activations: bool = False
+    online: bool = False
+
+    def matrix_bytes(self, out_features: int, in_features: int, dtype_bytes: int) -> float:
+        scales = _scale_count(self.strategy, self.weight_block_size, out_features, in_features)
+        return out_features * in_features + FP32 * (scales + (1 if self.static_activations else 0))
+
+    def describe(self) -> str:
+        kind = f"block {self.weight_block_size[0]}x{self.weight_block_size[1]}" if (
+            self.strategy == "block" and self.weight_block_size) else f"per-{self.strategy}"
+        return f"fp8 {kind}" + (" (online)" if self.online else "")
+
+
+class WeightArgs(BaseModel):
+    """compressed-tensors ``config_groups.*.weights`` (``QuantizationArgs``)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    num_bits: int = Field(8, gt=0)
+    type: Literal["int", "float"] = "int"
+    strategy: Literal["tensor", "channel", "group", "block", "tensor_group"] = "tensor"
+    group_size: int | None = None
+    block_structure: tuple[int, int] | None = None
+    symmetric: bool = True
+    actorder: str | bool | None = None
+
+
+class CompressedTensors(QuantScheme):
+    """A compressed-tensors checkpoint (``compressed_tensors/compressed_tensors.py``).
+
+    ``config_groups`` map ``targets`` to weight args; the module's scheme is the
+    first group whose targets match (``Linear`` matches every linear layer, not
+    ``lm_head``, which is quantized only when a group names it). Bytes per
+    ``schemes/``: 8-bit int or float weights (W8A8 int8 / FP8) are one byte each with
+    float32 scales per tensor / channel / block (``compressed_tensors_w8a8_fp8.py``,
+    ``compressed_tensors_w8a8_int8.py``); 4-bit (W4A16, ``compressed_tensors_wNa16.py``)
+    packs eight values in an int32 (``weight_packed``), keeps ``weight_scale`` per
+    group in the model dtype, an int32-packed ``weight_zero_point`` per group when
+    not symmetric, and an int32 ``weight_g_idx`` per input column with group actorder.
+    Asymmetric 8-bit int adds an int32 ``azp``-style zero point per channel (negligible).
+    4-bit floats (NVFP4, ``compressed_tensors_w4a4_nvfp4.py``) keep a one-byte fp8 scale
+    per group of 16 and a float32 global scale; kernels that swizzle those scales into
+    128 x 4 tiles are not modelled (under 1 % of the weight).
+    """
+
+    method: Literal["compressed-tensors"] = "compressed-tensors"
+    groups: tuple[tuple[tuple[str, ...], WeightArgs], ...]
+
+    def _args(self, name: str, kind: ModuleKind) -> WeightArgs | None:
+        for targets, args in self.groups:
+            for t in targets:
+                if kind == "lm_head":
+                    if t == "lm_head" or (t.startswith("re:") and re.match(t[3:], name)):
+                        return args
+                elif t in ("Linear", "FusedMoE") or module_matches(name, (t,)):
+                    return args
+        return None
+
+    def quantizes(self, name: str, kind: ModuleKind) -> bool:
+        if kind in ("embedding", "router") or module_matches(name, self.ignore):
+            return False
+        return self._args(name, kind) is not None
+
+    def module_bytes(self, name: str, kind: ModuleKind, out_features: int, in_features: int,
+                     dtype_bytes: int) -> float:
+        args = self._args(name, kind)
+        assert args is not None
+        return self._bytes(args, out_features, in_features, dtype_bytes)
+
+    @staticmethod
+    def _bytes(args: WeightArgs, out_features: int, in_features: int, dtype_bytes: int) -> float:
+        n = out_features * in_features
+        values = n * args.num_bits / 8
+        if args.num_bits >= 8:
+            scales = _scale_count(args.strategy, args.block_structure, out_features, in_features)
+            zero = 0 if args.symmetric else out_features * 4
+            return values + FP32 * scales + zero
+        group = in_features if args.strategy == "channel" else (args.group_size or in_features)
+        groups = math.ceil(in_features / group)
+        if args.type == "float":
+            # NVFP4 / MXFP4 (compressed_tensors_w4a4_nvfp4.py): uint8 pairs, an fp8 (or e8m0)
+            # scale per group, a float32 global scale per tensor_group tensor
+            return values + out_features * groups + (FP32 if args.strategy == "tensor_group" else 0)
+        scales = out_features * groups * dtype_bytes
+        zeros = 0 if args.symmetric else out_features * groups * args.num_bits / 8
+        g_idx = 4 * in_features if args.actorder in ("group", True) else 0
+        return values + scales + zeros + g_idx
+
+    def matrix_bytes(self, out_features: int, in_features: int, dtype_bytes: int) -> float:
+        return self._bytes(self.groups[0][1], out_features, in_features, dtype_bytes)
+
+    def describe(self) -> str:
+        a = self.groups[0][1]
+        return f"compressed-tensors {a.type}{a.num_bits} {a.strategy}" + (
+            f" g{a.group_size}" if a.strategy == "group" else "")
+
+
+class Awq(QuantScheme):
+    """AWQ int4 (``auto_awq.py`` ``AutoAWQMarlinLinearMethod``).
+
+    ``qweight`` int32 ``[in, out/8]``, ``qzeros`` int32 ``[in/g, out/8]`` (4-bit zero per
+    group and output column, when ``zero_point``), ``scales`` ``[in/g, out]`` in the
+    model dtype; vLLM repacks qweight and qzeros to the GPTQ / Marlin layout in place
+    of the same size. ``modules_to_not_convert`` stay unquantized; lm_head only with
+    the ``lm_head`` flag.
+    """
+
+    method: Literal["awq"] = "awq"
+    bits: int = 4
+    group_size: int = 128
+    zero_point: bool = True
+
+    def matrix_bytes(self, out_features: int, in_features: int, dtype_bytes: int) -> float:
+        n = out_features * in_features
+        groups = math.ceil(in_features / (in_features if self.group_size == -1 else self.group_size))
+        scales = groups * out_features * dtype_bytes
+        zeros = groups * out_features * self.bits / 8 if self.zero_point else 0
+        return n * self.bits / 8 + scales + zeros
+
+    def describe(self) -> str:
+        return f"awq int{self.bits} g{self.group_size}"
+
+
+class Gptq(QuantScheme):
+    """GPTQ (``auto_gptq.py``; Marlin: ``kernels/linear/mixed_precision/marlin.py``).
+
+    ``qweight`` int32 ``[in/8, out]`` (``bits`` per value) and ``scales`` ``[in/g, out]``
+    in the model dtype. vLLM 0.32 runs symmetric checkpoints only (``TYPE_MAP``:
+    uint4b8 / uint8b128) with ``zero_points=False``, so Marlin replaces the loaded
+    ``qzeros`` with an empty tensor; it refuses ``desc_act=True`` with groups
+    (``gptq_utils.normalize_and_validate_gptq_desc_act``). Older vLLMs ran both: an
+    asymmetric checkpoint keeps its packed zeros (``bits`` per group and column) and
+    act-order keeps ``g_idx`` and its sort permutation, two int32 per input column;
+    those are the bytes modelled for them. Marlin zero-pads shapes that are not
+    multiples of its 64 x 128 tiles (``marlin_padded_nk``), which no catalog shape needs.
+    """
+
+    method: Literal["gptq"] = "gptq"
+    bits: int = 4
+    group_size: int = 128
+    desc_act: bool = False
+    sym: bool = True
+
+    def matrix_bytes(self, out_features: int, in_features: int, dtype_bytes: int) -> float:
+        n = out_features * in_features
+        groups = math.ceil(in_features / (in_features if self.group_size == -1 else self.group_size))
+        scales = groups * out_features * dtype_bytes
+        zeros = 0 if self.sym else groups * out_features * self.bits / 8
+        g_idx = 2 * 4 * in_features if self.desc_act else 0
+        return n * self.bits / 8 + scales + zeros + g_idx
+
+    def describe(self) -> str:
+        return f"gptq int{self.bits} g{self.group_size}" + (" act-order" if self.desc_act else "")
+
+
+class Mxfp4(QuantScheme):
+    """MXFP4 MoE experts (gpt-oss), ``mxfp4.py`` ``GptOssMxfp4MoEMethod``.
+
+    Only the fused experts are quantized: ``w13_weight`` / ``w2_weight`` uint8 with
+    two 4-bit values per byte and a uint8 (e8m0) scale per 32 values; expert biases
+    are bf16. Every ``LinearBase`` (attention, the router) gets
+    ``UnquantizedLinearMethod``, so attention, router, embeddings and lm_head stay
+    bf16. The expert kernel pads the hidden and intermediate sizes
+    (``fused_moe/oracle/mxfp4.py`` ``mxfp4_round_up_hidden_size_and_intermediate_size``),
+    so the bytes depend on the kernel (``kernel``, see :func:`mxfp4_kernel`):
+
+    - ``marlin``: weight-only Marlin (GPUs without FP4 units: Ampere, Ada, and Hopper
+      up to vLLM 0.10.1, whose log warns "Weight-only FP4 compression will be used
+      leveraging the Marlin kernel"); FlashInfer TRT-LLM on Blackwell pads the same
+      way. Intermediate (per rank) to a multiple of 128, hidden to 256; bf16 biases.
+    - ``triton``: triton_kernels' matmul_ogs on Hopper (vLLM logs "Using 'TRITON' Mxfp4
+      MoE backend"). vLLM rounds the per-rank intermediate to 64, turns the biases to
+      float32 (``convert_gpt_oss_weight_to_mxfp4_moe_kernel_format``) and swizzles
+      every matrix into triton_kernels' Hopper layouts (``_swizzle_mxfp4``):
+      ``HopperMXValueLayout`` pads the packed contraction dimension to 64 bytes (128
+      values) and the output dimension to 256 (``_padded_shape``);
+      ``HopperMXScaleLayout`` pads the output dimension to 256 and vLLM pads the scale
+      groups to a multiple of 4 (the "#47303" patch in ``_swizzle_mxfp4``). Read off
+      triton-lang/triton's ``tensor_details/layout_details/hopper_{value,scale}.py``;
+      vLLM vendors a version of it, so older releases may differ by a few tiles.
+    """
+
+    method: Literal["mxfp4"] = "mxfp4"
+    kernel: Literal["marlin", "triton"] = "triton"
+
+    def for_device(self, generation: str | None, vllm_version: str | None = None) -> Mxfp4:
+        return self.model_copy(update={"kernel": mxfp4_kernel(generation, vllm_version)})
+
+    def describe(self) -> str:
+        return f"mxfp4 ({self.kernel})"
+
+    def quantizes(self, name: str, kind: ModuleKind) -> bool:
+        return kind == "expert"
+
+    def matrix_bytes(self, out_features: int, in_features: int, dtype_bytes: int) -> float:
+        n = out_features * in_features
+        return n / 2 + n / 32
+
+    def experts_bytes(self, name: str, num_experts: int, hidden: int, intermediate: int, gated: bool,
+                      bias: bool, dtype_bytes: int, tp: int = 1) -> float:
+        """Per rank: fused w13 ``[E, 2·I, H]`` and w2 ``[E, H, I]`` as the kernel lays them
+        out, with scales and biases; times ``tp`` so that the caller's split gives one rank."""
+        if intermediate % tp:
+            raise QuantizationError(f"expert intermediate size {intermediate} does not split over {tp} ranks")
+        rows = 2 if gated else 1
+        if self.kernel == "marlin":
+            h, i = _round_up(hidden, 256), _round_up(intermediate // tp, 128)
+            one = self.matrix_bytes(rows * i, h, dtype_bytes) + self.matrix_bytes(h, i, dtype_bytes)
+            one += (rows * i + h) * 2 if bias else 0  # bf16 (GptOssMxfp4MoEMethod.create_weights)
+        else:
+            i = _round_up(intermediate // tp, 64)
+            one = _hopper_mx_bytes(rows * i, hidden) + _hopper_mx_bytes(hidden, i)
+            one += (rows * i + hidden) * 4 if bias else 0  # float32 for triton_kernels
+        return num_experts * one * tp
+
+
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def _hopper_mx_bytes(out_features: int, in_features: int) -> int:
+    """One mxfp4 matrix in triton_kernels' Hopper value and scale layouts (see :class:`Mxfp4`)."""
+    n = _round_up(out_features, 256)
+    values = _round_up(-(-in_features // 2), 64) * n
+    scales = n * _round_up(-(-in_features // 32), 4)
+    return values + scales
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+def mxfp4_kernel(generation: str | None, vllm_version: str | None = None) -> Literal["marlin", "triton"]:
+    """The MoE kernel vLLM runs mxfp4 experts with on a GPU of ``generation`` (``GPU.generation``).
+
+    vLLM picks it by compute capability (``get_mxfp4_backend``): Hopper (SM 9.0: H100, H200,
+    H800, GH200 alike) runs triton_kernels from vLLM 0.10.2 on (0.10.1 still chose Marlin
+    there, issue 23278's log); Blackwell's TRT-LLM kernel pads like Marlin, and GPUs without
+    FP4 (Ampere, Ada) run Marlin. A GPU of no stated generation is taken as Hopper.
+    """
+    if (generation or "hopper") != "hopper":
+        return "marlin"
+    if vllm_version and _version(vllm_version) < (0, 10, 2):
+        return "marlin"
+    return "triton"
+
+
+class BitsAndBytes(QuantScheme):
+    """bitsandbytes (vLLM 0.10 ``bitsandbytes.py``; quant states live on the GPU).
+
+    4-bit (nf4 / fp4): two values per uint8 (``total_size // quant_ratio``), plus the
+    ``QuantState`` absmax per ``blocksize`` (64) values: float32, or with double
+    quantization a uint8 per block plus a float32 per 256 blocks (and a 256-entry
+    float32 code book per matrix). 8-bit (LLM.int8): int8 weights and a float32 row
+    scale (``SCB``) per output row. ``llm_int8_skip_modules`` stay unquantized.
+    """
+
+    method: Literal["bitsandbytes"] = "bitsandbytes"
+    bits: Literal[4, 8] = 4
+    quant_type: str = "nf4"
+    double_quant: bool = False
+    blocksize: int = 64
+
+    def matrix_bytes(self, out_features: int, in_features: int, dtype_bytes: int) -> float:
+        n = out_features * in_features
+        if self.bits == 8:
+            return n + FP32 * out_features
+        blocks = math.ceil(n / self.blocksize)
+        # double quantization: a uint8 per block, a float32 per 256 blocks, a 256-entry float32 code book
+        absmax = blocks + FP32 * (math.ceil(blocks / 256) + 256) if self.double_quant else FP32 * blocks
+        return n / 2 + absmax
+
+    def describe(self) -> str:
+        return f"bitsandbytes {self.quant_type if self.bits == 4 else 'int8'}"
+
+
+AnyScheme = Annotated[Fp8 | CompressedTensors | Awq | Gptq | Mxfp4 | BitsAndBytes, Field(discriminator="method")]
+"""Any scheme, told apart by ``method`` (how an Architecture stores and reloads it)."""
+
+SCHEMES: dict[str, type[QuantScheme]] = {
+    cls.model_fields["method"].default: cls for cls in (Fp8, CompressedTensors, Awq, Gptq, Mxfp4, BitsAndBytes)
+}
+# Names vLLM accepts for the same layout (``--quantization`` values and quant_method spellings).
+_ALIASES = {"fbgemm_fp8": "fp8", "awq_marlin": "awq", "auto_awq": "awq", "gptq_marlin": "gptq", "auto_gptq": "gptq",
+            "gpt_oss_mxfp4": "mxfp4", "compressed_tensors": "compressed-tensors", "bnb": "bitsandbytes"}
+
+
+def _tuple(value: Any, field: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise QuantizationError(f"quantization_config.{field} must be a list of module names, got {value!r}")
+    return tuple(value)
+
+
+def _int(cfg: dict[str, Any], keys: tuple[str, ...], default: int) -> int:
+    for k in keys:
+        if cfg.get(k) is not None:
+            v = cfg[k]
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise QuantizationError(f"quantization_config.{k} must be an integer, got {v!r}")
+            return v
+    return default
+
+
+def _from_hf(cfg: dict[str, Any]) -> QuantScheme:
+    raw_method = cfg.get("quant_method")
+    if cfg.get("load_in_4bit") or cfg.get("load_in_8bit"):
+        raw_method = raw_method or "bitsandbytes"
+    if not isinstance(raw_method, str):
+        raise QuantizationError(f"quantization_config.quant_method is missing or not a string ({raw_method!r}); "
+                                f"known: {', '.join(SCHEMES)}")
+    method = _ALIASES.get(raw_method.lower(), raw_method.lower())
+    if method not in SCHEMES:
+        raise QuantizationError(f"quantization_config.quant_method {raw_method!r} is not modelled; "
+                                f"known: {', '.join(SCHEMES)}")
+    if raw_method.lower() == "fbgemm_fp8":
+        return Fp8(strategy="channel",
+                   ignore=_tuple(cfg.get("modules_to_not_convert"), "modules_to_not_convert"))
+    if method == "fp8":
+        block = cfg.get("weight_block_size")
+        if block is not None and (not isinstance(block, list) or len(block) != 2):
+            raise QuantizationError(f"quantization_config.weight_block_size must be two integers, got {block!r}")
+        return Fp8(strategy="block" if block else "tensor",
+                   weight_block_size=tuple(block) if block else None,
+                   static_activations=cfg.get("activation_scheme") == "static",
+                   ignore=_tuple(cfg.get("ignored_layers") or cfg.get("modules_to_not_convert"), "ignored_layers"))
+    if method == "compressed-tensors":
+        groups_raw = cfg.get("config_groups")
+        if not isinstance(groups_raw, dict) or not groups_raw:
+            raise QuantizationError("quantization_config.config_groups must map group names to "
+                                    "{targets, weights}; it is missing or empty")
+        groups = []
+        for gname, g in groups_raw.items():
+            if not isinstance(g, dict) or not isinstance(g.get("weights"), dict):
+                raise QuantizationError(f"quantization_config.config_groups.{gname}.weights is missing")
+            try:
+                args = WeightArgs.model_validate(g["weights"])
+            except ValidationError as exc:
+                e = exc.errors()[0]
+                raise QuantizationError(f"quantization_config.config_groups.{gname}.weights."
+                                        f"{'.'.join(map(str, e['loc']))}: {e['msg']}") from None
+            groups.append((_tuple(g.get("targets") or ["Linear"], f"config_groups.{gname}.targets"), args))
+        return CompressedTensors(groups=tuple(groups), ignore=_tuple(cfg.get("ignore"), "ignore"))
+    if method == "awq":
+        return Awq(bits=_int(cfg, ("bits", "w_bit"), 4), group_size=_int(cfg, ("group_size", "q_group_size"), 128),
+                   zero_point=bool(cfg.get("zero_point", True)), lm_head_quantized=bool(cfg.get("lm_head", False)),
+                   ignore=_tuple(cfg.get("modules_to_not_convert"), "modules_to_not_convert"))
+    if method == "gptq":
+        return Gptq(bits=_int(cfg, ("bits",), 4), group_size=_int(cfg, ("group_size",), 128),
+                    desc_act=bool(cfg.get("desc_act", False)), sym=bool(cfg.get("sym", True)),
+                    lm_head_quantized=bool(cfg.get("lm_head", False)),
+                    ignore=_tuple(cfg.get("modules_to_not_convert"), "modules_to_not_convert"))
+    if method == "mxfp4":
+        return Mxfp4(ignore=_tuple(cfg.get("modules_to_not_convert"), "modules_to_not_convert"))
+    return BitsAndBytes(bits=8 if cfg.get("load_in_8bit") else 4,
+                        quant_type=str(cfg.get("bnb_4bit_quant_type") or "fp4"),
+                        double_quant=bool(cfg.get("bnb_4bit_use_double_quant", False)),
+                        ignore=_tuple(cfg.get("llm_int8_skip_modules"), "llm_int8_skip_modules"))
+
+
+def scheme_from_config(cfg: dict[str, Any] | None) -> QuantScheme | None:
+    """The scheme of a config.json's ``quantization_config`` (None: unquantized)."""
+    if cfg is None:
+        return None
+    if not isinstance(cfg, dict):
+        raise QuantizationError(f"quantization_config must be an object, got {type(cfg).__name__}")
+    return _from_hf(cfg)
+
+
+# vLLM 0.32's online FP8 shorthands (config/quantization.py _ONLINE_SHORTHANDS); "fp8" is how
+# vLLM up to 0.2x spelled the per-tensor one (0.32 refuses it on an unquantized checkpoint).
+_ONLINE_FP8 = {"fp8": ("tensor", None), "fp8_per_tensor": ("tensor", None),
+               "fp8_per_channel": ("channel", None), "fp8_per_block": ("block", (128, 128))}
+OVERRIDES = (*_ONLINE_FP8, "awq", "gptq", "compressed-tensors", "mxfp4", "bitsandbytes", "none")
+
+
+def scheme_for_override(name: str, checkpoint: QuantScheme | None) -> QuantScheme | None:
+    """What vLLM runs with ``--quantization NAME`` on a checkpoint with scheme ``checkpoint``.
+
+    ``fp8_per_tensor`` / ``fp8_per_channel`` / ``fp8_per_block`` (and the older
+    spelling ``fp8``, per-tensor) on an unquantized checkpoint are vLLM's online FP8
+    (``online/fp8.py``: every ``LinearBase`` and the MoE experts; lm_head, embeddings
+    and routers stay in the model dtype); on an FP8 checkpoint they mean that
+    checkpoint's scheme. ``bitsandbytes`` on an unquantized checkpoint is vLLM's
+    in-flight 4-bit quantization (``model_loader/bitsandbytes_loader.py``
+    ``_unquantized_generator``: ``quantize_4bit(compress_statistics=True,
+    quant_type="nf4")``, bitsandbytes' default blocksize 64, double quantization).
+    The other names read the checkpoint's own config and are refused without one.
+    ``none`` drops the checkpoint's scheme.
+    """
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in OVERRIDES:
+        raise QuantizationError(f"--quantization {name!r} is not modelled; known: {', '.join(OVERRIDES)}")
+    if key == "none":
+        return None
+    if checkpoint is not None:
+        if key in _ONLINE_FP8:
+            key = "fp8"
+        if checkpoint.method != key and not (key == "fp8" and isinstance(checkpoint, CompressedTensors)):
+            raise QuantizationError(f"--quantization {name} does not match the checkpoint's "
+                                    f"quantization_config ({checkpoint.method})")
+        return checkpoint
+    if key in _ONLINE_FP8:
+        strategy, block = _ONLINE_FP8[key]
+        return Fp8(strategy=strategy, weight_block_size=block, online=True)
+    if key == "bitsandbytes":
+        return BitsAndBytes(bits=4, quant_type="nf4", double_quant=True)
+    raise QuantizationError(f"--quantization {name} needs the checkpoint's quantization_config "
+                            "(group size, bits, ignored layers); this config.json has none")

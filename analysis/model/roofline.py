@@ -1,0 +1,137 @@
+"""Decode and prefill rooflines (ARCHITECTURE.md §5).
+
+    T_step ≥ max(bytes / bandwidth, FLOPs / peak)
+    bytes  = weight bytes read (active experts only) + Σ_sequences KV bytes at their context
+    FLOPs  ≈ 2 · active params · batch + attention FLOPs
+
+Batching amortises the weight read across the batch, never the KV read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analysis.model.architecture import Architecture
+from analysis.model.kv import kv_bytes_per_sequence, layer_kv_bytes_per_token
+from analysis.model.params import count_params, decode_weight_bytes
+
+
+@dataclass(frozen=True)
+class Step:
+    weight_bytes: float
+    kv_bytes: float
+    flops: float
+    memory_s: float
+    compute_s: float
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.kv_bytes
+
+    @property
+    def time_s(self) -> float:
+        return max(self.memory_s, self.compute_s)
+
+    @property
+    def bound(self) -> str:
+        return "memory" if self.memory_s >= self.compute_s else "compute"
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else 0.0
+
+
+def _matmul_params(a: Architecture) -> float:
+    """Parameters multiplied per token (embedding lookup excluded; routed experts: top-k)."""
+    p = count_params(a)
+    lookup = 0 if a.tie_word_embeddings else p.embedding
+    return p.active - lookup
+
+
+def attention_flops_per_token(a: Architecture, context: int) -> float:
+    """FLOPs of one query attending to `context` cached tokens, over all layers."""
+    window = a.sliding_window or context
+    tokens = a.num_full_layers * context + a.num_sliding_layers * min(context, window)
+    if a.mla:
+        # Absorbed MLA: scores over latent+rope, output over latent, per head.
+        per_token = 2 * a.num_heads * (2 * a.mla.kv_lora_rank + a.mla.qk_rope_head_dim)
+    else:
+        per_token = 4 * a.num_heads * a.head_dim  # QK^T and AV, 2 FLOPs per MAC
+    return tokens * per_token
+
+
+def decode_step(
+    a: Architecture,
+    *,
+    batch: int,
+    context: int,
+    bandwidth_Bps: float,
+    peak_flops: float,
+    kv_cache_dtype: str = "auto",
+    tp: int = 1,
+    weight_bytes: float | None = None,
+) -> Step:
+    """One decode iteration of `batch` sequences that each hold `context` tokens (per GPU).
+
+    `weight_bytes` overrides the architecture's read weight bytes (the seeds round
+    them, e.g. 72 MB for the 12-layer running model).
+    """
+    if batch < 1 or context < 0:
+        raise ValueError("batch must be >= 1 and context >= 0")
+    w = decode_weight_bytes(a, batch, tp) if weight_bytes is None else weight_bytes
+    kv = batch * kv_bytes_per_sequence(a, context, kv_cache_dtype, tp)
+    flops = (2 * _matmul_params(a) * batch + batch * attention_flops_per_token(a, context)) / tp
+    return Step(weight_bytes=w, kv_bytes=kv, flops=flops,
+                memory_s=(w + kv) / bandwidth_Bps, compute_s=flops / peak_flops)
+
+
+def prefill(
+    a: Architecture,
+    *,
+    prompt_len: int,
+    bandwidth_Bps: float,
+    peak_flops: float,
+    kv_cache_dtype: str = "auto",
+    tp: int = 1,
+) -> Step:
+    """Prefill of one prompt: matmuls over every prompt token plus causal attention (per GPU)."""
+    if prompt_len < 1:
+        raise ValueError("prompt_len must be >= 1")
+    w = decode_weight_bytes(a, prompt_len, tp)
+    kv_written = kv_bytes_per_sequence(a, prompt_len, kv_cache_dtype, tp)
+    # Causal attention: token i attends to i tokens, Σ i ≈ n²/2.
+    attn = sum(attention_flops_per_token(a, c) for c in _sample_contexts(prompt_len))
+    attn *= prompt_len / len(_sample_contexts(prompt_len))
+    flops = (2 * _matmul_params(a) * prompt_len + attn) / tp
+    return Step(weight_bytes=w, kv_bytes=kv_written, flops=flops,
+                memory_s=(w + kv_written) / bandwidth_Bps, compute_s=flops / peak_flops)
+
+
+def _sample_contexts(n: int, samples: int = 64) -> list[int]:
+    """Evenly spaced contexts 1..n (the attention cost is piecewise linear in context)."""
+    if n <= samples:
+        return list(range(1, n + 1))
+    return [1 + round(i * (n - 1) / (samples - 1)) for i in range(samples)]
+
+
+def crossover_context(a: Architecture, *, batch: int = 1, kv_cache_dtype: str = "auto",
+                      tp: int = 1, weight_bytes: float | None = None) -> float | None:
+    """Context t* at which the batch's KV read equals the weight read, or None if it never does.
+
+    Dense MHA at batch 1 with 12·d² parameters per layer and no embeddings: t* = 6·d_model.
+    """
+    w = decode_weight_bytes(a, batch, tp) if weight_bytes is None else weight_bytes
+    per_layer = layer_kv_bytes_per_token(a, kv_cache_dtype, tp) * batch
+    full, sliding, window = a.num_full_layers, a.num_sliding_layers, a.sliding_window or 0
+    all_layers = per_layer * a.num_layers
+    if not sliding or w <= all_layers * window:
+        return w / all_layers
+    # Past the window only the full layers keep growing.
+    if full == 0:
+        return None
+    return (w - per_layer * sliding * window) / (per_layer * full)
+
+
+def ridge_point(peak_flops: float, bandwidth_Bps: float) -> float:
+    """FLOP/byte at which a kernel turns compute-bound (A100: 312e12 / 2e12 = 156)."""
+    return peak_flops / bandwidth_Bps

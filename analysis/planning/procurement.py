@@ -1,0 +1,313 @@
+"""The procurement table: which GPU × tensor-parallel size holds N sequences of T tokens, and at what cost.
+
+Every row is one configuration (a catalog GPU and a tensor-parallel size ``tp``), one
+vLLM replica of ``tp`` GPUs, planned by :func:`analysis.planning.plan.make_plan`:
+
+* KV headroom: the KV budget per GPU and the fraction of its usable blocks (the null
+  block excluded) that N sequences of T tokens would take on one replica;
+* sequences that fit: sequences of T tokens one replica holds together (``kv_full_batch``),
+  capped by vLLM's ``max_num_seqs`` — and, with a TPOT SLO, by the largest batch whose
+  predicted decode step meets it;
+* replicas = ceil(N / that cap), GPUs needed = replicas × tp, each replica decoding
+  batch = ceil(N / replicas) sequences (equal to min(N, cap) when one replica holds them all);
+* the decode step at that batch and tokens/s per GPU = batch / step / tp.
+
+Rows that fit come first, by GPUs needed (fewest first), then tokens/s per GPU (most first);
+rows that do not fit follow in the order asked (GPU, then tp), each with its reason: tp does not divide
+the attention heads (vLLM's ``num_attention_heads % tp == 0``) or the KV heads (split evenly,
+or replicated evenly when tp exceeds them), the weights (with vLLM's reserve) exceed the
+GPU's memory, not even one sequence of T tokens fits, or even batch 1 misses the TPOT SLO.
+
+With a calibration the same figures are computed again with it (measured reserve, fitted
+bandwidth, FLOP/s and step overhead) and set beside the spec-sheet ones; whether a row fits
+and the ranking then follow the calibrated figures. A calibration measured on one GPU is carried
+to another by the spec-sheet ratio of bandwidth (and of FLOP/s): ``analysis.planning.plan.transferred_calibration``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from analysis import catalog
+from analysis.catalog import GPU
+from analysis.model.architecture import Architecture
+from analysis.planning.plan import Calibration, PlanError, PlanInputs, make_plan
+from analysis.units import fmt_bytes, fmt_seconds
+from analysis.vllm.engine_rules import tensor_parallel_problems
+
+Reason = Literal["heads", "weights", "one_sequence", "tpot_slo", "ttft_slo"]
+LimitedBy = Literal["concurrency", "kv_cache", "max_num_seqs", "tpot_slo", "ttft_slo"]
+
+def parse_tp_list(text: str) -> list[int]:
+    """'1,2,4,8' → [1, 2, 4, 8] (duplicates dropped, order kept)."""
+    out: list[int] = []
+    for part in text.split(","):
+        p = part.strip()
+        if not p.isdigit() or int(p) < 1:
+            raise ValueError(f"--tp {text!r}: {p!r} is not a positive integer (give one size or a comma list: 1,2,4,8)")
+        if int(p) not in out:
+            out.append(int(p))
+    return out
+
+
+def datacenter_gpus() -> list[GPU]:
+    """Every catalog GPU whose segment is datacenter, in catalog order (what ``--gpu all`` means)."""
+    return [g for g in catalog.gpus().values() if g.segment == "datacenter"]
+
+
+def parse_gpu_list(text: str) -> list[tuple[GPU, str | None]]:
+    """'h100-sxm,h200' or 'all' → catalog GPUs with the note a short name earns (duplicates dropped)."""
+    out: list[tuple[GPU, str | None]] = []
+    for part in text.split(","):
+        name = part.strip()
+        if not name:
+            raise ValueError(f"--gpu {text!r}: an empty name (give catalog names separated by commas, or all)")
+        found = [(g, None) for g in datacenter_gpus()] if name.lower() == "all" else [catalog.resolve_gpu(name)]
+        out.extend(f for f in found if f[0].name not in {g.name for g, _ in out})
+    return out
+
+
+class ProcurementRow(BaseModel):
+    """One configuration of the procurement table (byte counts per GPU; `calibrated_*` with a calibration)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int | None = Field(description="1 = the best fitting configuration; None when it does not fit")
+    gpu: str = Field(description="catalog name")
+    gpu_display: str
+    tensor_parallel_size: int
+    context: int = Field(description="tokens of KV each sequence holds (T)")
+    concurrency: int = Field(description="sequences to hold at once (N)")
+    tpot_slo_s: float | None = Field(description="decode-step (time per output token) ceiling, seconds")
+    fits: bool
+    reason_kind: Reason | None = Field(description="why it does not fit: heads, weights, one_sequence, tpot_slo")
+    reason: str | None
+    weight_bytes: int | None
+    kv_budget_bytes: int | None
+    kv_bytes_per_sequence: int | None = Field(description="KV one sequence of T tokens takes on one GPU")
+    kv_fraction_needed: float | None = Field(
+        description="blocks N sequences of T need ÷ usable blocks (num_blocks − 1) of one replica; > 1: more replicas")
+    sequences_fit: int | None = Field(description="sequences of T tokens one replica's KV pool holds together")
+    max_num_seqs: int | None
+    replicas: int | None
+    gpus_needed: int | None = Field(description="replicas × tensor_parallel_size")
+    batch: int | None = Field(description="sequences each replica decodes together: ceil(N / replicas)")
+    batch_limited_by: LimitedBy | None = Field(
+        description="what capped a replica's sequences: concurrency (N fits on one), kv_cache, max_num_seqs, tpot_slo")
+    decode_step_s: float | None = Field(
+        description="the latency model's decode step at that batch (analysis.latency.step)")
+    decode_step_interval_s: list[float] | None = Field(
+        None, description="the step's 10th–90th percentile range from the corpus (measured ÷ predicted, held out)")
+    roofline_decode_step_s: float | None = Field(None, description="the bare roofline's step, beside it")
+    decode_bound: str | None = Field(description="the step's largest term: weights, kv, attention, communication, "
+                                                 "floor (a CPU: the roofline's memory or compute)")
+    tokens_per_s_per_gpu: float | None = Field(description="batch / decode step / tensor_parallel_size")
+    tokens_per_s_per_gpu_interval: list[float] | None = None
+    ttft_slo_s: float | None = Field(None, description="time-to-first-token ceiling, seconds")
+    prompt_len: int | None = Field(None, description="the prompt whose TTFT is predicted (--prompt-len, else T)")
+    ttft_s: float | None = Field(None, description="time to first token of a prompt arriving while batch − 1 "
+                                                   "sequences decode (served: the API server included)")
+    ttft_interval_s: list[float] | None = None
+    calibration_note: str | None = None
+    calibrated_kv_budget_bytes: int | None = None
+    calibrated_kv_fraction_needed: float | None = None
+    calibrated_sequences_fit: int | None = None
+    calibrated_replicas: int | None = None
+    calibrated_gpus_needed: int | None = None
+    calibrated_batch: int | None = None
+    calibrated_decode_step_s: float | None = None
+    calibrated_tokens_per_s_per_gpu: float | None = None
+
+
+class _Figures(BaseModel):
+    """One evaluation of a configuration (spec sheet or calibrated)."""
+
+    fits: bool = False
+    reason_kind: Reason | None = None
+    reason: str | None = None
+    weight_bytes: int | None = None
+    kv_budget_bytes: int | None = None
+    kv_bytes_per_sequence: int | None = None
+    kv_fraction_needed: float | None = None
+    sequences_fit: int | None = None
+    max_num_seqs: int | None = None
+    replicas: int | None = None
+    gpus_needed: int | None = None
+    batch: int | None = None
+    batch_limited_by: LimitedBy | None = None
+    decode_step_s: float | None = None
+    decode_step_interval_s: list[float] | None = None
+    roofline_decode_step_s: float | None = None
+    decode_bound: str | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tokens_per_s_per_gpu_interval: list[float] | None = None
+    ttft_s: float | None = None
+    ttft_interval_s: list[float] | None = None
+    prompt_len: int | None = None
+
+
+def heads_reason(a: Architecture, tp: int) -> str | None:
+    """Why vLLM refuses this tensor-parallel size for the model, or None: the shared rule
+    (`analysis.vllm.engine_rules.tensor_parallel_problems`), in one line."""
+    problems = tensor_parallel_problems(a, tp)
+    return "; ".join(f"tp={tp} {p.problem} (allowed: {p.allowed})" for p in problems) or None
+
+
+def transfer_calibration(cal: Calibration, gpu: GPU) -> tuple[Calibration, str]:
+    """The calibration for rows on ``gpu`` and the note that says how it was applied. The caller has checked it
+    and, for another device, scaled it by the spec sheets (``analysis.planning.plan.transferred_calibration``, whose
+    label the source carries); a calibration with rates but no device is applied as measured, and says so."""
+    source = cal.source or "calibration"
+    device = cal.device or (cal.measured_on.name if cal.measured_on else None)
+    if (cal.effective_bandwidth_Bps or cal.effective_flops) and not device:
+        return cal, f"{source} (names no device: applied as measured)"
+    return cal, source
+
+
+def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, tpot_slo_s: float | None,
+              cal: Calibration | None, ttft_slo_s: float | None = None) -> _Figures:
+    tp = inputs.tensor_parallel_size
+    try:
+        plan = make_plan(a, inputs, gpu, cal)
+    except PlanError as exc:  # inputs were checked without a GPU: only the budget can fail here
+        # "M does not fit on G at tp=N: weights … exceed …" → the part after the configuration it names
+        return _Figures(reason_kind="weights", reason=re.sub(r"^.* at tp=\d+: ", "", str(exc)))
+    f = _Figures(weight_bytes=plan["weight_bytes"], kv_budget_bytes=plan["kv_budget_bytes"],
+                 kv_bytes_per_sequence=plan["kv_bytes_per_sequence"], max_num_seqs=plan["max_num_seqs"])
+    if inputs.kv_cache_memory_bytes is not None and plan["weight_bytes"] + plan["kv_budget_bytes"] > gpu.memory_bytes:
+        f.reason_kind, f.reason = "weights", (
+            f"weights {plan['weight_bytes'] / 2**30:.1f} GiB + the fixed KV budget "
+            f"{plan['kv_budget_bytes'] / 2**30:.1f} GiB exceed {gpu.name}'s "
+            f"{gpu.memory_bytes / 2**30:.1f} GiB at tp={tp}")
+        return f
+    usable = plan["num_blocks"] - 1
+    per_seq = plan["blocks_per_sequence_at_context"]
+    f.kv_fraction_needed = concurrency * per_seq / usable if usable > 0 else None
+    f.sequences_fit = fit = plan["kv_full_batch"]
+    if fit == 0:
+        f.reason_kind, f.reason = "one_sequence", (
+            f"one sequence of {plan['context']:,} tokens needs {per_seq:,} blocks "
+            f"({fmt_bytes(per_seq * plan['bytes_per_block'])}); the {fmt_bytes(plan['kv_budget_bytes'])} KV budget "
+            f"holds {max(usable, 0):,} (null block excluded)")
+        return f
+
+    # The prompt whose TTFT is predicted: --prompt-len, else the whole context (one token short of
+    # max_model_len, which vLLM keeps for an output token).
+    prompt = inputs.prompt_len or min(plan["context"], plan["max_model_len"] - 1)
+
+    def at_batch(b: int) -> dict:
+        """The plan at batch b (decode step calibrated when the calibration has rates; TTFT of a prompt arriving
+        while b − 1 others decode)."""
+        return make_plan(a, inputs.model_copy(update={"batch": b, "prompt_len": prompt}), gpu, cal)
+
+    def step(p: dict) -> float:
+        return p.get("calibrated_decode_step_s", p["decode_step_s"])
+
+    def misses(p: dict) -> Reason | None:
+        if tpot_slo_s is not None and step(p) > tpot_slo_s:
+            return "tpot_slo"
+        if ttft_slo_s is not None and p.get("ttft_s") is not None and p["ttft_s"] > ttft_slo_s:
+            return "ttft_slo"
+        return None
+
+    cap, limited = (fit, "kv_cache") if fit <= plan["max_num_seqs"] else (plan["max_num_seqs"], "max_num_seqs")
+    if tpot_slo_s is not None or ttft_slo_s is not None:
+        one = at_batch(1)
+        if (why := misses(one)) is not None:
+            f.reason_kind = why
+            f.reason = (f"even batch 1 steps in {fmt_seconds(step(one))}, over the TPOT SLO of "
+                        f"{fmt_seconds(tpot_slo_s)}" if why == "tpot_slo" else
+                        f"even alone a {prompt:,}-token prompt takes {fmt_seconds(one['ttft_s'])} to its first "
+                        f"token, over the TTFT SLO of {fmt_seconds(ttft_slo_s)}")
+            return f
+        lo, hi = 1, cap  # largest batch meeting the SLOs (the step and the TTFT grow with the batch)
+        why_cap: Reason | None = None
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            why = misses(at_batch(mid))
+            lo, hi = (mid, hi) if why is None else (lo, mid - 1)
+            why_cap = why_cap if why is None else why
+        if lo < cap:
+            cap, limited = lo, why_cap or "tpot_slo"
+    f.replicas = math.ceil(concurrency / cap)
+    f.gpus_needed = f.replicas * tp
+    f.batch = math.ceil(concurrency / f.replicas)
+    f.batch_limited_by = "concurrency" if f.replicas == 1 else limited
+    p = at_batch(f.batch)
+    calibrated = "calibrated_decode_step_s" in p
+    f.decode_step_s = step(p)
+    f.decode_bound = p["calibrated_decode_bound"] if calibrated else p["decode_bound"]
+    iv = p.get("calibrated_decode_step_interval_s") if calibrated else p.get("decode_step_interval_s")
+    f.decode_step_interval_s = iv
+    f.roofline_decode_step_s = p.get("roofline_decode_step_s")
+    f.tokens_per_s_per_gpu = f.batch / f.decode_step_s / tp
+    f.tokens_per_s_per_gpu_interval = [f.batch / x / tp for x in reversed(iv)] if iv else None
+    f.ttft_s, f.ttft_interval_s, f.prompt_len = p.get("ttft_s"), p.get("ttft_interval_s"), prompt
+    f.fits = True
+    return f
+
+
+def procurement(a: Architecture, base: PlanInputs, gpus: Sequence[GPU], tps: Sequence[int], *,
+                concurrency: int, context: int, tpot_slo_s: float | None = None,
+                calibration: Callable[[GPU], Calibration] | None = None,
+                ttft_slo_s: float | None = None) -> list[ProcurementRow]:
+    """Every GPU × tp, ranked (see the module docstring). ``base`` holds the settings shared by all rows
+    (dtype, block size, utilization, a fixed KV budget …); ``calibration`` gives a GPU's calibration."""
+    if concurrency < 1:
+        raise PlanError(f"--concurrency {concurrency}: give at least one sequence")
+    if tpot_slo_s is not None and not tpot_slo_s > 0:
+        raise PlanError(f"--tpot-slo {tpot_slo_s}: must be positive")
+    if ttft_slo_s is not None and not ttft_slo_s > 0:
+        raise PlanError(f"--ttft-slo {ttft_slo_s}: must be positive")
+    if base.prompt_len is not None and base.prompt_len > context:
+        raise PlanError(f"--prompt-len {base.prompt_len:,} is longer than --context {context:,} (the tokens each "
+                        f"sequence holds, its prompt included)")
+    inputs = {tp: base.model_copy(update={"tensor_parallel_size": tp, "context": context, "batch": None})
+              for tp in tps}
+    heads = {tp: heads_reason(a, tp) for tp in tps}
+    for tp in tps:
+        if heads[tp] is None:
+            make_plan(a, inputs[tp])  # raises on inputs no GPU can fix (context past max_model_len, …)
+    rows: list[ProcurementRow] = []
+    for gpu in gpus:
+        cal, note = transfer_calibration(calibration(gpu), gpu) if calibration is not None else (None, None)
+        for tp in tps:
+            common = {"rank": None, "gpu": gpu.name, "gpu_display": gpu.display or gpu.name,
+                      "tensor_parallel_size": tp, "context": context, "concurrency": concurrency,
+                      "tpot_slo_s": tpot_slo_s, "ttft_slo_s": ttft_slo_s}
+            if heads[tp] is not None:
+                rows.append(ProcurementRow(**common, **_Figures(reason_kind="heads", reason=heads[tp]).model_dump()))
+                continue
+            spec = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, None, ttft_slo_s)
+            row = ProcurementRow(**common, **spec.model_dump())
+            if cal is not None:
+                c = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, cal, ttft_slo_s)
+                row = row.model_copy(update={
+                    "fits": c.fits, "reason_kind": c.reason_kind,
+                    "reason": c.reason and (c.reason if not spec.fits else f"calibrated: {c.reason}"),
+                    "calibration_note": note,
+                    **{f"calibrated_{k}": getattr(c, k) for k in (
+                        "kv_budget_bytes", "kv_fraction_needed", "sequences_fit", "replicas", "gpus_needed",
+                        "batch", "decode_step_s", "tokens_per_s_per_gpu")},
+                })
+            rows.append(row)
+    return rank_rows(rows)
+
+
+def _ranking_figures(r: ProcurementRow) -> tuple[int, float]:
+    cal = r.calibration_note is not None
+    gpus = r.calibrated_gpus_needed if cal else r.gpus_needed
+    tps = r.calibrated_tokens_per_s_per_gpu if cal else r.tokens_per_s_per_gpu
+    return gpus or 0, tps or 0.0
+
+
+def rank_rows(rows: Sequence[ProcurementRow]) -> list[ProcurementRow]:
+    """Fitting rows first, by GPUs needed (fewest first) then tokens/s per GPU (most first); then the rest
+    in the order given. Figures are the calibrated ones when the row has a calibration."""
+    fitting = sorted((r for r in rows if r.fits), key=lambda r: (_ranking_figures(r)[0], -_ranking_figures(r)[1]))
+    return [r.model_copy(update={"rank": i + 1}) for i, r in enumerate(fitting)] + [r for r in rows if not r.fits]

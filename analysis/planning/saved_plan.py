@@ -1,0 +1,96 @@
+"""The file `kvprof plan … --save` writes and `kvprof check-plan` reads, as a pydantic model.
+
+Only what check-plan reads is checked (the engine the plan describes and the predicted quantities); every
+other key the plan carries is kept as written. A file that is not such a plan is a ``SavedPlanError`` naming
+the file and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from analysis.results.schema import check_finite, describe_errors, read_record_text
+
+PLAN_KIND = "kvprof-plan"
+
+
+class SavedPlanError(ValueError):
+    """A file that is not a readable saved plan (the message names the file and what is wrong)."""
+
+
+# Strict: a hand-edited `true` or "16" is not a block size; finite: NaN or inf is no prediction.
+Positive = Annotated[int, Field(strict=True, gt=0)]
+Count = Annotated[int, Field(strict=True, ge=0)]
+Real = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Duration = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class PlanPrediction(BaseModel):
+    """``make_plan``'s result as saved: the engine it describes and the quantities check-plan measures."""
+
+    model_config = ConfigDict(extra="allow")
+
+    block_size: Positive
+    max_model_len: Positive
+    kv_cache_dtype: str
+    tensor_parallel_size: Positive
+    max_num_batched_tokens: Positive
+    max_num_seqs: Positive
+    async_scheduling: bool
+    context: Positive
+    batch: Positive | None = None
+    gpu: str | None = None
+    weight_bytes: Count | None = None
+    kv_budget_bytes: Count | None = None
+    num_blocks: Count | None = None
+    kv_cache_tokens: Count | None = None
+    max_concurrency: Real | None = None
+    decode_step_s: Duration | None = None
+    calibrated_decode_step_s: Duration | None = None
+    tokens_per_s: Real | None = None
+
+
+class PlanInputsSaved(BaseModel):
+    """The plan's inputs as saved (analysis.planning.plan.PlanInputs); check-plan reads the fixed KV budget."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kv_cache_memory_bytes: Positive | None = None
+
+
+class SavedPlan(BaseModel):
+    """A plan saved for `kvprof check-plan`: the prediction, its inputs and the model it was made for."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: Literal["kvprof-plan"]
+    model: str
+    architecture: dict[str, Any] | None = Field(None, description="the architecture planned (absent: re-resolve "
+                                                                  "`model`)")
+    gpu: str | None = None
+    inputs: PlanInputsSaved
+    prediction: PlanPrediction
+
+
+def load_saved_plan(path: str | Path) -> dict[str, Any]:
+    """A saved plan as a dict (every key as written, the checked ones validated), or SavedPlanError."""
+    path = Path(path)
+    try:
+        text = read_record_text(path)
+        check_finite(text, path)
+    except ValueError as exc:  # ResultsError: unreadable, not UTF-8, NaN
+        raise SavedPlanError(f"{exc}") from None
+    try:
+        plan = SavedPlan.model_validate_json(text)
+    except ValidationError as exc:
+        kind = next((e for e in exc.errors()  # no kind, or JSON that is not an object (a truncated file is damaged)
+                     if e["loc"] == ("kind",) or (e["loc"] == () and e["type"] != "json_invalid")), None)
+        if kind is not None:
+            raise SavedPlanError(f"{path}: not a saved kvprof plan (write one with `kvprof plan … --save FILE`)"
+                                 ) from None
+        raise SavedPlanError(f"{path}: not a readable plan: {describe_errors(exc)} — save it again with "
+                             "`kvprof plan … --save FILE`") from None
+    return plan.model_dump()

@@ -1,0 +1,244 @@
+"""What vLLM's paged KV allocator really does with a KV budget (vLLM v1, 0.3x).
+
+Mirrors ``vllm/v1/core/kv_cache_utils.py`` and ``vllm/v1/kv_cache_interface.py``
+for decoder models whose attention layers share one page size:
+
+* every layer gets a spec: full attention, sliding window (its own window), or MLA;
+* uniform models form one KV-cache group of all layers; hybrid models (sliding +
+  full) are split into groups of equal layer count (group size = the smaller
+  bucket, or the larger one when it is < 1.5× the smaller), each group of one type;
+* a block holds ``block_size`` tokens of every layer in the widest group:
+  ``bytes_per_block = layers_per_group · page_bytes``;
+  ``num_blocks = budget // bytes_per_block``;
+* a request's worst case, per group: full → ``cdiv(max_model_len, block_size)``;
+  sliding → ``cdiv(min(window − 1 + in_flight_tokens, max_model_len), block_size) + 1``
+  where ``in_flight_tokens = max_num_batched_tokens × (2 with async scheduling)``;
+* ``max_concurrency = num_blocks / Σ_groups blocks_per_request`` and the logged
+  ``KV cache size = int(max_concurrency × max_model_len)`` tokens;
+* the block pool keeps one block out as the null block (``vllm/v1/core/block_pool.py``),
+  so sequences that really fit together are counted from ``num_blocks − 1``
+  (:func:`sequences_that_fit`, the only place that division is done).
+
+Layouts vLLM builds for mixed page sizes (packed groups, padding) are not modelled
+and raise :class:`NotModelled`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil
+
+from analysis.model.architecture import Architecture
+from analysis.model.kv import layer_kv_bytes_per_token
+
+NULL_BLOCKS = 1  # BlockPool pops one block off the free queue as its null block at start-up
+
+
+class NotModelled(ValueError):
+    """A configuration whose vLLM allocation this module does not reproduce."""
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One KV-cache group: layers that share a block table."""
+
+    kind: str  # "full", "sliding", "mla"
+    layers: tuple[int, ...]
+    window: int | None
+    blocks_per_request: int
+
+
+@dataclass(frozen=True)
+class PagedCapacity:
+    block_size: int
+    max_model_len: int
+    page_bytes: int  # one layer's block
+    bytes_per_block: int  # one block across the widest group
+    num_blocks: int
+    groups: tuple[Group, ...] = field(repr=False)
+
+    @property
+    def blocks_per_request(self) -> int:
+        return sum(g.blocks_per_request for g in self.groups)
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.num_blocks / self.blocks_per_request
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return int(self.max_concurrency * self.max_model_len)
+
+    @property
+    def padding_layers(self) -> int:
+        width = max(len(g.layers) for g in self.groups)
+        return sum(width - len(g.layers) for g in self.groups)
+
+
+def _layer_kinds(a: Architecture, hybrid_manager: bool) -> list[tuple[str, int | None]]:
+    if a.mla:
+        if a.num_sliding_layers:
+            raise NotModelled(f"{a.name}: MLA with sliding-window layers")
+        return [("mla", None)] * a.num_layers
+    kinds: list[tuple[str, int | None]] = [
+        ("sliding", a.sliding_window) if t == "sliding_attention" else ("full", None)
+        for t in a.layer_types
+    ]
+    mixed = {k for k, _ in kinds} == {"full", "sliding"}
+    if mixed and not hybrid_manager:
+        # --disable-hybrid-kv-cache-manager: windowed layers allocate like full ones.
+        return [("full", None)] * a.num_layers
+    return kinds
+
+
+def _group_layers(kinds: list[tuple[str, int | None]]) -> list[tuple[tuple[str, int | None], list[int]]]:
+    buckets: dict[tuple[str, int | None], list[int]] = {}
+    for i, k in enumerate(kinds):
+        buckets.setdefault(k, []).append(i)
+    if len(buckets) == 1:
+        ((k, layers),) = buckets.items()
+        return [(k, layers)]
+    sizes = [len(v) for v in buckets.values()]
+    group_size = min(sizes)
+    if max(sizes) < 1.5 * min(sizes):
+        group_size = max(sizes)
+    groups = []
+    for k, layers in buckets.items():
+        n = cdiv(len(layers), group_size)
+        groups.extend((k, layers[i::n]) for i in range(n))
+    return groups
+
+
+def blocks_per_request(kind: str, window: int | None, block_size: int, max_model_len: int,
+                       in_flight_tokens: int) -> int:
+    """Blocks vLLM reserves per request for one group (its admission worst case)."""
+    if kind == "sliding":
+        assert window is not None
+        return cdiv(min(window - 1 + in_flight_tokens, max_model_len), block_size) + 1
+    return cdiv(max_model_len, block_size)
+
+
+def paged_capacity(
+    a: Architecture,
+    kv_budget_bytes: int,
+    *,
+    block_size: int,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    kv_cache_dtype: str = "auto",
+    tp: int = 1,
+    async_scheduling: bool = False,
+    hybrid_manager: bool = True,
+) -> PagedCapacity:
+    """Blocks, concurrency and token capacity as vLLM computes them for a KV budget (per rank)."""
+    for label, v in (("block_size", block_size), ("max_model_len", max_model_len),
+                     ("max_num_batched_tokens", max_num_batched_tokens)):
+        if v <= 0:
+            raise ValueError(f"{label} must be positive, got {v}")
+    if kv_budget_bytes < 0:
+        raise ValueError(f"KV budget must be >= 0 bytes, got {kv_budget_bytes}")
+    page = block_size * layer_kv_bytes_per_token(a, kv_cache_dtype, tp)
+    in_flight = max_num_batched_tokens * (2 if async_scheduling else 1)
+    grouped = _group_layers(_layer_kinds(a, hybrid_manager))
+    width = max(len(layers) for _, layers in grouped)
+    bytes_per_block = width * page
+    groups = tuple(
+        Group(kind=k, layers=tuple(layers), window=w,
+              blocks_per_request=blocks_per_request(k, w, block_size, max_model_len, in_flight))
+        for (k, w), layers in grouped
+    )
+    return PagedCapacity(
+        block_size=block_size,
+        max_model_len=max_model_len,
+        page_bytes=page,
+        bytes_per_block=bytes_per_block,
+        num_blocks=kv_budget_bytes // bytes_per_block,
+        groups=groups,
+    )
+
+
+def blocks_for_sequence(length: int, block_size: int) -> int:
+    """Blocks a full-attention sequence of `length` tokens holds (waste < one block)."""
+    return ceil(length / block_size)
+
+
+def usage_fraction(used_blocks: int, num_blocks: int) -> float:
+    """vLLM's ``kv_cache_usage_perc``: used ÷ (num_blocks − 1); one block is the null block."""
+    return used_blocks / (num_blocks - NULL_BLOCKS)
+
+
+def sequences_that_fit(num_blocks: int, blocks_per_sequence: int) -> int:
+    """Sequences of ``blocks_per_sequence`` blocks each that a pool of ``num_blocks`` holds together.
+
+    vLLM keeps one block out of the pool as the null block, so only ``num_blocks − 1``
+    are ever handed to requests. Every count of "sequences that fit" goes through here.
+    """
+    if blocks_per_sequence <= 0:
+        raise ValueError(f"blocks_per_sequence must be positive, got {blocks_per_sequence}")
+    return max(0, (num_blocks - NULL_BLOCKS) // blocks_per_sequence)
+
+
+@dataclass(frozen=True)
+class BatchCeiling:
+    """How many sequences of one length can decode together without preemption."""
+
+    tokens: int  # KV positions each sequence holds at its longest (prompt + output − 1)
+    blocks_per_sequence: int
+    usable_blocks: int  # num_blocks − 1: vLLM keeps one null block out of the pool
+    kv_limit: int
+    max_num_seqs: int | None
+    vllm_reported: float  # what vLLM's "maximum concurrency" arithmetic implies at this length
+
+    @property
+    def ceiling(self) -> int:
+        return self.kv_limit if self.max_num_seqs is None else min(self.kv_limit, self.max_num_seqs)
+
+    @property
+    def limited_by(self) -> str:
+        return "kv_cache" if self.max_num_seqs is None or self.kv_limit <= self.max_num_seqs else "max_num_seqs"
+
+
+def kv_ceiling(cap: PagedCapacity, tokens: int, max_num_seqs: int | None, max_num_batched_tokens: int,
+               async_scheduling: bool = False) -> BatchCeiling:
+    """Sequences that each hold ``tokens`` KV positions and fit together in the pool ``cap`` describes.
+
+    Full-attention groups hold ``ceil(tokens / block_size)`` blocks per sequence;
+    sliding-window groups are counted with vLLM's admission worst case.
+    """
+    if tokens <= 0:
+        raise ValueError(f"a sequence must hold at least one token of KV, got {tokens}")
+    in_flight = max_num_batched_tokens * (2 if async_scheduling else 1)
+    per_seq = sum(blocks_per_request(g.kind, g.window, cap.block_size, tokens, in_flight) for g in cap.groups)
+    return BatchCeiling(tokens=tokens, blocks_per_sequence=per_seq, usable_blocks=cap.num_blocks - NULL_BLOCKS,
+                        kv_limit=sequences_that_fit(cap.num_blocks, per_seq), max_num_seqs=max_num_seqs,
+                        vllm_reported=cap.num_blocks / per_seq)
+
+
+def batch_ceiling(cap: PagedCapacity, prompt_len: int, output_len: int, max_num_seqs: int | None,
+                  max_num_batched_tokens: int, async_scheduling: bool = False) -> BatchCeiling:
+    """Sequences of ``prompt_len + output_len`` that fit together in the pool ``cap`` describes.
+
+    The last generated token is never fed back, so a sequence holds at most
+    ``prompt_len + output_len − 1`` KV positions (:func:`kv_ceiling` at that length).
+    vLLM admits on prompt blocks only, so requests past this ceiling are admitted
+    and later preempted (or queue behind ``max_num_seqs``).
+    """
+    if prompt_len <= 0 or output_len <= 0:
+        raise ValueError(f"prompt_len and output_len must be positive, got {prompt_len}, {output_len}")
+    return kv_ceiling(cap, prompt_len + output_len - 1, max_num_seqs, max_num_batched_tokens, async_scheduling)
+
+
+def saturation_levels(ceiling: int, factors: list[float]) -> list[int]:
+    """Concurrency levels around a predicted ceiling: factor ≤ 1 stays at or below it,
+    factor > 1 lands strictly above it (at least ceiling + 1)."""
+    levels = []
+    for f in factors:
+        if f <= 1:
+            levels.append(max(1, int(f * ceiling)))
+        else:
+            levels.append(max(ceiling + 1, ceil(f * ceiling)))
+    return levels
