@@ -85,3 +85,32 @@ def test_every_example_runs_or_at_least_parses(where, words, workdir, monkeypatc
         command.make_context(args[0], args[1:])  # parses and converts every option; runs nothing
     except Exception as exc:  # the command line's own usage errors (typer's click)
         pytest.fail(f"{where}: kvprof {words}: {exc} (not run: {why})")
+
+
+def _layout_paths() -> set[str]:
+    """The paths docs/layout.md's tree names: a line's first word, under the folders its indentation puts it in
+    (two spaces a level)."""
+    tree = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8").split("```")[1]
+    stack: list[str] = []
+    named = set()
+    for line in tree.splitlines():
+        if not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        word = line.split()[0]
+        stack = [*stack[:depth], word.rstrip("/")]
+        named.add("/".join(stack))
+    return named
+
+
+def test_the_layout_names_every_module_in_its_folder():
+    named = _layout_paths()
+    modules = {str(f.relative_to(ROOT)) for pkg in ("analysis", "profiler") for f in (ROOT / pkg).rglob("*.py")
+               if f.name != "__main__.py" and "__pycache__" not in f.parts
+               and not (f.name == "__init__.py" and f.parent.name in ("analysis", "profiler"))}
+    # a package's __init__ is named by its folder (catalog/'s loader, cli/'s app are listed too where they hold code)
+    missing = sorted(m for m in modules if m not in named
+                     and not (m.endswith("/__init__.py") and m.removesuffix("/__init__.py") in named))
+    assert not missing, f"docs/layout.md does not list {missing}"
+    stale = sorted(p for p in named if p.endswith(".py") and not (ROOT / p).exists())
+    assert not stale, f"docs/layout.md lists modules that do not exist: {stale}"

@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 from analysis import catalog
 from analysis.planning.procurement import parse_tp_list
 from analysis.units import parse_seconds
-from profiler.cli import _procurement_tables, app
+from profiler.cli import app
+from profiler.cli.plan import procurement_tables
 
 runner = CliRunner()
 
@@ -225,7 +226,7 @@ def test_human_table_right_aligns_numbers_with_units():
 
     a, _ = catalog.resolve_model("llama-3.1-70b")
     rows = procurement(a, PlanInputs(), [catalog.gpu("h200")], [1, 8], concurrency=64, context=32768)
-    cap, lat, notes = _procurement_tables(a.name, rows)
+    cap, lat, notes = procurement_tables(a.name, rows)
     for t in (cap, lat):
         justify = {c.header: c.justify for c in t.columns}
         assert justify["GPU"] == "left"

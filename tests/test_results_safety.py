@@ -421,9 +421,9 @@ def _interrupt(*args, **kwargs):
 @pytest.mark.parametrize("command, target", [
     (["validate", "SPEC"], "profiler.preflight.validate"),
     (["sweep", "SPEC", "--dry-run"], "profiler.runner.dry_run_table"),
-    (["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm"], "profiler.cli.make_plan"),
+    (["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm"], "profiler.cli.plan.make_plan"),
     (["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm,h200", "--concurrency", "4"],
-     "profiler.cli.procurement"),
+     "profiler.cli.plan.procurement"),
     (["report", "RESULTS"], "analysis.report.run.load"),
     (["compare", "RESULTS", "RESULTS"], "analysis.measured.comparison.compare_runs"),
     (["check-plan", "PLAN", "RESULTS"], "analysis.measured.plan_check.check_plan"),

@@ -299,12 +299,13 @@ def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     return out
 
 
-_FLAGS = {"tensor_parallel_size": "--tp", "kv_cache_dtype": "--kv-dtype"}
+# A PlanInputs field by its `kvprof plan` option where the two names differ (else --field-with-dashes).
+OPTION_FLAGS = {"tensor_parallel_size": "--tp", "kv_cache_dtype": "--kv-dtype"}
 
 
 def problems_line(problems: list[Problem]) -> str:
     """Problems as one line, each field named by its `kvprof plan` option."""
-    return "; ".join(str(p).replace(p.field, _FLAGS.get(p.field, "--" + p.field.replace("_", "-")), 1)
+    return "; ".join(str(p).replace(p.field, OPTION_FLAGS.get(p.field, "--" + p.field.replace("_", "-")), 1)
                      for p in problems)
 
 
@@ -417,6 +418,22 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
         out["calibration_warnings"] = warnings
     return out
+
+
+def refuse_unrunnable(plan: dict[str, Any], inputs: PlanInputs) -> None:
+    """A PlanError where vLLM would not run ``plan`` as asked: a decode batch above max_num_seqs (a step vLLM
+    never takes), or a KV budget holding less than one sequence of max_model_len (vLLM refuses to start).
+    The procurement table shows these as configurations that do not fit instead."""
+    if inputs.batch is not None and inputs.batch > plan["max_num_seqs"]:
+        raise PlanError(f"--batch {inputs.batch:,} is more than max_num_seqs {plan['max_num_seqs']:,}: vLLM schedules "
+                        "at most max_num_seqs sequences per step (raise --max-num-seqs, or plan a smaller batch)")
+    if plan["max_concurrency"] is not None and plan["max_concurrency"] < 1:
+        need = plan["blocks_per_request"] * plan["bytes_per_block"]
+        given = "--kv-cache-memory-bytes" if inputs.kv_cache_memory_bytes is not None else "the KV budget"
+        raise PlanError(f"{given} {plan['kv_budget_bytes']:,} B holds {plan['max_concurrency']:.2f} sequences "
+                        f"of max_model_len {plan['max_model_len']:,} (block {plan['block_size']}); vLLM will "
+                        f"refuse to start. Allowed: at least {need:,} B ({plan['blocks_per_request']:,} blocks "
+                        f"of {plan['bytes_per_block']:,} B), or a shorter --max-model-len")
 
 
 def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibration: Calibration | None,

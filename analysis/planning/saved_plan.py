@@ -7,12 +7,14 @@ the file and the field.
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from analysis.results.schema import check_finite, describe_errors, read_record_text
+from analysis.results.schema import atomic_write_bytes, check_finite, describe_errors, read_record_text
 
 PLAN_KIND = "kvprof-plan"
 
@@ -94,3 +96,17 @@ def load_saved_plan(path: str | Path) -> dict[str, Any]:
         raise SavedPlanError(f"{path}: not a readable plan: {describe_errors(exc)} — save it again with "
                              "`kvprof plan … --save FILE`") from None
     return plan.model_dump()
+
+
+def save_plan(path: str | Path, *, model: str, architecture: dict[str, Any], gpu: str | None, probe: str | None,
+              calibration: str | None, inputs: dict[str, Any], prediction: dict[str, Any]) -> None:
+    """Write a plan for `kvprof check-plan`, whole or not at all. It is held against ``SavedPlan`` first, so a
+    plan is never saved that check-plan would refuse (SavedPlanError names the field)."""
+    plan = {"kind": PLAN_KIND, "created_at": time.time(), "model": model, "architecture": architecture,
+            "gpu": gpu, "probe": probe, "calibration": calibration, "inputs": inputs, "prediction": prediction}
+    try:
+        SavedPlan.model_validate(plan)
+    except ValidationError as exc:
+        raise SavedPlanError(f"{path}: this plan does not follow the saved-plan model ({describe_errors(exc)}); "
+                             "nothing was written") from None
+    atomic_write_bytes(Path(path), (json.dumps(plan, indent=2, sort_keys=True, default=str) + "\n").encode())

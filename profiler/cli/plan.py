@@ -1,0 +1,408 @@
+"""`kvprof plan`: a model + GPU + workload → capacity and latency predictions, or the procurement table."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from analysis import catalog
+from analysis.model.architecture import UnsupportedArchitecture
+from analysis.planning.calibration_file import checked_calibration, load_calibration
+from analysis.planning.plan import OPTION_FLAGS, Calibration, PlanError, PlanInputs, make_plan, refuse_unrunnable
+from analysis.planning.procurement import parse_gpu_list, parse_tp_list, procurement
+from analysis.results.inputs import InputFileError, read_json
+from analysis.units import fmt_bytes, fmt_count, fmt_seconds, parse_bytes, parse_seconds
+from profiler.cli.common import (
+    console,
+    err,
+    fail,
+    one_line,
+    output_path,
+)
+
+
+def _plan_table(p: dict[str, Any]) -> Table:
+    t = Table(title=f"kvprof plan — {p['model']} ({p['attention']})"
+              + (f" on {p['gpu']}" if p["gpu"] else "") + f", tp={p['tensor_parallel_size']}")
+    t.add_column("quantity")
+    t.add_column("ideal (seed arithmetic; roofline)", justify="right")
+    t.add_column("vLLM (paged allocator; latency model)", justify="right")
+
+    def row(label: str, ideal: str = "", paged: str = "") -> None:
+        t.add_row(label, ideal, paged)
+
+    row("weights per GPU", fmt_bytes(p["weight_bytes"]), fmt_bytes(p["weight_bytes"]))
+    row("KV bytes / token (all layers)", f"{p['kv_bytes_per_token']:,} B")
+    row(f"KV bytes / sequence @ {p['context']:,} tok", fmt_bytes(p["kv_bytes_per_sequence"]))
+    row("KV budget per GPU", fmt_bytes(p["kv_budget_bytes"]), fmt_bytes(p["kv_budget_bytes"]))
+    row(f"block ({p['block_size']} tok, all layers of a group)", "", f"{p['bytes_per_block']:,} B")
+    row("blocks", "", fmt_count(p["num_blocks"]))
+    groups = ", ".join(f"{g['kind']}×{g['layers']}:{g['blocks_per_request']}" for g in p["kv_cache_groups"])
+    row("blocks reserved per request", "", f"{p['blocks_per_request']:,} ({groups})")
+    row("KV cache tokens", fmt_count(p["ideal_kv_cache_tokens"]), fmt_count(p["kv_cache_tokens"]))
+    row(f"max concurrency @ {p['max_model_len']:,} tok", *(
+        "—" if p[k] is None else f"{p[k]:.2f}x" for k in ("ideal_max_concurrency", "max_concurrency")))
+    row(f"sequences of {p['context']:,} tok that fit (null block excluded)", "", fmt_count(p["kv_full_batch"]))
+    if p.get("crossover_context") is not None:
+        row("crossover context t* (KV read = weight read)", fmt_count(p["crossover_context"]))
+    if "ridge_point" in p:
+        row("ridge point", f"{p['ridge_point']:.0f} FLOP/B")
+    def with_range(t: float, iv: list[float] | None) -> str:
+        return fmt_seconds(t) + (f" ({fmt_seconds(iv[0])}–{fmt_seconds(iv[1])})" if iv else "")
+
+    if "decode_step_s" in p:
+        bound = p["decode_bound"] + ("" if p["decode_bound"] in ("memory", "compute") else " term largest")
+        row(f"decode step (batch {p['batch']}; {bound})", "", with_range(p["decode_step_s"],
+                                                                          p.get("decode_step_interval_s")))
+        for k, v in (p.get("decode_terms") or {}).items():
+            if v:
+                row(f"  {k.removesuffix('_s')}", "", fmt_seconds(v))
+        row("decode throughput", "", f"{p['tokens_per_s']:,.0f} tok/s")
+        if "roofline_decode_step_s" in p:
+            row(f"decode step, bare roofline ({p['roofline_decode_bound']}-bound)", fmt_seconds(
+                p["roofline_decode_step_s"]))
+    if "calibrated_decode_step_s" in p:
+        row("decode step, calibrated", fmt_seconds(p["calibrated_decode_step_s"]))
+        row("decode throughput, calibrated", f"{p['calibrated_tokens_per_s']:,.0f} tok/s")
+    if "prefill_s" in p:
+        row(f"prefill of {p['prompt_len']:,} tokens", fmt_seconds(p["roofline_prefill_s"]), fmt_seconds(p["prefill_s"]))
+    if "ttft_s" in p:
+        row(f"time to first token ({p['ttft_running_sequences']} others decoding)", "",
+            with_range(p["ttft_s"], p.get("ttft_interval_s")))
+    if p.get("accounting_rules"):
+        t.caption = (f"accounting rules: {p['accounting_rules']}; {p['entry']} defaults: "
+                     f"max_num_batched_tokens {p['max_num_batched_tokens']:,}, max_num_seqs {p['max_num_seqs']:,}")
+    return t
+
+
+def plan_cmd(
+    model: Annotated[str, typer.Option("--model", "-m", help="Catalog name, model directory or config.json.")],
+    gpu: Annotated[str | None, typer.Option(
+        help="GPU catalog name (see `kvprof gpus`); a comma list or `all` (every data-centre GPU) for the "
+             "procurement table.")] = None,
+    kv_cache_memory_bytes: Annotated[str | None, typer.Option(
+        help="Fix the KV budget per GPU exactly (e.g. 8GiB), as vLLM's kv_cache_memory_bytes.")] = None,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of GPU memory vLLM may use.")] = 0.9,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(
+        help="vLLM scheduler token budget per step (default: vLLM's for the device).")] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="vLLM max_num_seqs (default: vLLM's).")] = None,
+    tp: Annotated[str, typer.Option("--tp", help="Tensor-parallel size; a comma list (1,2,4,8) for the "
+                                                 "procurement table.")] = "1",
+    kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
+    block_size: Annotated[int | None, typer.Option(
+        help="Tokens per KV block (default: vLLM's: 16 on a GPU, 128 on a CPU).")] = None,
+    max_model_len: Annotated[int | None, typer.Option(help="Longest request (default: the model's).")] = None,
+    batch: Annotated[int | None, typer.Option(help="Concurrent sequences in a decode step.")] = None,
+    context: Annotated[int | None, typer.Option(help="Tokens each sequence holds at that step.")] = None,
+    prompt_len: Annotated[int | None, typer.Option(help="Prompt length for a prefill estimate.")] = None,
+    reserve_bytes: Annotated[str | None, typer.Option(
+        help="Override vLLM's non-KV reserve (activations + non-torch + CUDA graphs).")] = None,
+    async_scheduling: Annotated[bool | None, typer.Option(
+        "--async-scheduling/--no-async-scheduling", help="Default: on for GPUs, off for CPU.")] = None,
+    enforce_eager: Annotated[bool, typer.Option(help="No CUDA graphs (no graph memory reserved).")] = False,
+    entry: Annotated[str, typer.Option(
+        "--entry", help="Whose scheduler defaults: serve (vllm serve, the OpenAI server) or offline (the LLM "
+                        "class, as kvprof sweeps).")] = "serve",
+    vllm_version: Annotated[str | None, typer.Option(
+        "--vllm-version", help="Whose memory accounting and defaults (default: the vLLM kvprof is tested "
+                               "with).")] = None,
+    calibration: Annotated[Path | None, typer.Option(
+        help="calibration.json from a measured sweep; without --gpu/--probe the plan is for the device it was "
+             "measured on. One fitted on another model applies (and is named); one fitted on another GPU is refused "
+             "unless --transfer-calibration.")] = None,
+    transfer_calibration: Annotated[bool, typer.Option(
+        "--transfer-calibration", help="Apply a --calibration fitted on another GPU: its rates are scaled by the "
+                                       "two spec sheets and the output is labelled as transferred, and how.")
+    ] = False,
+    dtype: Annotated[str, typer.Option(
+        help="Weight dtype vLLM runs (its --dtype): auto (the config's torch_dtype), bfloat16, float16, "
+             "float32.")] = "auto",
+    quantization: Annotated[str | None, typer.Option(
+        help="vLLM's --quantization for a checkpoint whose config.json has no quantization_config "
+             "(fp8_per_tensor, fp8_per_channel, fp8_per_block, bitsandbytes; none drops the checkpoint's); "
+             "default: the checkpoint's own quantization_config.")] = None,
+    probe: Annotated[Path | None, typer.Option(
+        help="probe.json from `kvprof probe`: use this machine's measured ceilings instead of --gpu.")] = None,
+    save: Annotated[Path | None, typer.Option(
+        help="Store the prediction and its inputs (JSON) for `kvprof check-plan` once it is measured.")] = None,
+    concurrency: Annotated[int | None, typer.Option(
+        help="Sequences of --context tokens to hold at once: gives the procurement table.")] = None,
+    tpot_slo: Annotated[str | None, typer.Option(
+        help="Procurement table: decode-step ceiling per replica, seconds or with a unit (50ms).")] = None,
+    ttft_slo: Annotated[str | None, typer.Option(
+        help="Procurement table: time-to-first-token ceiling for a --prompt-len prompt (default: --context) "
+             "arriving while the replica's batch decodes, seconds or with a unit (500ms).")] = None,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON object (the procurement table: a list of rows).")] = False,
+):
+    """Predict KV capacity and decode latency for a model on a GPU.
+
+    With a list of GPUs or tensor-parallel sizes, or --concurrency N: the procurement table. Each
+    GPU × tp is one vLLM replica of tp GPUs, planned as above: its KV budget per GPU and the share
+    of it N sequences of --context tokens need, the sequences that fit per replica, replicas =
+    ceil(N / fit) and GPUs needed = replicas × tp, the decode step at ceil(N / replicas) sequences
+    per replica and tokens/s per GPU. With --tpot-slo a replica holds no more sequences than meet
+    it. Order: configurations that fit first, by GPUs needed (fewest first), then tokens/s per GPU
+    (most first); then those that do not, with the reason (tp does not divide the heads, weights,
+    not one sequence fits, SLO). With --calibration the calibrated figures stand beside the
+    spec-sheet ones and decide fit and order. --json: a list of rows (keys:
+    analysis.planning.procurement.ProcurementRow).
+    """
+    try:
+        tps = parse_tp_list(tp)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    _check_plan_options(model, kv_cache_memory_bytes, reserve_bytes, tpot_slo, ttft_slo)
+    if transfer_calibration and calibration is None:
+        raise fail("--transfer-calibration goes with --calibration FILE (it allows a calibration fitted on another "
+                   "GPU or model)")
+    # PlanInputs' fields as the options give them (the byte sizes still text; tp and context set per path).
+    settings = dict(kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
+                    gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_memory_bytes,
+                    reserve_bytes=reserve_bytes, max_num_batched_tokens=max_num_batched_tokens,
+                    max_num_seqs=max_num_seqs, async_scheduling=async_scheduling, enforce_eager=enforce_eager,
+                    entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype, batch=batch,
+                    prompt_len=prompt_len)
+    if (gpu is not None and ("," in gpu or gpu.strip().lower() == "all")) or len(tps) > 1 \
+            or concurrency is not None or tpot_slo is not None or ttft_slo is not None:
+        _procurement_cmd(model, gpu, probe, tps, concurrency, (tpot_slo, ttft_slo), context,
+                         (calibration, transfer_calibration) if calibration else None, save, json_out, settings)
+        return
+    if gpu is not None and not gpu.strip():
+        raise fail("--gpu is empty: give a catalog name (`kvprof gpus`), a comma list or all")
+    if save is not None:
+        output_path(save, "--save", inputs=(calibration, probe, Path(model), Path(model) / "config.json"),
+                    example="plan.json")
+    try:
+        if gpu and probe:
+            raise PlanError("give --gpu or --probe, not both")
+        arch, _ = catalog.resolve_model(model)
+        gpu_spec, gpu_note = catalog.resolve_gpu(gpu) if gpu else (None, None)
+        if probe:
+            try:
+                probe_facts = read_json(probe)
+            except ValueError as exc:
+                raise PlanError(f"--probe {exc} — rerun `kvprof probe --out {probe}`") from None
+            gpu_spec = catalog.from_probe(probe_facts, f"--probe {probe}")
+        inputs = PlanInputs(**_parsed(settings), tensor_parallel_size=tps[0], context=context)
+        cal = load_calibration(calibration, gpu_spec) if calibration else None
+        if cal is not None and gpu_spec is None and (gpu_spec := cal.device_spec()) is not None:
+            gpu_note = f"device from the calibration: {gpu_spec.display} (its ceilings: {cal.measured_on.ceilings})"
+        provenance = None
+        if cal is not None:
+            cal, provenance = checked_calibration(cal, calibration, gpu_spec, arch.name, model, vllm_version,
+                                                  transfer_calibration)
+        result = make_plan(arch, inputs, gpu_spec, cal)
+        refuse_unrunnable(result, inputs)
+        if provenance is not None:
+            result["calibration_provenance"] = provenance
+        if gpu_note:
+            result["gpu_note"] = gpu_note
+    except ValidationError as exc:
+        raise fail(_plan_options_line(exc)) from None
+    except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
+        raise fail(one_line(exc)) from None
+    if save:
+        from analysis.planning.saved_plan import SavedPlanError, save_plan
+        from profiler.output_paths import OutputPathError, writing
+
+        try:
+            with writing(save, "--save"):
+                save_plan(save, model=model, architecture=arch.model_dump(mode="json"), gpu=gpu,
+                          probe=str(probe) if probe else None, calibration=str(calibration) if calibration else None,
+                          inputs=inputs.model_dump(), prediction=result)
+        except (OutputPathError, SavedPlanError) as exc:
+            raise fail(str(exc)) from None
+    prov = result.get("calibration_provenance") or {}
+    for warning in [*result.get("calibration_warnings", []), *prov.get("warnings", [])]:
+        err.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
+    for unknown in prov.get("unknown", []):
+        err.print(f"note: {unknown}", highlight=False)
+    if json_out:
+        print(json.dumps(result, indent=2))
+        return
+    if gpu_note:
+        err.print(f"note: {gpu_note}", highlight=False)
+    console.print(_plan_table(result))
+    if result["kv_budget_bytes"] is None:
+        console.print("no KV budget: give --gpu (or --probe) or --kv-cache-memory-bytes for blocks, "
+                      "concurrency and sequences that fit", highlight=False)
+    if result.get("calibration_source"):  # a transferred calibration's source says so, and from what
+        console.print(f"calibrated with {escape(result['calibration_source'])}", highlight=False)
+    if result.get("reserve"):
+        r = result["reserve"]
+        console.print(
+            f"reserve ({r['source']}): activations {fmt_bytes(r['activation_bytes'])}, non-torch "
+            f"{fmt_bytes(r['non_torch_bytes'])}, CUDA graphs {fmt_bytes(r['cuda_graph_bytes'])}",
+            highlight=False)
+
+
+def _plan_options_line(exc: ValidationError) -> str:
+    """A PlanInputs validation error as one line, each field named by its `kvprof plan` option."""
+    if exc.title != "PlanInputs":
+        return one_line(exc)
+    return "; ".join(
+        f"{OPTION_FLAGS.get(str(e['loc'][0]), '--' + str(e['loc'][0]).replace('_', '-')) if e['loc'] else 'input'}"
+        f": {e['msg'].removeprefix('Value error, ')}"
+        + (f" (got {e['input']!r})" if e["type"] != "value_error" and not isinstance(e.get("input"), dict) else "")
+        for e in exc.errors())
+
+
+def _option_value(option: str, text: str | None, parse: Callable[[str], Any]) -> Any:
+    """An option's text through its parser (parse_bytes, parse_seconds); None when not given, a PlanError
+    naming the option otherwise."""
+    if text is None:
+        return None
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise PlanError(f"{option}: {exc}") from None
+
+
+def _parsed(settings: dict[str, Any]) -> dict[str, Any]:
+    """The plan's settings with the byte sizes given as text parsed (a PlanError naming the option)."""
+    return {**settings, **{k: _option_value("--" + k.replace("_", "-"), settings[k], parse_bytes)
+                           for k in ("kv_cache_memory_bytes", "reserve_bytes")}}
+
+
+def _check_plan_options(model: str, *byte_and_slo: str | None) -> None:
+    """Options given as an empty string: refused by name (an empty --model would read ./config.json)."""
+    if not model.strip():
+        raise fail("--model is empty: give a catalog name (`kvprof models`), a model directory or a config.json")
+    for option, value in zip(("--kv-cache-memory-bytes", "--reserve-bytes", "--tpot-slo", "--ttft-slo"),
+                             byte_and_slo, strict=True):
+        if value is not None and not value.strip():
+            raise fail(f"{option} is empty: give a value (e.g. "
+                       + ("50ms)" if option.endswith("-slo") else "8GiB)"))
+
+
+def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[int], concurrency: int | None,
+                     slos: tuple[str | None, str | None], context: int | None, calibration: tuple[Path, bool] | None,
+                     save: Path | None, json_out: bool, settings: dict[str, Any]) -> None:
+    """`kvprof plan` with GPU or tp lists, or --concurrency: the ranked procurement table. ``calibration``:
+    the file and whether --transfer-calibration allows one fitted on another GPU or model."""
+    try:
+        for flag, value, why in (
+                ("--save", save, "`kvprof check-plan` takes one configuration: give one --gpu and one --tp"),
+                ("--batch", settings.pop("batch"), "each row's batch follows from --concurrency")):
+            if value is not None:
+                raise PlanError(f"{flag} does not go with the procurement table: {why}")
+        if concurrency is None:
+            raise PlanError("the procurement table (GPU or tp lists, --tpot-slo, --ttft-slo) needs --concurrency N "
+                            "(the sequences of --context tokens to hold at once)")
+        if gpu and probe:
+            raise PlanError("give --gpu or --probe, not both")
+        if not gpu and not probe:
+            raise PlanError("the procurement table needs GPUs: --gpu h100-sxm,h200,b200 or --gpu all")
+        arch, _ = catalog.resolve_model(model)
+        if probe:
+            try:
+                gpus = [(catalog.from_probe(read_json(probe), f"--probe {probe}"), None)]
+            except InputFileError as exc:
+                raise PlanError(f"--probe {exc}") from None
+            except ValueError as exc:
+                raise PlanError(f"--probe {probe}: {one_line(exc)}") from None
+        else:
+            gpus = parse_gpu_list(gpu)
+        base = PlanInputs(**_parsed(settings))
+        slo = _option_value("--tpot-slo", slos[0], parse_seconds)
+        ttft_slo = _option_value("--ttft-slo", slos[1], parse_seconds)
+        cal_for = None
+        if calibration:
+            def cal_for(g: Any) -> Calibration:
+                return checked_calibration(load_calibration(calibration[0], g), calibration[0], g, arch.name,
+                                           model, settings.get("vllm_version"), calibration[1])[0]
+        if context is not None and context < 1:
+            raise PlanError(f"--context {context}: Input should be greater than 0 (tokens each sequence holds)")
+        ctx = context if context is not None else make_plan(arch, base).get("max_model_len")
+        rows = procurement(arch, base, [g for g, _ in gpus], tps, concurrency=concurrency, context=ctx,
+                           tpot_slo_s=slo, calibration=cal_for, ttft_slo_s=ttft_slo)
+    except ValidationError as exc:
+        raise fail(_plan_options_line(exc)) from None
+    except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
+        raise fail(one_line(exc)) from None
+    if json_out:
+        print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
+        return
+    for _, note in gpus:
+        if note:
+            err.print(f"note: {note}", highlight=False)
+    cap, lat, notes = procurement_tables(arch.name, rows)
+    console.print(cap)
+    for i, note in enumerate(notes, 1):
+        console.print(f"  [{i}] {escape(note)}", highlight=False)
+    console.print(lat)
+    console.print("order: configurations that fit, by GPUs needed (fewest first), then tokens/s per GPU "
+                  "(most first); GPUs needed = replicas × tp, replicas = ceil(N / sequences that fit)"
+                  + (", calibrated figures decide" if calibration else ""), highlight=False)
+    for note in dict.fromkeys(r.calibration_note for r in rows if r.calibration_note):
+        console.print(f"calibrated with {escape(note)}", highlight=False)
+
+
+def procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list[str]]:
+    """The procurement table as two tables that each fit an 80-column terminal — capacity (what fits where) and
+    latency (the predicted figures with their intervals) — and numbered notes (why a row does not fit)."""
+    first = rows[0]
+    cal = any(r.calibration_note for r in rows)
+    slos = ", ".join(x for x in (f"TPOT ≤ {fmt_seconds(first.tpot_slo_s)}" if first.tpot_slo_s else "",
+                                 f"TTFT ≤ {fmt_seconds(first.ttft_slo_s)}" if first.ttft_slo_s else "") if x)
+    notes: list[str] = []
+    note_of: dict[int, str] = {}
+    for i, r in enumerate(rows):
+        if not r.fits and r.reason:
+            if r.reason not in notes:
+                notes.append(r.reason)
+            note_of[i] = f"[{notes.index(r.reason) + 1}]"
+
+    def table(title: str, cols: list[str]) -> Table:
+        t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0), title_justify="left")
+        for c in cols:
+            t.add_column(c, justify="left" if c in ("GPU", "") else "right", no_wrap=True)
+        return t
+
+    def pct(x: float | None) -> str:
+        return "—" if x is None else f"{100 * x:,.0f}%"
+
+    def g(r: Any, k: str) -> Any:
+        return getattr(r, f"calibrated_{k}") if cal and getattr(r, f"calibrated_{k}", None) is not None \
+            else getattr(r, k)
+
+    cap = table(f"{model}: {first.concurrency:,} sequences of {first.context:,} tokens" + (f", {slos}" if slos else "")
+                + (" (calibrated)" if cal else "") + "; GiB per GPU",
+                ["#", "GPU", "tp", "weights", "KV/GPU", "N×T needs", "fit@T", "repl.", "GPUs", ""])
+    lat = table(f"predicted latency; range: the 10th–90th percentile of published measurements ÷ prediction; "
+                f"TTFT of a {first.prompt_len or first.context:,}-token prompt (its range in --json)",
+                ["#", "GPU", "tp", "batch", "step ms", "range", "TTFT ms", "tok/s/GPU", "bound"])
+
+    def num(v: float) -> str:
+        return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+    def ms(x: float | None) -> str:
+        return "—" if x is None else num(1e3 * x)
+
+    def span(iv: list[float] | None) -> str:
+        return "—" if not iv else f"{num(1e3 * iv[0])}–{num(1e3 * iv[1])}"
+
+    def gib(x: float | None) -> str:
+        return "—" if x is None else f"{x / 2**30:,.1f}"
+
+    for i, r in enumerate(rows):
+        rank = str(r.rank) if r.rank else "—"
+        cap.add_row(rank, r.gpu, str(r.tensor_parallel_size), gib(r.weight_bytes), gib(g(r, "kv_budget_bytes")),
+                    pct(g(r, "kv_fraction_needed")), fmt_count(g(r, "sequences_fit")),
+                    fmt_count(g(r, "replicas")), fmt_count(g(r, "gpus_needed")), note_of.get(i, ""))
+        if r.fits:
+            step_iv = None if cal and r.calibrated_decode_step_s is not None else r.decode_step_interval_s
+            tok = g(r, "tokens_per_s_per_gpu")
+            lat.add_row(rank, r.gpu, str(r.tensor_parallel_size), fmt_count(g(r, "batch")),
+                        ms(g(r, "decode_step_s")), span(step_iv), ms(r.ttft_s),
+                        "—" if tok is None else f"{tok:,.0f}", r.decode_bound or "—")
+    return cap, lat, notes
