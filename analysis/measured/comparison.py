@@ -20,9 +20,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.measured.pipeline import Analysis, analyse
+from analysis.model.layers import cdiv
 from analysis.results.load import LoadError, Results, load
 from analysis.results.schema import EngineSettings
-from analysis.vllm.allocator import cdiv, sequences_that_fit
+from analysis.vllm.allocator import sequences_that_fit
 
 ALIGN_AXES = ["model", "max_model_len", "block_size", "kv_cache_dtype"]
 # Engine settings that are not comparison axes: model_dir (a path on the machine that ran) and model_sha256 (its

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from analysis.model.layers import AttentionLayer, FullAttention, MultiHeadLatentAttention, SlidingWindowAttention
 from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
 
 LayerType = Literal["full_attention", "sliding_attention"]
@@ -180,6 +183,18 @@ class Architecture(BaseModel):
     @property
     def weight_dtype_bytes(self) -> int:
         return dtype_bytes(self.torch_dtype)
+
+    @property
+    def attention_layers(self) -> tuple[AttentionLayer, ...]:
+        """Every layer's attention kind (analysis.model.layers), which owns its KV-cache and attention formulas."""
+        return _attention_layers(self.num_heads, self.num_kv_heads, self.head_dim, self.sliding_window,
+                                 self.layer_types, self.mla)
+
+    @property
+    def attention_kinds(self) -> tuple[tuple[AttentionLayer, int], ...]:
+        """The distinct layer kinds and how many layers have each, in order of first appearance: what a sum
+        over the layers needs."""
+        return _kinds(self.attention_layers)
 
     @property
     def num_sliding_layers(self) -> int:
@@ -512,3 +527,20 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
             for e in exc.errors()
         )
         raise UnsupportedArchitecture(f"{name}: {problems}") from None
+
+
+@lru_cache(maxsize=256)
+def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None,
+                      layer_types: tuple[str, ...], mla: MLA | None) -> tuple[AttentionLayer, ...]:
+    if mla is not None:  # every layer; vLLM's allocator refuses MLA with windows (analysis.vllm.allocator)
+        return (MultiHeadLatentAttention(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
+                                         qk_rope_head_dim=mla.qk_rope_head_dim),) * len(layer_types)
+    full = FullAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+    sliding = SlidingWindowAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                                     window_size=sliding_window or 0)
+    return tuple(sliding if t == "sliding_attention" else full for t in layer_types)
+
+
+@lru_cache(maxsize=256)
+def _kinds(layers: tuple[AttentionLayer, ...]) -> tuple[tuple[AttentionLayer, int], ...]:
+    return tuple(Counter(layers).items())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from analysis.model import layers
 from analysis.model.architecture import Architecture, dtype_bytes
 
 KV_DTYPES = ("auto", "bfloat16", "bf16", "float16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -38,47 +39,34 @@ def is_fp8(kv_cache_dtype: str) -> bool:
 
 
 def kv_heads_per_rank(a: Architecture, tp: int = 1) -> int:
-    """KV heads one rank stores: vLLM 0.32's ``ModelConfig.get_num_kv_heads`` (vllm/config/model.py),
-    max(1, n_kv // tp). Past n_kv ranks each head is replicated on tp // n_kv ranks, which must be whole
-    (``QKVParallelLinear``: ``divide(tp, n_kv)``): 8 KV heads at tp 16 is one head per rank, on two ranks each."""
-    if tp < 1:
-        raise ValueError("tensor parallel size must be >= 1")
-    if a.num_kv_heads >= tp and a.num_kv_heads % tp:
-        raise ValueError(f"{a.num_kv_heads} KV heads cannot be split evenly over {tp} ranks")
-    if a.num_kv_heads < tp and tp % a.num_kv_heads:
-        raise ValueError(f"{tp} ranks cannot replicate {a.num_kv_heads} KV heads evenly")
-    return max(1, a.num_kv_heads // tp)
+    """KV heads one rank of a tensor-parallel group stores (analysis.model.layers.kv_heads_per_rank)."""
+    return layers.kv_heads_per_rank(a.num_kv_heads, tp)
 
 
 def layer_kv_bytes_per_token(a: Architecture, kv_cache_dtype: str = "auto", tp: int = 1) -> int:
-    """Bytes one attention layer caches per token on one rank."""
+    """Bytes one attention layer caches per token on one rank (every layer of a model caches the same: vLLM's
+    one page size, which the allocator needs)."""
     s = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
-    if a.mla:
-        return (a.mla.kv_lora_rank + a.mla.qk_rope_head_dim) * s
-    return 2 * kv_heads_per_rank(a, tp) * a.head_dim * s
+    return a.attention_layers[0].kv_elements_per_token(tp) * s
 
 
 def kv_bytes_per_token(a: Architecture, kv_cache_dtype: str = "auto", tp: int = 1) -> int:
     """Bytes per token summed over every layer (each layer caches every token until
     its window is full), per rank."""
-    return a.num_layers * layer_kv_bytes_per_token(a, kv_cache_dtype, tp)
+    s = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
+    return sum(n * layer.kv_elements_per_token(tp) * s for layer, n in a.attention_kinds)
 
 
 def kv_bytes_per_sequence(a: Architecture, context: int, kv_cache_dtype: str = "auto",
                           tp: int = 1) -> int:
     """Bytes one sequence of `context` tokens occupies, windows capping windowed layers."""
-    per_layer = layer_kv_bytes_per_token(a, kv_cache_dtype, tp)
-    window = a.sliding_window or context
-    tokens = a.num_full_layers * context + a.num_sliding_layers * min(context, window)
-    return tokens * per_layer
+    s = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
+    return sum(n * layer.tokens_held(context) * layer.kv_elements_per_token(tp) * s for layer, n in a.attention_kinds)
 
 
 def mha_reduction(a: Architecture) -> float:
     """How much smaller the cache is than full multi-head attention (h / g; MLA vs MHA)."""
-    mha = 2 * a.num_heads * a.head_dim
-    if a.mla:
-        return mha / (a.mla.kv_lora_rank + a.mla.qk_rope_head_dim)
-    return mha / (2 * a.num_kv_heads * a.head_dim)
+    return 2 * a.num_heads * a.head_dim / a.attention_layers[0].kv_elements_per_token()
 
 
 @dataclass(frozen=True)

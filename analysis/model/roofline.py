@@ -9,10 +9,11 @@ Batching amortises the weight read across the batch, never the KV read.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from analysis.model.architecture import Architecture
-from analysis.model.kv import kv_bytes_per_sequence, layer_kv_bytes_per_token
+from analysis.model.kv import kv_bytes_per_sequence, kv_dtype_bytes
 from analysis.model.params import count_params, decode_weight_bytes
 
 
@@ -49,15 +50,9 @@ def _matmul_params(a: Architecture) -> float:
 
 
 def attention_flops_per_token(a: Architecture, context: int) -> float:
-    """FLOPs of one query attending to `context` cached tokens, over all layers."""
-    window = a.sliding_window or context
-    tokens = a.num_full_layers * context + a.num_sliding_layers * min(context, window)
-    if a.mla:
-        # Absorbed MLA: scores over latent+rope, output over latent, per head.
-        per_token = 2 * a.num_heads * (2 * a.mla.kv_lora_rank + a.mla.qk_rope_head_dim)
-    else:
-        per_token = 4 * a.num_heads * a.head_dim  # QK^T and AV, 2 FLOPs per MAC
-    return tokens * per_token
+    """FLOPs of one query attending to `context` cached tokens, over all layers (each as far as its kind
+    keeps them: analysis.model.layers)."""
+    return sum(n * layer.attention_flops(context) for layer, n in a.attention_kinds)
 
 
 def decode_step(
@@ -121,15 +116,20 @@ def crossover_context(a: Architecture, *, batch: int = 1, kv_cache_dtype: str = 
     Dense MHA at batch 1 with 12·d² parameters per layer and no embeddings: t* = 6·d_model.
     """
     w = decode_weight_bytes(a, batch, tp) if weight_bytes is None else weight_bytes
-    per_layer = layer_kv_bytes_per_token(a, kv_cache_dtype, tp) * batch
-    full, sliding, window = a.num_full_layers, a.num_sliding_layers, a.sliding_window or 0
-    all_layers = per_layer * a.num_layers
-    if not sliding or w <= all_layers * window:
-        return w / all_layers
-    # Past the window only the full layers keep growing.
-    if full == 0:
-        return None
-    return (w - per_layer * sliding * window) / (per_layer * full)
+    # The batch's KV read grows by `rate` bytes per token of context while no window is full, then only by the
+    # layers without one: piecewise linear, solved segment by segment between the windows.
+    s = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
+    kinds = [(n * layer.kv_elements_per_token(tp) * s * batch, layer.window) for layer, n in a.attention_kinds]
+    start, read = 0.0, 0.0
+    for end in [*sorted({w_ for _, w_ in kinds if w_}), math.inf]:
+        rate = sum(b for b, window in kinds if not window or window >= end)
+        if rate == 0:
+            return None
+        t = start + (w - read) / rate
+        if t <= end:
+            return t
+        start, read = end, read + rate * (end - start)
+    return None  # not reached: the last segment is unbounded
 
 
 def ridge_point(peak_flops: float, bandwidth_Bps: float) -> float:

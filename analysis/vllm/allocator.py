@@ -30,6 +30,7 @@ from math import ceil
 
 from analysis.model.architecture import Architecture
 from analysis.model.kv import layer_kv_bytes_per_token
+from analysis.model.layers import AttentionLayer, cdiv
 
 NULL_BLOCKS = 1  # BlockPool pops one block off the free queue as its null block at start-up
 
@@ -38,18 +39,21 @@ class NotModelled(ValueError):
     """A configuration whose vLLM allocation this module does not reproduce."""
 
 
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 @dataclass(frozen=True)
 class Group:
-    """One KV-cache group: layers that share a block table."""
+    """One KV-cache group: layers of one kind (analysis.model.layers) that share a block table."""
 
-    kind: str  # "full", "sliding", "mla"
+    layer: AttentionLayer  # the kind every layer of the group has
     layers: tuple[int, ...]
-    window: int | None
     blocks_per_request: int
+
+    @property
+    def kind(self) -> str:
+        return self.layer.kind  # "full", "sliding", "mla"
+
+    @property
+    def window(self) -> int | None:
+        return self.layer.window
 
 
 @dataclass(frozen=True)
@@ -79,24 +83,18 @@ class PagedCapacity:
         return sum(width - len(g.layers) for g in self.groups)
 
 
-def _layer_kinds(a: Architecture, hybrid_manager: bool) -> list[tuple[str, int | None]]:
-    if a.mla:
-        if a.num_sliding_layers:
-            raise NotModelled(f"{a.name}: MLA with sliding-window layers")
-        return [("mla", None)] * a.num_layers
-    kinds: list[tuple[str, int | None]] = [
-        ("sliding", a.sliding_window) if t == "sliding_attention" else ("full", None)
-        for t in a.layer_types
-    ]
-    mixed = {k for k, _ in kinds} == {"full", "sliding"}
-    if mixed and not hybrid_manager:
+def _layer_kinds(a: Architecture, hybrid_manager: bool) -> list[AttentionLayer]:
+    if a.mla and a.num_sliding_layers:
+        raise NotModelled(f"{a.name}: MLA with sliding-window layers")
+    kinds = list(a.attention_layers)
+    if len(set(kinds)) > 1 and not hybrid_manager:
         # --disable-hybrid-kv-cache-manager: windowed layers allocate like full ones.
-        return [("full", None)] * a.num_layers
+        return [k.as_full() for k in kinds]
     return kinds
 
 
-def _group_layers(kinds: list[tuple[str, int | None]]) -> list[tuple[tuple[str, int | None], list[int]]]:
-    buckets: dict[tuple[str, int | None], list[int]] = {}
+def _group_layers(kinds: list[AttentionLayer]) -> list[tuple[AttentionLayer, list[int]]]:
+    buckets: dict[AttentionLayer, list[int]] = {}
     for i, k in enumerate(kinds):
         buckets.setdefault(k, []).append(i)
     if len(buckets) == 1:
@@ -111,15 +109,6 @@ def _group_layers(kinds: list[tuple[str, int | None]]) -> list[tuple[tuple[str, 
         n = cdiv(len(layers), group_size)
         groups.extend((k, layers[i::n]) for i in range(n))
     return groups
-
-
-def blocks_per_request(kind: str, window: int | None, block_size: int, max_model_len: int,
-                       in_flight_tokens: int) -> int:
-    """Blocks vLLM reserves per request for one group (its admission worst case)."""
-    if kind == "sliding":
-        assert window is not None
-        return cdiv(min(window - 1 + in_flight_tokens, max_model_len), block_size) + 1
-    return cdiv(max_model_len, block_size)
 
 
 def paged_capacity(
@@ -147,9 +136,9 @@ def paged_capacity(
     width = max(len(layers) for _, layers in grouped)
     bytes_per_block = width * page
     groups = tuple(
-        Group(kind=k, layers=tuple(layers), window=w,
-              blocks_per_request=blocks_per_request(k, w, block_size, max_model_len, in_flight))
-        for (k, w), layers in grouped
+        Group(layer=k, layers=tuple(layers),
+              blocks_per_request=k.blocks_per_request(block_size, max_model_len, in_flight))
+        for k, layers in grouped
     )
     return PagedCapacity(
         block_size=block_size,
@@ -212,7 +201,7 @@ def kv_ceiling(cap: PagedCapacity, tokens: int, max_num_seqs: int | None, max_nu
     if tokens <= 0:
         raise ValueError(f"a sequence must hold at least one token of KV, got {tokens}")
     in_flight = max_num_batched_tokens * (2 if async_scheduling else 1)
-    per_seq = sum(blocks_per_request(g.kind, g.window, cap.block_size, tokens, in_flight) for g in cap.groups)
+    per_seq = sum(g.layer.blocks_per_request(cap.block_size, tokens, in_flight) for g in cap.groups)
     return BatchCeiling(tokens=tokens, blocks_per_sequence=per_seq, usable_blocks=cap.num_blocks - NULL_BLOCKS,
                         kv_limit=sequences_that_fit(cap.num_blocks, per_seq), max_num_seqs=max_num_seqs,
                         vllm_reported=cap.num_blocks / per_seq)

@@ -1,0 +1,129 @@
+"""Attention-layer kinds, one class each owning its formulas, as vLLM's ``v1/kv_cache_interface.py`` has one
+spec class per KV-cache kind (``FullAttentionSpec``, ``SlidingWindowSpec``, ``MLAAttentionSpec``).
+
+Each kind answers, for one layer:
+
+* ``kv_elements_per_token(tp)``: what it caches per token on one rank, in elements (× the KV dtype's bytes);
+* ``tokens_held(context)``: the tokens of a ``context``-token sequence it keeps (``window``: its cap, or None);
+* ``blocks_per_request(block_size, max_model_len, in_flight_tokens)``: the blocks vLLM reserves per request for
+  a group of such layers, its admission worst case (vllm/v1/core/single_type_kv_cache_manager.py);
+* ``attention_flops(context)``: FLOPs of one query token attending over what the layer holds.
+
+``Architecture.attention_layers`` gives every layer of a model its kind; the KV arithmetic (analysis.model.kv),
+the rooflines (analysis.model.roofline), the latency model and vLLM's allocator (analysis.vllm.allocator) sum
+over those layers and never branch on the kind. A new kind is a class here and the line of
+``Architecture.attention_layers`` that recognises it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
+    """KV heads one rank stores: vLLM 0.32's ``ModelConfig.get_num_kv_heads`` (vllm/config/model.py),
+    max(1, n_kv // tp). Past n_kv ranks each head is replicated on tp // n_kv ranks, which must be whole
+    (``QKVParallelLinear``: ``divide(tp, n_kv)``): 8 KV heads at tp 16 is one head per rank, on two ranks each."""
+    if tp < 1:
+        raise ValueError("tensor parallel size must be >= 1")
+    if num_kv_heads >= tp and num_kv_heads % tp:
+        raise ValueError(f"{num_kv_heads} KV heads cannot be split evenly over {tp} ranks")
+    if num_kv_heads < tp and tp % num_kv_heads:
+        raise ValueError(f"{tp} ranks cannot replicate {num_kv_heads} KV heads evenly")
+    return max(1, num_kv_heads // tp)
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """One attention layer's KV cache and attention arithmetic. ``num_heads``: its query heads."""
+
+    kind: ClassVar[str]
+    num_heads: int
+
+    @property
+    def window(self) -> int | None:
+        """Most tokens of a sequence the layer keeps (None: every token)."""
+        return None
+
+    def kv_elements_per_token(self, tp: int = 1) -> int:
+        raise NotImplementedError
+
+    def tokens_held(self, context: int) -> int:
+        return context if self.window is None else min(context, self.window)
+
+    def blocks_per_request(self, block_size: int, max_model_len: int, in_flight_tokens: int) -> int:
+        """Every token of the longest request: ``cdiv(max_model_len, block_size)``
+        (``FullAttentionManager``)."""
+        return cdiv(max_model_len, block_size)
+
+    def flops_per_held_token(self) -> float:
+        raise NotImplementedError
+
+    def attention_flops(self, context: int) -> float:
+        """FLOPs of one query token attending over the ``context`` tokens before it (as far as the layer keeps
+        them)."""
+        return self.tokens_held(context) * self.flops_per_held_token()
+
+    def as_full(self) -> AttentionLayer:
+        """The layer as vLLM allocates it with the hybrid KV-cache manager off (a window allocates like full
+        attention; every other kind as itself)."""
+        return self
+
+
+@dataclass(frozen=True)
+class FullAttention(AttentionLayer):
+    """Multi-head, grouped-query or multi-query attention over every token: K and V of each KV head."""
+
+    kind: ClassVar[str] = "full"
+    num_kv_heads: int
+    head_dim: int
+
+    def kv_elements_per_token(self, tp: int = 1) -> int:
+        return 2 * kv_heads_per_rank(self.num_kv_heads, tp) * self.head_dim
+
+    def flops_per_held_token(self) -> float:
+        return 4 * self.num_heads * self.head_dim  # QK^T and AV, 2 FLOPs per multiply-add
+
+
+
+@dataclass(frozen=True)
+class SlidingWindowAttention(FullAttention):
+    """Attention over the last ``window_size`` tokens only; vLLM frees the blocks that fall out of the window."""
+
+    kind: ClassVar[str] = "sliding"
+    window_size: int = 0
+
+    @property
+    def window(self) -> int | None:
+        return self.window_size
+
+    def blocks_per_request(self, block_size: int, max_model_len: int, in_flight_tokens: int) -> int:
+        """The window plus the tokens in flight (a step's batched tokens, two steps' with async scheduling),
+        plus one block for a window that straddles a block boundary (``SlidingWindowManager``)."""
+        return cdiv(min(self.window_size - 1 + in_flight_tokens, max_model_len), block_size) + 1
+
+    def as_full(self) -> FullAttention:
+        """The layer as vLLM allocates it with the hybrid KV-cache manager off: like a full-attention layer."""
+        return FullAttention(num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)
+
+
+@dataclass(frozen=True)
+class MultiHeadLatentAttention(AttentionLayer):
+    """DeepSeek's MLA: one compressed latent plus the decoupled RoPE key per token, shared by every head and
+    replicated on every rank; attention runs absorbed, over the latent."""
+
+    kind: ClassVar[str] = "mla"
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+
+    def kv_elements_per_token(self, tp: int = 1) -> int:
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def flops_per_held_token(self) -> float:
+        # Absorbed MLA: scores over latent + rope, output over the latent, per head.
+        return 2 * self.num_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
