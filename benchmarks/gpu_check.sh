@@ -33,7 +33,7 @@ nvidia-smi --query-gpu=name,uuid,pci.bus_id,driver_version,memory.total,clocks.m
   --format=csv | tee "$OUT/nvidia-smi.csv"
 "$PY" -c "import torch, pynvml, pydantic; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'pydantic', pydantic.VERSION)"
-step pytest-gpu "$PY" -m pytest -m gpu -v -s -p no:cacheprovider tests/test_gpu_telemetry.py
+step pytest-gpu "$PY" -m pytest -m gpu -v -s -p no:cacheprovider tests/profiler/test_gpu_telemetry.py
 step gpu-sampler "$PY" benchmarks/gpu_sampler.py --out "$OUT"
 step probe "$PY" -m profiler.probe --out "$OUT/probe.json"
 echo "=== $failed step(s) failed; results in $OUT"

@@ -13,8 +13,8 @@ process under a 30 s timeout, as a user runs it. An answer is clean when all of 
   * the case's own check of the answer holds (e.g. no negative capacity, no decode step of hours).
 
 It prints one row per case (clean or the first property that failed) and the count of clean answers; it
-exits 0 in any case (a benchmark reports numbers; tests/test_hostile_cli.py holds the regressions).
-Results-directory corruption is covered elsewhere (tests/test_results_safety.py) and not repeated here.
+exits 0 in any case (a benchmark reports numbers; tests/profiler/test_hostile_cli.py holds the regressions).
+Results-directory corruption is covered elsewhere (tests/profiler/test_results_safety.py) and not repeated here.
 """
 
 from __future__ import annotations

@@ -18,6 +18,16 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture
+def fast_pdf(monkeypatch):
+    """Pages are built from the data as in a real report; only drawing them into the PDF is skipped."""
+    from matplotlib.backends.backend_pdf import PdfPages
+    from matplotlib.figure import Figure
+
+    monkeypatch.setattr(PdfPages, "savefig", lambda self, figure=None, **kw: None)
+    monkeypatch.setattr(Figure, "tight_layout", lambda self, *a, **kw: None)
+
+
 def _nvidia_gpu() -> bool:
     if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
         return True

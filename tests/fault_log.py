@@ -1,4 +1,4 @@
-"""Faults injected by tests/test_faults.py and what each test observed; conftest prints the table.
+"""Faults injected by tests/engines/test_faults.py and what each test observed; conftest prints the table.
 
 A test opens its row (`record`) before it injects the fault and fills in what it observes as it
 goes: the exit code of every run from the fault on, the points on disk with status ok when the

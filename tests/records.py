@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import analysis.results.schema as _schema
+from analysis.catalog import model_dir
 from analysis.results.schema import (
     CapacityFacts,
     DecodeMeasurements,
@@ -110,4 +111,20 @@ def write_run(root: Path, records: list[Any], name: str = "serve-test") -> Path:
             engines.append(rec.id)
         rec.save_file(root / kind / f"{rec.id}.json")
     Manifest(name=name, status="complete", engines=sorted(set(engines))).save_file(root / "manifest.json")
+    return root
+
+
+def engine_only_run(root: Path, max_num_seqs: int = 64, **settings) -> Path:
+    """One ok tiny-llama-gqa engine (capacity facts only, no points) with the given engine settings."""
+    engine = EngineSettings(model_dir=str(model_dir("tiny-llama-gqa")), model_sha256="tiny", block_size=32,
+                            max_model_len=1024, kv_cache_memory_bytes=16 * 2**20, **settings)
+    EngineRecord.model_validate({
+        "id": engine.id, "status": "ok", "device": "CPU (x86_64)", "vllm_version": "0.32.0",
+        "torch_version": "2.13.0+cpu", "engine": engine,
+        "capacity": {"num_gpu_blocks": 512, "block_size": 32, "kv_cache_size_tokens": 16_384,
+                     "kv_cache_max_concurrency": 16.0, "max_model_len": 1024, "max_num_batched_tokens": 4096,
+                     "max_num_seqs": max_num_seqs, "cache_dtype": "auto", "model_dtype": "bfloat16"}},
+    ).save_file(root / "engines" / f"{engine.id}.json")
+    Manifest(name=root.name, status="complete", engines=[engine.id], engine_launches=1).save_file(
+        root / "manifest.json")
     return root

@@ -24,11 +24,11 @@ DOCS = [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *sorted((ROOT / "docs").gl
 
 # An example's words that mean it cannot run on this machine in a test, and why.
 NOT_RUN = {
-    "sweep": "starts engines (the demo sweep runs in tests/test_sweep_e2e.py) unless --dry-run",
+    "sweep": "starts engines (the demo sweep runs in tests/engines/test_sweep_e2e.py) unless --dry-run",
     "probe": "measures the device for minutes",
-    "report": "reads a sweep's results (tests/test_report.py builds them)",
-    "compare": "reads several sweeps' results (tests/test_compare.py)",
-    "check-plan": "reads a saved plan and a sweep (tests/test_plan_check.py)",
+    "report": "reads a sweep's results (tests/analysis/report/test_report.py builds them)",
+    "compare": "reads several sweeps' results (tests/analysis/measured/test_compare.py)",
+    "check-plan": "reads a saved plan and a sweep (tests/analysis/measured/test_plan_check.py)",
     "path/to/model-dir": "a placeholder for the reader's own model folder",
     "--calibration": "reads a calibration a sweep wrote",
 }

@@ -88,3 +88,10 @@ def test_analysis_layers_import_only_downwards():
     upward = sorted(f"{m} imports {t}" for m in analysis for t in GRAPH[m]
                     if t.startswith("analysis.") and _layer(t) > _layer(m))
     assert not upward, upward
+
+
+def test_a_test_file_imports_helpers_never_another_test_file():
+    tests = ROOT / "tests"
+    bad = sorted(f"{f.relative_to(tests)} imports {name}" for f in tests.rglob("test_*.py")
+                 for name in _imports(f) if name.split(".")[0].startswith("test_"))
+    assert not bad, bad

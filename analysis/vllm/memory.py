@@ -39,7 +39,7 @@ versions       sampler warm-up (bytes a logit beyond the logits)    non-torch   
 0.32 (pinned)  Model Runner V2 for every model: 0                   0.25 / 2.1   estimate deducted
 =============  ===================================================  ===========  ==================
 
-(non-torch: GiB on one GPU / with tensor parallelism.) Checked in tests/test_vllm_memory.py against
+(non-torch: GiB on one GPU / with tensor parallelism.) Checked in tests/analysis/vllm/test_vllm_memory.py against
 published logs, per record of the GPU corpus (tests/fixtures/gpu_corpus/).
 """
 

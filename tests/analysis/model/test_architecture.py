@@ -1,0 +1,225 @@
+"""config.json parsing and parameter counts against published totals."""
+
+import json
+
+import pytest
+
+from analysis.catalog import gpu, gpus, model_names, resolve_model
+from analysis.model.architecture import Architecture, UnsupportedArchitecture
+from analysis.model.kv import kv_bytes_per_sequence, kv_bytes_per_token, layer_kv_bytes_per_token
+from analysis.model.params import count_params, decode_weight_bytes, expected_experts_touched
+
+
+@pytest.mark.parametrize(
+    "name, total_b, active_b",
+    [
+        ("llama-3.1-8b", 8.03, None),
+        ("llama-3.1-70b", 70.6, None),
+        ("mixtral-8x7b", 46.7, 12.9),
+        ("qwen2.5-7b", 7.62, None),
+        ("llama-3.1-405b", 405.9, None),
+        ("deepseek-v3", 671.0, 37.0),
+        ("qwen3-30b-a3b", 30.5, 3.3),
+        ("gpt-oss-120b", 116.8, None),
+    ],
+)
+def test_published_parameter_totals_within_1_percent(name, total_b, active_b):
+    arch, _ = resolve_model(name)
+    p = count_params(arch)
+    assert p.total / 1e9 == pytest.approx(total_b, rel=0.01)
+    if active_b is not None:
+        assert p.active / 1e9 == pytest.approx(active_b, rel=0.02)
+
+
+def test_gpt_oss_active_excludes_input_embedding_as_published():
+    # OpenAI quotes 3.6B / 5.1B active: everything but the input embedding table.
+    for name, published in (("gpt-oss-20b", 3.61), ("gpt-oss-120b", 5.13)):
+        arch, _ = resolve_model(name)
+        p = count_params(arch)
+        assert (p.active - p.embedding) / 1e9 == pytest.approx(published, rel=0.01)
+
+
+def test_catalog_has_at_least_12_real_architectures_and_all_parse():
+    real = [n for n in model_names() if not n.startswith("tiny-")]
+    assert len(real) >= 12
+    for name in model_names():
+        arch, directory = resolve_model(name)
+        assert (directory / "config.json").is_file()
+        assert kv_bytes_per_token(arch) > 0
+
+
+def test_llama_3_1_8b_facts():
+    a, _ = resolve_model("llama-3.1-8b")
+    assert (a.num_layers, a.num_kv_heads, a.head_dim, a.attention_kind) == (32, 8, 128, "GQA")
+    assert kv_bytes_per_token(a) == 131_072  # 128 KiB: 32 layers × 2 × 8 × 128 × 2 B
+    assert kv_bytes_per_token(a, "fp8") == 65_536
+
+
+def test_gemma3_nested_text_config_and_5_to_1_pattern():
+    a, _ = resolve_model("gemma-3-27b")
+    assert a.num_layers == 62 and a.head_dim == 128 and a.torch_dtype == "bfloat16"
+    assert a.layer_types[:6] == ("sliding_attention",) * 5 + ("full_attention",)
+    assert (a.num_sliding_layers, a.num_full_layers) == (52, 10)
+    assert a.tie_word_embeddings  # gemma default
+    # Past the 1,024-token window only the 10 global layers grow.
+    per_layer = layer_kv_bytes_per_token(a)
+    assert kv_bytes_per_sequence(a, 32_768) == per_layer * (10 * 32_768 + 52 * 1024)
+
+
+def test_gemma2_alternates_starting_with_sliding():
+    a, _ = resolve_model("gemma-2-9b")
+    assert a.layer_types[:4] == ("sliding_attention", "full_attention") * 2
+    assert a.norms_per_layer == 4
+
+
+def test_gpt_oss_explicit_layer_types_and_mxfp4_experts():
+    a, _ = resolve_model("gpt-oss-20b")
+    assert a.sliding_window == 128 and a.num_sliding_layers == 12
+    # MXFP4 experts, bf16 elsewhere: the checkpoint's quantization_config
+    # (bytes: tests/analysis/model/test_quantization.py).
+    assert a.quantization is not None and a.quantization.method == "mxfp4"
+
+
+def test_qwen2_sliding_window_convention(tmp_path):
+    cfg = json.loads(resolve_model("qwen2.5-7b")[1].joinpath("config.json").read_text())
+    assert Architecture.from_config(cfg).num_sliding_layers == 0  # use_sliding_window false
+    cfg.update(use_sliding_window=True, max_window_layers=20, sliding_window=4096)
+    a = Architecture.from_config(cfg)
+    assert a.layer_types[19] == "full_attention" and a.layer_types[20] == "sliding_attention"
+    assert a.num_sliding_layers == 8
+
+
+def test_mla_latent_bytes():
+    a, _ = resolve_model("deepseek-v3")
+    assert a.attention_kind == "MLA"
+    assert layer_kv_bytes_per_token(a) == (512 + 64) * 2
+    assert kv_bytes_per_token(a) == 61 * 1152
+    assert layer_kv_bytes_per_token(a, tp=8) == 1152  # the latent is replicated per rank
+
+
+def test_tensor_parallel_splits_and_replicates_kv_heads():
+    a, _ = resolve_model("llama-3.1-70b")  # 8 KV heads
+    assert layer_kv_bytes_per_token(a, tp=4) == 2 * 2 * 128 * 2
+    assert layer_kv_bytes_per_token(a, tp=16) == 2 * 1 * 128 * 2  # replicated
+    with pytest.raises(ValueError, match="cannot be split"):
+        layer_kv_bytes_per_token(a, tp=3)
+
+
+def test_moe_decode_reads_only_touched_experts():
+    a, _ = resolve_model("mixtral-8x7b")
+    assert expected_experts_touched(8, 2, 1) == pytest.approx(2)
+    one, many = decode_weight_bytes(a, 1), decode_weight_bytes(a, 256)
+    assert one < many
+    assert many == pytest.approx(decode_weight_bytes(a, 10_000))  # all experts touched
+
+
+@pytest.mark.parametrize(
+    "mutation, message",
+    [
+        (lambda c: c.pop("num_hidden_layers"), "layer count"),
+        (lambda c: c.update(layer_types=["full_attention", "mamba"] * 2), "recurrent state"),
+        (lambda c: c.update(num_hidden_layers=0), "positive integer"),
+        (lambda c: c.update(model_type="t5"), "encoder-decoder"),
+        (lambda c: c.update(num_key_value_heads=3), "not divisible"),
+        (lambda c: c.update(torch_dtype="complex64"), "unknown dtype"),
+    ],
+)
+def test_unsupported_configs_name_the_problem(mutation, message):
+    cfg = json.loads(resolve_model("tiny-llama-gqa")[1].joinpath("config.json").read_text())
+    mutation(cfg)
+    with pytest.raises(UnsupportedArchitecture, match=message):
+        Architecture.from_config(cfg)
+
+
+def test_missing_config_is_a_clear_error(tmp_path):
+    with pytest.raises(UnsupportedArchitecture, match=r"no config\.json"):
+        Architecture.from_config(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(UnsupportedArchitecture, match="not valid JSON"):
+        Architecture.from_config(tmp_path)
+
+
+def test_gpu_catalog_and_nvml_names():
+    assert {"a100-40gb-sxm", "a100-80gb-sxm", "a100-80gb-pcie", "h100-sxm", "h100-pcie", "h100-nvl",
+            "h200", "b200", "l40s", "l4"} <= set(gpus())
+    assert gpu("NVIDIA H200").name == "h200"
+    assert gpu("NVIDIA L4").name == "l4"
+    assert gpu("NVIDIA L40S").name == "l40s"  # longest match wins
+    assert gpu("NVIDIA H100 80GB HBM3").name == "h100-sxm"
+    assert gpu("a100-80gb-sxm").bandwidth_tbs == 2.039
+    assert round(gpu("a100-40gb-sxm").ridge_point) == 201
+
+
+def test_vllm_downcasts_a_float32_checkpoint_under_auto_dtype():
+    """vLLM's _resolve_auto_dtype (vllm/config/model.py): a float32 config runs in the platform's first
+    supported dtype (bfloat16 on Ampere+ and x86 CPUs); --dtype float32 keeps 4 bytes; other configs keep theirs.
+    gemma-2-9b's config.json says float32, and vLLM 0.19 logged 17.22 GiB of weights for it on an H100
+    (llmdplanner_gemma2_9b_h100 in tests/fixtures/gpu_corpus): 2 bytes a parameter, not 4."""
+    from analysis.catalog import resolve_model
+
+    a, _ = resolve_model("gemma-2-9b")
+    assert a.torch_dtype == "float32"
+    assert a.with_dtype("auto").torch_dtype == "bfloat16"
+    assert a.with_dtype("float32").torch_dtype == "float32"
+    assert a.with_dtype("half").torch_dtype == "float16"
+    b, _ = resolve_model("llama-3.1-8b")
+    assert b.with_dtype("auto") is b and b.with_dtype("float32").weight_dtype_bytes == 4
+    with pytest.raises(ValueError, match="--dtype 'int8'"):
+        b.with_dtype("int8")
+
+
+@pytest.mark.parametrize("key, value, bound", [
+    ("num_hidden_layers", 10**9, "4,096"),
+    ("hidden_size", 10**7, "262,144"),
+    ("num_attention_heads", 10**6, "8,192"),
+    ("num_key_value_heads", 10**6, "8,192"),
+    ("intermediate_size", 10**8, "1,048,576"),
+    ("vocab_size", 10**9, "16,777,216"),
+    ("max_position_embeddings", 10**12, "268,435,456"),
+    ("num_local_experts", 10**6, "16,384"),
+])
+def test_implausible_sizes_are_refused_naming_the_key_value_and_bound(key, value, bound):
+    # Each bound is far past any published model (126 layers, hidden 16,384, 128 heads, 384 experts, 10M positions)
+    cfg = json.loads(resolve_model("tiny-llama-gqa")[1].joinpath("config.json").read_text()) | {key: value}
+    if key == "num_local_experts":
+        cfg["num_experts_per_tok"] = 2
+    with pytest.raises(UnsupportedArchitecture, match=f"config.json {key} {value:,} is past kvprof's bound of {bound}"):
+        Architecture.from_config(cfg)
+
+
+def test_an_oversized_config_file_is_refused_unread(tmp_path):
+    (tmp_path / "config.json").write_text('{"pad": "' + "x" * (16 << 20) + '"}')
+    with pytest.raises(UnsupportedArchitecture, match=r"a model's config\.json is at most 16,777,216 bytes"):
+        Architecture.from_config(tmp_path)
+
+
+def _tiny(**changes):
+    cfg = json.loads(resolve_model("tiny-llama-gqa")[1].joinpath("config.json").read_text())
+    cfg.pop("rope_scaling", None)
+    return Architecture.from_config(cfg | changes)
+
+
+@pytest.mark.parametrize("changes, limit", [
+    ({"max_position_embeddings": 4096}, 4096),
+    # vLLM 0.32 _get_and_verify_max_len: a linear or dynamic RoPE factor scales the length: 4096 · 4 = 16,384
+    ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 4.0}}, 16_384),
+    ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, 8_192),
+    # llama3, yarn, longrope: max_position_embeddings is already the scaled length
+    ({"max_position_embeddings": 131_072, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, 131_072),
+    ({"max_position_embeddings": 163_840, "rope_scaling": {"type": "yarn", "factor": 40}}, 163_840),
+    # Gemma 3's 128K already includes its linear factor 8 (vLLM skips "gemma3" model types)
+    ({"max_position_embeddings": 131_072, "model_type": "gemma3_text",
+      "rope_scaling": {"rope_type": "linear", "factor": 8.0}}, 131_072),
+    # the smallest length key counts, and model_max_length wins (Command-R)
+    ({"max_position_embeddings": 8192, "seq_length": 4096}, 4096),
+    ({"max_position_embeddings": 8192, "model_max_length": 16_384}, 16_384),
+])
+def test_the_longest_max_model_len_is_vllms(changes, limit):
+    assert _tiny(**changes).max_len_limit == limit
+
+
+def test_catalog_limits_are_their_max_position_embeddings():
+    # every catalog model's RoPE type is prescaled (llama3, yarn) or none, or the model is a Gemma 3
+    for name in ("llama-3.1-8b", "deepseek-v3", "gemma-3-27b", "gpt-oss-120b", "qwen2.5-0.5b"):
+        a, _ = resolve_model(name)
+        assert a.max_len_limit == a.max_position_embeddings and a.derived_max_len is None

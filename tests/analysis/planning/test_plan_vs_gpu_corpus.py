@@ -1,0 +1,206 @@
+"""`kvprof plan` held against every real GPU start-up in the corpus (issue #14).
+
+For each published start-up (tests/fixtures/gpu_corpus/, with its source URL) the plan is
+made from the spec sheet and the settings the author stated, exactly as a buyer would
+ask it, and compared with what vLLM logged: weights, the KV budget, blocks, tokens and
+concurrency. The expected values are vLLM's printed numbers, never kvprof's.
+
+A record outside tolerance must be named in ``EXPLAINED`` with the reason; an entry
+there that is back within tolerance fails too, so the list cannot go stale.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from gpu_corpus import CorpusRecord, load_corpus, vllm_version
+
+from analysis import catalog
+from analysis.model.params import weight_bytes
+from analysis.planning.plan import PlanError, PlanInputs, make_plan
+
+GiB = 2**30
+TOLERANCE = 0.02
+RECORDS = load_corpus()
+
+
+def _version(rec: CorpusRecord) -> str | None:
+    """The vLLM whose rules apply: the stated version, else the one inferred from the post's date and wording."""
+    return vllm_version(rec.settings)
+
+# record → why kvprof's spec-sheet plan misses it by more than 2 % (in one quantity or several: a budget miss
+# carries into blocks, tokens and concurrency).
+EXPLAINED: dict[str, str] = {
+    "dennislee22_gpt_oss_120b_tp4_4nodes_a100_80gb":
+        "vLLM 0.10.1.1 from the vllm-openai image, whose V1 sampler takes FlashInfer's top-k/top-p (8 B a logit, "
+        "tests/analysis/vllm/test_vllm_memory.py FLASHINFER) where the plan charges the sort's 36 B: 1.5 GiB more "
+        "activation than vLLM had; and 0.10 printed 'GPU KV cache size' as blocks × 16 ÷ its 2 KV-cache groups "
+        "(2,640,144 = 330,018 × 8), where the allocator model follows 0.32's count",
+    "issue21348_qwen3_235b_a22b_fp8_4xh100":
+        "not confirmed: 2.0 GiB less KV per rank than the 0.9-era rules predict; the post states neither the version "
+        "nor the profile's breakdown (Qwen3-MoE's fused-MoE workspaces for 128 block-FP8 experts are the likely "
+        "part); its tokens are also 1.1 % under rank 0's printed budget: V1 sizes the pool by the smallest rank's",
+    "issue27508_gpt_oss_120b_h100":
+        "weights not logged: the rules pick Hopper's Triton mxfp4 layout from 0.10.2 (64.25 GiB); with the Marlin "
+        "layout vLLM 0.10.1 logged on an H100 (65.97 GiB, issue 23278) the 1.71 GiB budget is met within 0.1 GiB",
+    "llmdbench_gpt_oss_120b_h100":
+        "a 3.3 GiB pool: the 0.13 GiB the mxfp4 weights come out light (0.2 % of 64.4 GiB) is 4 % of it",
+    "llmdplanner_gemma3_12b_h100":
+        "weights: the checkpoint's SigLIP vision tower and projector (logged 23.31 GiB; analysis.model.params counts "
+        "the text model's 21.92 GiB), and the budget by as much",
+    "llmdplanner_gemma3_27b_h100": "weights: the vision tower again (logged 51.45 GiB against 50.31 GiB)",
+    "pr10511_llama3_8b_h100":
+        "the pull request's own profiler branch logs 1.79 GiB of non-torch memory (0.15 GiB in releases of the "
+        "time); with the logged non-torch figure the budget is within 0.1 %",
+    "pr17122_llama31_8b_l40s":
+        "unexplained: 4.3 GiB less KV than the V1 0.8 rules predict on an L40S (a developer machine; other "
+        "processes on the GPU, the driver's total and the profile's breakdown are not in the post)",
+    "pr2031_llama2_70b_4xa100_80gb":
+        "vLLM 0.2.4, the fix of that pull request: its profiler charged TP4's NCCL and all-reduce buffers at about "
+        "13 GiB per GPU; kvprof's rules start at 0.6",
+}
+
+
+def _unplannable(rec: CorpusRecord) -> str | None:
+    """Why a record cannot be planned at all (None: it can)."""
+    s = rec.settings
+    if s.catalog_model not in catalog.model_names():
+        return f"no config.json of {s.model} in the catalog"
+    if s.pipeline_parallel_size > 1:
+        return "pipeline parallelism: kvprof plans tensor-parallel ranks only"
+    return None
+
+
+def _quantization(rec: CorpusRecord, arch) -> str | None:
+    """What `kvprof plan --quantization` is given: the record's stand-in scheme, or the --quantization the author
+    passed to vLLM on a checkpoint without its own quantization_config (the checkpoint's own config otherwise)."""
+    s = rec.settings
+    return s.plan_quantization or (s.quantization if arch.quantization is None else None)
+
+
+def _plan(rec: CorpusRecord, *, kv_budget_bytes: int | None = None) -> dict:
+    s = rec.settings
+    arch, _ = catalog.resolve_model(s.catalog_model)
+    gpu, _ = catalog.resolve_gpu(s.gpu)
+    inputs = PlanInputs(
+        kv_cache_dtype=s.kv_cache_dtype, block_size=s.block_size or 16, max_model_len=s.max_model_len,
+        tensor_parallel_size=s.tensor_parallel_size, gpu_memory_utilization=s.gpu_memory_utilization,
+        max_num_batched_tokens=s.max_num_batched_tokens, max_num_seqs=s.max_num_seqs,
+        enforce_eager=s.enforce_eager, entry=s.entry, vllm_version=_version(rec),
+        quantization=_quantization(rec, arch), dtype=s.dtype or "auto",
+        kv_cache_memory_bytes=kv_budget_bytes,
+    )
+    return make_plan(arch, inputs, gpu)
+
+
+def _error(predicted: float, logged: float) -> float:
+    return (predicted - logged) / logged
+
+
+def _cases(field: str) -> list[str]:
+    return [name for name, rec in RECORDS.items()
+            if getattr(rec.logged, field) is not None and _unplannable(rec) is None]
+
+
+def _check(name: str, quantity: str, predicted: float, logged: float) -> None:
+    err = _error(predicted, logged)
+    if name in EXPLAINED:
+        return  # test_explained_records_still_miss keeps the list honest
+    assert abs(err) <= TOLERANCE, (f"{name} ({rec_line(name)}): {quantity} predicted {predicted:,.0f}, "
+                                   f"logged {logged:,.0f} ({err:+.2%})")
+
+
+def rec_line(name: str) -> str:
+    s = RECORDS[name].settings
+    return f"{s.catalog_model} on {s.gpu} tp{s.tensor_parallel_size}, vLLM {s.vllm_version or '?'}, {s.entry}"
+
+
+def test_the_corpus_is_broad_enough():
+    gpus = {r.settings.gpu for r in RECORDS.values()}
+    models = {r.settings.catalog_model for r in RECORDS.values()}
+    assert len(RECORDS) >= 20 and len(gpus) >= 5 and len(models) >= 8, (len(RECORDS), gpus, models)
+    assert any(r.settings.quantization for r in RECORDS.values())
+    assert any(r.settings.tensor_parallel_size > 1 for r in RECORDS.values())
+
+
+@pytest.mark.parametrize("name", _cases("weights_gib"))
+def test_weights_as_vllm_loads_them(name):
+    """Weights as the plan counts them (also where the plan then finds they leave no room: vLLM logged them)."""
+    rec, s = RECORDS[name], RECORDS[name].settings
+    arch, _ = catalog.resolve_model(s.catalog_model)
+    arch = arch.with_dtype(s.dtype or "auto").with_quantization(
+        _quantization(rec, arch), generation=catalog.resolve_gpu(s.gpu)[0].generation, vllm_version=_version(rec))
+    _check(name, "weights", weight_bytes(arch, s.tensor_parallel_size), rec.logged.weights_gib * GiB)
+
+
+@pytest.mark.parametrize("name", _cases("available_kv_gib"))
+def test_kv_budget_from_the_spec_sheet(name):
+    rec = RECORDS[name]
+    if rec.logged.available_kv_gib < 0:  # vLLM refused to start: the plan must say it does not fit
+        if name in EXPLAINED:
+            return
+        with pytest.raises(PlanError, match="does not fit"):
+            _plan(rec)
+        return
+    plan = _plan(rec)
+    _check(name, "kv_budget", plan["kv_budget_bytes"], rec.logged.available_kv_gib * GiB)
+
+
+def test_kv_budget_median_error_over_the_corpus():
+    errors = []
+    for name in _cases("available_kv_gib"):
+        rec = RECORDS[name]
+        if rec.logged.available_kv_gib < 0:
+            continue
+        errors.append(abs(_error(_plan(rec)["kv_budget_bytes"], rec.logged.available_kv_gib * GiB)))
+    assert errors and statistics.median(errors) <= TOLERANCE, sorted(errors)
+
+
+def _misses(name: str) -> list[str]:
+    """The quantities of a record the spec-sheet plan misses by more than the tolerance."""
+    rec = RECORDS[name]
+    try:
+        plan = _plan(rec)
+    except PlanError:
+        return ["does not fit"] if (rec.logged.available_kv_gib or 0) >= 0 else []
+    pairs = (("weights", plan["weight_bytes"], rec.logged.weights_gib and rec.logged.weights_gib * GiB),
+             ("kv_budget", plan["kv_budget_bytes"], rec.logged.available_kv_gib and rec.logged.available_kv_gib * GiB),
+             ("kv_tokens", plan["kv_cache_tokens"], rec.logged.kv_cache_tokens),
+             ("max_concurrency", plan["max_concurrency"], rec.logged.max_concurrency),
+             ("num_gpu_blocks", plan["num_blocks"], rec.logged.num_gpu_blocks))
+    return [q for q, p, lg in pairs if lg and p is not None and abs(_error(p, lg)) > TOLERANCE]
+
+
+@pytest.mark.parametrize("name", sorted(EXPLAINED))
+def test_explained_records_still_miss(name):
+    assert name in RECORDS and _unplannable(RECORDS[name]) is None, name
+    assert _misses(name), f"{name} is now within {TOLERANCE:.0%} everywhere: take it out of EXPLAINED"
+
+
+# (logged field, plan key): what vLLM printed about the pool, and kvprof's name for it
+POOL = (("kv_cache_tokens", "kv_cache_tokens"), ("max_concurrency", "max_concurrency"),
+        ("num_gpu_blocks", "num_blocks"))
+
+
+@pytest.mark.parametrize("field, key, name", [(f, k, n) for f, k in POOL for n in _cases(f)])
+def test_pool_from_the_spec_sheet(field, key, name):
+    """Tokens, concurrency and blocks as vLLM printed them, from the spec-sheet plan."""
+    rec = RECORDS[name]
+    _check(name, field, _plan(rec)[key], getattr(rec.logged, field))
+
+
+@pytest.mark.parametrize("name", _cases("kv_cache_tokens"))
+def test_kv_tokens_given_the_logged_budget(name):
+    """The allocator alone: with vLLM's own budget, its token count within the budget's 0.01 GiB rounding."""
+    rec = RECORDS[name]
+    if rec.logged.available_kv_gib is None:
+        pytest.skip("the log states no KV budget")
+    plan = _plan(rec, kv_budget_bytes=round(rec.logged.available_kv_gib * GiB))
+    if name in EXPLAINED:
+        return
+    per_token = plan["bytes_per_block"] / plan["block_size"]
+    # half the budget's printed 0.01 GiB rounding and one block, or 0.5 % (hybrid models' groups share the pool)
+    slack = max(0.005 * GiB / per_token + plan["block_size"], 0.005 * rec.logged.kv_cache_tokens)
+    assert abs(plan["kv_cache_tokens"] - rec.logged.kv_cache_tokens) <= slack, (
+        name, plan["kv_cache_tokens"], rec.logged.kv_cache_tokens)
