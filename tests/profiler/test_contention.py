@@ -14,7 +14,7 @@ import pytest
 
 from analysis.measured.pipeline import analyse
 from analysis.measured.theory_vs_measured import flag_reason
-from analysis.report.run import _spread_bars
+from analysis.report.pages.common import spread_bars
 from analysis.results.load import load
 from profiler.contention import Snapshot, other_cpu_cores, snapshot
 from tests.synthetic_results import make_results
@@ -67,7 +67,7 @@ def test_noisy_or_contended_points_are_flagged_with_the_reason(row, reason):
 def test_bars_run_from_the_25th_to_the_75th_percentile_and_never_below_zero():
     e = pd.DataFrame({"decode_step_s": [19e-3, 10e-3], "decode_step_p25_s": [2.4e-3, None],
                       "decode_step_p75_s": [30e-3, None], "decode_step_spread_s": [27.6e-3, 200e-3]})
-    lo, hi = _spread_bars(e)
+    lo, hi = spread_bars(e)
     assert lo[0] == pytest.approx(16.6e-3) and hi[0] == pytest.approx(11e-3)
     # a record without percentiles: half its IQR each way, the lower bar stopped at zero
     assert lo[1] == pytest.approx(10e-3) and hi[1] == pytest.approx(100e-3)

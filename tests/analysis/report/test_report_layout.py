@@ -18,6 +18,7 @@ from synthetic_results import Injected, make_results
 
 from analysis.measured.pipeline import analyse
 from analysis.report import run as report
+from analysis.report.pages.common import styled
 from analysis.report.pdf import Pages
 from analysis.report.style import ENGINE_GID, TOLERANCE, EngineStyle, severity_color
 from analysis.results.load import load
@@ -120,7 +121,7 @@ def test_every_table_fits_its_page_in_8_pt_type_and_loses_no_row(run):
         headers = tuple(cells[0, c].get_text().get_text() for c in range(max(c for _, c in cells) + 1))
         rows_drawn[title.replace(" (continued)", ""), headers] += max(r for r, _ in cells)
     # The long decode table is continued over pages, every row set once.
-    decode_title = report.styled(a, a.tables["decode"], "decode").title
+    decode_title = styled(a, a.tables["decode"], "decode").title
     drawn = {k: v for k, v in rows_drawn.items() if k[0] == decode_title}
     assert drawn and all(v == len(a.decode) for v in drawn.values()), drawn
     assert len(a.decode) > 60  # more rows than one page holds
