@@ -131,16 +131,8 @@ def _sweep(spec_path: Path, out: Path | None, dry_run: bool, retry_failed: bool,
            platform: str | None, gpu_name: str | None, force: bool, devices: str | None, isolation: str | None,
            cluster: Any, verbose: bool, max_engines: int | None, max_points: int | None) -> None:
     from analysis.catalog import UnknownName
-    from profiler.runner import (
-        WriteFailed,
-        cost_lines,
-        dry_run_table,
-        dump_plan,
-        estimate_seconds,
-        plan_cost,
-        run_sweep,
-        target_gpu,
-    )
+    from profiler.runner.dry_run import cost_lines, dry_run_table, dump_plan, estimate_seconds, plan_cost, target_gpu
+    from profiler.runner.sweep import WriteFailed, run_sweep
     from profiler.spec import DROPPED_LISTED
     from profiler.store import StoreError
 

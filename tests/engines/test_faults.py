@@ -320,7 +320,7 @@ def test_disk_full_at_a_write_says_what_was_saved(tmp_path, monkeypatch):
     import errno
 
     from profiler import store
-    from profiler.runner import WriteFailed, run_sweep
+    from profiler.runner.sweep import WriteFailed, run_sweep
 
     spec_path = small_spec(tmp_path)
     plan = expand(load_spec(spec_path))

@@ -232,7 +232,7 @@ def test_preflight_and_dry_run_size_a_float32_sweep_in_float32(tmp_path):
     """The spec's dtype reaches pre-flight: tiny-llama-gqa (bfloat16 config) swept in float32 has 2,048 B of
     auto KV per token, so 16 MiB in 32-token blocks is 256 blocks, the number vLLM made above (not 512)."""
     from profiler.preflight import run_architecture, validate
-    from profiler.runner import dry_run_table
+    from profiler.runner.dry_run import dry_run_table
 
     spec = tmp_path / "f32.yaml"
     spec.write_text("name: f32\nmodel: tiny-llama-gqa\ndtype: float32\nengine:\n  max_model_len: 1024\n"

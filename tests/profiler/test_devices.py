@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from analysis.results.load import _beside
-from profiler import runner
 from profiler.cli import app
 from profiler.devices import CPUS_ENV, DeviceError, Placement, Pool, parse, resolve
-from profiler.runner import _dispatch, _Work
+from profiler.runner import dispatch as dispatch_module
+from profiler.runner.dispatch import Work, dispatch_local
 from profiler.spec import expand, parse_spec
 
 CORES = sorted(os.sched_getaffinity(0))
@@ -86,7 +86,7 @@ SPEC = {"name": "d", "model": "tiny-llama-gqa",
 
 def _work():
     plan = expand(parse_spec(SPEC))
-    return [_Work(e, [], []) for e in plan.engines]  # tp 1, 2, 1, 2 in plan order
+    return [Work(e, [], []) for e in plan.engines]  # tp 1, 2, 1, 2 in plan order
 
 
 def _recording_run(log, hold):
@@ -104,7 +104,7 @@ def _recording_run(log, hold):
 def test_engines_are_packed_onto_disjoint_devices_in_plan_order():
     log, hold = [], threading.Event()
     works = _work()
-    t = threading.Thread(target=_dispatch, args=(works, Pool([0, 1, 2]), "cuda", False, _recording_run(log, hold)))
+    t = threading.Thread(target=dispatch_local, args=(works, Pool([0, 1, 2]), "cuda", False, _recording_run(log, hold)))
     t.start()
     deadline = time.monotonic() + 10
     while len(log) < 2 and time.monotonic() < deadline:
@@ -124,7 +124,7 @@ def test_exclusive_runs_one_engine_at_a_time_and_no_pool_runs_them_in_order():
     for pool, exclusive in ((Pool([0, 1, 2, 3]), True), (None, False)):
         log, hold = [], threading.Event()
         hold.set()
-        _dispatch(_work(), pool, "cuda", exclusive, _recording_run(log, hold))
+        dispatch_local(_work(), pool, "cuda", exclusive, _recording_run(log, hold))
         kinds = [e[0] for e in log]
         assert kinds == ["start", "end"] * 4  # never two at once
         if pool is None:
@@ -132,14 +132,14 @@ def test_exclusive_runs_one_engine_at_a_time_and_no_pool_runs_them_in_order():
 
 
 def test_a_failure_in_one_engine_stops_the_sweep(monkeypatch):
-    monkeypatch.setattr(runner, "_stop_all", lambda: None)  # no child to kill here
+    monkeypatch.setattr(dispatch_module, "stop_all", lambda: None)  # no child to kill here
 
     def run_one(w, placement):
         if w.cfg.tensor_parallel_size == 2:
             raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError, match="No space left"):
-        _dispatch(_work(), Pool([0, 1, 2]), "cuda", False, run_one)
+        dispatch_local(_work(), Pool([0, 1, 2]), "cuda", False, run_one)
 
 
 def test_a_point_is_beside_the_launches_that_overlap_it():

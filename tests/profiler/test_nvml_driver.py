@@ -23,7 +23,7 @@ from nvml_library import build, installed
 from records import decode_point, engine_record
 
 from profiler.nvml_source import NvmlSource, NvmlUnavailable
-from profiler.runner import store_telemetry
+from profiler.runner.children import store_telemetry
 from profiler.store import ResultsDir
 from profiler.telemetry import Sampler, open_sources
 

@@ -61,7 +61,7 @@ DOUBLE = textwrap.dedent(f"""
 """)
 
 # The driver, with the double as its engine child.
-BOOT = ("import sys; import profiler.runner as r; r.ENGINE_COMMAND = [sys.executable, {script!r}]; "
+BOOT = ("import sys; import profiler.runner.children as r; r.ENGINE_COMMAND = [sys.executable, {script!r}]; "
         "from profiler.cli import app; sys.argv[0] = 'kvprof'; app()")
 
 SPEC = """name: ray-double

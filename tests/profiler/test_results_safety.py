@@ -1,8 +1,8 @@
 """Results are never lost or corrupted, and exit codes say what happened (issue #15, "lost or corrupted results").
 
 Sweeps here run the real parent (profiler.runner) with an engine double in the child's place
-(``runner.ENGINE_COMMAND``): a small script that writes the records an engine child writes, through the
-same contract, or dies the way a child dies. No vLLM runs; nothing is timed.
+(``profiler.runner.children.ENGINE_COMMAND``): a small script that writes the records an engine child writes,
+through the same contract, or dies the way a child dies. No vLLM runs; nothing is timed.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import pytest
 from helpers import ROOT
 from typer.testing import CliRunner
 
-from profiler import runner as sweep_runner
 from profiler.cli import app
+from profiler.runner import children as sweep_children
+from profiler.runner import sweep as sweep_runner
 from profiler.store import LOCK_NAME, ResultsDir, StoreError
 
 cli = CliRunner()
@@ -98,8 +99,8 @@ def double(tmp_path, monkeypatch):
     """Engine children are the double; returns a setter for its behaviour."""
     script = tmp_path / "engine_double.py"
     script.write_text(DOUBLE)
-    monkeypatch.setattr(sweep_runner, "ENGINE_COMMAND", [sys.executable, str(script)])
-    monkeypatch.setattr(sweep_runner, "POLL_S", 0.05)
+    monkeypatch.setattr(sweep_children, "ENGINE_COMMAND", [sys.executable, str(script)])
+    monkeypatch.setattr(sweep_children, "POLL_S", 0.05)
 
     def behave(mode: str) -> None:
         monkeypatch.setenv("KVPROF_DOUBLE", mode)
@@ -420,7 +421,7 @@ def _interrupt(*args, **kwargs):
 
 @pytest.mark.parametrize("command, target", [
     (["validate", "SPEC"], "profiler.preflight.validate"),
-    (["sweep", "SPEC", "--dry-run"], "profiler.runner.dry_run_table"),
+    (["sweep", "SPEC", "--dry-run"], "profiler.runner.dry_run.dry_run_table"),
     (["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm"], "profiler.cli.plan.make_plan"),
     (["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm,h200", "--concurrency", "4"],
      "profiler.cli.plan.procurement"),

@@ -7,7 +7,7 @@ import pytest
 
 from analysis.results.schema import PointSettings
 from profiler.preflight import validate
-from profiler.runner import estimate_seconds
+from profiler.runner.dry_run import estimate_seconds
 from profiler.spec import SpecError, expand, grid_size, parse_spec
 
 BASE = {"name": "s", "model": "tiny-llama-gqa",

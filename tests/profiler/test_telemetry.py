@@ -288,7 +288,7 @@ def test_telemetry_table_round_trips_through_parquet(tmp_path):
 
 
 def test_stored_telemetry_checks_the_sampled_gpus_are_the_engines(tmp_path):
-    from profiler.runner import store_telemetry
+    from profiler.runner.children import store_telemetry
     from profiler.store import ResultsDir
 
     class Finished:  # a sampler that has run: its rows and its description
