@@ -14,7 +14,7 @@ import os
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -34,6 +34,13 @@ OTHER_WEIGHT_SUFFIXES = (".pth", ".h5", ".msgpack", ".ckpt")
 
 class UnknownName(ValueError):
     """A model or GPU name that is not in the catalog (message lists near matches)."""
+
+
+# GPU generations, oldest first: a kernel choice (analysis.model.quantization.mxfp4_kernel) and the latency
+# model's efficiencies (analysis.latency.step) are per generation. A new one is a name here; its efficiencies
+# start at the pooled ones until the corpus has its measurements.
+Generation = Literal["ampere", "ada", "hopper", "blackwell"]
+GENERATIONS: tuple[str, ...] = get_args(Generation)
 
 
 class GPU(BaseModel):
@@ -57,7 +64,7 @@ class GPU(BaseModel):
     segment: Literal["datacenter", "workstation", "consumer"] | None = None
     # The latency model's traits (analysis.latency.step): the architecture its kernel efficiencies are fitted per,
     # and the link tensor-parallel all-reduces cross (per GPU and direction). None: a probed device.
-    generation: Literal["ampere", "ada", "hopper", "blackwell"] | None = None
+    generation: Generation | None = None
     interconnect: Literal["nvlink", "pcie"] | None = None
     interconnect_gbs: float | None = Field(None, gt=0)
 

@@ -40,7 +40,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from analysis.catalog import CATALOG_DIR, GPU
+from analysis.catalog import CATALOG_DIR, GENERATIONS, GPU
 from analysis.model.architecture import Architecture
 from analysis.model.kv import kv_bytes_per_sequence
 from analysis.model.params import count_params, expected_experts_touched, weight_breakdown
@@ -49,7 +49,6 @@ from analysis.model.roofline import attention_flops_per_token
 
 CONSTANTS_FILE = CATALOG_DIR / "latency.yaml"
 
-GENERATIONS = ("ampere", "ada", "hopper", "blackwell")
 KERNELS = ("bf16", "fp8", "int8", "int4", "fp4", "mxfp4", "nf4")
 # How an all-reduce runs: vLLM's custom all-reduce over NVLink (0.3.0 on), or NCCL (before it, and on PCIe).
 LINKS = ("nvlink", "pcie", "nccl")
