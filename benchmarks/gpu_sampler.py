@@ -30,9 +30,9 @@ GiB = 2**30
 def run(out: Path | None, seconds: float, copy_gib: float = 2.0, matmul_n: int = 8192) -> dict[str, Any]:
     import torch
 
-    from profiler.cpu_source import CpuSource
-    from profiler.nvml_source import NvmlSource
-    from profiler.telemetry import Sampler, aggregate, tag_phases
+    from profiler.telemetry.cpu_source import CpuSource
+    from profiler.telemetry.nvml_source import NvmlSource
+    from profiler.telemetry.sampler import Sampler, aggregate, tag_phases
 
     if not torch.cuda.is_available():
         raise SystemExit("torch sees no CUDA device")

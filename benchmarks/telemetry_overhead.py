@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def sampler_cost(seconds: float) -> None:
-    from profiler.telemetry import Sampler, open_sources
+    from profiler.telemetry.sampler import Sampler, open_sources
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     try:

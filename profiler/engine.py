@@ -39,10 +39,11 @@ from analysis.results.schema import (
     SaturationMeasurements,
     SaturationPoint,
 )
-from profiler import contention, vllm_metrics
+from profiler import contention
 from profiler.capacity import read_capacity, read_engine_mode
 from profiler.spec import EngineJob
 from profiler.store import ResultsDir
+from profiler.telemetry import vllm_metrics
 
 
 def _quantiles(values: list[float]) -> tuple[float, float, float]:

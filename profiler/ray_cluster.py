@@ -182,7 +182,7 @@ class NodeHost:
 
     def start_sampler(self, backend: str, tp: int, interval_s: float, metrics_url: str | None) -> None:
         """Sample this node's devices (the host's own CUDA_VISIBLE_DEVICES) and the child's process tree."""
-        from profiler.telemetry import Sampler, TelemetryError, open_sources
+        from profiler.telemetry.sampler import Sampler, TelemetryError, open_sources
 
         try:
             sources, unavailable = open_sources(backend, tp, lambda: self.proc.pid if self.proc else None,
@@ -557,14 +557,14 @@ class RemoteSampler:
             self.flush()
 
     def flush(self) -> None:
-        from profiler.telemetry import frame
+        from profiler.telemetry.sampler import frame
 
         with contextlib.suppress(OSError):
             atomic_write_bytes(self.partial_path, frame(self.rows).to_parquet(index=False))
         self.flushed = time.monotonic()
 
     def stop(self) -> Any:
-        from profiler.telemetry import frame
+        from profiler.telemetry.sampler import frame
 
         if self.lost is None:
             try:

@@ -73,7 +73,7 @@ def wait_ready(proc: Any, base_url: str, timeout_s: float) -> str:
 
 def counters(base_url: str) -> dict[str, float | None]:
     """The server's /metrics counters now (None: not readable)."""
-    from profiler.prometheus_source import PrometheusSource
+    from profiler.telemetry.prometheus_source import PrometheusSource
 
     rows = PrometheusSource(f"{base_url}/metrics").sample()
     row = rows[0] if rows else {}

@@ -37,7 +37,7 @@ def a100(**over: Any) -> dict[str, Any]:
 
 
 class FakeNvml:
-    """Enough of pynvml for profiler.nvml_source, with call counting."""
+    """Enough of pynvml for profiler.telemetry.nvml_source, with call counting."""
 
     def __init__(self, devices: list[dict[str, Any]], init_error: int | None = None, driver: str = "580.65.06"):
         self.devices = devices

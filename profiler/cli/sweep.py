@@ -187,7 +187,7 @@ def _sweep(spec_path: Path, out: Path | None, dry_run: bool, retry_failed: bool,
         err.print(f"… and {len(skipped) - len(shown):,} more engines skipped (-v lists each; the manifest "
                   "records each)", highlight=False)
     if spec.telemetry.enabled and cluster is None:  # on Ray each node checks its own (the engine fails there)
-        from profiler.telemetry import TelemetryError, check_backend
+        from profiler.telemetry.sampler import TelemetryError, check_backend
 
         try:
             check_backend(spec.telemetry.backend, max(e.tensor_parallel_size for e in plan.engines))

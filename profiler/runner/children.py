@@ -359,7 +359,7 @@ def start_sampler(store: ResultsDir, cfg: EngineConfig, telemetry: Any, root_pid
     partial = store.telemetry / f"{cfg.id}.{int(time.time() * 1000)}.partial.parquet"
     if host is not None:
         return host.sampler(telemetry, cfg.tensor_parallel_size, metrics_url, partial)
-    from profiler.telemetry import Sampler, open_sources
+    from profiler.telemetry.sampler import Sampler, open_sources
 
     sources, unavailable = open_sources(telemetry.backend, cfg.tensor_parallel_size, root_pid,
                                         metrics_url=metrics_url, cuda_visible=cuda_visible)
@@ -375,7 +375,7 @@ def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at
     import pandas as pd
 
     from profiler.store import atomic_write_bytes
-    from profiler.telemetry import aggregate, tag_phases
+    from profiler.telemetry.sampler import aggregate, tag_phases
 
     df = sampler.stop()
     rec: Any = store.read_engine(engine_id) if owner == "engine" else store.read_server(engine_id)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from profiler.nvml_source import NvmlSource
+from profiler.telemetry.nvml_source import NvmlSource
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")

@@ -22,10 +22,10 @@ from helpers import ROOT
 from nvml_library import build, installed
 from records import decode_point, engine_record
 
-from profiler.nvml_source import NvmlSource, NvmlUnavailable
 from profiler.runner.children import store_telemetry
 from profiler.store import ResultsDir
-from profiler.telemetry import Sampler, open_sources
+from profiler.telemetry.nvml_source import NvmlSource, NvmlUnavailable
+from profiler.telemetry.sampler import Sampler, open_sources
 
 GiB, MiB = 2**30, 2**20
 H200_BPS = 4.8e12  # analysis.catalog's H200 bandwidth: the fake's GPM peak, so % × spec = bytes/s

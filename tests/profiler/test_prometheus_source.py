@@ -24,9 +24,9 @@ from analysis.results.schema import (
     ServerPointTelemetry,
     TelemetrySample,
 )
-from profiler.cpu_source import CpuSource
-from profiler.prometheus_source import MAX_BYTES, TIMEOUT_S, PrometheusSource
-from profiler.telemetry import Sampler, aggregate, frame, open_sources
+from profiler.telemetry.cpu_source import CpuSource
+from profiler.telemetry.prometheus_source import MAX_BYTES, TIMEOUT_S, PrometheusSource
+from profiler.telemetry.sampler import Sampler, aggregate, frame, open_sources
 
 PAGE = (FIXTURES / "vllm_metrics" / "vllm_cpu_0.32.0_serve_under_load.prom").read_text()
 MODEL = 'model_name="/work/main/analysis/catalog/models/tiny-llama-gqa"'

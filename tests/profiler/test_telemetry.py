@@ -14,9 +14,9 @@ import pytest
 from fake_nvml import FakeNvml, GiB, a100, h100
 from records import engine_record
 
-from profiler.cpu_source import CpuSource
-from profiler.nvml_source import NvmlSource, NvmlUnavailable, resolve_visible
-from profiler.telemetry import Sampler, TelemetryError, aggregate, frame, open_sources, tag_phases
+from profiler.telemetry.cpu_source import CpuSource
+from profiler.telemetry.nvml_source import NvmlSource, NvmlUnavailable, resolve_visible
+from profiler.telemetry.sampler import Sampler, TelemetryError, aggregate, frame, open_sources, tag_phases
 
 
 class Clock:
@@ -169,7 +169,7 @@ def test_tensor_parallel_engine_gets_one_row_per_device():
 # --- choosing sources ---------------------------------------------------------------
 
 def test_auto_falls_back_to_host_with_the_reason(monkeypatch):
-    import profiler.nvml_source as ns
+    import profiler.telemetry.nvml_source as ns
 
     def no_nvml(**kw):
         raise NvmlUnavailable("NVML library not found (no NVIDIA driver on this machine)")

@@ -29,7 +29,7 @@ from analysis.results.schema import (
 from profiler.cli import app
 from profiler.spec import expand, parse_spec
 from profiler.store import ResultsDir
-from profiler.telemetry import BASE_COLUMNS, SIGNAL_COLUMNS
+from profiler.telemetry.sampler import BASE_COLUMNS, SIGNAL_COLUMNS
 
 runner = CliRunner()
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler import vllm_metrics
+from profiler.telemetry import vllm_metrics
 
 # Telemetry column → the neutral name in vllm_metrics.NAMES.
 COLUMNS = {

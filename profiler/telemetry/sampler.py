@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from profiler import cpu_source, nvml_source, prometheus_source
+from profiler.telemetry import cpu_source, nvml_source, prometheus_source
 
 FLUSH_S = 30.0
 BASE_COLUMNS = ("t", "launch", "source", "device", "phase", "point_id")
