@@ -1,15 +1,26 @@
 """A GPU-shaped results directory with known injected parameters — SYNTHETIC, not measured.
 
 The manifest says ``"synthetic": true`` and the report prints a banner on its first
-page. Decode step times are ``overhead + bytes / bandwidth`` exactly (bytes from the
-analytic model) times a small deterministic wobble, so a fit must recover the
-injected bandwidth and overhead; divergences are injected on purpose (fp8 capacity,
-KV reserve, throughput past the ceiling) so the claims page must report them.
+page. What the synthetic "vLLM" measured is worked out here from config.json with vLLM's
+rules written out (:class:`Truth`), not with kvprof's model, so a report that agrees with
+it agrees with something independent: the blocks a budget buys (vLLM's
+``available_memory // bytes_per_block``), the weight and KV bytes a decode step reads
+(parameter counts that a test holds against the published ones), the batch ceiling,
+vLLM's default batching. Decode step times are ``overhead + bytes / bandwidth`` times a
+small deterministic wobble, so a fit must recover the injected bandwidth and overhead;
+divergences are injected on purpose (fp8 capacity, KV reserve, throughput past the
+ceiling) so the claims page must report them.
+
+One input is kvprof's own: the reserve the synthetic engine leaves beside the KV cache is
+kvprof's heuristic (``default_reserve``) plus the injected extra, so the report's budget
+miss tests the reporting of that extra, not the heuristic (published start-up logs test
+the heuristic: tests/analysis/vllm/).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -17,8 +28,6 @@ import numpy as np
 import pandas as pd
 
 from analysis.catalog import gpu, resolve_model
-from analysis.model.params import weight_bytes
-from analysis.model.roofline import decode_step
 from analysis.results.schema import (
     SCHEMA_VERSION,
     DecodePoint,
@@ -32,8 +41,7 @@ from analysis.results.schema import (
     ServerRecord,
     ServerTokenizer,
 )
-from analysis.vllm.allocator import batch_ceiling, paged_capacity
-from analysis.vllm.budget import default_reserve, kv_budget, vllm_default_batching
+from analysis.vllm.budget import default_reserve
 from profiler.tokenizer import SYNTHETIC_NOTE
 
 GiB = 2**30
@@ -72,6 +80,72 @@ class Injected:
     serve_queue_from: int = 16  # the server's /metrics show requests waiting from this level on
 
 
+# vLLM's offline defaults on a ≥ 70 GiB GPU that is not an A100 and under 160 GiB (H100, H200):
+# max_num_batched_tokens 16,384, max_num_seqs 1,024 (vllm/engine/arg_utils.py get_batch_defaults, LLM_CLASS).
+OFFLINE_BATCHED_TOKENS, OFFLINE_MAX_SEQS = 16384, 1024
+NULL_BLOCKS = 1  # vLLM's block pool keeps block 0 as the null block (v1/core/block_pool.py)
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class Truth:
+    """A Llama- or Qwen2-style dense decoder's sizes, written out from its config.json."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool
+    qkv_bias: bool
+    dtype_bytes: int
+
+    @classmethod
+    def from_config(cls, c: dict) -> Truth:
+        if c["model_type"] not in ("llama", "qwen2") or c.get("num_experts") or c.get("use_sliding_window"):
+            raise ValueError(f"synthetic results write out dense llama/qwen2 decoders only, not {c['model_type']}")
+        return cls(layers=c["num_hidden_layers"], hidden=c["hidden_size"], heads=c["num_attention_heads"],
+                   kv_heads=c.get("num_key_value_heads", c["num_attention_heads"]),
+                   head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
+                   intermediate=c["intermediate_size"], vocab=c["vocab_size"],
+                   tied=bool(c.get("tie_word_embeddings", False)),
+                   qkv_bias=c["model_type"] == "qwen2",  # Qwen2Attention: q/k/v projections with bias=True
+                   dtype_bytes=DTYPE_BYTES[c.get("torch_dtype", "bfloat16")])
+
+    @property
+    def parameters(self) -> int:
+        """Every weight: embedding, per layer q/k/v/o and the gated MLP's three matrices and two norms,
+        the final norm, and an LM head unless tied to the embedding."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        attention = self.hidden * (q + 2 * kv) + q * self.hidden + (q + 2 * kv if self.qkv_bias else 0)
+        layer = attention + 3 * self.hidden * self.intermediate + 2 * self.hidden
+        embedding = self.vocab * self.hidden
+        return embedding + self.layers * layer + self.hidden + (0 if self.tied else embedding)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.parameters * self.dtype_bytes
+
+    @property
+    def decode_weight_bytes(self) -> int:
+        """A decode step reads every weight but the input embedding (a row lookup) unless it is the LM head."""
+        return self.weight_bytes - (0 if self.tied else self.vocab * self.hidden * self.dtype_bytes)
+
+    def kv_bytes_per_token(self, kv_cache_dtype: str) -> int:
+        """K and V, every layer, every KV head: fp8 stores one byte an element."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * (1 if kv_cache_dtype.startswith("fp8") else
+                                                                 self.dtype_bytes)
+
+    def num_blocks(self, budget: int, block_size: int, kv_cache_dtype: str) -> int:
+        """vLLM's ``available_memory // bytes_per_block`` (v1/core/kv_cache_utils.py): one group of every layer."""
+        return budget // (block_size * self.kv_bytes_per_token(kv_cache_dtype))
+
+    def decode_bytes(self, batch: int, context: int, kv_cache_dtype: str) -> int:
+        return self.decode_weight_bytes + batch * context * self.kv_bytes_per_token(kv_cache_dtype)
+
+
 def _write(path: Path, obj: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=1, default=float))
@@ -87,11 +161,14 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
     root = Path(root)
     arch, where = resolve_model(inj.model_dir or inj.model)
     config = json.loads((Path(where) / "config.json").read_text())
+    truth = Truth.from_config(config)
     g = gpu(inj.gpu)
-    mnbt, max_seqs = vllm_default_batching(g.cuda_total_bytes, g.name, "offline")
-    weights = weight_bytes(arch, 1)
+    mnbt, max_seqs = OFFLINE_BATCHED_TOKENS, OFFLINE_MAX_SEQS
+    weights = truth.weight_bytes
     reserve = default_reserve(arch, max_num_batched_tokens=mnbt, max_num_seqs=max_seqs)
-    true_budget = kv_budget(g.memory_bytes, inj.utilization, weights, reserve) - inj.extra_reserve_bytes
+    # vLLM's budget: ceil(total × utilization) − weights − reserve (v1/worker/gpu_worker.py), less the injected extra.
+    true_budget = math.ceil(g.memory_bytes * inj.utilization) - weights - reserve.total - inj.extra_reserve_bytes
+    true_budget = int(true_budget)
     rng = np.random.default_rng(7)
     engines = []
     for mml in inj.max_model_lens:
@@ -100,12 +177,9 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
                                       block_size=inj.block_size, kv_cache_dtype=dtype,
                                       gpu_memory_utilization=inj.utilization)
             eid = settings.id
-            cap = paged_capacity(arch, true_budget, block_size=inj.block_size, max_model_len=mml,
-                                 max_num_batched_tokens=mnbt, kv_cache_dtype=dtype, async_scheduling=True)
-            blocks = cap.num_blocks if dtype == "auto" else int(cap.num_blocks * inj.fp8_capacity_factor)
-            real = paged_capacity(arch, 0, block_size=inj.block_size, max_model_len=mml, max_num_batched_tokens=mnbt,
-                                  kv_cache_dtype=dtype, async_scheduling=True)
-            conc = blocks / real.blocks_per_request
+            full = truth.num_blocks(true_budget, inj.block_size, dtype)
+            blocks = full if dtype == "auto" else int(full * inj.fp8_capacity_factor)
+            conc = blocks / -(-mml // inj.block_size)  # vLLM: blocks ÷ cdiv(max_model_len, block_size)
             logged_budget = round(true_budget / GiB, 2) * GiB  # vLLM logs GiB with two decimals
             rounding = [{"length": L, "requests": 4, "kv_cache_usage_perc": 4 * -(-L // inj.block_size) / (blocks - 1),
                          "used_blocks_measured": float(4 * -(-L // inj.block_size)),
@@ -120,7 +194,7 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
                 "torch_version": "2.13.0+cu130", "startup_s": 95.0, "device_memory_bytes": g.memory_bytes,
                 "engine": settings, "config_json": config if inj.store_config else None,
                 "capacity": {"num_gpu_blocks": blocks, "block_size": inj.block_size,
-                             "kv_cache_size_tokens": int(conc * mml), "kv_cache_max_concurrency": conc,
+                             "kv_cache_size_tokens": blocks * inj.block_size, "kv_cache_max_concurrency": conc,
                              "max_model_len": mml, "max_num_batched_tokens": mnbt, "max_num_seqs": max_seqs,
                              "async_scheduling": True, "cache_dtype": dtype, "model_dtype": "bfloat16"},
                 "startup_log": {"available_kv_bytes": int(logged_budget), "model_loading_bytes": weights,
@@ -135,10 +209,10 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
             })
             engines.append(eid)
             _save(root, "engines", rec)
-            points = _decode_points(root, inj, arch, settings, mml, dtype, blocks, rng, g.bandwidth_Bps)
+            points = _decode_points(root, inj, truth, settings, mml, dtype, blocks, rng, g.bandwidth_Bps)
             if inj.serve and len(engines) == 1:
                 _serve(root, inj, settings, points)
-            points += _saturation_points(root, inj, settings, cap, blocks, mnbt, max_seqs, arch, dtype)
+            points += _saturation_points(root, inj, settings, blocks, max_seqs, truth, dtype)
             _telemetry(root, eid, inj, points, weights, g.memory_bytes)
     Manifest(schema_version=SCHEMA_VERSION, name="synthetic-h100", synthetic=True, status="complete",
              started_at=1.8e9, finished_at=1.8e9 + 3600, host="synthetic", kvprof_version="test",
@@ -151,7 +225,7 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
     return inj
 
 
-def _decode_points(root, inj, arch, settings, mml, dtype, blocks, rng, spec_bw):
+def _decode_points(root, inj, truth, settings, mml, dtype, blocks, rng, spec_bw):
     eid = settings.id
     out = []
     kv_tokens = blocks * inj.block_size
@@ -160,9 +234,8 @@ def _decode_points(root, inj, arch, settings, mml, dtype, blocks, rng, spec_bw):
             if p + inj.output_len > mml or c * (p + inj.output_len) > kv_tokens:
                 continue
             ctx = p + inj.output_len / 2
-            step = decode_step(arch, batch=c, context=round(ctx), bandwidth_Bps=1.0, peak_flops=1.0,
-                               kv_cache_dtype=dtype)
-            t = (inj.overhead_s + step.bytes / inj.bandwidth_Bps) * (1 + inj.wobble * rng.uniform(-1, 1))
+            step_bytes = truth.decode_bytes(c, round(ctx), dtype)
+            t = (inj.overhead_s + step_bytes / inj.bandwidth_Bps) * (1 + inj.wobble * rng.uniform(-1, 1))
             t *= inj.fp8_step_factor if dtype.startswith("fp8") else 1.0
             point = PointSettings(engine_id=eid, phase="decode", concurrency=c, prompt_len=p,
                                   output_len=inj.output_len, repeats=3, warmup=1)
@@ -172,10 +245,10 @@ def _decode_points(root, inj, arch, settings, mml, dtype, blocks, rng, spec_bw):
                 "measurements": {"ttft_s": 0.05 + p * 2e-5, "tpot_s": t * 1.01, "tpot_spread_s": t * 0.01,
                                  "decode_step_s": t, "decode_step_spread_s": t * 0.004,
                                  "output_tokens_per_s": c / t, "mean_context": ctx, "requests_measured": 3 * c,
-                                 "model_bytes_per_decode_step": step.bytes,
-                                 "model_implied_bandwidth_Bps": step.bytes / t},
-                "telemetry": {"gpu0": {"mean_gpm_dram_bw_pct": 100 * step.bytes / t / spec_bw,
-                                       "gpm_implied_dram_Bps": step.bytes / t, "samples": 20}}})
+                                 "model_bytes_per_decode_step": step_bytes,
+                                 "model_implied_bandwidth_Bps": step_bytes / t},
+                "telemetry": {"gpu0": {"mean_gpm_dram_bw_pct": 100 * step_bytes / t / spec_bw,
+                                       "gpm_implied_dram_Bps": step_bytes / t, "samples": 20}}})
             _save(root, "points", rec)
             out.append(rec)
     return out
@@ -236,21 +309,23 @@ def _serve(root, inj, settings, decode):
         ServePoint.model_validate(rec).save_file(root / "points" / f"{point.id}.json")
 
 
-def _saturation_points(root, inj, settings, cap, blocks, mnbt, max_seqs, arch, dtype):
-    import dataclasses
-
+def _saturation_points(root, inj, settings, blocks, max_seqs, truth, dtype):
     eid = settings.id
     p, o = 3968, 129
-    real = dataclasses.replace(cap, num_blocks=blocks)
-    ceil = batch_ceiling(real, p, o, max_seqs, mnbt, async_scheduling=True)
+    # The last generated token is never fed back: a sequence holds p + o − 1 positions, in whole blocks.
+    per_seq = -(-(p + o - 1) // inj.block_size)
+    kv_limit = (blocks - NULL_BLOCKS) // per_seq
+    ceiling = min(kv_limit, max_seqs)
+    predicted = {"tokens": p + o - 1, "blocks_per_sequence": per_seq, "usable_blocks": blocks - NULL_BLOCKS,
+                 "kv_limit": kv_limit, "max_num_seqs": max_seqs, "vllm_reported": blocks / per_seq,
+                 "ceiling": ceiling, "limited_by": "kv_cache" if kv_limit <= max_seqs else "max_num_seqs"}
     base = None
     out = []
     for f in (0.5, 1.0, 1.5, 2.0):
-        c = max(1, int(f * ceil.ceiling)) if f <= 1 else max(ceil.ceiling + 1, int(np.ceil(f * ceil.ceiling)))
-        running = min(c, ceil.ceiling)
-        step = decode_step(arch, batch=running, context=p + o // 2, bandwidth_Bps=1.0, peak_flops=1.0,
-                           kv_cache_dtype=dtype)
-        tput = running / (inj.overhead_s + step.bytes / inj.bandwidth_Bps)
+        c = max(1, int(f * ceiling)) if f <= 1 else max(ceiling + 1, int(np.ceil(f * ceiling)))
+        running = min(c, ceiling)
+        step_bytes = truth.decode_bytes(running, p + o // 2, dtype)
+        tput = running / (inj.overhead_s + step_bytes / inj.bandwidth_Bps)
         if f <= 1:
             base = tput
         else:  # injected: throughput keeps rising past the full pool
@@ -260,12 +335,12 @@ def _saturation_points(root, inj, settings, cap, blocks, mnbt, max_seqs, arch, d
         rec = {"id": point.id, "engine_id": eid, "engine": settings, "status": "ok", "started_at": 0.0,
                "finished_at": 1.0, "point": point,
                "measurements": {"concurrency": c, "factor": f,
-                                "predicted": asdict(ceil) | {"ceiling": ceil.ceiling, "limited_by": ceil.limited_by},
-                                "peak_running": running + (1 if c > ceil.ceiling else 0),
-                                "preemptions": 0 if c <= ceil.ceiling else c - ceil.ceiling,
-                                "preempted_requests": 0 if c <= ceil.ceiling else c - ceil.ceiling,
-                                "peak_kv_cache_usage_perc": min(1.0, c / max(ceil.ceiling, 1) * 0.97),
-                                "ran_together": c <= ceil.ceiling, "output_tokens": c * o,
+                                "predicted": predicted,
+                                "peak_running": running + (1 if c > ceiling else 0),
+                                "preemptions": 0 if c <= ceiling else c - ceiling,
+                                "preempted_requests": 0 if c <= ceiling else c - ceiling,
+                                "peak_kv_cache_usage_perc": min(1.0, c / max(ceiling, 1) * 0.97),
+                                "ran_together": c <= ceiling, "output_tokens": c * o,
                                 "output_tokens_per_s": tput}}
         rec = SaturationPoint.model_validate(rec)
         _save(root, "points", rec)

@@ -34,10 +34,12 @@ from profiler.spec import EngineConfig, Plan, expand, load_spec
 pytestmark = pytest.mark.vllm
 
 
-def small_spec(tmp_path: Path, point_s: float = 300, **over) -> Path:
+def small_spec(tmp_path: Path, point_s: float = 300, engines: int = 2, **over) -> Path:
+    """Two engines (block sizes 32 and 64) of three decode points each; one engine where a test needs no
+    second (what it shows happens to the engine it stops)."""
     spec = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
-    spec["engine"].update(max_model_len=1024, kv_cache_dtype="auto")
-    spec["workload"].update(concurrency=[1, 2, 3], prompt_len=[64], output_len=256, repeats=2, warmup=0)
+    spec["engine"].update(max_model_len=1024, kv_cache_dtype="auto", block_size=[32, 64][:engines])
+    spec["workload"].update(concurrency=[1, 2, 3], prompt_len=[64], output_len=128, repeats=2, warmup=0)
     spec["phases"] = ["decode"]
     spec["probe"] = False
     spec["timeouts"] = {"engine_start_s": 300, "point_s": point_s}
@@ -129,7 +131,7 @@ def with_ok_before_and_points_after(plan: Plan):
 
 
 def test_hung_point_times_out_alone_and_the_rest_still_run(tmp_path):
-    # Points take 2-3 s on 2 busy cores; a 60 s limit on the points that run on leaves them 20× that.
+    # Points take 1-2 s on 2 busy cores; a 60 s limit on the points that run on leaves them 30× that.
     spec = small_spec(tmp_path, point_s=60)
     plan = expand(load_spec(spec))
     out = tmp_path / "out"
@@ -231,7 +233,7 @@ def test_vllm_refusing_a_configuration_is_recorded_as_unsupported(tmp_path):
 
 
 def test_ctrl_c_kills_children_keeps_points_and_resumes(tmp_path):
-    spec = small_spec(tmp_path)
+    spec = small_spec(tmp_path, engines=1)
     plan = expand(load_spec(spec))
     out = tmp_path / "out"
     row = record("Ctrl-C in the parent (SIGINT)", [130, 0], plan.num_points)
@@ -294,7 +296,7 @@ def test_unwritable_output_is_refused_before_any_engine(tmp_path):
 
 
 def test_second_sweep_on_a_running_sweeps_directory_is_refused(tmp_path):
-    spec = small_spec(tmp_path)
+    spec = small_spec(tmp_path, engines=1)
     plan = expand(load_spec(spec))
     out = tmp_path / "held"
     row = record("second sweep on a held results directory", [2, 0], plan.num_points)

@@ -246,17 +246,35 @@ def _ok_points(d):
     return sorted(p.stem for p in (d / "points").glob("*.json") if json.loads(p.read_text())["status"] == "ok")
 
 
+def _demo_slice(tmp_path, serve: bool):
+    """The demo spec cut to its two bf16 engines, one decode point each (and one served point): the same
+    engine settings and point settings, so the same engine and point ids as the demo run, at a third of its
+    time. What another dispatch must reproduce is per engine and per point, so a slice shows it as well."""
+    import yaml
+
+    spec = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
+    spec["engine"]["kv_cache_dtype"] = ["auto"]
+    spec["workload"].update(concurrency=[1], prompt_len=[64])
+    spec["phases"] = ["capacity", "decode", "serve"] if serve else ["capacity", "decode"]
+    spec["serve"].update(concurrency=[1], request_rate=[], prompt_len=[64])
+    spec["probe"] = False
+    path = tmp_path / "slice.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path, validate(path)[1]
+
+
 def test_two_engines_at_once_measure_what_one_at_a_time_does(tiny_sweep, tmp_path):
-    """The demo sweep with --devices: two engines side by side, each pinned to its own core, gives the same
-    capacity facts and the same set of ok points as the sequential run; the manifest shows the overlap."""
+    """A slice of the demo sweep with --devices: two engines side by side, each pinned to its own core, give
+    the same capacity facts as the sequential demo run and the same ok points; the manifest shows the overlap."""
     import os
 
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         pytest.skip(f"this machine gives the tests {len(cores)} core(s); two engines side by side need two")
-    seq, plan = tiny_sweep
+    seq, _ = tiny_sweep
+    spec, plan = _demo_slice(tmp_path, serve=False)
     out = tmp_path / "par"
-    proc = kvprof("sweep", "sweeps/tiny-cpu.yaml", "--out", str(out), "--devices", f"{cores[0]},{cores[1]}",
+    proc = kvprof("sweep", str(spec), "--out", str(out), "--devices", f"{cores[0]},{cores[1]}",
                   "--no-report", timeout=1800)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
@@ -264,7 +282,8 @@ def test_two_engines_at_once_measure_what_one_at_a_time_does(tiny_sweep, tmp_pat
     for eid in a:
         assert a[eid]["capacity"] == b[eid]["capacity"], eid
         assert a[eid]["devices"] == [] and len(b[eid]["devices"]) == 1  # one core each (tensor_parallel_size 1)
-    assert _ok_points(out) == _ok_points(seq) and len(_ok_points(out)) == plan.num_points
+    assert len(plan.engines) == 2 and len(_ok_points(out)) == plan.num_points
+    assert set(_ok_points(out)) <= set(_ok_points(seq))  # the demo run measured the same points
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["device_pool"] == [f"cpu{cores[0]}", f"cpu{cores[1]}"] and manifest["isolation"] == "shared"
     assert manifest["max_concurrent_engines"] == 2
@@ -279,17 +298,18 @@ def test_two_engines_at_once_measure_what_one_at_a_time_does(tiny_sweep, tmp_pat
 
 
 def test_the_sweep_through_ray_measures_what_the_sequential_run_does(tiny_sweep, tmp_path):
-    """The demo sweep through `--ray` on a local Ray cluster (loopback, its 2 CPUs standing in for GPUs): the
-    same capacity facts and the same set of ok points as the sequential run; each engine ran on a node's
-    core, and the manifest names the cluster."""
+    """A slice of the demo sweep (served too) through `--ray` on a local Ray cluster (loopback, its 2 CPUs
+    standing in for GPUs): the same capacity facts as the sequential demo run and the same ok points; each
+    engine ran on a node's core, and the manifest names the cluster."""
     from ray_local import local_ray, ray_missing
 
     if ray_missing():
         pytest.skip(ray_missing())
-    seq, plan = tiny_sweep
+    seq, _ = tiny_sweep
+    spec, plan = _demo_slice(tmp_path, serve=True)
     out = tmp_path / "ray"
     with local_ray(num_cpus=2) as cluster:
-        proc = kvprof("sweep", "sweeps/tiny-cpu.yaml", "--out", str(out), "--ray", cluster.address, "--no-report",
+        proc = kvprof("sweep", str(spec), "--out", str(out), "--ray", cluster.address, "--no-report",
                       timeout=1800)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
         assert cluster.scratch_dirs() == []
@@ -299,7 +319,8 @@ def test_the_sweep_through_ray_measures_what_the_sequential_run_does(tiny_sweep,
         assert a[eid]["capacity"] == b[eid]["capacity"], eid
         (label,) = b[eid]["devices"]
         assert re.fullmatch(r"[\d.]+/cpu\d+", label), label
-    assert _ok_points(out) == _ok_points(seq) and len(_ok_points(out)) == plan.num_points
+    assert len(_ok_points(out)) == plan.num_points and set(_ok_points(out)) <= set(_ok_points(seq))
+    assert any(p.startswith(tuple(e.id for e in plan.engines)) and "serve" in p for p in _ok_points(out))
     served = [e.id for e in plan.engines if (seq / "servers" / f"{e.id}.json").exists()]
     assert served and all((out / "servers" / f"{eid}.json").exists() for eid in served)
     manifest = json.loads((out / "manifest.json").read_text())

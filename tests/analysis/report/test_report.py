@@ -4,7 +4,7 @@ import json
 
 import pytest
 from pdf_checks import page_ink, pdf_text, summary_cells
-from synthetic_results import GiB, Injected, make_results
+from synthetic_results import GiB, Injected, Truth, make_results
 from typer.testing import CliRunner
 
 from analysis.measured.pipeline import analyse
@@ -21,6 +21,18 @@ def synthetic(tmp_path_factory):
     inj = make_results(root)
     written = build_report(root)
     return root, inj, written
+
+
+@pytest.mark.parametrize(("model", "published"), [
+    ("llama-3.1-8b", 8_030_261_248),  # meta-llama/Llama-3.1-8B: the safetensors index's parameter total
+    ("qwen2.5-7b", 7_615_616_512),  # Qwen/Qwen2.5-7B: "Number of Parameters: 7.61B", safetensors total
+])
+def test_the_synthetic_truth_counts_the_published_parameters(model, published):
+    """The synthetic engines' weights and decode bytes come from this count, not from kvprof's."""
+    from analysis.catalog import resolve_model
+
+    _, where = resolve_model(model)
+    assert Truth.from_config(json.loads((where / "config.json").read_text())).parameters == published
 
 
 def test_fit_recovers_the_injected_bandwidth_and_overhead(synthetic):
