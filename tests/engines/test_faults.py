@@ -131,8 +131,8 @@ def with_ok_before_and_points_after(plan: Plan):
 
 
 def test_hung_point_times_out_alone_and_the_rest_still_run(tmp_path):
-    # Points take 1-2 s on 2 busy cores; a 60 s limit on the points that run on leaves them 30× that.
-    spec = small_spec(tmp_path, point_s=60)
+    # Points take 1-2 s on 2 busy cores; a 45 s limit on the points that run on leaves them 20× that.
+    spec = small_spec(tmp_path, point_s=45)
     plan = expand(load_spec(spec))
     out = tmp_path / "out"
     row = record("engine hangs mid-point (SIGSTOP on its process group)", [1], plan.num_points - 1)

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.vllm
 def spec_file(tmp_path: Path) -> Path:
     spec = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
     spec["engine"].update(max_model_len=1024, kv_cache_dtype="auto", block_size=[32, 64])
-    spec["workload"].update(concurrency=[1, 2, 3], prompt_len=[64], output_len=256, repeats=2, warmup=0)
+    spec["workload"].update(concurrency=[1, 2, 3], prompt_len=[64], output_len=128, repeats=2, warmup=0)
     spec["phases"] = ["decode"]
     spec["probe"] = False
     spec.pop("serve", None)

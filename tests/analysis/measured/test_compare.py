@@ -106,7 +106,7 @@ def sweep_spec(tmp_path: Path, name: str, kv: str) -> Path:
     spec = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
     spec.update(name=name, phases=["capacity", "decode"], probe=False)
     spec["engine"].update(max_model_len=1024, block_size=32, kv_cache_dtype="auto", kv_cache_memory_bytes=kv)
-    spec["workload"].update(concurrency=[1, 4], prompt_len=[64, 256], output_len=16, repeats=1, warmup=1)
+    spec["workload"].update(concurrency=[1, 4], prompt_len=[64], output_len=16, repeats=1, warmup=1)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
