@@ -194,10 +194,6 @@ def test_the_sweep_ends_with_a_report_that_says_what_was_measured(tiny_sweep, tm
     assert f"matches vLLM's block count on {n}/{n} engines (largest error 0 blocks)" in text
     assert "Batch ceiling at 513 tokens: predicted 31, ran together up to 31" in text
     assert "vLLM's own arithmetic says 32" in text
-    # the fit says which regime the sweep is in before it quotes a bandwidth (issue #14)
-    fit_line = text[text.index("Decode fit: "):]
-    assert re.match(r"Decode fit: (overhead|memory|compute)-dominated sweep", fit_line), fit_line[:200]
-    assert fit_line.index("-dominated") < fit_line.index("effective bandwidth") and "SYNTHETIC" not in text
     assert re.search(r"Decode step time|Decode(, \w+-dominated)?: step time =", text)  # the decode page's title
     for title in ("KV capacity: the allocator model vs vLLM", "Concurrency ceiling", "Block rounding",
                   "The seeds' claims against the data", "Memory timeline", "Environment"):
@@ -209,15 +205,25 @@ def test_the_sweep_ends_with_a_report_that_says_what_was_measured(tiny_sweep, tm
     for title in ("KV capacity", "Batch ceiling", "Block rounding"):
         for row in summary_cells(summary, title):
             assert all(cell in flat for cell in row), row
-    cal = json.loads((out / "calibration.json").read_text())
     decode_points = sum(p.phase == "decode" for pts in plan.points.values() for p in pts)
-    # The fit takes every decode point but those measured while the machine was busy (steps spread over a quarter
-    # of their median, or other processes holding the cores): on a loaded CI machine some are, and say why.
+    # The fit takes every decode point but those measured while the machine was busy (steps spread over half
+    # their median, or other processes holding the cores): on a loaded CI machine some are, and say why. With a
+    # busy loop on the other core nearly all are, and fewer than the fit's three may be left: no fit, said so.
     records = [json.loads(f.read_text()) for f in (out / "points").glob("*.json")]
     measured = [r["measurements"] for r in records if r["point"]["phase"] == "decode" and r["status"] == "ok"]
     assert len(measured) == decode_points
     fitted = sum(flag_reason(m) is None for m in measured)
-    assert cal["device"].startswith("CPU") and cal["fit"]["n"] == fitted >= 4
+    if not (out / "calibration.json").exists():
+        assert fitted < 3, fitted
+        assert (f"Decode fit: none — {decode_points - fitted} of {decode_points} decode points were noisy or "
+                "contended") in flat
+        return
+    # the fit says which regime the sweep is in before it quotes a bandwidth (issue #14)
+    fit_line = text[text.index("Decode fit: "):]
+    assert re.match(r"Decode fit: (overhead|memory|compute)-dominated sweep", fit_line), fit_line[:200]
+    assert fit_line.index("-dominated") < fit_line.index("effective bandwidth") and "SYNTHETIC" not in text
+    cal = json.loads((out / "calibration.json").read_text())
+    assert cal["device"].startswith("CPU") and cal["fit"]["n"] == fitted >= 3
     assert cal["step_overhead_s"] >= 0 and len(cal["fit"]["loo_rel_errors"]) == fitted
     # A tiny model on 2 shared CPU cores gives step times dominated by overhead and noise: the
     # fit may find no bandwidth, or a poor R². Whatever calibration.json holds, the report says it: the

@@ -184,3 +184,20 @@ def test_one_registered_page_reaches_the_pdf_and_the_summary_in_registry_order(t
     assert text.count("\f") == pages_before + 1
     assert text.index("Crossover: context") < text.index("An extra page") < text.index(a.tables["claims"].title)
     assert summary.index("### Crossover") < summary.index("## An extra page") < summary.index("### The seeds' claims")
+
+
+def test_a_run_measured_on_a_busy_machine_has_no_fit_and_says_why(tmp_path):
+    """Every decode point measured while another process kept a core busy: none is fitted, so there is no
+    decode fit and no calibration.json, and page one and summary.md say how many points were left out and why."""
+    make_results(tmp_path, Injected(max_model_lens=(8192,), kv_dtypes=("auto",), telemetry_samples_per_engine=20))
+    decode = [p for p in (tmp_path / "points").glob("*.json") if json.loads(p.read_text())["point"]["phase"] == "decode"]
+    for p in decode:
+        rec = json.loads(p.read_text())
+        rec["measurements"]["other_cpu_cores"] = 1.0
+        p.write_text(json.dumps(rec))
+    written = build_report(tmp_path)
+    line = (f"Decode fit: none — {len(decode)} of {len(decode)} decode points were noisy or contended (other "
+            "processes kept 1.0 CPU cores busy)")
+    assert line in written["summary"].read_text()
+    assert line in " ".join(pdf_text(written["pdf"]).split())
+    assert "calibration" not in written and not (tmp_path / "calibration.json").exists()
