@@ -168,7 +168,6 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
     reserve = default_reserve(arch, max_num_batched_tokens=mnbt, max_num_seqs=max_seqs)
     # vLLM's budget: ceil(total × utilization) − weights − reserve (v1/worker/gpu_worker.py), less the injected extra.
     true_budget = math.ceil(g.memory_bytes * inj.utilization) - weights - reserve.total - inj.extra_reserve_bytes
-    true_budget = int(true_budget)
     rng = np.random.default_rng(7)
     engines = []
     for mml in inj.max_model_lens:

@@ -322,11 +322,13 @@ def headline(a: Analysis) -> list[str]:
                      f"{' (' + mbu + ')' if mbu else ''}, fixed overhead {fms(f.step_overhead_s)} per step, "
                      f"R² {f.r2:.3f}, leave-one-out median error {fpct(f.loo_median_abs_rel_error).lstrip('+')}"
                      + (f" — {f.note}." if f.note else "."))
-    elif "flagged" in a.decode and a.decode["flagged"].notna().any():
+    elif ("flagged" in a.decode and a.decode["flagged"].notna().any()
+          and (quiet := int(a.decode["flagged"].isna().sum())) < 3):
+        # The fit needs one point more than its two terms (overhead, bandwidth); flagged points are left out.
         flagged = a.decode["flagged"].dropna()
         lines.append(f"Decode fit: none — {len(flagged)} of {len(a.decode)} decode points were noisy or contended "
-                     f"({flagged.iloc[0]}) and are left out, leaving fewer than the fit needs; rerun on a quiet "
-                     "machine, or `kvprof report --fit-flagged` to fit them anyway.")
+                     f"({flagged.iloc[0]}) and are left out, leaving {quiet}, fewer than the 3 the fit needs; rerun "
+                     "on a quiet machine, or `kvprof report --fit-flagged` to fit them anyway.")
     if not a.claims.empty:
         counts = a.claims["verdict"].value_counts()
         lines.append("Claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".")

@@ -190,7 +190,8 @@ def test_a_run_measured_on_a_busy_machine_has_no_fit_and_says_why(tmp_path):
     """Every decode point measured while another process kept a core busy: none is fitted, so there is no
     decode fit and no calibration.json, and page one and summary.md say how many points were left out and why."""
     make_results(tmp_path, Injected(max_model_lens=(8192,), kv_dtypes=("auto",), telemetry_samples_per_engine=20))
-    decode = [p for p in (tmp_path / "points").glob("*.json") if json.loads(p.read_text())["point"]["phase"] == "decode"]
+    decode = [p for p in (tmp_path / "points").glob("*.json")
+              if json.loads(p.read_text())["point"]["phase"] == "decode"]
     for p in decode:
         rec = json.loads(p.read_text())
         rec["measurements"]["other_cpu_cores"] = 1.0
