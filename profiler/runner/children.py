@@ -196,6 +196,9 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
         [*ENGINE_COMMAND, str(job_path)], log_path, env, child, sampler,
         lambda proc: supervise_child(proc, store, ready_now, points, timeouts, on_point_done, on_current, phases_done),
         host)
+    # A child can come up and die between two looks of the supervisor (or, on Ray, before its record reached
+    # the driver's last look): what it left says whether it was up, and so which point it died on.
+    ready = ready or ready_now()
     failed = finish_engine_record(store, cfg, log_path, proc.returncode, outcome, points, ready, phases,
                                    {"launched_at": launched_at, "exited_at": host.now() if host else time.time()},
                                    host_labels(placement, host), getattr(proc, "lost", None))

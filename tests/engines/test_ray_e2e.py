@@ -86,7 +86,7 @@ def test_a_ray_worker_killed_mid_point_is_a_crash_of_that_point_and_a_rerun_resu
                 assert sweep.poll() is None, "the sweep ended before a point could be caught in flight"
                 for pid, scratch in engine_children(cluster.tmpdir):
                     point = in_flight(scratch)
-                    if point is None or point.endswith("-c1-p64-o256"):  # want one ok point before it
+                    if point is None or "-c1-" in point:  # want one ok point (concurrency 1 runs first) before it
                         continue
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(pid, signal.SIGSTOP)

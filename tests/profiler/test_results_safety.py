@@ -34,6 +34,7 @@ cli = CliRunner()
 #   dies           exits 1 before writing anything (vLLM crashed at start-up)
 #   capacity-dies  the engine comes up (record ok), then dies inside the capacity phase
 #   dies-on-64     dies like `dies` when its block size is 64, else like `ok`
+#   up-then-dies   the engine comes up (record ok), starts its first point and dies in it
 DOUBLE = textwrap.dedent(f"""
     import os, sys, time
     sys.path.insert(0, {str(ROOT)!r})
@@ -58,6 +59,9 @@ DOUBLE = textwrap.dedent(f"""
     store.write_engine(rec)
     if mode == "capacity-dies":
         print("RuntimeError: the capacity phase crashed", flush=True)
+        sys.exit(1)
+    if mode == "up-then-dies":
+        print("KVPROF_POINT_START", job.points[0].id, flush=True)
         sys.exit(1)
     if "capacity" in job.phases:
         now = time.time()
@@ -199,6 +203,29 @@ def test_one_engine_failing_is_complete_with_failures_and_exit_1(tmp_path, doubl
     assert manifest(out)["status"] == "complete_with_failures"
     statuses = sorted(json.loads(p.read_text())["status"] for p in (out / "points").iterdir())
     assert statuses == ["crash", "crash", "ok", "ok"]  # 2 points × 2 engines, the block-64 engine's failed
+
+
+def test_an_engine_that_came_up_and_died_before_the_parent_looked_failed_on_its_first_point(
+        tmp_path, double, monkeypatch):
+    """The child wrote its ready record and died inside a point between two looks of the supervisor (on Ray:
+    before the record reached the driver's last look). The race is made certain: the supervisor here never
+    looks, it only waits for the child. What the child left still says it was up, so the point it died on is a
+    crash and the ones after it were never tried (aborted: a plain rerun runs them), not all crashed 'before
+    the engine was ready'."""
+    def never_looks(proc, *args):
+        proc.wait()
+        return None, False, set()
+
+    monkeypatch.setattr(sweep_children, "supervise_child", never_looks)
+    double("up-then-dies")
+    out = tmp_path / "out"
+    res = sweep(spec(tmp_path, concurrency="[1, 2, 4]"), out)
+    assert res.exit_code == 1, res.output
+    recs = {json.loads(p.read_text())["point"]["concurrency"]: json.loads(p.read_text())
+            for p in (out / "points").iterdir()}
+    assert recs[1]["status"] == "crash" and "before the engine was ready" not in recs[1]["message"]
+    assert [recs[c]["status"] for c in (2, 4)] == ["aborted", "aborted"]
+    assert all("a rerun of the sweep runs it" in recs[c]["message"] for c in (2, 4))
 
 
 def test_every_point_failing_is_status_failed(tmp_path, double):
