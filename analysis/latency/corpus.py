@@ -104,6 +104,8 @@ class LatencyReported(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     avg_latency_s: float | None = Field(None, gt=0, description="latency: 'Avg latency: X seconds'")
+    mean_latency_ms: float | None = Field(None, gt=0, description="latency, where the source prints milliseconds "
+                                                                  "(vLLM's CI tables: 'Mean latency (ms)')")
     median_tpot_ms: float | None = Field(None, gt=0)
     mean_tpot_ms: float | None = Field(None, gt=0)
     median_itl_ms: float | None = Field(None, gt=0)
@@ -112,6 +114,13 @@ class LatencyReported(BaseModel):
     mean_ttft_ms: float | None = Field(None, gt=0)
     output_throughput_tok_s: float | None = Field(None, gt=0, description="generated tokens/s, all sequences")
     request_throughput_req_s: float | None = Field(None, gt=0)
+
+    @property
+    def latency_s(self) -> float | None:
+        """A latency run's average latency in seconds, whichever unit the source printed it in."""
+        if self.avg_latency_s is not None:
+            return self.avg_latency_s
+        return None if self.mean_latency_ms is None else self.mean_latency_ms / 1e3
 
 
 class LatencyRecord(PublishedRecord):
@@ -126,8 +135,8 @@ class LatencyRecord(PublishedRecord):
     def _derivable(self) -> LatencyRecord:
         r = self.reported
         need = {"tpot": (r.median_tpot_ms, r.mean_tpot_ms), "itl": (r.median_itl_ms, r.mean_itl_ms),
-                "latency": (r.avg_latency_s,), "throughput": (r.output_throughput_tok_s,),
-                "prefill": (r.avg_latency_s,)}[self.derive]
+                "latency": (r.latency_s,), "throughput": (r.output_throughput_tok_s,),
+                "prefill": (r.latency_s,)}[self.derive]
         if all(v is None for v in need):
             raise ValueError(f"derive: {self.derive} needs the reported figure it is read from")
         if self.derive == "latency" and self.workload.output_len < 2:

@@ -4,7 +4,8 @@ A step is the work of one scheduler iteration on one GPU of a tensor-parallel gr
 (:class:`StepWork`): decoding sequences and prompt tokens, the weight bytes it streams,
 the KV it reads, its FLOPs and its all-reduces. Its time is
 
-    weights_s        smooth-max(weight bytes / (BW · η_w[generation] · κ[kernel] (· κ_moe for experts)),
+    weights_s        smooth-max(weight bytes / (BW · η_w[generation] · κ[kernel] (· κ_moe for experts))
+                                + experts called × t_expert   (one GEMM per touched expert per MoE layer),
                                 GEMM FLOPs / (peak · η_f[generation]), routed experts' grouped GEMMs at κ_moe_f)
   + kv_s             KV bytes read / (BW · η_kv[generation] · κ_kv[vLLM era])   attention kernels reach a
                                                                   smaller share of peak than GEMMs
@@ -129,6 +130,7 @@ class StepWork:
     attention_flops: float
     layers: int
     moe_layers: int
+    expert_calls: float  # routed experts the step's tokens touch, summed over the MoE layers: each a GEMM of its own
     mla_layers: int  # latent-attention layers: absorbed up-projections and more kernels a layer
     allreduces: float
     allreduce_hops: float  # log2(tp): an all-reduce's latency grows with the ranks it synchronises
@@ -198,7 +200,8 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         decode_seqs=decode_seqs, prefill_tokens=prefill_tokens, dense_bytes=dense / tp, expert_bytes=experts / tp,
         experts_touched=touched, kv_bytes=kv, gemm_flops=gemm - expert_gemm, expert_gemm_flops=expert_gemm,
         attention_flops=attn / tp, layers=a.num_layers,
-        moe_layers=moe_layers, mla_layers=sum(n for layer, n in a.attention_kinds if layer.kind == "mla"),
+        moe_layers=moe_layers, expert_calls=(touched or 0.0) * moe_layers,
+        mla_layers=sum(n for layer, n in a.attention_kinds if layer.kind == "mla"),
         allreduces=allreduces,
         allreduce_hops=float(np.log2(tp)), allreduce_bytes=ar_bytes,
         eager=enforce_eager,
@@ -216,7 +219,7 @@ def parameter_names() -> list[str]:
     for eta in ("eta_weights", "eta_kv", "eta_flops"):
         names += [eta] + [f"{eta}.{g}" for g in GENERATIONS]
     names += [f"kv_era.{e}" for e in ERAS[:-1]]
-    names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel", "moe_flops"]
+    names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel", "moe_flops", "expert_call_s"]
     names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "layer_s", "eager_layer_s", "moe_layer_s", "mla_layer_s"]
     names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s"]
     return names
@@ -232,7 +235,7 @@ PRIORS: dict[str, tuple[float, float]] = {
     "kv_era.0.5": (1.0, 0.4), "kv_era.0.6": (1.0, 0.4),
     "kernel.fp8": (0.90, 0.4), "kernel.int8": (0.85, 0.4), "kernel.int4": (0.70, 0.5), "kernel.fp4": (0.70, 0.5),
     "kernel.mxfp4": (0.55, 0.6), "kernel.nf4": (0.30, 0.6), "moe_kernel": (0.60, 0.5),
-    "moe_flops": (0.6, 0.5),
+    "moe_flops": (0.6, 0.5), "expert_call_s": (2e-6, 1.0),
     "host_s.0.5": (3e-3, 1.0), "host_s.0.6": (1e-3, 1.0), "host_s.0.9": (4e-4, 1.0),
     "seq_s": (8e-6, 1.0), "layer_s": (8e-6, 0.8), "eager_layer_s": (6e-5, 0.8), "moe_layer_s": (1.5e-5, 0.8),
     "mla_layer_s": (3e-5, 1.5),
@@ -306,13 +309,14 @@ class Overrides:
 
 
 def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm_flops, attention_flops, allreduces,
-                 allreduce_hops, allreduce_bytes, decode_seqs, layers, moe_layers, mla_layers, bandwidth_Bps,
-                 gemm_peak_flops, peak_flops, link_Bps, eta_weights, kernel, moe_kernel, moe_flops, eta_kv, kv_era,
-                 eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s, mla_layer_s):
+                 allreduce_hops, allreduce_bytes, decode_seqs, layers, moe_layers, expert_calls, mla_layers,
+                 bandwidth_Bps, gemm_peak_flops, peak_flops, link_Bps, eta_weights, kernel, moe_kernel, moe_flops,
+                 expert_call_s, eta_kv, kv_era, eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s,
+                 mla_layer_s):
     """The step-time formula (module docstring), term by term. Every argument may be a number or a numpy array
     of steps (the fit evaluates the whole corpus at once), so there is one formula for the plan and the fit."""
     bw_w = bandwidth_Bps * eta_weights * kernel
-    stream = dense_bytes / bw_w + expert_bytes / (bw_w * moe_kernel)
+    stream = dense_bytes / bw_w + expert_bytes / (bw_w * moe_kernel) + expert_calls * expert_call_s
     gemm = (gemm_flops + expert_gemm_flops / moe_flops) / (gemm_peak_flops * eta_flops)
     p = SMOOTH_MAX_POWER
     return {
@@ -328,9 +332,8 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm
 
 
 FEATURES = ("dense_bytes", "expert_bytes", "kv_bytes", "gemm_flops", "expert_gemm_flops", "attention_flops",
-            "allreduces",
-            "allreduce_hops", "allreduce_bytes", "decode_seqs", "layers", "moe_layers", "mla_layers", "bandwidth_Bps",
-            "gemm_peak_flops", "peak_flops", "link_Bps")
+            "allreduces", "allreduce_hops", "allreduce_bytes", "decode_seqs", "layers", "moe_layers", "expert_calls",
+            "mla_layers", "bandwidth_Bps", "gemm_peak_flops", "peak_flops", "link_Bps")
 
 
 def step_constants(w: StepWork) -> dict[str, str | float]:
@@ -339,6 +342,7 @@ def step_constants(w: StepWork) -> dict[str, str | float]:
     return {"eta_weights": f"eta_weights.{g}", "kernel": 1.0 if w.kernel == "bf16" else f"kernel.{w.kernel}",
             "moe_kernel": "moe_kernel" if w.expert_bytes else 1.0, "eta_kv": f"eta_kv.{g}",
             "moe_flops": "moe_flops" if w.expert_gemm_flops else 1.0,
+            "expert_call_s": "expert_call_s" if w.expert_calls else 0.0,
             "kv_era": 1.0 if w.era == ERAS[-1] else f"kv_era.{w.era}",
             "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
             "host_s": f"host_s.{w.era}", "seq_s": "seq_s", "layer_s": "eager_layer_s" if w.eager else "layer_s",

@@ -32,10 +32,6 @@ EXPLAINED = {
     "argonne_mistral-7b-v0.1_h100_tp1_b64_1024x1024": "Mistral-7B on one H100 at batch 64: 31 s where the same table's "
                                                       "Llama-3-8B takes 19 s at the same point (and the two agree at "
                                                       "batch 16 and on A100); the source's own outlier",
-    "argonne_mixtral-8x7b_a100-40gb_tp4_b64_128x128": "Mixtral on A100 40GB at tp 4 and batch 64 (vLLM 0.5.4): "
-                                                      "faster than the pooled MoE efficiency, like PR 3240's A100 "
-                                                      "Mixtral; the 2024 MoE sources disagree by 2x between A100 "
-                                                      "and H100",
     "argonnettft_": "offline prefills of 16 x 1,024 tokens (--output-len 1, vLLM 0.5.4) at 62 % (H100) and 76 % (A100) "
                     "of the fp16 tensor peak, where the one prefill efficiency the model fits (0.4-0.5) also carries "
                     "served TTFTs and whole latencies of other sources; held out, the prediction is 1.4-1.7x slow",
@@ -66,9 +62,10 @@ EXPLAINED = {
                                "on older tp 8 sources gives twice that; newer vLLM fuses all-reduce and norm",
     "mlcperf_codellama-34b-awq": "CodeLlama-34B AWQ on 2x RTX 4090 (vLLM 0.2.0): barely faster than the 70B on the "
                                  "same GPUs in the same table; the source does not explain it",
-    "pr23151_qwen3-30b-a3b": "a 128-expert MoE served at concurrency 10 with DeepGEMM: held out, the MoE kernel "
-                             "efficiency comes from Mixtral (8 experts) and gpt-oss; its TTFT (300 ms) is its "
-                             "closed-loop waves' chunks, with the same MoE efficiency",
+    "pr23151_qwen3-30b-a3b": "a 128-expert MoE served at concurrency 10 with DeepGEMM: held out, predicted 1.7x "
+                             "slow; the MoE efficiency and the cost per expert GEMM come from other kernels "
+                             "(Mixtral's 8 large experts, DeepSeek's block FP8, gpt-oss's MXFP4); its TTFT (300 ms) "
+                             "is its closed-loop waves' chunks, with the same MoE costs",
     "pr2542_mixtral-8x7b_h100_tp8_b64": "the first fused-MoE Triton kernel (vLLM 0.2.7, untuned) at tp 8 on H100 at "
                                         "batch 64, whose per-GPU expert GEMMs are 1,792 wide: 1.7x slower than the "
                                         "tuned kernels of the other MoE sources (its batches 1-16 are within 25 %)",
@@ -83,8 +80,8 @@ EXPLAINED = {
                                                     "40 GB of KV a step, read at ~88 % of peak where the one fitted "
                                                     "KV efficiency (0.65) also carries older versions' kernels",
     "tt356_deepseek-v3-awq": "DeepSeek-R1 AWQ on 8x H100 (tp 8, version and checkpoint not stated): AWQ MoE experts "
-                             "through Marlin MoE or moe_wna16 with MLA, 1.9x the int4 and MoE efficiencies fitted on "
-                             "dense AWQ and bf16 MoE; its TTFTs at concurrency 1 scatter 0.5-1.8x with no trend",
+                             "through Marlin MoE or moe_wna16 with MLA, 1.5x the int4 and MoE costs fitted on "
+                             "dense AWQ and bf16 or FP8 MoE; its TTFTs at concurrency 1 scatter 0.5-1.8x with no trend",
     "wmx_qwen2.5-0.5b_l4": "TTFT of a 0.5B model on an L4 in a 4-vCPU cloud instance: 27-135 ms where the prefill "
                            "takes 2-20 ms; the API server and the small host are the TTFT (its ITLs are within 25 %)",
 }

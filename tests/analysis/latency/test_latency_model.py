@@ -109,6 +109,22 @@ def test_an_moe_step_reads_the_experts_its_tokens_touch():
     assert t["weight_stream_s"] == pytest.approx(one.dense_bytes / 3.35e12 + one.expert_bytes / (3.35e12 * 0.5))
 
 
+def test_every_expert_a_step_touches_costs_a_gemm_of_its_own_in_every_moe_layer():
+    # A fused-MoE kernel runs one small GEMM per expert the step's tokens touch, in every MoE layer: a cost per
+    # expert called on top of its bytes, which is why 128 experts of 9 MB (Qwen3-30B-A3B) stream worse than 8 of
+    # 352 MB (Mixtral). Mixtral, 32 MoE layers: batch 1 calls 2 experts a layer, batch 4 8 · (1 − 0.75⁴) = 5.46875.
+    mixtral = catalog.resolve_model("mixtral-8x7b")[0]
+    e = Engine(mixtral, H100)
+    one, four = e.step(decode_seqs=1, decode_context=100), e.step(decode_seqs=4, decode_context=100)
+    assert (one.expert_calls, four.expert_calls) == (pytest.approx(32 * 2), pytest.approx(32 * 5.46875))
+    c = constants(expert_call_s=3e-6)
+    for w in (one, four):
+        assert step_terms(w, c)["weight_stream_s"] == pytest.approx(
+            (w.dense_bytes + w.expert_bytes) / 3.35e12 + w.expert_calls * 3e-6)
+    # a dense model calls none
+    assert Engine(LLAMA8B, H100).step(decode_seqs=4, decode_context=100).expert_calls == 0
+
+
 def test_an_moe_prefill_runs_its_experts_grouped_gemms_at_their_own_efficiency():
     mixtral = catalog.resolve_model("mixtral-8x7b")[0]
     # Mixtral: 32 layers × 2 of 8 experts × 3 × 4,096 × 14,336 = 11,274,289,152 routed parameters a token;
