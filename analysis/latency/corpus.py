@@ -115,6 +115,12 @@ class LatencyReported(BaseModel):
     output_throughput_tok_s: float | None = Field(None, gt=0, description="generated tokens/s, all sequences")
     request_throughput_req_s: float | None = Field(None, gt=0)
 
+    @model_validator(mode="after")
+    def _one_latency(self) -> LatencyReported:
+        if self.avg_latency_s is not None and self.mean_latency_ms is not None:
+            raise ValueError("avg_latency_s and mean_latency_ms are the same figure: give the one the source prints")
+        return self
+
     @property
     def latency_s(self) -> float | None:
         """A latency run's average latency in seconds, whichever unit the source printed it in."""

@@ -195,10 +195,7 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
     proc, outcome, ready, seen_done = run_child(
         [*ENGINE_COMMAND, str(job_path)], log_path, env, child, sampler,
         lambda proc: supervise_child(proc, store, ready_now, points, timeouts, on_point_done, on_current, phases_done),
-        host)
-    # A child can come up and die between two looks of the supervisor (or, on Ray, before its record reached
-    # the driver's last look): what it left says whether it was up, and so which point it died on.
-    ready = ready or ready_now()
+        ready_now, host)
     failed = finish_engine_record(store, cfg, log_path, proc.returncode, outcome, points, ready, phases,
                                    {"launched_at": launched_at, "exited_at": host.now() if host else time.time()},
                                    host_labels(placement, host), getattr(proc, "lost", None))
@@ -212,9 +209,12 @@ def run_engine(store: ResultsDir, cfg: EngineConfig, points: list[Point], phases
 
 
 def run_child(cmd: list[str], log_path: Path, env: dict[str, Any], child: dict[str, int | None], sampler: Any,
-               supervise: Any, host: Any = None) -> tuple[Any, str, bool, set[str]]:
+               supervise: Any, ready_now: Any, host: Any = None) -> tuple[Any, str, bool, set[str]]:
     """Start a child (output appended to ``log_path``), watch it with ``supervise`` until it exits, then take
-    its process group down: what it leaves behind (vLLM's workers, the server) goes with it. On Ctrl-C, any
+    its process group down: what it leaves behind (vLLM's workers, the server) goes with it. Whether it became
+    ready is asked of its records once more at the end (``ready_now``): a child can come up and die between two
+    looks of the supervisor (on Ray, its record can reach the driver after the last look), and what it left says
+    whether it was up, and so which point it died on. On Ctrl-C, any
     failure in the parent or a stopping sweep the group goes at once and what was sampled stays in the
     partial file. Returns (the child, its outcome: ok / crash / timeout, whether it became ready, the points
     whose records appeared)."""
@@ -229,6 +229,7 @@ def run_child(cmd: list[str], log_path: Path, env: dict[str, Any], child: dict[s
             outcome, ready, seen_done = supervise(proc)
             outcome = outcome or ("ok" if proc.returncode == 0 else "crash")
             kill_group(proc)
+            ready = ready or ready_now()
             if STOP.is_set():
                 raise Stopped
         except BaseException:
@@ -312,7 +313,7 @@ def run_server(store: ResultsDir, cfg: EngineConfig, points: list[Point], spec: 
     proc, outcome, ready, seen_done = run_child(
         [*SERVE_COMMAND, str(job_path)], log_path, env, child, sampler,
         lambda proc: supervise_child(proc, store, ready_now, points, spec.timeouts, on_point_done, on_current,
-                                starting="starting server"), host)
+                                starting="starting server"), ready_now, host)
     lost = getattr(proc, "lost", None)
     server_log = store.logs / f"{cfg.id}.server.log"
     log_text = server_log.read_text(errors="replace") if server_log.exists() else ""

@@ -298,3 +298,26 @@ def test_a_gpu_of_no_catalogued_generation_gets_the_pooled_efficiencies():
     w = Engine(LLAMA8B, probed).step(decode_seqs=1, decode_context=1)
     assert w.generation == "pooled" and w.link == "pcie"  # nothing known about its links: the slower kind
     assert step_terms(w, c)["effective_weight_bandwidth_Bps"] == pytest.approx(3.35e12 * 0.5)
+
+
+def test_a_latency_printed_in_milliseconds_is_the_same_figure_and_not_both():
+    import yaml
+    from pydantic import ValidationError
+
+    from analysis.latency.corpus import LatencyRecord
+    from analysis.latency.fit import record_targets
+
+    doc = yaml.safe_load("""
+source: https://example.org/ci
+description: vLLM CI's latency table, batch 8, 32 in / 128 out
+settings: {model: meta-llama/Meta-Llama-3-8B, catalog_model: llama-3-8b, gpu: h100-sxm, vllm_version: "0.6.3"}
+workload: {benchmark: latency, batch_size: 8, input_len: 32, output_len: 128}
+reported: {mean_latency_ms: 997.542}
+derive: latency
+excerpt: "latency_llama8B_tp1 8xH100 997.542 997.365 999.409"
+""")
+    (t,) = record_targets("x", LatencyRecord.model_validate(doc))
+    assert (t.kind, t.per, t.measured_s) == ("decode", "latency", pytest.approx(0.997542))
+    doc["reported"]["avg_latency_s"] = 0.997542
+    with pytest.raises(ValidationError, match="the same figure"):
+        LatencyRecord.model_validate(doc)
