@@ -94,8 +94,8 @@ def plan_cmd(
     max_num_batched_tokens: Annotated[int | None, typer.Option(
         help="vLLM scheduler token budget per step (default: vLLM's for the device).")] = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="vLLM max_num_seqs (default: vLLM's).")] = None,
-    tp: Annotated[str, typer.Option("--tp", help="Tensor-parallel size; a comma list (1,2,4,8) for the "
-                                                 "procurement table.")] = "1",
+    tp: Annotated[str | None, typer.Option("--tp", help="Tensor-parallel size (default 1); a comma list (1,2,4,8) "
+                                                        "for the procurement table.")] = None,
     kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
     block_size: Annotated[int | None, typer.Option(
         help="Tokens per KV block (default: vLLM's: 16 on a GPU, 128 on a CPU).")] = None,
@@ -142,6 +142,11 @@ def plan_cmd(
              "arriving while the replica's batch decodes, seconds or with a unit (500ms).")] = None,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print one JSON object (the procurement table: a list of rows).")] = False,
+    recommend: Annotated[bool, typer.Option(
+        "--recommend", help="The inverse plan: the smallest --gpu-memory-utilization (or --kv-cache-memory-bytes), "
+                            "tp and GPU count on --gpu that hold --concurrency sequences of --context tokens, as "
+                            "vllm serve flags (tp 1,2,4,8 unless --tp lists others; --gpu-memory-utilization is "
+                            "the ceiling).")] = False,
 ):
     """Predict KV capacity and decode latency for a model on a GPU.
 
@@ -157,7 +162,7 @@ def plan_cmd(
     analysis.planning.procurement.ProcurementRow).
     """
     try:
-        tps = parse_tp_list(tp)
+        tps = parse_tp_list(tp or ("1,2,4,8" if recommend else "1"))
     except ValueError as exc:
         raise fail(str(exc)) from None
     _check_plan_options(model, kv_cache_memory_bytes, reserve_bytes, tpot_slo, ttft_slo)
@@ -171,6 +176,10 @@ def plan_cmd(
                     max_num_seqs=max_num_seqs, async_scheduling=async_scheduling, enforce_eager=enforce_eager,
                     entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype, batch=batch,
                     prompt_len=prompt_len)
+    if recommend:
+        _recommend_cmd(model, gpu, probe, tps, concurrency, context, (calibration, save, tpot_slo, ttft_slo),
+                       json_out, settings)
+        return
     if (gpu is not None and ("," in gpu or gpu.strip().lower() == "all")) or len(tps) > 1 \
             or concurrency is not None or tpot_slo is not None or ttft_slo is not None:
         _procurement_cmd(model, gpu, probe, tps, concurrency, (tpot_slo, ttft_slo), context,
@@ -345,6 +354,62 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
                   + (", calibrated figures decide" if calibration else ""), highlight=False)
     for note in dict.fromkeys(r.calibration_note for r in rows if r.calibration_note):
         console.print(f"calibrated with {escape(note)}", highlight=False)
+
+
+def _recommend_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[int], concurrency: int | None,
+                   context: int | None, not_with: tuple[Any, ...], json_out: bool, settings: dict[str, Any]) -> None:
+    """`kvprof plan --recommend`: what to set on one GPU model so that N sequences of T tokens fit."""
+    from analysis.planning.recommend import recommend
+
+    try:
+        for flag, value in zip(("--calibration", "--save", "--tpot-slo", "--ttft-slo"), not_with, strict=True):
+            if value is not None:
+                raise PlanError(f"{flag} does not go with --recommend (it sizes memory for N sequences of T tokens)")
+        for flag, key in (("--batch", "batch"), ("--kv-cache-memory-bytes", "kv_cache_memory_bytes")):
+            if settings.get(key) is not None:
+                raise PlanError(f"{flag} does not go with --recommend: "
+                                + ("--concurrency is the sequences to hold" if key == "batch"
+                                   else "--recommend finds the KV budget itself"))
+        if concurrency is None or context is None:
+            raise PlanError("--recommend needs --concurrency N and --context T (N sequences of T tokens to hold "
+                            "at once)")
+        if concurrency < 1 or context < 1:
+            raise PlanError(f"--concurrency {concurrency}, --context {context}: both must be at least 1")
+        if gpu and probe:
+            raise PlanError("give --gpu or --probe, not both")
+        if probe:
+            gpu_spec = catalog.from_probe(read_json(probe), f"--probe {probe}")
+        elif gpu is None or not gpu.strip() or "," in gpu or gpu.strip().lower() == "all":
+            raise PlanError("--recommend needs one GPU: --gpu h100-sxm (compare GPUs with the procurement table: "
+                            "drop --recommend and give a list)")
+        else:
+            gpu_spec, _ = catalog.resolve_gpu(gpu)
+        arch, _ = catalog.resolve_model(model)
+        rec = recommend(arch, PlanInputs(**_parsed(settings)), gpu_spec, tps, concurrency=concurrency,
+                        context=context)
+    except ValidationError as exc:
+        raise fail(_plan_options_line(exc)) from None
+    except (PlanError, UnsupportedArchitecture, catalog.UnknownName, InputFileError, ValueError, OSError,
+            KeyError) as exc:
+        raise fail(one_line(exc)) from None
+    if json_out:
+        print(rec.model_dump_json(indent=2))
+        return
+    per = f", {rec.sequences_per_replica:,} per replica" if rec.replicas > 1 else ""
+    console.print(f"{rec.model} on {rec.gpu}: {rec.concurrency:,} sequences of {rec.context:,} tokens need "
+                  f"{rec.gpus_needed} GPU(s): tp {rec.tensor_parallel_size} × {rec.replicas} replica(s){per}",
+                  highlight=False)
+    console.print(f"  vllm serve MODEL {' '.join(rec.serve_flags)}", highlight=False, soft_wrap=True)
+    console.print(f"  or, a fixed KV budget: vllm serve MODEL {' '.join(rec.serve_flags_fixed_kv)}", highlight=False,
+                  soft_wrap=True)
+    console.print(
+        f"  margin: {rec.sequences_fit:,} sequences fit per replica ({rec.sequences_fit_one_block_less:,} with one "
+        f"{fmt_bytes(rec.bytes_per_block)} block less); per GPU: weights {fmt_bytes(rec.weight_bytes)}, reserve "
+        f"{fmt_bytes(rec.reserve_bytes)}, KV {fmt_bytes(rec.kv_cache_memory_bytes)}, "
+        f"{fmt_bytes(rec.unused_bytes_per_gpu)} of {fmt_bytes(rec.device_total_bytes)} left unused "
+        f"(the ceiling was {rec.max_gpu_memory_utilization})", highlight=False)
+    for note in rec.notes:
+        console.print(f"  note: {escape(note)}", highlight=False)
 
 
 def procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list[str]]:

@@ -5,7 +5,7 @@ made from the spec sheet and the settings the author stated, exactly as a buyer 
 ask it, and compared with what vLLM logged: weights, the KV budget, blocks, tokens and
 concurrency. The expected values are vLLM's printed numbers, never kvprof's.
 
-A record outside tolerance must be named in ``EXPLAINED`` with the reason; an entry
+A record outside tolerance must be named in ``EXPLAINED`` (tests/gpu_corpus.py) with the reason; an entry
 there that is back within tolerance fails too, so the list cannot go stale.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from gpu_corpus import CorpusRecord, load_corpus, vllm_version
+from gpu_corpus import EXPLAINED, CorpusRecord, load_corpus, plan_quantization, unplannable, vllm_version
 
 from analysis import catalog
 from analysis.model.params import weight_bytes
@@ -29,56 +29,6 @@ def _version(rec: CorpusRecord) -> str | None:
     """The vLLM whose rules apply: the stated version, else the one inferred from the post's date and wording."""
     return vllm_version(rec.settings)
 
-# record → why kvprof's spec-sheet plan misses it by more than 2 % (in one quantity or several: a budget miss
-# carries into blocks, tokens and concurrency).
-EXPLAINED: dict[str, str] = {
-    "dennislee22_gpt_oss_120b_tp4_4nodes_a100_80gb":
-        "vLLM 0.10.1.1 from the vllm-openai image, whose V1 sampler takes FlashInfer's top-k/top-p (8 B a logit, "
-        "tests/analysis/vllm/test_vllm_memory.py FLASHINFER) where the plan charges the sort's 36 B: 1.5 GiB more "
-        "activation than vLLM had; and 0.10 printed 'GPU KV cache size' as blocks × 16 ÷ its 2 KV-cache groups "
-        "(2,640,144 = 330,018 × 8), where the allocator model follows 0.32's count",
-    "issue21348_qwen3_235b_a22b_fp8_4xh100":
-        "not confirmed: 2.0 GiB less KV per rank than the 0.9-era rules predict; the post states neither the version "
-        "nor the profile's breakdown (Qwen3-MoE's fused-MoE workspaces for 128 block-FP8 experts are the likely "
-        "part); its tokens are also 1.1 % under rank 0's printed budget: V1 sizes the pool by the smallest rank's",
-    "issue27508_gpt_oss_120b_h100":
-        "weights not logged: the rules pick Hopper's Triton mxfp4 layout from 0.10.2 (64.25 GiB); with the Marlin "
-        "layout vLLM 0.10.1 logged on an H100 (65.97 GiB, issue 23278) the 1.71 GiB budget is met within 0.1 GiB",
-    "llmdbench_gpt_oss_120b_h100":
-        "a 3.3 GiB pool: the 0.13 GiB the mxfp4 weights come out light (0.2 % of 64.4 GiB) is 4 % of it",
-    "llmdplanner_gemma3_12b_h100":
-        "weights: the checkpoint's SigLIP vision tower and projector (logged 23.31 GiB; analysis.model.params counts "
-        "the text model's 21.92 GiB), and the budget by as much",
-    "llmdplanner_gemma3_27b_h100": "weights: the vision tower again (logged 51.45 GiB against 50.31 GiB)",
-    "pr10511_llama3_8b_h100":
-        "the pull request's own profiler branch logs 1.79 GiB of non-torch memory (0.15 GiB in releases of the "
-        "time); with the logged non-torch figure the budget is within 0.1 %",
-    "pr17122_llama31_8b_l40s":
-        "unexplained: 4.3 GiB less KV than the V1 0.8 rules predict on an L40S (a developer machine; other "
-        "processes on the GPU, the driver's total and the profile's breakdown are not in the post)",
-    "pr2031_llama2_70b_4xa100_80gb":
-        "vLLM 0.2.4, the fix of that pull request: its profiler charged TP4's NCCL and all-reduce buffers at about "
-        "13 GiB per GPU; kvprof's rules start at 0.6",
-}
-
-
-def _unplannable(rec: CorpusRecord) -> str | None:
-    """Why a record cannot be planned at all (None: it can)."""
-    s = rec.settings
-    if s.catalog_model not in catalog.model_names():
-        return f"no config.json of {s.model} in the catalog"
-    if s.pipeline_parallel_size > 1:
-        return "pipeline parallelism: kvprof plans tensor-parallel ranks only"
-    return None
-
-
-def _quantization(rec: CorpusRecord, arch) -> str | None:
-    """What `kvprof plan --quantization` is given: the record's stand-in scheme, or the --quantization the author
-    passed to vLLM on a checkpoint without its own quantization_config (the checkpoint's own config otherwise)."""
-    s = rec.settings
-    return s.plan_quantization or (s.quantization if arch.quantization is None else None)
-
-
 def _plan(rec: CorpusRecord, *, kv_budget_bytes: int | None = None) -> dict:
     s = rec.settings
     arch, _ = catalog.resolve_model(s.catalog_model)
@@ -88,7 +38,7 @@ def _plan(rec: CorpusRecord, *, kv_budget_bytes: int | None = None) -> dict:
         tensor_parallel_size=s.tensor_parallel_size, gpu_memory_utilization=s.gpu_memory_utilization,
         max_num_batched_tokens=s.max_num_batched_tokens, max_num_seqs=s.max_num_seqs,
         enforce_eager=s.enforce_eager, entry=s.entry, vllm_version=_version(rec),
-        quantization=_quantization(rec, arch), dtype=s.dtype or "auto",
+        quantization=plan_quantization(rec, arch), dtype=s.dtype or "auto",
         kv_cache_memory_bytes=kv_budget_bytes,
     )
     return make_plan(arch, inputs, gpu)
@@ -100,7 +50,7 @@ def _error(predicted: float, logged: float) -> float:
 
 def _cases(field: str) -> list[str]:
     return [name for name, rec in RECORDS.items()
-            if getattr(rec.logged, field) is not None and _unplannable(rec) is None]
+            if getattr(rec.logged, field) is not None and unplannable(rec) is None]
 
 
 def _check(name: str, quantity: str, predicted: float, logged: float) -> None:
@@ -130,7 +80,7 @@ def test_weights_as_vllm_loads_them(name):
     rec, s = RECORDS[name], RECORDS[name].settings
     arch, _ = catalog.resolve_model(s.catalog_model)
     arch = arch.with_dtype(s.dtype or "auto").with_quantization(
-        _quantization(rec, arch), generation=catalog.resolve_gpu(s.gpu)[0].generation, vllm_version=_version(rec))
+        plan_quantization(rec, arch), generation=catalog.resolve_gpu(s.gpu)[0].generation, vllm_version=_version(rec))
     _check(name, "weights", weight_bytes(arch, s.tensor_parallel_size), rec.logged.weights_gib * GiB)
 
 
@@ -174,7 +124,7 @@ def _misses(name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", sorted(EXPLAINED))
 def test_explained_records_still_miss(name):
-    assert name in RECORDS and _unplannable(RECORDS[name]) is None, name
+    assert name in RECORDS and unplannable(RECORDS[name]) is None, name
     assert _misses(name), f"{name} is now within {TOLERANCE:.0%} everywhere: take it out of EXPLAINED"
 
 
