@@ -131,8 +131,6 @@ def unplannable(rec: CorpusRecord) -> str | None:
     s = rec.settings
     if s.catalog_model not in catalog.model_names():
         return f"no config.json of {s.model} in the catalog"
-    if s.pipeline_parallel_size > 1:
-        return "pipeline parallelism: kvprof plans tensor-parallel ranks only"
     return None
 
 

@@ -37,6 +37,7 @@ from analysis.vllm.allocator import kv_ceiling, paged_capacity
 from analysis.vllm.budget import Reserve, default_reserve, kv_budget, vllm_default_batching
 from analysis.vllm.engine_rules import Problem, engine_problems, workload_problems
 from analysis.vllm.memory import ENTRY_ALIASES, rules_for
+from analysis.vllm.pipeline import Stage, stage, stages
 
 
 class PlanError(ValueError):
@@ -56,6 +57,8 @@ class PlanInputs(BaseModel):
     block_size: StrictCount | None = Field(None, gt=0)  # None: vLLM's default on the device (`default_block_size`)
     max_model_len: StrictCount | None = Field(None, gt=0)
     tensor_parallel_size: StrictCount = Field(1, ge=1)
+    pipeline_parallel_size: StrictCount = Field(1, ge=1)
+    pp_layer_partition: str | None = None  # VLLM_PP_LAYER_PARTITION's value (None: vLLM's even split)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, strict=True, allow_inf_nan=False)
     kv_cache_memory_bytes: StrictCount | None = Field(None, ge=0)
     max_num_batched_tokens: StrictCount | None = Field(None, gt=0)
@@ -300,7 +303,7 @@ def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
 
 
 # A PlanInputs field by its `kvprof plan` option where the two names differ (else --field-with-dashes).
-OPTION_FLAGS = {"tensor_parallel_size": "--tp", "kv_cache_dtype": "--kv-dtype"}
+OPTION_FLAGS = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp", "kv_cache_dtype": "--kv-dtype"}
 
 
 def problems_line(problems: list[Problem]) -> str:
@@ -334,7 +337,15 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else on_gpu
 
     weights = weight_bytes(a, tp)
-    if problems := input_problems(a, inputs, gpu, weights):
+    pp_stages = None
+    if inputs.pipeline_parallel_size > 1:
+        try:
+            pp_stages = stages(a, tp, inputs.pipeline_parallel_size, inputs.pp_layer_partition or "")
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        weights = pp_stages[0].weight_bytes  # what vLLM's rank 0 loads and logs
+    largest = max(s.weight_bytes for s in pp_stages) if pp_stages else weights
+    if problems := input_problems(a, inputs, gpu, largest):
         raise PlanError(problems_line(problems))
     context = inputs.context or mml
     reserve: Reserve | None = None
@@ -343,7 +354,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     if inputs.kv_cache_memory_bytes is not None:
         budget = inputs.kv_cache_memory_bytes
         budget_source = "kv_cache_memory_bytes"
-    elif gpu is not None:
+    elif gpu is not None and pp_stages is None:
         if inputs.reserve_bytes is not None or (calibration and calibration.reserve_bytes is not None):
             fixed = inputs.reserve_bytes if inputs.reserve_bytes is not None else calibration.reserve_bytes
             reserve = Reserve(activation_bytes=fixed, non_torch_bytes=0, cuda_graph_bytes=0,
@@ -366,8 +377,16 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     paged = paged_capacity(a, budget or 0, block_size=inputs.block_size, max_model_len=mml,
                            max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype,
                            tp=tp, async_scheduling=async_sched)
+    pipeline: list[dict[str, Any]] | None = None
+    if pp_stages is not None:
+        paged, pipeline, budget, reserve, pool_stage = _pipeline(a, inputs, gpu, total, mml, mnbt, max_num_seqs,
+                                                                 async_sched, budget, pp_stages)
+        budget_source = budget_source or "per stage: ceil(total × utilization) − the stage's weights − its reserve"
     known = budget is not None
-    ideal = ideal_capacity(a, budget or 0, mml, inputs.kv_cache_dtype, tp)
+    if pipeline is None:
+        ideal = ideal_capacity(a, budget or 0, mml, inputs.kv_cache_dtype, tp)
+    else:  # the stage that sets the pool: its layers and its budget
+        ideal = ideal_capacity(pool_stage[0], pool_stage[1] or 0, mml, inputs.kv_cache_dtype, tp)
     at_context = kv_ceiling(paged, context, None, mnbt, async_sched)
     params = count_params(a)
     out: dict[str, Any] = {
@@ -413,11 +432,54 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     if inputs.batch:
         out["batch"] = inputs.batch
         out["batch_fits"] = inputs.batch <= out["kv_full_batch"] if known else None
-    if gpu is not None:
+    if pipeline is not None:
+        out["pipeline_parallel_size"] = inputs.pipeline_parallel_size
+        out["pipeline_stages"] = pipeline
+        out["pool_stage"] = min(range(len(pipeline)), key=lambda r: (pipeline[r]["num_blocks"] is None,
+                                                                    pipeline[r]["num_blocks"] or 0))
+        out["latency_note"] = "latency with pipeline parallelism is not modelled yet (issue #28)"
+    elif gpu is not None:
         out.update(_latency(a, inputs, gpu, context, calibration, mnbt))
     if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
         out["calibration_warnings"] = warnings
     return out
+
+
+def _pipeline(a: Architecture, inputs: PlanInputs, gpu: GPU | None, total: int | None, mml: int, mnbt: int,
+              max_num_seqs: int, async_sched: bool, fixed_budget: int | None, parts: list[Stage]):
+    """Each pipeline stage's reserve, budget and blocks (analysis.vllm.pipeline); the pool is the smallest stage's
+    block count, with that stage's layout. Returns (the pool's paged capacity, the stages, stage 0's budget and
+    reserve, as vLLM's rank 0 logs them, and the pool's stage as a model with its budget)."""
+    tp, pp = inputs.tensor_parallel_size, inputs.pipeline_parallel_size
+    rows, pools = [], []
+    for s in parts:
+        reserve = None
+        budget = fixed_budget
+        if fixed_budget is None and gpu is not None:
+            assert total is not None
+            reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs, tp=tp,
+                                      enforce_eager=inputs.enforce_eager, vllm_version=inputs.vllm_version,
+                                      samples=s.last)
+            if inputs.reserve_bytes is not None:
+                reserve = Reserve(activation_bytes=inputs.reserve_bytes, non_torch_bytes=0, cuda_graph_bytes=0,
+                                  source="--reserve-bytes")
+            budget = kv_budget(total, inputs.gpu_memory_utilization, s.weight_bytes, reserve)
+            if budget <= 0:
+                raise PlanError(f"{a.name} does not fit on {gpu.name} at tp={tp}, pp={pp}: stage {s.rank}'s weights "
+                                f"{s.weight_bytes / 2**30:.1f} GiB + reserve {reserve.total / 2**30:.1f} GiB exceed "
+                                f"{inputs.gpu_memory_utilization:.2f} × {total / 2**30:.2f} GiB")
+        cap = paged_capacity(stage(a, s.start, s.start + s.layers), budget or 0, block_size=inputs.block_size,
+                             max_model_len=mml, max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype,
+                             tp=tp, async_scheduling=async_sched)
+        pools.append(cap)
+        rows.append({"stage": s.rank, "first_layer": s.start, "layers": s.layers, "weight_bytes": s.weight_bytes,
+                     "activation_bytes": reserve.activation_bytes if reserve else None,
+                     "kv_budget_bytes": budget, "bytes_per_block": cap.bytes_per_block,
+                     "num_blocks": cap.num_blocks if budget is not None else None, "_reserve": reserve})
+    r = min(range(pp), key=lambda i: pools[i].num_blocks)
+    first = rows[0]
+    return pools[r], [{k: v for k, v in row.items() if k != "_reserve"} for row in rows], first["kv_budget_bytes"], \
+        first["_reserve"], (stage(a, parts[r].start, parts[r].start + parts[r].layers), rows[r]["kv_budget_bytes"])
 
 
 def refuse_unrunnable(plan: dict[str, Any], inputs: PlanInputs) -> None:

@@ -38,13 +38,16 @@ class Reserve(BaseModel):
 
 
 def default_reserve(a: Architecture, *, max_num_batched_tokens: int, max_num_seqs: int,
-                    tp: int = 1, enforce_eager: bool = False, vllm_version: str | None = None) -> Reserve:
+                    tp: int = 1, enforce_eager: bool = False, vllm_version: str | None = None,
+                    samples: bool = True) -> Reserve:
     """vLLM's non-KV reserve as the accounting rules of ``vllm_version`` (default: the pinned vLLM)
     predict it: the profile run's activation peak, non-torch memory by tensor-parallel size, and
-    the CUDA-graph estimate where that version deducts it (none with enforce_eager)."""
+    the CUDA-graph estimate where that version deducts it (none with enforce_eager). ``samples``: the GPU runs
+    the sampler (every GPU but those of a pipeline's earlier stages, whose peak is the forward pass alone)."""
     rules = rules_for(vllm_version)
-    act, _, _ = _activation_bytes(a, rules, max_num_batched_tokens=max_num_batched_tokens,
-                                  max_num_seqs=max_num_seqs, tp=tp)
+    act, forward, _ = _activation_bytes(a, rules, max_num_batched_tokens=max_num_batched_tokens,
+                                        max_num_seqs=max_num_seqs, tp=tp)
+    act = act if samples else forward
     graphs = rules.cuda_graph_estimate_bytes if rules.cuda_graphs_deducted and not enforce_eager else 0
     return Reserve(
         activation_bytes=act,

@@ -31,7 +31,8 @@ from profiler.cli.common import (
 
 def _plan_table(p: dict[str, Any]) -> Table:
     t = Table(title=f"kvprof plan — {p['model']} ({p['attention']})"
-              + (f" on {p['gpu']}" if p["gpu"] else "") + f", tp={p['tensor_parallel_size']}")
+              + (f" on {p['gpu']}" if p["gpu"] else "") + f", tp={p['tensor_parallel_size']}"
+              + (f", pp={p['pipeline_parallel_size']}" if p.get("pipeline_stages") else ""))
     t.add_column("quantity")
     t.add_column("ideal (seed arithmetic; roofline)", justify="right")
     t.add_column("vLLM (paged allocator; latency model)", justify="right")
@@ -39,7 +40,13 @@ def _plan_table(p: dict[str, Any]) -> Table:
     def row(label: str, ideal: str = "", paged: str = "") -> None:
         t.add_row(label, ideal, paged)
 
-    row("weights per GPU", fmt_bytes(p["weight_bytes"]), fmt_bytes(p["weight_bytes"]))
+    row("weights per GPU" + (" (stage 0)" if p.get("pipeline_stages") else ""), fmt_bytes(p["weight_bytes"]),
+        fmt_bytes(p["weight_bytes"]))
+    for st in p.get("pipeline_stages") or []:
+        pool = " (sets the pool)" if st["stage"] == p["pool_stage"] else ""
+        row(f"  stage {st['stage']}: layers {st['first_layer']}–{st['first_layer'] + st['layers'] - 1}{pool}", "",
+            f"weights {fmt_bytes(st['weight_bytes'])}, activation {fmt_bytes(st['activation_bytes'])}, "
+            f"KV {fmt_bytes(st['kv_budget_bytes'])}, {fmt_count(st['num_blocks'])} blocks")
     row("KV bytes / token (all layers)", f"{p['kv_bytes_per_token']:,} B")
     row(f"KV bytes / sequence @ {p['context']:,} tok", fmt_bytes(p["kv_bytes_per_sequence"]))
     row("KV budget per GPU", fmt_bytes(p["kv_budget_bytes"]), fmt_bytes(p["kv_budget_bytes"]))
@@ -96,6 +103,11 @@ def plan_cmd(
     max_num_seqs: Annotated[int | None, typer.Option(help="vLLM max_num_seqs (default: vLLM's).")] = None,
     tp: Annotated[str | None, typer.Option("--tp", help="Tensor-parallel size (default 1); a comma list (1,2,4,8) "
                                                         "for the procurement table.")] = None,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size: vLLM's layer split over stages, each "
+                                                  "stage its own weights and budget, the KV pool the smallest "
+                                                  "stage's (one configuration).")] = 1,
+    pp_layer_partition: Annotated[str | None, typer.Option(
+        help="Layers per stage as VLLM_PP_LAYER_PARTITION gives them (a comma list; default: vLLM's split).")] = None,
     kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
     block_size: Annotated[int | None, typer.Option(
         help="Tokens per KV block (default: vLLM's: 16 on a GPU, 128 on a CPU).")] = None,
@@ -175,7 +187,11 @@ def plan_cmd(
                     reserve_bytes=reserve_bytes, max_num_batched_tokens=max_num_batched_tokens,
                     max_num_seqs=max_num_seqs, async_scheduling=async_scheduling, enforce_eager=enforce_eager,
                     entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype, batch=batch,
-                    prompt_len=prompt_len)
+                    prompt_len=prompt_len, pipeline_parallel_size=pp, pp_layer_partition=pp_layer_partition)
+    if pp != 1 and (recommend or (gpu is not None and ("," in gpu or gpu.strip().lower() == "all")) or len(tps) > 1
+                    or concurrency is not None or tpot_slo is not None or ttft_slo is not None):
+        raise fail("--pp is planned for one configuration (one --gpu, one --tp); the procurement table and "
+                   "--recommend span tensor parallelism and replicas only for now")
     if recommend:
         _recommend_cmd(model, gpu, probe, tps, concurrency, context, (calibration, save, tpot_slo, ttft_slo),
                        json_out, settings)
@@ -241,6 +257,8 @@ def plan_cmd(
     if gpu_note:
         err.print(f"note: {gpu_note}", highlight=False)
     console.print(_plan_table(result))
+    if result.get("latency_note"):
+        console.print(f"note: {result['latency_note']}", highlight=False)
     if result["kv_budget_bytes"] is None:
         console.print("no KV budget: give --gpu (or --probe) or --kv-cache-memory-bytes for blocks, "
                       "concurrency and sequences that fit", highlight=False)

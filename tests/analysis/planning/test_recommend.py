@@ -105,7 +105,7 @@ def _logged_concurrency(name: str) -> tuple[float, int] | None:
 
 def _concurrency_cases() -> list[str]:
     return sorted(name for name, r in CORPUS.items()
-                  if unplannable(r) is None and name not in EXPLAINED
+                  if unplannable(r) is None and name not in EXPLAINED and r.settings.pipeline_parallel_size == 1
                   and "kv_cache_memory_bytes" not in r.settings.other_args
                   and (c := _logged_concurrency(name)) is not None and c[0] >= 3)
 

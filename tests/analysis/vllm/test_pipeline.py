@@ -1,0 +1,98 @@
+"""Pipeline parallelism as vLLM lays it out (analysis.vllm.pipeline; issue #28): layers per stage as vLLM's
+``get_pp_indices`` splits them, each stage's weights written out from the config, the pool the smallest stage's.
+The published pp 2 and pp 4 start-ups are held in tests/analysis/planning/test_plan_vs_gpu_corpus.py."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from analysis import catalog
+from analysis.planning.plan import PlanError, PlanInputs, make_plan
+from analysis.vllm.pipeline import layer_partition, stages
+from profiler.cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(("layers", "pp", "expected"), [
+    (32, 2, [16, 16]),
+    (32, 4, [8, 8, 8, 8]),
+    # 80 // 3 = 26, two left over: onto the stages before the last, from the second-last back.
+    (80, 3, [27, 27, 26]),
+    # DeepSeek-V3's 61 layers on 4 stages: 15 each, the one left over on the second-last.
+    (61, 4, [15, 15, 16, 15]),
+    (62, 4, [15, 16, 16, 15]),
+])
+def test_layers_per_stage_as_vllm_splits_them(layers, pp, expected):
+    assert layer_partition(layers, pp, "") == expected
+
+
+def test_the_split_is_vllms_own_where_vllm_is_installed():
+    utils = pytest.importorskip("vllm.distributed.utils", reason="vLLM is not installed")
+    for layers in (2, 7, 32, 61, 80, 126):
+        for pp in range(1, min(layers, 9) + 1):
+            ours = layer_partition(layers, pp, "")
+            theirs = [utils.get_pp_indices(layers, r, pp) for r in range(pp)]
+            assert [end - start for start, end in theirs] == ours, (layers, pp)
+
+
+def test_a_given_partition_is_used_and_a_wrong_one_named():
+    assert layer_partition(32, 3, "10,12,10") == [10, 12, 10]
+    with pytest.raises(ValueError, match="gives 2 stages; pipeline_parallel_size is 3"):
+        layer_partition(32, 3, "16,16")
+    with pytest.raises(ValueError, match="sums to 31 layers"):
+        layer_partition(32, 2, "15,16")
+    with pytest.raises(ValueError, match="more than the model's 32 layers"):
+        layer_partition(32, 33, "")
+
+
+def test_stage_weights_of_llama_8b_written_out():
+    a, _ = catalog.resolve_model("llama-3.1-8b")
+    # One layer: q, o 4096 × 4096, k, v 1,024 × 4096, the MLP 3 × 4096 × 14,336, two norms of 4096.
+    per_layer = 2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 4096 * 14336 + 2 * 4096
+    assert per_layer == 218_112_000
+    embedding = lm_head = 128_256 * 4096  # untied: the input embedding on stage 0, the LM head on the last
+    first, last = stages(a, 1, 2, "")
+    assert (first.layers, last.layers) == (16, 16)
+    assert first.weight_bytes == (embedding + 16 * per_layer) * 2 == 8_030_257_152
+    assert last.weight_bytes == (lm_head + 16 * per_layer) * 2
+    middle = stages(a, 1, 4, "")[1]
+    assert middle.weight_bytes == 8 * per_layer * 2  # neither embedding nor head
+    # tp 2 halves every stage's shard.
+    assert stages(a, 2, 2, "")[0].weight_bytes == first.weight_bytes // 2
+
+
+def test_the_pool_is_the_smallest_stages_and_the_last_stage_pays_the_sampler():
+    a, _ = catalog.resolve_model("llama-3.1-8b")
+    gpu, _ = catalog.resolve_gpu("h100-sxm")
+    p = make_plan(a, PlanInputs(pipeline_parallel_size=4, max_model_len=8192, vllm_version="0.19.0"), gpu)
+    blocks = [s["num_blocks"] for s in p["pipeline_stages"]]
+    assert p["num_blocks"] == min(blocks) == blocks[p["pool_stage"]]
+    # Stages 1 and 2 hold neither embedding nor head and skip the sampler: the most room; the last pays both.
+    assert blocks[1] == blocks[2] > blocks[0] > blocks[3] and p["pool_stage"] == 3
+    assert p["pipeline_stages"][3]["activation_bytes"] > p["pipeline_stages"][0]["activation_bytes"]
+    assert "latency_note" in p and "decode_step_s" not in p
+
+
+def test_a_model_too_big_for_one_gpu_fits_on_a_pipeline_and_a_stage_that_does_not_is_named():
+    a, _ = catalog.resolve_model("llama-3.1-70b")
+    gpu, _ = catalog.resolve_gpu("h100-sxm")
+    with pytest.raises(PlanError, match="does not fit"):
+        make_plan(a, PlanInputs(max_model_len=8192), gpu)
+    p = make_plan(a, PlanInputs(pipeline_parallel_size=4, max_model_len=8192), gpu)
+    assert p["kv_full_batch"] > 0
+    with pytest.raises(PlanError, match="stage 0's weights"):
+        make_plan(a, PlanInputs(pipeline_parallel_size=2, pp_layer_partition="70,10", max_model_len=8192), gpu)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--pp", "2", "--tp", "1,2"], "--pp is planned for one configuration"),
+    (["--pp", "2", "--concurrency", "4"], "--pp is planned for one configuration"),
+    (["--pp", "3", "--pp-layer-partition", "16,16"], "gives 2 stages; pipeline_parallel_size is 3"),
+    (["--pp", "0"], "--pp: Input should be greater than or equal to 1"),
+])
+def test_bad_pipeline_input_is_one_line_and_exit_2(extra, message):
+    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", *extra])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
