@@ -12,6 +12,10 @@ vLLM replica of ``tp`` GPUs, planned by :func:`analysis.planning.plan.make_plan`
   batch = ceil(N / replicas) sequences (equal to min(N, cap) when one replica holds them all);
 * the decode step at that batch and tokens/s per GPU = batch / step / tp.
 
+With pipeline sizes (``pps``) each row is a GPU × tp × pp: a replica of tp × pp GPUs whose KV pool is its
+smallest stage's (``analysis.vllm.pipeline``), GPUs needed = replicas × tp × pp; such rows are planned for capacity
+only (no decode step or TTFT yet, so no SLO can hold them).
+
 Rows that fit come first, by GPUs needed (fewest first), then tokens/s per GPU (most first);
 rows that do not fit follow in the order asked (GPU, then tp), each with its reason: tp does not divide
 the attention heads (vLLM's ``num_attention_heads % tp == 0``) or the KV heads (split evenly,
@@ -39,17 +43,19 @@ from analysis.model.architecture import Architecture
 from analysis.planning.plan import Calibration, PlanError, PlanInputs, make_plan
 from analysis.units import fmt_bytes, fmt_seconds
 from analysis.vllm.engine_rules import tensor_parallel_problems
+from analysis.vllm.pipeline import layer_partition
 
-Reason = Literal["heads", "weights", "one_sequence", "tpot_slo", "ttft_slo"]
+Reason = Literal["heads", "weights", "one_sequence", "tpot_slo", "ttft_slo", "pipeline"]
 LimitedBy = Literal["concurrency", "kv_cache", "max_num_seqs", "tpot_slo", "ttft_slo"]
 
-def parse_tp_list(text: str) -> list[int]:
-    """'1,2,4,8' → [1, 2, 4, 8] (duplicates dropped, order kept)."""
+def parse_tp_list(text: str, option: str = "--tp") -> list[int]:
+    """'1,2,4,8' → [1, 2, 4, 8] (duplicates dropped, order kept): a --tp or --pp list."""
     out: list[int] = []
     for part in text.split(","):
         p = part.strip()
         if not p.isdigit() or int(p) < 1:
-            raise ValueError(f"--tp {text!r}: {p!r} is not a positive integer (give one size or a comma list: 1,2,4,8)")
+            raise ValueError(f"{option} {text!r}: {p!r} is not a positive integer (give one size or a comma list: "
+                             f"{'1,2,4,8' if option == '--tp' else '1,2'})")
         if int(p) not in out:
             out.append(int(p))
     return out
@@ -81,6 +87,7 @@ class ProcurementRow(BaseModel):
     gpu: str = Field(description="catalog name")
     gpu_display: str
     tensor_parallel_size: int
+    pipeline_parallel_size: int = Field(1, description="pipeline stages of a replica (tp GPUs each)")
     context: int = Field(description="tokens of KV each sequence holds (T)")
     concurrency: int = Field(description="sequences to hold at once (N)")
     tpot_slo_s: float | None = Field(description="decode-step (time per output token) ceiling, seconds")
@@ -95,7 +102,7 @@ class ProcurementRow(BaseModel):
     sequences_fit: int | None = Field(description="sequences of T tokens one replica's KV pool holds together")
     max_num_seqs: int | None
     replicas: int | None
-    gpus_needed: int | None = Field(description="replicas × tensor_parallel_size")
+    gpus_needed: int | None = Field(description="replicas × tensor_parallel_size × pipeline_parallel_size")
     batch: int | None = Field(description="sequences each replica decodes together: ceil(N / replicas)")
     batch_limited_by: LimitedBy | None = Field(
         description="what capped a replica's sequences: concurrency (N fits on one), kv_cache, max_num_seqs, tpot_slo")
@@ -171,12 +178,12 @@ def transfer_calibration(cal: Calibration, gpu: GPU) -> tuple[Calibration, str]:
 
 def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, tpot_slo_s: float | None,
               cal: Calibration | None, ttft_slo_s: float | None = None) -> _Figures:
-    tp = inputs.tensor_parallel_size
+    tp, pp = inputs.tensor_parallel_size, inputs.pipeline_parallel_size
     try:
         plan = make_plan(a, inputs, gpu, cal)
     except PlanError as exc:  # inputs were checked without a GPU: only the budget can fail here
-        # "M does not fit on G at tp=N: weights … exceed …" → the part after the configuration it names
-        return _Figures(reason_kind="weights", reason=re.sub(r"^.* at tp=\d+: ", "", str(exc)))
+        # "M does not fit on G at tp=N(, pp=M): weights … exceed …" → the part after the configuration it names
+        return _Figures(reason_kind="weights", reason=re.sub(r"^.* at tp=\d+(, pp=\d+)?: ", "", str(exc)))
     f = _Figures(weight_bytes=plan["weight_bytes"], kv_budget_bytes=plan["kv_budget_bytes"],
                  kv_bytes_per_sequence=plan["kv_bytes_per_sequence"], max_num_seqs=plan["max_num_seqs"])
     if inputs.kv_cache_memory_bytes is not None and plan["weight_bytes"] + plan["kv_budget_bytes"] > gpu.memory_bytes:
@@ -216,6 +223,17 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
         return None
 
     cap, limited = (fit, "kv_cache") if fit <= plan["max_num_seqs"] else (plan["max_num_seqs"], "max_num_seqs")
+    if pp > 1:  # capacity only: the latency model has no pipeline stages yet
+        if tpot_slo_s is not None or ttft_slo_s is not None:
+            f.reason_kind, f.reason = "pipeline", ("latency with pipeline parallelism is not modelled yet: the SLOs "
+                                                   "cannot be checked")
+            return f
+        f.replicas = math.ceil(concurrency / cap)
+        f.gpus_needed = f.replicas * tp * pp
+        f.batch = math.ceil(concurrency / f.replicas)
+        f.batch_limited_by = "concurrency" if f.replicas == 1 else limited
+        f.fits = True
+        return f
     if tpot_slo_s is not None or ttft_slo_s is not None:
         one = at_batch(1)
         if (why := misses(one)) is not None:
@@ -255,9 +273,10 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
 def procurement(a: Architecture, base: PlanInputs, gpus: Sequence[GPU], tps: Sequence[int], *,
                 concurrency: int, context: int, tpot_slo_s: float | None = None,
                 calibration: Callable[[GPU], Calibration] | None = None,
-                ttft_slo_s: float | None = None) -> list[ProcurementRow]:
-    """Every GPU × tp, ranked (see the module docstring). ``base`` holds the settings shared by all rows
-    (dtype, block size, utilization, a fixed KV budget …); ``calibration`` gives a GPU's calibration."""
+                ttft_slo_s: float | None = None, pps: Sequence[int] = (1,)) -> list[ProcurementRow]:
+    """Every GPU × tp × pp, ranked (see the module docstring). ``base`` holds the settings shared by all rows
+    (dtype, block size, utilization, a fixed KV budget …); ``calibration`` gives a GPU's calibration. A pipeline
+    (pp > 1) is planned for capacity only: its rows carry no latency and cannot be held to an SLO yet."""
     if concurrency < 1:
         raise PlanError(f"--concurrency {concurrency}: give at least one sequence")
     if tpot_slo_s is not None and not tpot_slo_s > 0:
@@ -267,26 +286,38 @@ def procurement(a: Architecture, base: PlanInputs, gpus: Sequence[GPU], tps: Seq
     if base.prompt_len is not None and base.prompt_len > context:
         raise PlanError(f"--prompt-len {base.prompt_len:,} is longer than --context {context:,} (the tokens each "
                         f"sequence holds, its prompt included)")
-    inputs = {tp: base.model_copy(update={"tensor_parallel_size": tp, "context": context, "batch": None})
-              for tp in tps}
+    configs = [(tp, pp) for tp in tps for pp in pps]
+    inputs = {(tp, pp): base.model_copy(update={"tensor_parallel_size": tp, "pipeline_parallel_size": pp,
+                                                "context": context, "batch": None}) for tp, pp in configs}
     heads = {tp: heads_reason(a, tp) for tp in tps}
-    for tp in tps:
-        if heads[tp] is None:
-            make_plan(a, inputs[tp])  # raises on inputs no GPU can fix (context past max_model_len, …)
+    stages_reason: dict[int, str | None] = {}
+    for pp in pps:
+        try:
+            layer_partition(a.num_layers, pp, base.pp_layer_partition or "")
+            stages_reason[pp] = None
+        except ValueError as exc:
+            stages_reason[pp] = str(exc)
+    for tp, pp in configs:
+        if heads[tp] is None and pp == 1:
+            make_plan(a, inputs[tp, pp])  # raises on inputs no GPU can fix (context past max_model_len, …)
     rows: list[ProcurementRow] = []
     for gpu in gpus:
         cal, note = transfer_calibration(calibration(gpu), gpu) if calibration is not None else (None, None)
-        for tp in tps:
+        for tp, pp in configs:
             common = {"rank": None, "gpu": gpu.name, "gpu_display": gpu.display or gpu.name,
-                      "tensor_parallel_size": tp, "context": context, "concurrency": concurrency,
-                      "tpot_slo_s": tpot_slo_s, "ttft_slo_s": ttft_slo_s}
+                      "tensor_parallel_size": tp, "pipeline_parallel_size": pp, "context": context,
+                      "concurrency": concurrency, "tpot_slo_s": tpot_slo_s, "ttft_slo_s": ttft_slo_s}
             if heads[tp] is not None:
                 rows.append(ProcurementRow(**common, **_Figures(reason_kind="heads", reason=heads[tp]).model_dump()))
                 continue
-            spec = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, None, ttft_slo_s)
+            if stages_reason[pp] is not None:
+                rows.append(ProcurementRow(**common, **_Figures(reason_kind="pipeline",
+                                                                reason=stages_reason[pp]).model_dump()))
+                continue
+            spec = _evaluate(a, inputs[tp, pp], gpu, concurrency, tpot_slo_s, None, ttft_slo_s)
             row = ProcurementRow(**common, **spec.model_dump())
             if cal is not None:
-                c = _evaluate(a, inputs[tp], gpu, concurrency, tpot_slo_s, cal, ttft_slo_s)
+                c = _evaluate(a, inputs[tp, pp], gpu, concurrency, tpot_slo_s, cal, ttft_slo_s)
                 row = row.model_copy(update={
                     "fits": c.fits, "reason_kind": c.reason_kind,
                     "reason": c.reason and (c.reason if not spec.fits else f"calibrated: {c.reason}"),

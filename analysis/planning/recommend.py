@@ -16,8 +16,9 @@ should I set so that N users of T tokens fit?". The answer, for one GPU model:
 Both are planned back with :func:`analysis.planning.plan.make_plan` before they are returned: at the recommended
 setting the replica holds ``b`` sequences, and one block less holds fewer (the recommendation is within one block
 of the smallest setting that holds the workload). ``max_model_len`` is set to T (vLLM refuses to start where one
-sequence of ``max_model_len`` does not fit, and a shorter one leaves more room). Pipeline parallelism is not
-planned yet (issue #28): the recommendation spans tensor parallelism and data-parallel replicas.
+sequence of ``max_model_len`` does not fit, and a shorter one leaves more room). Pipelines are considered where
+``pps`` lists them (``--pp 1,2``): every stage must then hold the replica's sequences in its own layers' blocks,
+so the utilization is the largest any stage needs and the fixed budget the largest stage block's.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ class Recommendation(BaseModel):
     concurrency: int
     context: int
     tensor_parallel_size: int
-    replicas: int = Field(description="data-parallel replicas of tensor_parallel_size GPUs each")
-    gpus_needed: int = Field(description="replicas × tensor_parallel_size")
+    pipeline_parallel_size: int = 1
+    replicas: int = Field(description="data-parallel replicas of tensor_parallel_size × pipeline_parallel_size GPUs")
+    gpus_needed: int = Field(description="replicas × tensor_parallel_size × pipeline_parallel_size")
     sequences_per_replica: int = Field(description="ceil(concurrency / replicas)")
     max_model_len: int
     max_num_seqs: int | None = Field(description="set only where vLLM's default would run fewer at once")
@@ -71,7 +73,7 @@ class Recommendation(BaseModel):
 
 
 def recommend(a: Architecture, base: PlanInputs, gpu: GPU, tps: Sequence[int], *, concurrency: int,
-              context: int) -> Recommendation:
+              context: int, pps: Sequence[int] = (1,)) -> Recommendation:
     """The smallest setting on ``gpu`` that holds ``concurrency`` sequences of ``context`` tokens (module docstring).
 
     ``base`` carries the user's other settings (dtype, KV dtype, block size, vLLM version, …); its
@@ -84,16 +86,21 @@ def recommend(a: Architecture, base: PlanInputs, gpu: GPU, tps: Sequence[int], *
     if base.max_model_len is not None and base.max_model_len < context:
         raise PlanError(f"--max-model-len {base.max_model_len:,} is shorter than --context {context:,}")
     base = base.model_copy(update={"max_model_len": base.max_model_len or context})
-    rows = procurement(a, base, [gpu], tps, concurrency=concurrency, context=context)
+    rows = procurement(a, base, [gpu], tps, concurrency=concurrency, context=context, pps=pps)
     best = next((r for r in rows if r.fits), None)
     if best is None:
-        reasons = "; ".join(f"tp {r.tensor_parallel_size}: {r.reason}" for r in rows)
-        raise PlanError(f"no tensor-parallel size of {', '.join(map(str, tps))} holds one sequence of {context:,} "
-                        f"tokens on {gpu.name} at --gpu-memory-utilization {base.gpu_memory_utilization}: {reasons}")
-    tp, replicas = best.tensor_parallel_size, best.replicas
+        reasons = "; ".join(f"tp {r.tensor_parallel_size}"
+                            + (f" pp {r.pipeline_parallel_size}" if r.pipeline_parallel_size > 1 else "")
+                            + f": {r.reason}" for r in rows)
+        raise PlanError(f"no tensor-parallel size of {', '.join(map(str, tps))}"
+                        + (f" (pipeline {', '.join(map(str, pps))})" if list(pps) != [1] else "")
+                        + f" holds one sequence of {context:,} tokens on {gpu.name} at --gpu-memory-utilization "
+                        f"{base.gpu_memory_utilization}: {reasons}")
+    tp, pp, replicas = best.tensor_parallel_size, best.pipeline_parallel_size, best.replicas
     assert replicas is not None and best.gpus_needed is not None
     b = math.ceil(concurrency / replicas)
-    inputs = base.model_copy(update={"tensor_parallel_size": tp, "context": context, "batch": None})
+    inputs = base.model_copy(update={"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "context": context,
+                                     "batch": None})
     at_max = make_plan(a, inputs, gpu)
     notes: list[str] = []
     max_num_seqs = max_num_batched_tokens = None
@@ -108,14 +115,26 @@ def recommend(a: Architecture, base: PlanInputs, gpu: GPU, tps: Sequence[int], *
                                            or inputs.max_num_batched_tokens})
         at_max = make_plan(a, inputs, gpu)
     per_seq = at_max["blocks_per_sequence_at_context"]
-    block = at_max["bytes_per_block"]
-    budget = (b * per_seq + NULL_BLOCKS) * block
-    weights, total = at_max["weight_bytes"], at_max["device_total_bytes"]
+    total = at_max["device_total_bytes"]
     reserve = at_max["reserve"]
-    reserve_total = reserve["activation_bytes"] + reserve["non_torch_bytes"] + reserve["cuda_graph_bytes"]
+    fixed = reserve["non_torch_bytes"] + reserve["cuda_graph_bytes"]
+    # Every GPU of a stage must hold the replica's sequences in its own layers' blocks: (stage weights, stage
+    # reserve, stage bytes per block); one stage without a pipeline.
+    parts = at_max.get("pipeline_stages") or [{"weight_bytes": at_max["weight_bytes"],
+                                               "activation_bytes": reserve["activation_bytes"],
+                                               "bytes_per_block": at_max["bytes_per_block"]}]
+    needs = [((b * per_seq + NULL_BLOCKS) * st["bytes_per_block"], st["weight_bytes"], st["activation_bytes"] + fixed)
+             for st in parts]
+    _, weights, reserve_total = max(needs, key=sum)  # the stage that needs the most memory (reported)
+    block = max(st["bytes_per_block"] for st in parts)
+    budget = max(n[0] for n in needs)  # a fixed budget per GPU serves every stage
     scale = 10 ** UTILIZATION_DECIMALS
-    util = math.ceil((budget + weights + reserve_total) / total * scale) / scale
-    while math.ceil(total * util) - weights - reserve_total < budget:  # float rounding: one more step
+
+    def enough(u: float) -> bool:
+        return all(math.ceil(total * u) - w - r >= kv for kv, w, r in needs)
+
+    util = max(math.ceil((kv + w + r) / total * scale) / scale for kv, w, r in needs)
+    while not enough(util):  # float rounding: one more step
         util = round(util + 1 / scale, UTILIZATION_DECIMALS)
     if util > base.gpu_memory_utilization:  # the procurement row said it fits at the ceiling: cannot happen
         raise PlanError(f"internal: {util} exceeds the ceiling {base.gpu_memory_utilization}")
@@ -129,8 +148,11 @@ def recommend(a: Architecture, base: PlanInputs, gpu: GPU, tps: Sequence[int], *
     if replicas > 1:
         notes.append(f"{replicas} replicas of tp {tp}: one replica at the ceiling holds {best.sequences_fit} "
                      f"sequences of {context:,} tokens, fewer than {concurrency:,}")
-    notes.append("pipeline parallelism is not planned yet: tensor parallelism and data-parallel replicas only")
-    flags = [f"--tensor-parallel-size {tp}"] + ([f"--data-parallel-size {replicas}"] if replicas > 1 else [])
+    if pp > 1:
+        notes.append(f"pipeline of {pp} stages: the KV pool is the smallest stage's; latency with pipeline "
+                     "parallelism is not modelled yet")
+    flags = [f"--tensor-parallel-size {tp}"] + ([f"--pipeline-parallel-size {pp}"] if pp > 1 else []) \
+        + ([f"--data-parallel-size {replicas}"] if replicas > 1 else [])
     flags.append(f"--max-model-len {inputs.max_model_len}")
     if inputs.kv_cache_dtype != "auto":
         flags.append(f"--kv-cache-dtype {inputs.kv_cache_dtype}")
@@ -142,6 +164,7 @@ def recommend(a: Architecture, base: PlanInputs, gpu: GPU, tps: Sequence[int], *
         flags.append(f"--max-num-batched-tokens {max_num_batched_tokens}")
     return Recommendation(
         model=a.name, gpu=gpu.name, concurrency=concurrency, context=context, tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
         replicas=replicas, gpus_needed=best.gpus_needed, sequences_per_replica=b,
         max_model_len=inputs.max_model_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         blocks_per_sequence=per_seq, bytes_per_block=block, kv_cache_memory_bytes=budget,

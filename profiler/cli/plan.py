@@ -103,9 +103,9 @@ def plan_cmd(
     max_num_seqs: Annotated[int | None, typer.Option(help="vLLM max_num_seqs (default: vLLM's).")] = None,
     tp: Annotated[str | None, typer.Option("--tp", help="Tensor-parallel size (default 1); a comma list (1,2,4,8) "
                                                         "for the procurement table.")] = None,
-    pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size: vLLM's layer split over stages, each "
+    pp: Annotated[str, typer.Option("--pp", help="Pipeline-parallel size: vLLM's layer split over stages, each "
                                                   "stage its own weights and budget, the KV pool the smallest "
-                                                  "stage's (one configuration).")] = 1,
+                                                  "stage's; a comma list (1,2) for the procurement table.")] = "1",
     pp_layer_partition: Annotated[str | None, typer.Option(
         help="Layers per stage as VLLM_PP_LAYER_PARTITION gives them (a comma list; default: vLLM's split).")] = None,
     kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
@@ -175,6 +175,7 @@ def plan_cmd(
     """
     try:
         tps = parse_tp_list(tp or ("1,2,4,8" if recommend else "1"))
+        pps = parse_tp_list(pp, "--pp")
     except ValueError as exc:
         raise fail(str(exc)) from None
     _check_plan_options(model, kv_cache_memory_bytes, reserve_bytes, tpot_slo, ttft_slo)
@@ -187,18 +188,14 @@ def plan_cmd(
                     reserve_bytes=reserve_bytes, max_num_batched_tokens=max_num_batched_tokens,
                     max_num_seqs=max_num_seqs, async_scheduling=async_scheduling, enforce_eager=enforce_eager,
                     entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype, batch=batch,
-                    prompt_len=prompt_len, pipeline_parallel_size=pp, pp_layer_partition=pp_layer_partition)
-    if pp != 1 and (recommend or (gpu is not None and ("," in gpu or gpu.strip().lower() == "all")) or len(tps) > 1
-                    or concurrency is not None or tpot_slo is not None or ttft_slo is not None):
-        raise fail("--pp is planned for one configuration (one --gpu, one --tp); the procurement table and "
-                   "--recommend span tensor parallelism and replicas only for now")
+                    prompt_len=prompt_len, pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition)
     if recommend:
-        _recommend_cmd(model, gpu, probe, tps, concurrency, context, (calibration, save, tpot_slo, ttft_slo),
+        _recommend_cmd(model, gpu, probe, (tps, pps), concurrency, context, (calibration, save, tpot_slo, ttft_slo),
                        json_out, settings)
         return
-    if (gpu is not None and ("," in gpu or gpu.strip().lower() == "all")) or len(tps) > 1 \
+    if (gpu is not None and ("," in gpu or gpu.strip().lower() == "all")) or len(tps) > 1 or len(pps) > 1 \
             or concurrency is not None or tpot_slo is not None or ttft_slo is not None:
-        _procurement_cmd(model, gpu, probe, tps, concurrency, (tpot_slo, ttft_slo), context,
+        _procurement_cmd(model, gpu, probe, (tps, pps), concurrency, (tpot_slo, ttft_slo), context,
                          (calibration, transfer_calibration) if calibration else None, save, json_out, settings)
         return
     if gpu is not None and not gpu.strip():
@@ -311,7 +308,8 @@ def _check_plan_options(model: str, *byte_and_slo: str | None) -> None:
                        + ("50ms)" if option.endswith("-slo") else "8GiB)"))
 
 
-def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[int], concurrency: int | None,
+def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, sizes: tuple[list[int], list[int]],
+                     concurrency: int | None,
                      slos: tuple[str | None, str | None], context: int | None, calibration: tuple[Path, bool] | None,
                      save: Path | None, json_out: bool, settings: dict[str, Any]) -> None:
     """`kvprof plan` with GPU or tp lists, or --concurrency: the ranked procurement table. ``calibration``:
@@ -350,8 +348,8 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
         if context is not None and context < 1:
             raise PlanError(f"--context {context}: Input should be greater than 0 (tokens each sequence holds)")
         ctx = context if context is not None else make_plan(arch, base).get("max_model_len")
-        rows = procurement(arch, base, [g for g, _ in gpus], tps, concurrency=concurrency, context=ctx,
-                           tpot_slo_s=slo, calibration=cal_for, ttft_slo_s=ttft_slo)
+        rows = procurement(arch, base, [g for g, _ in gpus], sizes[0], concurrency=concurrency, context=ctx,
+                           tpot_slo_s=slo, calibration=cal_for, ttft_slo_s=ttft_slo, pps=sizes[1])
     except ValidationError as exc:
         raise fail(_plan_options_line(exc)) from None
     except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
@@ -368,13 +366,14 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[
         console.print(f"  [{i}] {escape(note)}", highlight=False)
     console.print(lat)
     console.print("order: configurations that fit, by GPUs needed (fewest first), then tokens/s per GPU "
-                  "(most first); GPUs needed = replicas × tp, replicas = ceil(N / sequences that fit)"
+                  "(most first); GPUs needed = replicas × tp (× pp), replicas = ceil(N / sequences that fit)"
                   + (", calibrated figures decide" if calibration else ""), highlight=False)
     for note in dict.fromkeys(r.calibration_note for r in rows if r.calibration_note):
         console.print(f"calibrated with {escape(note)}", highlight=False)
 
 
-def _recommend_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[int], concurrency: int | None,
+def _recommend_cmd(model: str, gpu: str | None, probe: Path | None, sizes: tuple[list[int], list[int]],
+                   concurrency: int | None,
                    context: int | None, not_with: tuple[Any, ...], json_out: bool, settings: dict[str, Any]) -> None:
     """`kvprof plan --recommend`: what to set on one GPU model so that N sequences of T tokens fit."""
     from analysis.planning.recommend import recommend
@@ -403,8 +402,8 @@ def _recommend_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[in
         else:
             gpu_spec, _ = catalog.resolve_gpu(gpu)
         arch, _ = catalog.resolve_model(model)
-        rec = recommend(arch, PlanInputs(**_parsed(settings)), gpu_spec, tps, concurrency=concurrency,
-                        context=context)
+        rec = recommend(arch, PlanInputs(**_parsed(settings)), gpu_spec, sizes[0], concurrency=concurrency,
+                        context=context, pps=sizes[1])
     except ValidationError as exc:
         raise fail(_plan_options_line(exc)) from None
     except (PlanError, UnsupportedArchitecture, catalog.UnknownName, InputFileError, ValueError, OSError,
@@ -415,7 +414,9 @@ def _recommend_cmd(model: str, gpu: str | None, probe: Path | None, tps: list[in
         return
     per = f", {rec.sequences_per_replica:,} per replica" if rec.replicas > 1 else ""
     console.print(f"{rec.model} on {rec.gpu}: {rec.concurrency:,} sequences of {rec.context:,} tokens need "
-                  f"{rec.gpus_needed} GPU(s): tp {rec.tensor_parallel_size} × {rec.replicas} replica(s){per}",
+                  f"{rec.gpus_needed} GPU(s): tp {rec.tensor_parallel_size}"
+                  + (f" × pp {rec.pipeline_parallel_size}" if rec.pipeline_parallel_size > 1 else "")
+                  + f" × {rec.replicas} replica(s){per}",
                   highlight=False)
     console.print(f"  vllm serve MODEL {' '.join(rec.serve_flags)}", highlight=False, soft_wrap=True)
     console.print(f"  or, a fixed KV budget: vllm serve MODEL {' '.join(rec.serve_flags_fixed_kv)}", highlight=False,
@@ -435,6 +436,7 @@ def procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list[
     latency (the predicted figures with their intervals) — and numbered notes (why a row does not fit)."""
     first = rows[0]
     cal = any(r.calibration_note for r in rows)
+    tp_head = "tp×pp" if any(r.pipeline_parallel_size > 1 for r in rows) else "tp"
     slos = ", ".join(x for x in (f"TPOT ≤ {fmt_seconds(first.tpot_slo_s)}" if first.tpot_slo_s else "",
                                  f"TTFT ≤ {fmt_seconds(first.ttft_slo_s)}" if first.ttft_slo_s else "") if x)
     notes: list[str] = []
@@ -460,10 +462,10 @@ def procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list[
 
     cap = table(f"{model}: {first.concurrency:,} sequences of {first.context:,} tokens" + (f", {slos}" if slos else "")
                 + (" (calibrated)" if cal else "") + "; GiB per GPU",
-                ["#", "GPU", "tp", "weights", "KV/GPU", "N×T needs", "fit@T", "repl.", "GPUs", ""])
+                ["#", "GPU", tp_head, "weights", "KV/GPU", "N×T needs", "fit@T", "repl.", "GPUs", ""])
     lat = table(f"predicted latency; range: the 10th–90th percentile of published measurements ÷ prediction; "
                 f"TTFT of a {first.prompt_len or first.context:,}-token prompt (its range in --json)",
-                ["#", "GPU", "tp", "batch", "step ms", "range", "TTFT ms", "tok/s/GPU", "bound"])
+                ["#", "GPU", tp_head, "batch", "step ms", "range", "TTFT ms", "tok/s/GPU", "bound"])
 
     def num(v: float) -> str:
         return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
@@ -474,18 +476,23 @@ def procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list[
     def span(iv: list[float] | None) -> str:
         return "—" if not iv else f"{num(1e3 * iv[0])}–{num(1e3 * iv[1])}"
 
+    def size(r: Any) -> str:
+        """tp, or tp×pp for a pipeline."""
+        return str(r.tensor_parallel_size) + (f"×{r.pipeline_parallel_size}" if r.pipeline_parallel_size > 1 else "")
+
     def gib(x: float | None) -> str:
         return "—" if x is None else f"{x / 2**30:,.1f}"
 
     for i, r in enumerate(rows):
         rank = str(r.rank) if r.rank else "—"
-        cap.add_row(rank, r.gpu, str(r.tensor_parallel_size), gib(r.weight_bytes), gib(g(r, "kv_budget_bytes")),
+        cap.add_row(rank, r.gpu, size(r), gib(r.weight_bytes), gib(g(r, "kv_budget_bytes")),
                     pct(g(r, "kv_fraction_needed")), fmt_count(g(r, "sequences_fit")),
                     fmt_count(g(r, "replicas")), fmt_count(g(r, "gpus_needed")), note_of.get(i, ""))
         if r.fits:
             step_iv = None if cal and r.calibrated_decode_step_s is not None else r.decode_step_interval_s
             tok = g(r, "tokens_per_s_per_gpu")
-            lat.add_row(rank, r.gpu, str(r.tensor_parallel_size), fmt_count(g(r, "batch")),
+            lat.add_row(rank, r.gpu, size(r), fmt_count(g(r, "batch")),
                         ms(g(r, "decode_step_s")), span(step_iv), ms(r.ttft_s),
-                        "—" if tok is None else f"{tok:,.0f}", r.decode_bound or "—")
+                        "—" if tok is None else f"{tok:,.0f}",
+                        r.decode_bound or ("pp: —" if r.pipeline_parallel_size > 1 else "—"))
     return cap, lat, notes

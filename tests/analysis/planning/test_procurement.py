@@ -33,7 +33,8 @@ TINY = ("--model", "tiny-llama-gqa", "--kv-cache-memory-bytes", "8MiB", "--max-m
         "--context", "1024", "--concurrency", "20")
 
 DOCUMENTED_KEYS = {
-    "rank", "gpu", "gpu_display", "tensor_parallel_size", "context", "concurrency", "tpot_slo_s", "fits",
+    "rank", "gpu", "gpu_display", "tensor_parallel_size", "pipeline_parallel_size", "context", "concurrency",
+    "tpot_slo_s", "fits",
     "reason_kind", "reason", "weight_bytes", "kv_budget_bytes", "kv_bytes_per_sequence", "kv_fraction_needed",
     "sequences_fit", "max_num_seqs", "replicas", "gpus_needed", "batch", "batch_limited_by", "decode_step_s",
     "decode_bound", "tokens_per_s_per_gpu", "calibration_note", "calibrated_kv_budget_bytes",

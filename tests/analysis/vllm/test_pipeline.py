@@ -86,13 +86,47 @@ def test_a_model_too_big_for_one_gpu_fits_on_a_pipeline_and_a_stage_that_does_no
         make_plan(a, PlanInputs(pipeline_parallel_size=2, pp_layer_partition="70,10", max_model_len=8192), gpu)
 
 
+def test_the_procurement_table_weighs_pipelines_and_gives_them_no_latency_yet():
+    """Llama-3.1-405B in bf16 (810 GB of weights) fits on no 8 H100s: tp 8 with 2 stages holds it on 16."""
+    from analysis.planning.procurement import procurement
+
+    a, _ = catalog.resolve_model("llama-3.1-405b")
+    gpu, _ = catalog.resolve_gpu("h100-sxm")
+    rows = procurement(a, PlanInputs(), [gpu], [8], pps=[1, 2], concurrency=16, context=32768)
+    by = {(r.tensor_parallel_size, r.pipeline_parallel_size): r for r in rows}
+    assert not by[8, 1].fits and by[8, 1].reason_kind == "weights"
+    piped = by[8, 2]
+    assert piped.fits and piped.gpus_needed == piped.replicas * 8 * 2 == 16
+    assert piped.decode_step_s is None and piped.tokens_per_s_per_gpu is None
+    slo = procurement(a, PlanInputs(), [gpu], [8], pps=[2], concurrency=16, context=32768, tpot_slo_s=0.1)
+    assert slo[0].reason_kind == "pipeline" and "not modelled" in slo[0].reason
+
+
+def test_recommend_takes_a_pipeline_where_asked_and_every_stage_holds_the_sequences():
+    from analysis.planning.recommend import recommend
+
+    a, _ = catalog.resolve_model("llama-3.1-405b")
+    gpu, _ = catalog.resolve_gpu("h100-sxm")
+    rec = recommend(a, PlanInputs(), gpu, [8], pps=[1, 2], concurrency=16, context=32768)
+    assert (rec.tensor_parallel_size, rec.pipeline_parallel_size, rec.gpus_needed) == (8, 2, 16)
+    assert "--pipeline-parallel-size 2" in rec.serve_flags
+    back = make_plan(a, PlanInputs(pipeline_parallel_size=2, tensor_parallel_size=8, max_model_len=32768,
+                                   context=32768, gpu_memory_utilization=rec.gpu_memory_utilization), gpu)
+    assert back["kv_full_batch"] >= 16
+    assert all(s["num_blocks"] >= 16 * 2048 + 1 for s in back["pipeline_stages"])  # 32,768 tokens = 2,048 blocks
+
+
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--pp", "2", "--tp", "1,2"], "--pp is planned for one configuration"),
-    (["--pp", "2", "--concurrency", "4"], "--pp is planned for one configuration"),
     (["--pp", "3", "--pp-layer-partition", "16,16"], "gives 2 stages; pipeline_parallel_size is 3"),
-    (["--pp", "0"], "--pp: Input should be greater than or equal to 1"),
+    (["--pp", "0"], "--pp '0': '0' is not a positive integer"),
+    (["--pp", "2", "--tp", "1,2"], "needs --concurrency N"),
+    (["--pp", "1,64", "--concurrency", "4", "--json"], None),
 ])
 def test_bad_pipeline_input_is_one_line_and_exit_2(extra, message):
     res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", *extra])
+    if message is None:  # a pipeline longer than the model: its row says why, the others are planned
+        assert res.exit_code == 0, res.output
+        assert "more than the model's 32 layers" in res.output
+        return
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
