@@ -14,7 +14,7 @@ M = 2**20  # ... and bytes / 2**20 as "MB" (0.5.x)
 EXPECTED: dict[str, dict] = {
     "v0.5.3_qwen7b_mb_units.log": {
         "vllm_version": "0.5.3.post1", "model": "./models/Qwen-7B-Chat", "dtype": "bfloat16",
-        "max_model_len": 32768, "tensor_parallel_size": 1, "kv_cache_dtype": "auto",
+        "max_model_len": 32768, "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "kv_cache_dtype": "auto",
         "model_loading_bytes": int(14737.2578 * M),  # "Loading model weights took 14737.2578 MB"
         "log_num_gpu_blocks": 7877,
     },
@@ -26,7 +26,8 @@ EXPECTED: dict[str, dict] = {
     },
     "v0.7.3_granite_k8s_namespace_args.log": {
         "vllm_version": "0.7.3", "model": "ibm-granite/granite-3.0-2b-base", "dtype": "auto",
-        "kv_cache_dtype": "auto", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.9,  # the Namespace
+        "kv_cache_dtype": "auto", "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+        "gpu_memory_utilization": 0.9,  # the Namespace
         "model_loading_bytes": int(4.7196 * G), "log_num_gpu_blocks": 7124,
         "log_max_concurrency_len": 4096, "log_max_concurrency": 27.83, "max_model_len": 4096,
         "cuda_graph_bytes": int(0.59 * G),  # "Graph capturing finished in 23 secs, took 0.59 GiB"
@@ -54,7 +55,7 @@ EXPECTED: dict[str, dict] = {
     },
     "v0.6.3.post1_phi35_vision_hard_wrapped.log": {
         "vllm_version": "0.6.3.post1", "model": "microsoft/Phi-3.5-vision-instruct", "dtype": "bfloat16",
-        "max_model_len": 4096, "tensor_parallel_size": 1, "kv_cache_dtype": "auto",
+        "max_model_len": 4096, "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "kv_cache_dtype": "auto",
         "model_loading_bytes": int(7.9324 * G), "log_num_gpu_blocks": 2153,
         "log_max_concurrency_len": 4096, "log_max_concurrency": 8.41,
         "cuda_graph_bytes": None,  # "Graph capturing finished in 10 secs." states no size
@@ -126,7 +127,7 @@ EXPECTED: dict[str, dict] = {
     },
     "v0.19.0_llama31_8b_pp2_h100_debug_profile.log": {  # the headline is pipeline stage 0 (Worker_PP0)
         "vllm_version": "0.19.0", "model": "meta-llama/Llama-3.1-8B-Instruct", "dtype": "bfloat16",
-        "max_model_len": 8192, "tensor_parallel_size": 1, "kv_cache_dtype": "auto",
+        "max_model_len": 8192, "tensor_parallel_size": 1, "pipeline_parallel_size": 2, "kv_cache_dtype": "auto",
         "gpu_memory_utilization": 0.95, "max_num_batched_tokens": 8192,
         # "worker init memory snapshot: … free_memory=77.76GiB, total_memory=79.19GiB, …"
         "initial_free_memory_bytes": int(77.76 * G), "total_gpu_memory_bytes": int(79.19 * G),

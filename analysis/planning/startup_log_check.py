@@ -28,7 +28,8 @@ LOG_KIND = "kvprof log"
 GiB = 2**30
 
 # The record's keys, in the order the table shows them.
-KEYS = ("vllm_version", "model", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len",
+KEYS = ("vllm_version", "model", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
+        "max_model_len",
         "max_num_batched_tokens", "block_size", "weights_bytes", "activation_peak_bytes", "non_torch_bytes",
         "cuda_graph_bytes", "available_kv_cache_bytes", "num_gpu_blocks", "kv_cache_tokens", "max_concurrency")
 # What makes a text a vLLM start-up log: at least one of these was found.
@@ -83,6 +84,7 @@ def summarize(text: str, source: str = "log") -> dict[str, Any]:
         "vllm_version": p.get("vllm_version"),
         "model": p.get("model"),
         "tensor_parallel_size": p.get("tensor_parallel_size"),
+        "pipeline_parallel_size": p.get("pipeline_parallel_size"),
         "gpu_memory_utilization": p.get("gpu_memory_utilization"),
         "max_model_len": p.get("max_model_len"),
         "max_num_batched_tokens": p.get("max_num_batched_tokens"),
@@ -150,6 +152,8 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
     from analysis.model.kv import KV_DTYPES
     from analysis.model.params import weight_bytes
     from analysis.vllm.allocator import paged_capacity
+    from analysis.vllm.budget import default_reserve
+    from analysis.vllm.pipeline import stage, stages
 
     ref = model_ref
     if ref is None:
@@ -168,15 +172,36 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
     kv_dtype = record.get("kv_cache_dtype") or "auto"
     if kv_dtype.lower() not in KV_DTYPES:
         kv_dtype = "auto"
+    pp = record.get("pipeline_parallel_size") or 1
+    parts = stages(arch, tp, pp, "") if pp > 1 else None
     out: dict[str, Any] = {k: None for k in KEYS}
-    out.update(model=arch.name, tensor_parallel_size=tp, gpu_memory_utilization=record.get("gpu_memory_utilization"),
-               max_model_len=mml, max_num_batched_tokens=record.get("max_num_batched_tokens"), block_size=block,
-               weights_bytes=weight_bytes(arch, tp))
+    out.update(model=arch.name, tensor_parallel_size=tp, pipeline_parallel_size=pp,
+               gpu_memory_utilization=record.get("gpu_memory_utilization"), max_model_len=mml,
+               max_num_batched_tokens=record.get("max_num_batched_tokens"), block_size=block,
+               weights_bytes=parts[0].weight_bytes if parts else weight_bytes(arch, tp))
     budget = record.get("available_kv_cache_bytes")
     if budget is not None and mml:
-        cap = paged_capacity(arch, max(budget, 0), block_size=block, max_model_len=mml,
-                             max_num_batched_tokens=record.get("max_num_batched_tokens") or mml,
-                             kv_cache_dtype=kv_dtype, tp=tp)
+        mnbt = record.get("max_num_batched_tokens") or mml
+
+        def capacity(a: Any, kv: int) -> Any:
+            return paged_capacity(a, max(kv, 0), block_size=block, max_model_len=mml, max_num_batched_tokens=mnbt,
+                                  kv_cache_dtype=kv_dtype, tp=tp)
+
+        if parts is None:
+            cap = capacity(arch, budget)
+        else:
+            # The log's budget is rank 0's; every other stage has its own weights and (the last) the sampler's
+            # peak, and the pool is the smallest stage's: rank 0's budget moved by those differences.
+            seqs = record.get("max_num_seqs") or 1024
+
+            def act(last: bool) -> int:
+                return default_reserve(arch, max_num_batched_tokens=mnbt, max_num_seqs=seqs, tp=tp,
+                                       vllm_version=record.get("vllm_version"), samples=last).activation_bytes
+
+            first = act(False)
+            cap = min((capacity(stage(arch, st.start, st.start + st.layers),
+                                budget + parts[0].weight_bytes - st.weight_bytes + first - act(st.last))
+                       for st in parts), key=lambda c: c.num_blocks)
         out.update(available_kv_cache_bytes=budget, num_gpu_blocks=cap.num_blocks,
                    kv_cache_tokens=cap.kv_cache_tokens, max_concurrency=round(cap.max_concurrency, 2),
                    bytes_per_block=cap.bytes_per_block)

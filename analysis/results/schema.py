@@ -437,6 +437,7 @@ class StartupLog(BaseModel):
     vllm_version: str | None = None
     model: str | None = None
     tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
     gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
     max_num_batched_tokens: int | None = None

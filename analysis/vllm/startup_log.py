@@ -142,12 +142,14 @@ def _is_rank0(label: str) -> bool:
 # --- the engine configuration -------------------------------------------------------
 
 _CONFIG_KEYS = {
-    "model": "model", "tensor_parallel_size": "tensor_parallel_size", "max_seq_len": "max_model_len",
+    "model": "model", "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size", "max_seq_len": "max_model_len",
     "max_model_len": "max_model_len", "gpu_memory_utilization": "gpu_memory_utilization",
     "max_num_batched_tokens": "max_num_batched_tokens", "max_num_seqs": "max_num_seqs",
     "block_size": "block_size", "dtype": "dtype", "kv_cache_dtype": "kv_cache_dtype",
 }
-_INT_KEYS = {"tensor_parallel_size", "max_model_len", "max_num_batched_tokens", "max_num_seqs", "block_size"}
+_INT_KEYS = {"tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_num_batched_tokens",
+             "max_num_seqs", "block_size"}
 
 
 def _config_value(field: str, raw: str) -> Any:
@@ -359,7 +361,8 @@ _ANY = re.compile("|".join(re.escape(w) for w in (
     "num_gpu_blocks is", "memory snapshot", "requested memory")))
 
 # Fields that a value from the engine configuration describes (kept once, never per rank).
-_SETTINGS = {"vllm_version", "model", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len",
+_SETTINGS = {"vllm_version", "model", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
+             "max_model_len",
              "max_num_batched_tokens", "max_num_seqs", "block_size", "dtype", "kv_cache_dtype"}
 
 

@@ -23,6 +23,7 @@ _LOG_ROWS = (  # key, label, formatter
     ("vllm_version", "vLLM version", str),
     ("model", "model", str),
     ("tensor_parallel_size", "tensor parallel size", fmt_count),
+    ("pipeline_parallel_size", "pipeline parallel size", fmt_count),
     ("gpu_memory_utilization", "gpu_memory_utilization", lambda x: f"{x:g}"),
     ("max_model_len", "max_model_len", fmt_count),
     ("max_num_batched_tokens", "max_num_batched_tokens", fmt_count),

@@ -5,6 +5,7 @@ The published pp 2 and pp 4 start-ups are held in tests/analysis/planning/test_p
 from __future__ import annotations
 
 import pytest
+from helpers import FIXTURES
 from typer.testing import CliRunner
 
 from analysis import catalog
@@ -130,3 +131,23 @@ def test_bad_pipeline_input_is_one_line_and_exit_2(extra, message):
         return
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
+
+
+def test_kvprof_log_reads_a_pipeline_and_predicts_its_pool_from_rank_0s_budget():
+    """The published pp 2 start-up (Llama-3.1-8B on H100, vLLM 0.19; tests/fixtures/vllm_logs/) logs rank 0's
+    'Available KV cache memory: 66.54 GiB' and the engine's 'GPU KV cache size: 1,075,312 tokens', the smallest
+    stage's. kvprof log moves rank 0's budget to each stage (its weights, the last stage's sampler) and takes the
+    smallest: within 0.5 % of the logged tokens (rank 0's budget alone would give 66.54 GiB ÷ 64 KiB a token,
+    1,090,191 tokens: 1.4 % over)."""
+    import json
+
+    log = FIXTURES / "vllm_logs" / "v0.19.0_llama31_8b_pp2_h100_debug_profile.log"
+    res = runner.invoke(app, ["log", str(log), "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)
+    assert (d["pipeline_parallel_size"], d["kv_cache_tokens"]) == (2, 1_075_312)  # as logged
+    predicted = d["predicted"]
+    assert predicted["pipeline_parallel_size"] == 2
+    assert abs(predicted["kv_cache_tokens"] - 1_075_312) / 1_075_312 < 0.005, predicted["kv_cache_tokens"]
+    # Rank 0's weights: 16 layers and the embedding, 8,030,257,152 B (test_stage_weights_of_llama_8b_written_out).
+    assert predicted["weights_bytes"] == 8_030_257_152
