@@ -37,6 +37,7 @@ from analysis.vllm.allocator import kv_ceiling, paged_capacity
 from analysis.vllm.budget import Reserve, default_reserve, kv_budget, vllm_default_batching
 from analysis.vllm.engine_rules import Problem, engine_problems, workload_problems
 from analysis.vllm.memory import ENTRY_ALIASES, rules_for
+from analysis.vllm.offload import offload_plan
 from analysis.vllm.pipeline import Stage, stage, stages
 
 
@@ -59,6 +60,8 @@ class PlanInputs(BaseModel):
     tensor_parallel_size: StrictCount = Field(1, ge=1)
     pipeline_parallel_size: StrictCount = Field(1, ge=1)
     pp_layer_partition: str | None = None  # VLLM_PP_LAYER_PARTITION's value (None: vLLM's even split)
+    kv_offloading_size: float | None = Field(None, gt=0, allow_inf_nan=False)  # GiB of CPU memory, all ranks
+    kv_offloading_backend: Literal["native", "lmcache"] = "native"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, strict=True, allow_inf_nan=False)
     kv_cache_memory_bytes: StrictCount | None = Field(None, ge=0)
     max_num_batched_tokens: StrictCount | None = Field(None, gt=0)
@@ -432,6 +435,13 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     if inputs.batch:
         out["batch"] = inputs.batch
         out["batch_fits"] = inputs.batch <= out["kv_full_batch"] if known else None
+    if inputs.kv_offloading_size is not None:
+        out["kv_offloading"] = offload_plan(
+            inputs.kv_offloading_size, inputs.kv_offloading_backend, bytes_per_block=paged.bytes_per_block,
+            block_size=inputs.block_size, workers=tp * inputs.pipeline_parallel_size,
+            blocks_per_sequence=at_context.blocks_per_sequence,
+            gpu_resident_sequences=out["kv_full_batch"], mla_over_tp=a.mla is not None and tp > 1
+            and inputs.pipeline_parallel_size == 1)
     if pipeline is not None:
         out["pipeline_parallel_size"] = inputs.pipeline_parallel_size
         out["pipeline_stages"] = pipeline

@@ -58,6 +58,11 @@ def _plan_table(p: dict[str, Any]) -> Table:
     row(f"max concurrency @ {p['max_model_len']:,} tok", *(
         "—" if p[k] is None else f"{p[k]:.2f}x" for k in ("ideal_max_concurrency", "max_concurrency")))
     row(f"sequences of {p['context']:,} tok that fit (null block excluded)", "", fmt_count(p["kv_full_batch"]))
+    if (off := p.get("kv_offloading")) is not None:
+        reach = ("not planned (LMCache sizes its own store)" if off.get("offloaded_kv_tokens") is None else
+                 f"{fmt_count(off['offloaded_kv_tokens'])} tokens ({fmt_count(off['offloaded_sequences'])} sequences)")
+        row(f"KV offloaded to CPU ({off['backend']}, {off['size_gib']:g} GiB pinned)", "",
+            f"prefix cache beyond the GPU: {reach}; runs at once: {fmt_count(off['gpu_resident_sequences'])}")
     if p.get("crossover_context") is not None:
         row("crossover context t* (KV read = weight read)", fmt_count(p["crossover_context"]))
     if "ridge_point" in p:
@@ -108,6 +113,10 @@ def plan_cmd(
                                                   "stage's; a comma list (1,2) for the procurement table.")] = "1",
     pp_layer_partition: Annotated[str | None, typer.Option(
         help="Layers per stage as VLLM_PP_LAYER_PARTITION gives them (a comma list; default: vLLM's split).")] = None,
+    kv_offloading_size: Annotated[float | None, typer.Option(
+        help="GiB of CPU memory for KV offloading (vLLM's --kv-offloading-size, all ranks together): the offloaded "
+             "prefix cache's reach beside the GPU-resident capacity, which it does not raise.")] = None,
+    kv_offloading_backend: Annotated[str, typer.Option(help="native or lmcache (vLLM's).")] = "native",
     kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
     block_size: Annotated[int | None, typer.Option(
         help="Tokens per KV block (default: vLLM's: 16 on a GPU, 128 on a CPU).")] = None,
@@ -188,7 +197,8 @@ def plan_cmd(
                     reserve_bytes=reserve_bytes, max_num_batched_tokens=max_num_batched_tokens,
                     max_num_seqs=max_num_seqs, async_scheduling=async_scheduling, enforce_eager=enforce_eager,
                     entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype, batch=batch,
-                    prompt_len=prompt_len, pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition)
+                    prompt_len=prompt_len, pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition,
+                    kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend)
     if recommend:
         _recommend_cmd(model, gpu, probe, (tps, pps), concurrency, context, (calibration, save, tpot_slo, ttft_slo),
                        json_out, settings)
