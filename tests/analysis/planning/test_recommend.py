@@ -105,7 +105,7 @@ def _logged_concurrency(name: str) -> tuple[float, int] | None:
 
 def _concurrency_cases() -> list[str]:
     return sorted(name for name, r in CORPUS.items()
-                  if unplannable(r) is None and name not in EXPLAINED and r.settings.pipeline_parallel_size == 1
+                  if unplannable(r) is None and name not in EXPLAINED
                   and "kv_cache_memory_bytes" not in r.settings.other_args
                   and (c := _logged_concurrency(name)) is not None and c[0] >= 3)
 
@@ -127,7 +127,9 @@ def test_the_inverse_of_a_published_start_up_is_the_utilization_its_author_set(n
                       quantization=plan_quantization(r, a), dtype=s.dtype or "auto")
     c, t = _logged_concurrency(name)
     n = math.floor(c) - 1
-    rec = recommend(a, base, gpu, [s.tensor_parallel_size], concurrency=n, context=t)
+    rec = recommend(a, base, gpu, [s.tensor_parallel_size], concurrency=n, context=t,
+                    pps=[s.pipeline_parallel_size])
+    assert rec.pipeline_parallel_size == s.pipeline_parallel_size
     assert rec.replicas == 1 and rec.sequences_fit >= n > rec.sequences_fit_one_block_less
     kv_tolerance = 0.02 * rec.kv_cache_memory_bytes / rec.device_total_bytes
     two_sequences = 2 * rec.blocks_per_sequence * rec.bytes_per_block / rec.device_total_bytes
