@@ -36,6 +36,7 @@ from analysis.model.roofline import crossover_context, decode_step, prefill, rid
 from analysis.vllm.allocator import kv_ceiling, paged_capacity
 from analysis.vllm.budget import Reserve, default_reserve, kv_budget, vllm_default_batching
 from analysis.vllm.engine_rules import Problem, engine_problems, workload_problems
+from analysis.vllm.lora import DEFAULT_MAX_LORA_RANK, LoraNotModelled, lora_bytes
 from analysis.vllm.memory import ENTRY_ALIASES, rules_for
 from analysis.vllm.offload import offload_plan
 from analysis.vllm.pipeline import Stage, stage, stages
@@ -60,6 +61,8 @@ class PlanInputs(BaseModel):
     tensor_parallel_size: StrictCount = Field(1, ge=1)
     pipeline_parallel_size: StrictCount = Field(1, ge=1)
     pp_layer_partition: str | None = None  # VLLM_PP_LAYER_PARTITION's value (None: vLLM's even split)
+    max_loras: StrictCount | None = Field(None, gt=0)  # --enable-lora's adapter slots (None: LoRA off)
+    max_lora_rank: StrictCount = Field(DEFAULT_MAX_LORA_RANK, gt=0)
     kv_offloading_size: float | None = Field(None, gt=0, allow_inf_nan=False)  # GiB of CPU memory, all ranks
     kv_offloading_backend: Literal["native", "lmcache"] = "native"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, strict=True, allow_inf_nan=False)
@@ -340,6 +343,15 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else on_gpu
 
     weights = weight_bytes(a, tp)
+    lora = 0
+    if inputs.max_loras is not None:
+        if inputs.pipeline_parallel_size > 1:
+            raise PlanError("LoRA with pipeline parallelism is not planned yet: give --pp 1 with --max-loras")
+        try:
+            lora = lora_bytes(a, max_loras=inputs.max_loras, max_lora_rank=inputs.max_lora_rank, tp=tp)
+        except LoraNotModelled as exc:
+            raise PlanError(str(exc)) from None
+        weights += lora  # allocated inside model loading: vLLM's "Model loading took" counts them
     pp_stages = None
     if inputs.pipeline_parallel_size > 1:
         try:
@@ -407,6 +419,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         "params_total": params.total,
         "params_active": params.active,
         "weight_bytes": weights,
+        "lora_bytes": lora if inputs.max_loras is not None else None,
         "kv_bytes_per_token_layer": layer_kv_bytes_per_token(a, inputs.kv_cache_dtype, tp),
         "kv_bytes_per_token": kv_bytes_per_token(a, inputs.kv_cache_dtype, tp),
         "kv_bytes_per_sequence": kv_bytes_per_sequence(a, context, inputs.kv_cache_dtype, tp),

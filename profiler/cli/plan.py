@@ -42,6 +42,8 @@ def _plan_table(p: dict[str, Any]) -> Table:
 
     row("weights per GPU" + (" (stage 0)" if p.get("pipeline_stages") else ""), fmt_bytes(p["weight_bytes"]),
         fmt_bytes(p["weight_bytes"]))
+    if p.get("lora_bytes") is not None:
+        row("  of which LoRA slots", "", fmt_bytes(p["lora_bytes"]))
     for st in p.get("pipeline_stages") or []:
         pool = " (sets the pool)" if st["stage"] == p["pool_stage"] else ""
         row(f"  stage {st['stage']}: layers {st['first_layer']}–{st['first_layer'] + st['layers'] - 1}{pool}", "",
@@ -113,6 +115,10 @@ def plan_cmd(
                                                   "stage's; a comma list (1,2) for the procurement table.")] = "1",
     pp_layer_partition: Annotated[str | None, typer.Option(
         help="Layers per stage as VLLM_PP_LAYER_PARTITION gives them (a comma list; default: vLLM's split).")] = None,
+    max_loras: Annotated[int | None, typer.Option(
+        help="LoRA adapter slots on the GPU (vLLM's --enable-lora --max-loras): their buffers count with the "
+             "weights.")] = None,
+    max_lora_rank: Annotated[int, typer.Option(help="vLLM's --max-lora-rank (its default 16).")] = 16,
     kv_offloading_size: Annotated[float | None, typer.Option(
         help="GiB of CPU memory for KV offloading (vLLM's --kv-offloading-size, all ranks together): the offloaded "
              "prefix cache's reach beside the GPU-resident capacity, which it does not raise.")] = None,
@@ -198,7 +204,8 @@ def plan_cmd(
                     max_num_seqs=max_num_seqs, async_scheduling=async_scheduling, enforce_eager=enforce_eager,
                     entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype, batch=batch,
                     prompt_len=prompt_len, pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition,
-                    kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend)
+                    kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
+                    max_loras=max_loras, max_lora_rank=max_lora_rank)
     if recommend:
         _recommend_cmd(model, gpu, probe, (tps, pps), concurrency, context, (calibration, save, tpot_slo, ttft_slo),
                        json_out, settings)
