@@ -1032,7 +1032,10 @@ class TelemetrySample(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    t: float = Field(description="Unix time the row was sampled")
+    t: float = Field(description="Unix time the row was sampled (its source's read began)")
+    read_s: float | None = Field(None, description="seconds the source's read took from t (null in results of "
+                                                   "kvprof before 2026-12): a sample is given a point only when its "
+                                                   "whole read lay inside the point")
     launch: int = Field(description="engine launch index (a relaunch after a hang appends)")
     source: Literal["nvml", "cpu", "vllm"] = Field(
         description="the sampler source: nvml, cpu for the host, vllm for a served engine's /metrics page")

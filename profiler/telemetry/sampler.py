@@ -21,7 +21,7 @@ import pandas as pd
 from profiler.telemetry import cpu_source, nvml_source, prometheus_source
 
 FLUSH_S = 30.0
-BASE_COLUMNS = ("t", "launch", "source", "device", "phase", "point_id")
+BASE_COLUMNS = ("t", "read_s", "launch", "source", "device", "phase", "point_id")
 SIGNAL_COLUMNS = nvml_source.SIGNALS + cpu_source.SIGNALS + prometheus_source.SIGNALS
 
 
@@ -82,15 +82,18 @@ class Sampler:
         return self
 
     def sample_once(self) -> None:
-        t = time.time()
         batch = []
         for src in self.sources:
+            t = time.time()
             try:
                 rows = src.sample()
             except Exception as exc:  # a sampler bug must not stop the sweep
                 self.errors.append(f"{src.kind}: {type(exc).__name__}: {exc}")
                 continue
-            batch.extend({"t": t, "source": src.kind, **r} for r in rows)
+            # A read can take long (a server's /metrics on a busy machine: seconds), and its values are from some
+            # moment inside it: tag_phases gives a point only the samples read wholly inside it.
+            read_s = time.time() - t
+            batch.extend({"t": t, "read_s": read_s, "source": src.kind, **r} for r in rows)
         with self._lock:
             self.rows.extend(batch)
 
@@ -144,6 +147,7 @@ def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Rows → a table with every column, whatever the sources (missing = null)."""
     df = pd.DataFrame(rows, columns=[c for c in BASE_COLUMNS if c not in ("phase", "point_id", "launch")]
                       + list(SIGNAL_COLUMNS))
+    df["read_s"] = pd.to_numeric(df["read_s"], errors="coerce").astype("float64")
     for col in SIGNAL_COLUMNS:
         if col == "throttled":
             df[col] = df[col].astype("boolean")
@@ -156,7 +160,9 @@ def frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 def tag_phases(df: pd.DataFrame, engine_rec: dict[str, Any], point_recs: list[dict[str, Any]],
                launched_at: float) -> pd.DataFrame:
-    """Label each sample with the phase and point running at its time (half-open intervals)."""
+    """Label each sample with the phase and point running at its time (half-open intervals). A sample is given
+    a point only when its whole read (``t`` to ``t + read_s``) lay inside the point: a read that straddles two
+    points holds values of either, and belongs to neither."""
     df = df.copy()
     df["phase"] = "idle"
     df["point_id"] = pd.Series([None] * len(df), dtype="object")
@@ -169,11 +175,12 @@ def tag_phases(df: pd.DataFrame, engine_rec: dict[str, Any], point_recs: list[di
         df.loc[t >= launched_at, "phase"] = "startup"  # never became ready
     for ph in engine_rec.get("phases", []):
         df.loc[(t >= ph["start"]) & (t < ph["end"]), "phase"] = ph["phase"]
+    read_end = t + (df["read_s"].fillna(0.0) if "read_s" in df else 0.0)
     for rec in point_recs:
         s, e = rec.get("started_at"), rec.get("finished_at")
         if s is None or e is None:
             continue
-        mask = (t >= s) & (t < e)
+        mask = (t >= s) & (read_end < e)
         df.loc[mask, "phase"] = rec["point"]["phase"]
         df.loc[mask, "point_id"] = rec["id"]
     return df

@@ -275,6 +275,25 @@ def test_phase_tags_and_point_aggregates():
     assert agg["mean_clock_sm_mhz"] is None  # not sampled: None, not 0
 
 
+def test_a_read_that_straddles_two_points_belongs_to_neither():
+    """A server's /metrics read can take seconds on a busy machine (1.8–2.3 s seen), and its values come from some
+    moment inside it: one begun in a concurrency-4 point and answered in the concurrency-48 point after it showed
+    46 requests running under the first. A sample is given a point only when its whole read lay inside it."""
+    rows = [{"t": 9.0, "read_s": 0.5, "source": "vllm", "device": "server", "requests_running": 4.0},
+            {"t": 9.8, "read_s": 2.3, "source": "vllm", "device": "server", "requests_running": 46.0},
+            {"t": 12.5, "read_s": 0.01, "source": "vllm", "device": "server", "requests_running": 48.0},
+            {"t": 19.0, "source": "vllm", "device": "server", "requests_running": 48.0}]  # read_s unknown: t alone
+    engine = {"status": "ok", "started_at": 1, "ready_at": 2, "phases": []}
+    points = [{"id": "c4", "point": {"phase": "serve"}, "started_at": 5, "finished_at": 10},
+              {"id": "c48", "point": {"phase": "serve"}, "started_at": 10, "finished_at": 20}]
+    tagged = tag_phases(frame(rows), engine, points, launched_at=0).set_index("t")
+    assert by_point(tagged) == {9.0: "c4", 9.8: None, 12.5: "c48", 19.0: "c48"}
+
+
+def by_point(tagged: pd.DataFrame) -> dict[float, str | None]:
+    return {t: (None if pd.isna(p) else p) for t, p in tagged["point_id"].items()}
+
+
 def test_telemetry_table_round_trips_through_parquet(tmp_path):
     src, _, clock = source([h100()])
     rows = []
