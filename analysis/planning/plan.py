@@ -63,7 +63,8 @@ class PlanInputs(BaseModel):
     pp_layer_partition: str | None = None  # VLLM_PP_LAYER_PARTITION's value (None: vLLM's even split)
     max_loras: StrictCount | None = Field(None, gt=0)  # --enable-lora's adapter slots (None: LoRA off)
     max_lora_rank: StrictCount = Field(DEFAULT_MAX_LORA_RANK, gt=0)
-    kv_offloading_size: float | None = Field(None, gt=0, allow_inf_nan=False)  # GiB of CPU memory, all ranks
+    # GiB of CPU memory, all ranks together (bounded at a pebibyte: a larger host buffer is a typo)
+    kv_offloading_size: float | None = Field(None, gt=0, le=2**20, allow_inf_nan=False)
     kv_offloading_backend: Literal["native", "lmcache"] = "native"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, strict=True, allow_inf_nan=False)
     kv_cache_memory_bytes: StrictCount | None = Field(None, ge=0)

@@ -91,3 +91,15 @@ def test_a_cpu_sweep_offloading_kv_is_refused_before_any_engine_with_its_line(tm
                     "phases: [decode]\n")
     with pytest.raises(SpecError, match=r":10: engine_args.kv_offloading_size: \[1\] is not supported on the CPU"):
         validate(spec, platform="cpu")
+
+
+@pytest.mark.parametrize(("size", "message"), [("1e300", "less than or equal to 1048576"), ("nan", "finite number"),
+                                               ("0", "greater than 0")])
+def test_an_offloading_size_out_of_bounds_is_one_line(size, message):
+    from typer.testing import CliRunner
+
+    from profiler.cli import app
+
+    args = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--kv-offloading-size", size]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
