@@ -83,6 +83,8 @@ typedef struct fake_dev {
     unsigned long long proc_mem[MAXPROC];
     /* GPM: cumulative counters integrated at the current load up to `t`. */
     double peak_Bps, dram_Bps, sm_frac, tensor_frac, t, dram_bytes, sm_busy_s, tensor_busy_s;
+    /* The total-energy counter (mJ): the power reading integrated over time, as the driver's counter is. */
+    double energy_mj;
 } *nvmlDevice_t;
 
 static struct fake_dev devs[MAXDEV];
@@ -114,6 +116,7 @@ static void integrate(struct fake_dev *d) {
     d->dram_bytes += d->dram_Bps * dt;
     d->sm_busy_s += d->sm_frac * dt;
     d->tensor_busy_s += d->tensor_frac * dt;
+    d->energy_mj += d->power_mw * dt;
     d->t = t;
 }
 
@@ -160,6 +163,7 @@ void fake_set_readings(int i, unsigned int util_gpu, unsigned int util_mem, unsi
                        unsigned long long reasons) {
     pthread_mutex_lock(&mu);
     struct fake_dev *d = &devs[i];
+    integrate(d); /* the energy so far was drawn at the old power */
     d->util_gpu = util_gpu; d->util_mem = util_mem; d->power_mw = power_mw;
     d->clock_sm = clock_sm; d->clock_mem = clock_mem; d->temp = temp; d->reasons = reasons;
     pthread_mutex_unlock(&mu);
@@ -315,6 +319,12 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw) {
     ENTER(1, d);
     *mw = d->power_mw;
+    LEAVE(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *mj) {
+    ENTER(1, d);
+    integrate(d);
+    *mj = (unsigned long long)d->energy_mj; /* whole millijoules, as NVML counts */
     LEAVE(NVML_SUCCESS);
 }
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *mhz) {

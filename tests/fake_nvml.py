@@ -21,7 +21,8 @@ def h100(**over: Any) -> dict[str, Any]:
         "uuid": "GPU-aaaaaaaa-1111-2222-3333-444444444444", "name": "NVIDIA H100 80GB HBM3",
         "pci": "00000000:1B:00.0", "arch": real.NVML_DEVICE_ARCH_HOPPER, "mig": 0, "mig_handle": 0,
         "gpm_supported": 1, "total": 81559 * 2**20, "reserved": 529 * 2**20, "used": 72 * GiB,
-        "util": (97, 81), "power_mw": 612_000, "clocks": {real.NVML_CLOCK_SM: 1980, real.NVML_CLOCK_MEM: 2619},
+        "util": (97, 81), "power_mw": 612_000,
+        "energy_mj": 8_765_432_101, "clocks": {real.NVML_CLOCK_SM: 1980, real.NVML_CLOCK_MEM: 2619},
         "reasons": 0, "temp": 63, "procs": [], "gpm": {real.NVML_GPM_METRIC_DRAM_BW_UTIL: 71.5,
                                                       real.NVML_GPM_METRIC_SM_UTIL: 88.0,
                                                       real.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 34.0},
@@ -114,6 +115,9 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         return self._dev("nvmlDeviceGetPowerUsage", h)["power_mw"]
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
+        return self._dev("nvmlDeviceGetTotalEnergyConsumption", h)["energy_mj"]
 
     def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
         return self._dev("nvmlDeviceGetClockInfo", h)["clocks"][kind]

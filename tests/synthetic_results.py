@@ -23,6 +23,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -68,6 +69,9 @@ class Injected:
     prompt_lens: tuple[int, ...] = (512, 2048, 6144, 8192, 12288, 16384, 20480, 30000)
     output_len: int = 128
     telemetry_samples_per_engine: int = 2000
+    # each decode point's GPU drew this much over its 1 s window (its NVML counter's rise), idle this much
+    point_power_w: float | None = 500.0
+    idle_power_w: float = 90.0
     vllm_version: str = "0.32.0"
     # serve mode (off by default: the directories of the other tests keep their records)
     serve: bool = False  # the first engine also served by vLLM's OpenAI server, loaded by vLLM's client
@@ -224,6 +228,16 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
     return inj
 
 
+def _energy(inj: Injected) -> dict[str, Any]:
+    """A point's energy over its window (started_at 0, finished_at 1: one second) at the injected power."""
+    if inj.point_power_w is None:
+        return {}
+    w = inj.point_power_w
+    return {"energy_j": w * 1.0, "energy_method": "counter: NVML total-energy counter", "window_s": 1.0,
+            "idle_power_w": inj.idle_power_w, "energy_above_idle_j": (w - inj.idle_power_w) * 1.0,
+            "mean_power_w": w, "peak_power_w": w}
+
+
 def _decode_points(root, inj, truth, settings, mml, dtype, blocks, rng, spec_bw):
     eid = settings.id
     out = []
@@ -247,7 +261,7 @@ def _decode_points(root, inj, truth, settings, mml, dtype, blocks, rng, spec_bw)
                                  "model_bytes_per_decode_step": step_bytes,
                                  "model_implied_bandwidth_Bps": step_bytes / t},
                 "telemetry": {"gpu0": {"mean_gpm_dram_bw_pct": 100 * step_bytes / t / spec_bw,
-                                       "gpm_implied_dram_Bps": step_bytes / t, "samples": 20}}})
+                                       "gpm_implied_dram_Bps": step_bytes / t, "samples": 20, **_energy(inj)}}})
             _save(root, "points", rec)
             out.append(rec)
     return out

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.measured import claims as claims_mod
+from analysis.measured import energy as energy_mod
 from analysis.measured import serve as serve_analysis
 from analysis.measured import theory_vs_measured as tvm
 from analysis.measured.decode_fit import DecodeFit, calibration_dict
@@ -39,6 +40,8 @@ class Analysis:
     divergences: pd.DataFrame
     tables: dict[str, Table] = field(default_factory=dict)
     serve: serve_analysis.ServeAnalysis | None = None  # None: the run has no serve point that ran
+    energy: pd.DataFrame = field(default_factory=pd.DataFrame)  # per point: energy over its window, per token
+    energy_unavailable: str | None = None  # why the run has no energy figure (None: it has)
 
 
 def analyse(res: Results, include_flagged: bool = False) -> Analysis:
@@ -57,6 +60,8 @@ def analyse(res: Results, include_flagged: bool = False) -> Analysis:
                  claims=claims_mod.check_all(cap, dec, rnd, sat, f, engines=res.engines,
                                              dropped=res.manifest.get("dropped")),
                  divergences=tvm.divergences(cap, dec, rnd), serve=serve_analysis.analyse_serve(res))
+    a.energy = energy_mod.energy_table(res)
+    a.energy_unavailable = energy_mod.unavailable_reason(res, a.energy)
     a.tables = build_tables(a)
     return a
 
@@ -143,6 +148,8 @@ def build_tables(a: Analysis) -> dict[str, Table]:
         "measured": ("measured", fnum), "rel_error": ("error", fpct)}))
     if a.serve is not None:
         t.update(serve_tables(a.serve))
+    if a.energy_unavailable is None:
+        t["energy"] = energy_table(a.energy)
     failed = a.res.points[a.res.points["status"] != "ok"] if not a.res.points.empty else a.res.points
     t["failed"] = Table("Failed points", format_columns(failed, {
         "point_id": ("point", str), "status": ("status", str),
@@ -512,3 +519,37 @@ def capacity_at_lengths(a: Analysis) -> pd.DataFrame:
                 row["measured_below"] = r.get("ceiling_measured_below")
             rows.append(row)
     return pd.DataFrame(rows, columns=cols)
+
+
+def fjoules(x: Any) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{float(x):,.4g} J"
+
+
+def energy_table(e: pd.DataFrame) -> Table:
+    """The energy page's table: each measured point's energy over its window and per token."""
+    measured = e[e["energy_j"].notna()]
+    methods = sorted(set(measured["method"].dropna()))
+    counted = sorted(set(measured["counted"].dropna()))
+    return Table("Energy per token: each point's energy over its window ÷ the tokens in it", format_columns(measured, {
+        "engine_id": ("engine", str), "phase": ("phase", str), "concurrency": ("batch", fnum),
+        "prompt_len": ("prompt", fnum), "output_len": ("output", fnum), "window_s": ("window", lambda x: f"{x:.2f} s"),
+        "energy_j": ("energy", fjoules), "energy_above_idle_j": ("above idle", fjoules),
+        "mean_power_w": ("mean W", fnum), "peak_power_w": ("peak W (one GPU)", fnum),
+        "j_per_output_token": ("J / output token", fnum), "j_per_prompt_token": ("J / prompt token", fnum),
+        "output_tokens_per_j": ("output tokens / J", fnum)}),
+        note=f"Counted: {'; '.join(counted) or '—'} (not the host's fans, DRAM or power supplies). Measured by: "
+             f"{'; '.join(methods) or '—'}. A window holds the point's warm-up and prefill too, so J / output "
+             "token is what a generated token cost, prefill included.")
+
+
+def energy_headline(a: Analysis) -> str:
+    """Page one's line on energy: the range of J per output token, or why there is none."""
+    if a.energy_unavailable is not None:
+        return f"Energy: not measured — {textwrap.shorten(a.energy_unavailable, 160)}"
+    m = a.energy[a.energy["j_per_output_token"].notna()]
+    if m.empty:
+        return "Energy: measured, but no point's tokens are known"
+    lo, hi = m["j_per_output_token"].min(), m["j_per_output_token"].max()
+    counted = "; ".join(sorted(set(m["counted"].dropna())))
+    return (f"Energy: {fnum(lo)}–{fnum(hi)} J per output token over {len(m)} point(s) ({counted}; "
+            f"mean draw up to {fnum(m['mean_power_w'].max())} W)")

@@ -26,6 +26,7 @@ from analysis.report.pages.answer import answer_markdown, answer_page
 from analysis.report.pages.capacity import budget_page, capacity_page, ceiling_page, timeline_pages
 from analysis.report.pages.common import analysis_table, no_markdown
 from analysis.report.pages.decode import bandwidth_page, decode_page, fit_markdown, settings_page, throughput_page
+from analysis.report.pages.energy import energy_markdown, energy_page
 from analysis.report.pages.serve import (
     frontier_markdown,
     frontier_page,
@@ -106,6 +107,7 @@ PAGES: list[ReportPage] = [
     ReportPage("serve capacity", serve_capacity_page, serve_capacity_markdown),
     _table_entry("serve_goodput"),
     _table_entry("serve_prefix"),
+    ReportPage("energy", energy_page, energy_markdown),  # only where the run measured energy
     _table_entry("claims"),
     _table_entry("divergences"),
     ReportPage("environment", lambda pdf, a: table_page(pdf, environment_table(a)),

@@ -249,7 +249,7 @@ def _point_row(rec: Any) -> dict[str, Any]:
         "point_id": rec.id, "engine_id": rec.engine_id, "status": rec.status,
         "error_class": getattr(rec, "error_class", None), "message": getattr(rec, "message", None),
         "phase": p.phase, "prompt_len": p.prompt_len, "output_len": p.output_len,
-        "repeats": p.repeats, "factor": p.factor,
+        "repeats": p.repeats, "warmup": p.warmup, "factor": p.factor,
         "concurrency": m.get("concurrency", p.concurrency),
         "started_at": rec.started_at, "finished_at": rec.finished_at,
     }

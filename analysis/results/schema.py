@@ -758,6 +758,13 @@ class GpuPointTelemetry(BaseModel):
     mean_clock_mem_mhz: float | None = None
     max_temperature_c: float | None = None
     throttled_seen: bool | None = None
+    energy_j: float | None = Field(None, description="energy over the point's window [started_at, finished_at]: "
+                                                     "the counter interpolated at both ends, or the power "
+                                                     "samples integrated (energy_method)")
+    energy_method: str | None = Field(None, description="how energy_j was measured, or why it was not")
+    idle_power_w: float | None = Field(None, description="draw before the engine started (the launch's baseline)")
+    energy_above_idle_j: float | None = Field(None, description="energy_j less idle_power_w over the window")
+    window_s: float | None = Field(None, description="the point's window the energy covers (seconds)")
 
 
 class HostPointTelemetry(BaseModel):
@@ -768,6 +775,13 @@ class HostPointTelemetry(BaseModel):
     mean_rss_bytes: float | None = None
     mean_cpu_pct: float | None = None
     peak_sys_mem_used_bytes: float | None = None
+    energy_j: float | None = Field(None, description="energy over the point's window [started_at, finished_at]: "
+                                                     "the CPU packages' RAPL counter "
+                                                     "interpolated at both ends (energy_method)")
+    energy_method: str | None = Field(None, description="how energy_j was measured, or why it was not")
+    idle_power_w: float | None = Field(None, description="draw before the engine started (the launch's baseline)")
+    energy_above_idle_j: float | None = Field(None, description="energy_j less idle_power_w over the window")
+    window_s: float | None = Field(None, description="the point's window the energy covers (seconds)")
 
 
 class ServerPointTelemetry(BaseModel):
@@ -1059,12 +1073,18 @@ class TelemetrySample(BaseModel):
     temperature_c: float | None = None
     engine_mem_bytes: float | None = Field(None, description="memory NVML attributes to the engine's processes")
     gpm_window_s: float | None = None
+    energy_j: float | None = Field(None, description="NVML's total-energy counter of the board (joules since the "
+                                                     "driver loaded; Volta on)")
+    energy_t: float | None = Field(None, description="Unix time at the middle of the energy counter's own read")
     rss_bytes: float | None = Field(None, description="the engine's process-tree resident memory")
     cpu_pct: float | None = None
     sys_mem_used_bytes: float | None = None
     sys_mem_available_bytes: float | None = None
     sys_mem_total_bytes: float | None = None
     sys_cpu_pct: float | None = None
+    rapl_energy_j: float | None = Field(None, description="the CPU packages' RAPL energy (joules since the sampler "
+                                                          "opened, unwrapped); null where RAPL is not readable")
+    rapl_energy_t: float | None = Field(None, description="Unix time at the middle of the RAPL read")
     kv_cache_usage: float | None = Field(None, description="vllm:kv_cache_usage_perc (0..1), the fullest engine")
     requests_running: float | None = Field(None, description="vllm:num_requests_running, summed over engines")
     requests_waiting: float | None = Field(None, description="vllm:num_requests_waiting, summed over engines")

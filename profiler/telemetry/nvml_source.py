@@ -1,4 +1,4 @@
-"""NVML telemetry: per-device memory, utilisation, GPM bandwidth, power, clocks, throttling.
+"""NVML telemetry: per-device memory, utilisation, GPM bandwidth, power and energy, clocks, throttling.
 
 Written against ``pynvml`` from the ``nvidia-ml-py`` package (ARCHITECTURE.md §6). The
 module is injected (``NvmlSource(nvml=...)``) so tests drive every branch with a
@@ -22,7 +22,7 @@ SIGNALS = (
     "util_gpu_pct", "util_mem_busy_pct",
     "gpm_dram_bw_pct", "gpm_sm_pct", "gpm_tensor_pct",
     "power_w", "clock_sm_mhz", "clock_mem_mhz", "clocks_event_reasons", "throttled",
-    "temperature_c", "engine_mem_bytes", "gpm_window_s",
+    "temperature_c", "engine_mem_bytes", "gpm_window_s", "energy_j", "energy_t",
 )
 GPM_SIGNALS = ("gpm_dram_bw_pct", "gpm_sm_pct", "gpm_tensor_pct")
 GPM_MIN_WINDOW_S = 0.1  # GPM metrics need samples at least 100 ms apart
@@ -317,6 +317,12 @@ class NvmlSource:
             row.update(self._gpm(dev))
             power = self._read("power_w", nv.nvmlDeviceGetPowerUsage, h)
             row["power_w"] = None if power is None else power / 1000.0
+            # The board's energy since the driver loaded (Volta on): a point's energy is its rise over the point.
+            # Stamped at its own call: the row's t is the whole source's read (every device, every signal).
+            t0 = time.time()
+            energy = self._read("energy_j", nv.nvmlDeviceGetTotalEnergyConsumption, h)
+            row["energy_j"] = None if energy is None else energy / 1000.0
+            row["energy_t"] = None if energy is None else (t0 + time.time()) / 2
             row["clock_sm_mhz"] = self._read("clock_sm_mhz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
             row["clock_mem_mhz"] = self._read("clock_mem_mhz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
             reasons = self._read_compat(

@@ -22,6 +22,8 @@ from helpers import ROOT
 from nvml_library import build, installed
 from records import decode_point, engine_record
 
+from analysis.results.load import ResultsWarning
+from analysis.results.schema import Manifest
 from profiler.runner.children import store_telemetry
 from profiler.store import ResultsDir
 from profiler.telemetry.nvml_source import NvmlSource, NvmlUnavailable
@@ -323,7 +325,8 @@ def test_a_launch_stored_with_per_point_gpu_aggregates(driver, tmp_path):
     assert eng["device_match"] == "ok"
     gpu = eng["launches"][0]["sources"][0]
     assert gpu["devices"][0]["gpm"] is True and gpu["devices"][0]["spec_bandwidth_Bps"] == H200_BPS
-    assert eng["unavailable"] == {} and eng["launches"][0]["errors"] == []
+    # every GPU signal sampled; the host's RAPL counter only where the kernel lets this user read it
+    assert set(eng["unavailable"]) <= {"rapl_energy_j"} and eng["launches"][0]["errors"] == []
     for pid, (pct, mem) in loads.items():
         agg = json.loads((tmp_path / "points" / f"{pid}.json").read_text())["telemetry"]
         g = agg["gpu0"]
@@ -336,3 +339,73 @@ def test_a_launch_stored_with_per_point_gpu_aggregates(driver, tmp_path):
     df = pd.read_parquet(tmp_path / "telemetry" / "e.parquet")
     assert set(df["phase"]) >= {"baseline", "startup", "decode"} and set(df["point_id"].dropna()) == set(loads)
     assert driver.refcount() == 0 and driver.live_samples() == 0
+
+
+def _launch_with_power_steps(driver, tmp_path, steps, fail_energy=False):
+    """A launch over the real bindings whose GPU draws 100 W before the engine and `watts` during each point
+    (steps: (concurrency, watts)); returns the store and {point id: (watts, window seconds, concurrency)}."""
+    uuid = "GPU-5e1f0c2a-9d3b-4c55-8e2f-0a1b2c3d4e5f"
+    i = h200(driver, uuid=uuid, used=2 * GiB)
+    driver.readings(i, power_mw=100_000)  # idle
+    if fail_energy:  # a pre-Volta board: no total-energy counter
+        driver.fail("nvmlDeviceGetTotalEnergyConsumption", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    store = ResultsDir(tmp_path)
+    store.prepare()
+    sources, _ = open_sources("nvml", 1, os.getpid)
+    sampler = Sampler(sources, 0.05).start()  # its baseline: two samples at 100 W
+    launched = time.time()
+    time.sleep(0.1)
+    ready = time.time()
+    points, windows = [], {}
+    for c, watts in steps:
+        driver.readings(i, power_mw=watts * 1000)
+        time.sleep(0.2)  # constant power from well before the point's start …
+        start = time.time()
+        time.sleep(0.6)
+        end = time.time()
+        time.sleep(0.2)  # … to well after its end
+        rec = decode_point("e", concurrency=c, started_at=start, finished_at=end)
+        store.write_point(rec)
+        points.append(SimpleNamespace(id=rec.id))
+        windows[rec.id] = (watts, end - start, c)
+    store.write_engine(engine_record("e", started_at=launched, ready_at=ready, cuda_uuids=[uuid]))
+    store_telemetry(store, "e", sampler, launched_at=launched, points=points)
+    Manifest(name="energy", status="complete", engines=["e"]).save_file(tmp_path / "manifest.json")
+    return store, windows
+
+
+def test_a_points_energy_is_the_counters_rise_over_its_window(driver, tmp_path):
+    """The fake's counter integrates its power reading, as the driver's does: a point at a constant W watts for
+    a window of T seconds used W·T joules, and decode_point's batch (c requests × 16 output tokens) makes
+    J/token = W·T / (16·c), written out below."""
+    from analysis.measured.energy import energy_table
+    from analysis.results.load import load
+
+    _, windows = _launch_with_power_steps(driver, tmp_path, ((1, 300), (4, 450)))
+    for pid, (watts, window, _) in windows.items():
+        g = json.loads((tmp_path / "points" / f"{pid}.json").read_text())["telemetry"]["gpu0"]
+        assert g["energy_method"] == "counter: NVML total-energy counter"
+        # exact but for the counter's whole millijoules and the instant of one NVML call
+        assert g["energy_j"] == pytest.approx(watts * window, rel=1e-3)
+        assert g["window_s"] == pytest.approx(window, abs=1e-9)
+        assert g["idle_power_w"] == pytest.approx(100.0, rel=1e-2)  # the baseline's counter rate
+        assert g["energy_above_idle_j"] == pytest.approx((watts - 100) * window, rel=1e-2)
+        assert g["mean_power_w"] == pytest.approx(watts) and g["peak_power_w"] == watts
+    with pytest.warns(ResultsWarning, match="no copy of the model's config.json"):  # the record's model is a stub
+        table = energy_table(load(tmp_path)).set_index("point_id")
+    for pid, (watts, window, c) in windows.items():
+        row = table.loc[pid]
+        assert row["output_tokens"] == 16 * c and row["prompt_tokens"] == 64 * c
+        assert row["j_per_output_token"] == pytest.approx(watts * window / (16 * c), rel=1e-3)
+        assert row["j_per_prompt_token"] == pytest.approx(watts * window / (64 * c), rel=1e-3)
+        assert row["mean_power_w"] == pytest.approx(watts, rel=1e-3) and row["counted"].startswith("1 GPU")
+
+
+def test_without_an_energy_counter_the_power_samples_are_integrated(driver, tmp_path):
+    _, windows = _launch_with_power_steps(driver, tmp_path, ((2, 350),), fail_energy=True)
+    ((pid, (watts, window, _)),) = windows.items()
+    g = json.loads((tmp_path / "points" / f"{pid}.json").read_text())["telemetry"]["gpu0"]
+    assert g["energy_method"].startswith("integrated: NVML power samples")
+    assert "not supported by this device or driver" in g["energy_method"]  # why the counter was not used
+    assert g["energy_j"] == pytest.approx(watts * window, rel=0.02)
+    assert g["idle_power_w"] == pytest.approx(100.0)  # the baseline's power readings

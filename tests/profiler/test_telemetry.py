@@ -50,6 +50,7 @@ def test_hopper_device_every_signal_recorded():
     assert (row["util_gpu_pct"], row["util_mem_busy_pct"]) == (97.0, 81.0)
     assert (row["gpm_dram_bw_pct"], row["gpm_sm_pct"], row["gpm_tensor_pct"]) == (71.5, 88.0, 34.0)
     assert row["power_w"] == 612.0 and row["temperature_c"] == 63
+    assert row["energy_j"] == 8_765_432.101  # NVML counts millijoules
     assert (row["clock_sm_mhz"], row["clock_mem_mhz"]) == (1980, 2619)
     assert row["throttled"] is True  # software power cap
     assert row["engine_mem_bytes"] == 70 * GiB  # only the engine's process, not pid 999

@@ -13,6 +13,7 @@ from matplotlib.lines import Line2D
 from analysis.measured.pipeline import (
     Analysis,
     capacity_at_lengths,
+    energy_headline,
 )
 from analysis.report.pages.common import (
     _H,
@@ -230,6 +231,8 @@ def answer_page(pdf: Any, a: Analysis) -> None:
                  bbox={"facecolor": "#b00020", "edgecolor": "none", "pad": 3})
         y -= 30
     fig.text(22 / PAGE_W, (y - 9) / _H, _subtitle(a), fontsize=9)
+    y -= 14
+    fig.text(22 / PAGE_W, (y - 9) / _H, energy_headline(a), fontsize=9)
     y -= 20
     ids = sorted(st.labels, key=engine_order(st))
     per_line = 4
@@ -275,6 +278,7 @@ def answer_markdown(a: Analysis) -> list[str]:
     if banner := run_banner(a):
         parts.append(f"**{banner}**\n")
     parts.append(_subtitle(a) + "\n")
+    parts.append(energy_headline(a) + "\n")
     key = pd.DataFrame([{"label": st.label(e), "engine configuration": e}
                         for e in sorted(st.labels, key=engine_order(st))])
     if not key.empty:

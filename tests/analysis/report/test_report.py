@@ -202,3 +202,30 @@ def test_a_run_measured_on_a_busy_machine_has_no_fit_and_says_why(tmp_path):
     assert line in written["summary"].read_text()
     assert line in " ".join(pdf_text(written["pdf"]).split())
     assert "calibration" not in written and not (tmp_path / "calibration.json").exists()
+
+
+def test_energy_per_token_is_each_points_energy_over_the_tokens_in_its_window(synthetic):
+    """Each synthetic decode point's GPU used 500 J over its 1 s window (Injected.point_power_w), which held one
+    warm-up and three measured batches of c requests × 128 output and p prompt tokens: J / output token =
+    500 / (4 · c · 128), written out."""
+    _, inj, written = synthetic
+    assert inj.point_power_w == 500.0 and inj.output_len == 128
+    summary = written["summary"].read_text()
+    rows = summary_cells(summary, "Energy per token")
+    assert rows
+    c1 = [r for r in rows if r[2] == "1" and r[3] == "512"]
+    c64 = [r for r in rows if r[2] == "64" and r[3] == "512"]
+    assert c1 and c64
+    assert "0.977" in c1[0]  # 500 / (4 · 1 · 128) = 0.9766 J per output token
+    assert "0.0153" in c64[0]  # 500 / (4 · 64 · 128) = 0.01526
+    assert "0.244" in c1[0]  # per prompt token: 500 / (4 · 1 · 512) = 0.2441
+    assert "Energy: 0.0153–0.977 J per output token" in summary  # page one's line, from the same points
+    text = " ".join(pdf_text(written["pdf"]).split())
+    assert "Energy: 0.0153–0.977 J per output token" in text
+
+
+def test_a_run_without_energy_says_why_on_page_one(tmp_path):
+    make_results(tmp_path, Injected(point_power_w=None, max_model_lens=(8192,), kv_dtypes=("auto",)))
+    a = analyse(load(tmp_path))
+    assert a.energy_unavailable.startswith("the points were sampled but their records hold no energy")
+    assert "energy" not in a.tables
