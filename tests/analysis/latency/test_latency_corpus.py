@@ -79,6 +79,11 @@ EXPLAINED = {
     "silybench_qwen3-8b-fp8_h100_tp1_c32_8192x512": "ITL of 32 sequences at ~8,400 tokens of context (vLLM 0.30): "
                                                     "40 GB of KV a step, read at ~88 % of peak where the one fitted "
                                                     "KV efficiency (0.65) also carries older versions' kernels",
+    "tt340_qwen3-30b-a3b": "Qwen3-30B-A3B at concurrency 1 on an A100 (one GPU and SXM assumed, vLLM 0.9.2 inferred): "
+                           "1.45x the prediction, as the same harness's DeepSeek run on H100 (tt356) is; a 128-expert "
+                           "MoE whose expert shape (E=128, N=768) vLLM ships no tuned fused-MoE config for on A100 "
+                           "(it does for H200, where emmy's run is within 25 %); its TTFTs scatter 0.3-0.9x with "
+                           "no trend in the prompt length",
     "tt356_deepseek-v3-awq": "DeepSeek-R1 AWQ on 8x H100 (tp 8, version and checkpoint not stated): AWQ MoE experts "
                              "through Marlin MoE or moe_wna16 with MLA, 1.5x the int4 and MoE costs fitted on "
                              "dense AWQ and bf16 or FP8 MoE; its TTFTs at concurrency 1 scatter 0.5-1.8x with no trend",
