@@ -67,6 +67,20 @@ class GPU(BaseModel):
     generation: Generation | None = None
     interconnect: Literal["nvlink", "pcie"] | None = None
     interconnect_gbs: float | None = Field(None, gt=0)
+    # Power and price (analysis.latency.power, analysis.planning.cost): the board's TDP from the datasheet, its
+    # measured idle draw where published, and one cloud list price per GPU-hour with where and when it was seen.
+    tdp_w: float | None = Field(None, gt=0)
+    idle_w: float | None = Field(None, gt=0)
+    price_usd_per_hour: float | None = Field(None, gt=0)
+    price_source: str | None = None
+
+    @model_validator(mode="after")
+    def _check_power(self) -> GPU:
+        if self.idle_w is not None and (self.tdp_w is None or self.idle_w >= self.tdp_w):
+            raise ValueError(f"{self.name}: idle_w {self.idle_w} needs a larger tdp_w (got {self.tdp_w})")
+        if self.price_usd_per_hour is not None and not self.price_source:
+            raise ValueError(f"{self.name}: price_usd_per_hour needs its price_source (provider, URL, date)")
+        return self
 
     @property
     def memory_bytes(self) -> int:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from analysis.catalog import GPU, UnknownName, resolve_gpu
 from analysis.latency import step as latency
+from analysis.latency.power import energy_interval, step_power
 from analysis.model.architecture import Architecture
 from analysis.model.kv import (
     KV_DTYPES,
@@ -596,6 +597,15 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
             "tokens_per_s": batch / t,
             "tokens_per_s_interval": [batch / x for x in reversed(d["interval_s"])] if d["interval_s"] else None,
         })
+        # Board power while it decodes (analysis.latency.power) and the energy of an output token: every GPU of the
+        # replica draws it while a step makes one token per sequence.
+        pw = step_power(gpu, work)
+        out.update({"decode_power_w": pw["power_w"], "decode_power_interval_w": pw.get("power_interval_w"),
+                    "decode_power_checked_against": pw["power_checked_against"], "tdp_w": pw["tdp_w"],
+                    "idle_w": pw["idle_w"]})
+        if pw["power_w"] is not None:
+            j = out["decode_j_per_output_token"] = pw["power_w"] * tp * t / batch
+            out["decode_j_per_output_token_interval"], out["decode_energy_checked_against"] = energy_interval(j)
     else:
         out.update({"decode_step_s": step.time_s, "decode_bound": step.bound, "tokens_per_s": batch / step.time_s})
     if calibration is not None and (calibration.effective_bandwidth_Bps or calibration.effective_flops

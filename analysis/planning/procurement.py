@@ -39,13 +39,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from analysis import catalog
 from analysis.catalog import GPU
+from analysis.latency.power import energy_interval
 from analysis.model.architecture import Architecture
+from analysis.planning.cost import Pricing, usd_per_million_tokens
 from analysis.planning.plan import Calibration, PlanError, PlanInputs, make_plan
 from analysis.units import fmt_bytes, fmt_seconds
 from analysis.vllm.engine_rules import tensor_parallel_problems
 from analysis.vllm.pipeline import layer_partition
 
 Reason = Literal["heads", "weights", "one_sequence", "tpot_slo", "ttft_slo", "pipeline"]
+RankBy = Literal["gpus", "tokens", "cost"]
+RANK_BY: tuple[str, ...] = ("gpus", "tokens", "cost")
 LimitedBy = Literal["concurrency", "kv_cache", "max_num_seqs", "tpot_slo", "ttft_slo"]
 
 def parse_tp_list(text: str, option: str = "--tp") -> list[int]:
@@ -120,6 +124,17 @@ class ProcurementRow(BaseModel):
     ttft_s: float | None = Field(None, description="time to first token of a prompt arriving while batch − 1 "
                                                    "sequences decode (served: the API server included)")
     ttft_interval_s: list[float] | None = None
+    power_w_per_gpu: float | None = Field(None, description="predicted board power of one GPU while the replica "
+                                                            "decodes its batch (analysis.latency.power)")
+    power_w_interval: list[float] | None = None
+    kw: float | None = Field(None, description="the deployment's boards: GPUs needed × power per GPU ÷ 1000")
+    j_per_output_token: float | None = Field(None, description="power per GPU ÷ tokens/s per GPU")
+    j_per_output_token_interval: list[float] | None = None
+    usd_per_gpu_hour: float | None = Field(None, description="the price used: --price, else the catalog's")
+    price_source: str | None = None
+    usd_per_million_tokens: float | None = Field(None, description="analysis.planning.cost: (price per GPU-hour "
+                                                                   "+ electricity) ÷ output tokens per GPU-hour")
+    usd_per_million_tokens_interval: list[float] | None = None
     calibration_note: str | None = None
     calibrated_kv_budget_bytes: int | None = None
     calibrated_kv_fraction_needed: float | None = None
@@ -156,6 +171,8 @@ class _Figures(BaseModel):
     ttft_s: float | None = None
     ttft_interval_s: list[float] | None = None
     prompt_len: int | None = None
+    power_w_per_gpu: float | None = None
+    power_w_interval: list[float] | None = None
 
 
 def heads_reason(a: Architecture, tp: int) -> str | None:
@@ -266,14 +283,41 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
     f.tokens_per_s_per_gpu = f.batch / f.decode_step_s / tp
     f.tokens_per_s_per_gpu_interval = [f.batch / x / tp for x in reversed(iv)] if iv else None
     f.ttft_s, f.ttft_interval_s, f.prompt_len = p.get("ttft_s"), p.get("ttft_interval_s"), prompt
+    f.power_w_per_gpu, f.power_w_interval = p.get("decode_power_w"), p.get("decode_power_interval_w")
     f.fits = True
     return f
+
+
+def _with_cost(row: ProcurementRow, gpu: GPU, pricing: Pricing) -> ProcurementRow:
+    """A fitting row's energy and cost (analysis.planning.cost) from its power and its tokens/s per GPU (the
+    calibrated ones where it has them)."""
+    cal = row.calibration_note is not None and row.calibrated_tokens_per_s_per_gpu is not None
+    tok = row.calibrated_tokens_per_s_per_gpu if cal else row.tokens_per_s_per_gpu
+    tok_iv = None if cal else row.tokens_per_s_per_gpu_interval
+    gpus = row.calibrated_gpus_needed if cal else row.gpus_needed
+    price, source = pricing.price(gpu)
+    up: dict = {"usd_per_gpu_hour": price, "price_source": source}
+    p, p_iv = row.power_w_per_gpu, row.power_w_interval
+    if row.fits and tok:
+        if p is not None:
+            up["kw"] = (gpus or 0) * p / 1000
+            up["j_per_output_token"] = p / tok
+            up["j_per_output_token_interval"] = energy_interval(p / tok)[0]
+        if price is not None:
+            kwh = pricing.power_usd_per_kwh
+            up["usd_per_million_tokens"] = usd_per_million_tokens(price, tok, p, kwh)
+            if tok_iv:
+                lo_p, hi_p = (p_iv or [p, p])
+                up["usd_per_million_tokens_interval"] = [usd_per_million_tokens(price, tok_iv[1], lo_p, kwh),
+                                                         usd_per_million_tokens(price, tok_iv[0], hi_p, kwh)]
+    return row.model_copy(update=up)
 
 
 def procurement(a: Architecture, base: PlanInputs, gpus: Sequence[GPU], tps: Sequence[int], *,
                 concurrency: int, context: int, tpot_slo_s: float | None = None,
                 calibration: Callable[[GPU], Calibration] | None = None,
-                ttft_slo_s: float | None = None, pps: Sequence[int] = (1,)) -> list[ProcurementRow]:
+                ttft_slo_s: float | None = None, pps: Sequence[int] = (1,), pricing: Pricing | None = None,
+                rank_by: RankBy = "gpus") -> list[ProcurementRow]:
     """Every GPU × tp × pp, ranked (see the module docstring). ``base`` holds the settings shared by all rows
     (dtype, block size, utilization, a fixed KV budget …); ``calibration`` gives a GPU's calibration. A pipeline
     (pp > 1) is planned for capacity only: its rows carry no latency and cannot be held to an SLO yet."""
@@ -326,8 +370,8 @@ def procurement(a: Architecture, base: PlanInputs, gpus: Sequence[GPU], tps: Seq
                         "kv_budget_bytes", "kv_fraction_needed", "sequences_fit", "replicas", "gpus_needed",
                         "batch", "decode_step_s", "tokens_per_s_per_gpu")},
                 })
-            rows.append(row)
-    return rank_rows(rows)
+            rows.append(_with_cost(row, gpu, pricing or Pricing()))
+    return rank_rows(rows, rank_by)
 
 
 def _ranking_figures(r: ProcurementRow) -> tuple[int, float]:
@@ -337,8 +381,22 @@ def _ranking_figures(r: ProcurementRow) -> tuple[int, float]:
     return gpus or 0, tps or 0.0
 
 
-def rank_rows(rows: Sequence[ProcurementRow]) -> list[ProcurementRow]:
-    """Fitting rows first, by GPUs needed (fewest first) then tokens/s per GPU (most first); then the rest
-    in the order given. Figures are the calibrated ones when the row has a calibration."""
-    fitting = sorted((r for r in rows if r.fits), key=lambda r: (_ranking_figures(r)[0], -_ranking_figures(r)[1]))
+def _rank_key(r: ProcurementRow, rank_by: RankBy) -> tuple:
+    gpus, tps = _ranking_figures(r)
+    if rank_by == "tokens":
+        return (-tps, gpus)
+    if rank_by == "cost":  # priced rows by dollars per million tokens, then the unpriced by GPUs
+        cost = r.usd_per_million_tokens
+        return (cost is None, cost or 0.0, gpus, -tps)
+    return (gpus, -tps)
+
+
+def rank_rows(rows: Sequence[ProcurementRow], rank_by: RankBy = "gpus") -> list[ProcurementRow]:
+    """Fitting rows first, ranked by ``rank_by``: ``gpus`` (GPUs needed, fewest first, then tokens/s per GPU, most
+    first), ``tokens`` (tokens/s per GPU, most first) or ``cost`` (dollars per million output tokens, cheapest
+    first; rows without a price after them); then the rest in the order given. Figures are the calibrated ones
+    when the row has a calibration. The SLOs are constraints: a row that misses one does not fit."""
+    if rank_by not in RANK_BY:
+        raise PlanError(f"--rank-by {rank_by!r}: give one of {', '.join(RANK_BY)}")
+    fitting = sorted((r for r in rows if r.fits), key=lambda r: _rank_key(r, rank_by))
     return [r.model_copy(update={"rank": i + 1}) for i, r in enumerate(fitting)] + [r for r in rows if not r.fits]

@@ -16,8 +16,9 @@ from rich.table import Table
 from analysis import catalog
 from analysis.model.architecture import UnsupportedArchitecture
 from analysis.planning.calibration_file import checked_calibration, load_calibration
+from analysis.planning.cost import Pricing, parse_power_price, parse_prices
 from analysis.planning.plan import OPTION_FLAGS, Calibration, PlanError, PlanInputs, make_plan, refuse_unrunnable
-from analysis.planning.procurement import parse_gpu_list, parse_tp_list, procurement
+from analysis.planning.procurement import RANK_BY, parse_gpu_list, parse_tp_list, procurement
 from analysis.results.inputs import InputFileError, read_json
 from analysis.units import fmt_bytes, fmt_count, fmt_seconds, parse_bytes, parse_seconds
 from profiler.cli.common import (
@@ -167,6 +168,15 @@ def plan_cmd(
     ttft_slo: Annotated[str | None, typer.Option(
         help="Procurement table: time-to-first-token ceiling for a --prompt-len prompt (default: --context) "
              "arriving while the replica's batch decodes, seconds or with a unit (500ms).")] = None,
+    price: Annotated[str | None, typer.Option(
+        help="Procurement table: USD per GPU-hour, GPU=USD pairs (h100-sxm=2.99,h200=3.80), in place of the "
+             "catalog's cited cloud list prices (`kvprof gpus`).")] = None,
+    power_price: Annotated[str | None, typer.Option(
+        help="Procurement table: USD per kWh, added to the GPU-hour price for the boards' predicted draw (your own "
+             "machines; a cloud price already includes it).")] = None,
+    rank_by: Annotated[str, typer.Option(
+        help="Procurement table order among configurations that fit the SLOs: gpus (fewest needed), tokens (most "
+             "tokens/s per GPU) or cost (cheapest per million output tokens).")] = "gpus",
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print one JSON object (the procurement table: a list of rows).")] = False,
     recommend: Annotated[bool, typer.Option(
@@ -210,11 +220,17 @@ def plan_cmd(
         _recommend_cmd(model, gpu, probe, (tps, pps), concurrency, context, (calibration, save, tpot_slo, ttft_slo),
                        json_out, settings)
         return
+    money = (price, power_price, rank_by)
     if (gpu is not None and ("," in gpu or gpu.strip().lower() == "all")) or len(tps) > 1 or len(pps) > 1 \
             or concurrency is not None or tpot_slo is not None or ttft_slo is not None:
         _procurement_cmd(model, gpu, probe, (tps, pps), concurrency, (tpot_slo, ttft_slo), context,
-                         (calibration, transfer_calibration) if calibration else None, save, json_out, settings)
+                         (calibration, transfer_calibration) if calibration else None, save, json_out, settings,
+                         money)
         return
+    for flag, value, default in (("--price", price, None), ("--power-price", power_price, None),
+                                 ("--rank-by", rank_by, "gpus")):
+        if value != default:
+            raise fail(f"{flag} goes with the procurement table (--concurrency N, or GPU or tp lists)")
     if gpu is not None and not gpu.strip():
         raise fail("--gpu is empty: give a catalog name (`kvprof gpus`), a comma list or all")
     if save is not None:
@@ -328,10 +344,16 @@ def _check_plan_options(model: str, *byte_and_slo: str | None) -> None:
 def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, sizes: tuple[list[int], list[int]],
                      concurrency: int | None,
                      slos: tuple[str | None, str | None], context: int | None, calibration: tuple[Path, bool] | None,
-                     save: Path | None, json_out: bool, settings: dict[str, Any]) -> None:
+                     save: Path | None, json_out: bool, settings: dict[str, Any],
+                     money: tuple[str | None, str | None, str] = (None, None, "gpus")) -> None:
     """`kvprof plan` with GPU or tp lists, or --concurrency: the ranked procurement table. ``calibration``:
-    the file and whether --transfer-calibration allows one fitted on another GPU or model."""
+    the file and whether --transfer-calibration allows one fitted on another GPU or model; ``money``: --price,
+    --power-price and --rank-by."""
     try:
+        if money[2] not in RANK_BY:
+            raise PlanError(f"--rank-by {money[2]!r}: give one of {', '.join(RANK_BY)}")
+        pricing = Pricing(gpu_usd_per_hour=parse_prices(money[0]) if money[0] is not None else {},
+                          power_usd_per_kwh=parse_power_price(money[1]) if money[1] is not None else None)
         for flag, value, why in (
                 ("--save", save, "`kvprof check-plan` takes one configuration: give one --gpu and one --tp"),
                 ("--batch", settings.pop("batch"), "each row's batch follows from --concurrency")):
@@ -366,7 +388,8 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, sizes: tup
             raise PlanError(f"--context {context}: Input should be greater than 0 (tokens each sequence holds)")
         ctx = context if context is not None else make_plan(arch, base).get("max_model_len")
         rows = procurement(arch, base, [g for g, _ in gpus], sizes[0], concurrency=concurrency, context=ctx,
-                           tpot_slo_s=slo, calibration=cal_for, ttft_slo_s=ttft_slo, pps=sizes[1])
+                           tpot_slo_s=slo, calibration=cal_for, ttft_slo_s=ttft_slo, pps=sizes[1],
+                           pricing=pricing, rank_by=money[2])  # type: ignore[arg-type]
     except ValidationError as exc:
         raise fail(_plan_options_line(exc)) from None
     except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
@@ -382,9 +405,17 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, sizes: tup
     for i, note in enumerate(notes, 1):
         console.print(f"  [{i}] {escape(note)}", highlight=False)
     console.print(lat)
-    console.print("order: configurations that fit, by GPUs needed (fewest first), then tokens/s per GPU "
-                  "(most first); GPUs needed = replicas × tp (× pp), replicas = ceil(N / sequences that fit)"
-                  + (", calibrated figures decide" if calibration else ""), highlight=False)
+    money_table, money_notes = cost_table(rows, pricing)
+    if money_table is not None:
+        console.print(money_table)
+        for note in money_notes:
+            console.print(f"  {escape(note)}", highlight=False)
+    order = {"gpus": "by GPUs needed (fewest first), then tokens/s per GPU (most first)",
+             "tokens": "by tokens/s per GPU (most first)",
+             "cost": "by USD per million output tokens (cheapest first; unpriced ones after)"}[money[2]]
+    console.print(f"order: configurations that fit, {order}; GPUs needed = replicas × tp (× pp), replicas = "
+                  "ceil(N / sequences that fit)" + (", calibrated figures decide" if calibration else ""),
+                  highlight=False)
     for note in dict.fromkeys(r.calibration_note for r in rows if r.calibration_note):
         console.print(f"calibrated with {escape(note)}", highlight=False)
 
@@ -513,3 +544,34 @@ def procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list[
                         "—" if tok is None else f"{tok:,.0f}",
                         r.decode_bound or ("pp: —" if r.pipeline_parallel_size > 1 else "—"))
     return cap, lat, notes
+
+
+def cost_table(rows: list[Any], pricing: Pricing) -> tuple[Table | None, list[str]]:
+    """Energy and cost of the configurations that fit (80 columns): board power per GPU, the deployment's kW,
+    joules and USD per million output tokens with their ranges, and where each price comes from (notes). None
+    where no row has a power or a price."""
+    fitting = [r for r in rows if r.fits and (r.power_w_per_gpu is not None or r.usd_per_gpu_hour is not None)]
+    if not fitting:
+        return None, []
+    t = Table(title="energy and cost: boards only (not hosts or cooling); USD per million output tokens = price per "
+                    "GPU-hour" + (" + electricity" if pricing.power_usd_per_kwh else "") + " ÷ tokens per GPU-hour",
+              box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0), title_justify="left")
+    for c in ("#", "GPU", "tp", "W/GPU", "kW", "J/token", "$/GPU-h", "$/M tok", "range", "price"):
+        t.add_column(c, justify="left" if c in ("GPU", "price") else "right", no_wrap=True)
+    sources: list[str] = []
+
+    def num(v: float | None, digits: int = 2) -> str:
+        return "—" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.{digits}f}"
+
+    for r in fitting:
+        if r.price_source and r.price_source not in sources:
+            sources.append(r.price_source)
+        iv = r.usd_per_million_tokens_interval
+        t.add_row(str(r.rank), r.gpu, str(r.tensor_parallel_size), num(r.power_w_per_gpu), num(r.kw),
+                  num(r.j_per_output_token, 3), num(r.usd_per_gpu_hour), num(r.usd_per_million_tokens),
+                  "—" if not iv else f"{num(iv[0])}–{num(iv[1])}",
+                  f"[{sources.index(r.price_source) + 1}]" if r.price_source else "—")
+    notes = [f"[{i}] {s}" for i, s in enumerate(sources, 1)]
+    if pricing.power_usd_per_kwh:
+        notes.append(f"electricity: {pricing.power_usd_per_kwh:g} USD per kWh (--power-price)")
+    return t, notes

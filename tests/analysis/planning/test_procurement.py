@@ -41,7 +41,9 @@ DOCUMENTED_KEYS = {
     "calibrated_kv_fraction_needed", "calibrated_sequences_fit", "calibrated_replicas", "calibrated_gpus_needed",
     "calibrated_batch", "calibrated_decode_step_s", "calibrated_tokens_per_s_per_gpu",
     "decode_step_interval_s", "roofline_decode_step_s", "tokens_per_s_per_gpu_interval", "ttft_slo_s", "prompt_len",
-    "ttft_s", "ttft_interval_s",
+    "ttft_s", "ttft_interval_s", "power_w_per_gpu", "power_w_interval", "kw", "j_per_output_token",
+    "j_per_output_token_interval", "usd_per_gpu_hour", "price_source", "usd_per_million_tokens",
+    "usd_per_million_tokens_interval",
 }
 
 
@@ -265,6 +267,11 @@ def test_single_gpu_and_tp_keeps_the_single_plan():
     (["--gpu", "h100-sxm", "--batch", "4"], "--batch does not go with the procurement table"),
     (["--tp", "1,2"], "needs GPUs"),
     (["--gpu", "h100-sxm", "--concurrency", "0"], "at least one sequence"),
+    (["--gpu", "h100-sxm,h200", "--price", "h100-sxm"], "GPU=USD_PER_HOUR pairs"),
+    (["--gpu", "h100-sxm,h200", "--price", "h100-sxm=-2"], "must be positive"),
+    (["--gpu", "h100-sxm,h200", "--price", "h9000=2"], "unknown gpu 'h9000'"),
+    (["--gpu", "h100-sxm,h200", "--power-price", "cheap"], "'cheap' is not a number"),
+    (["--gpu", "h100-sxm,h200", "--rank-by", "vibes"], "--rank-by 'vibes': give one of gpus, tokens, cost"),
 ])
 def test_bad_procurement_input_is_one_line_and_exit_2(args, message):
     base = TINY[:-2] if "--concurrency" in args else TINY
@@ -297,3 +304,33 @@ def test_durations(text, seconds):
 def test_tp_list_keeps_order_and_drops_repeats():
     assert parse_tp_list("8, 4,8,1") == [8, 4, 1]
     assert parse_tp_list("2") == [2]
+
+
+def test_money_options_go_with_the_procurement_table_only():
+    for args in (["--price", "h100-sxm=2"], ["--power-price", "0.1"], ["--rank-by", "cost"]):
+        result = runner.invoke(app, ["plan", *TINY[:-2], "--gpu", "h100-sxm", *args])
+        assert result.exit_code == 2 and "goes with the procurement table" in result.output, result.output
+
+
+def test_the_cost_table_names_each_price_and_the_json_carries_energy_and_cost():
+    result = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm,l4", "--context", "4096",
+                                 "--concurrency", "32", "--price", "l4=0.5", "--power-price", "0.2",
+                                 "--rank-by", "cost"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert max(len(x.rstrip()) for x in out.splitlines()) <= 80
+    assert "energy and cost" in out and "--price" in out and "Lambda on-demand list price" in out
+    assert "electricity: 0.2 USD per kWh (--power-price)" in out
+    assert "by USD per million output tokens (cheapest" in out
+    rows = json.loads(runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm,l4", "--context",
+                                          "4096", "--concurrency", "32", "--price", "l4=0.5", "--power-price",
+                                          "0.2", "--json"]).stdout)
+    for r in (r for r in rows if r["fits"]):
+        # (price + W/1000 · 0.2 USD/kWh) per GPU-hour over the GPU's output tokens per hour
+        hourly = r["usd_per_gpu_hour"] + r["power_w_per_gpu"] / 1000 * 0.2
+        assert r["usd_per_million_tokens"] == pytest.approx(hourly / (r["tokens_per_s_per_gpu"] * 3600) * 1e6)
+        assert r["kw"] == pytest.approx(r["gpus_needed"] * r["power_w_per_gpu"] / 1000)
+        assert r["j_per_output_token"] == pytest.approx(r["power_w_per_gpu"] / r["tokens_per_s_per_gpu"])
+        lo, hi = r["j_per_output_token_interval"]
+        assert lo < r["j_per_output_token"] * 1.0001 and hi > r["j_per_output_token"]
+    assert {r["gpu"]: r["price_source"] for r in rows if r["fits"]}["l4"] == "--price"
