@@ -87,6 +87,37 @@ def batching_amortises_weights(dec: pd.DataFrame, fit: DecodeFit | None, tol: fl
                   error=worst, tolerance=tol)
 
 
+def batching_amortises_energy(dec: pd.DataFrame, energy: pd.DataFrame | None, tol: float = 0.5) -> dict[str, Any]:
+    """The energy of an output token falls with the batch as its share of the step does: J/token at the largest
+    batch ÷ at the smallest, against (step ÷ batch) at the largest ÷ at the smallest, per engine and context.
+    The boards draw more as the batch keeps them busier, so energy falls less than time per token: the tolerance
+    is wide, and a J/token that does not fall at all diverges."""
+    claim = "Batching amortises the weights' energy the way it amortises their read"
+    if energy is None or energy.empty or energy["j_per_output_token"].notna().sum() == 0 or dec.empty:
+        return _claim(claim, UNTESTED, "no decode point measured its energy")
+    d = dec.merge(energy[["point_id", "j_per_output_token"]], on="point_id", how="inner")
+    d = d[d["j_per_output_token"].notna() & d["decode_step_s"].notna()]
+    errs, falls, pairs = [], [], []
+    for _, g in d.groupby(["engine_id", "mean_context"]):
+        if g["concurrency"].nunique() < 2:
+            continue
+        g = g.sort_values("concurrency")
+        lo, hi = g.iloc[0], g.iloc[-1]
+        j_ratio = hi["j_per_output_token"] / lo["j_per_output_token"]
+        t_ratio = (hi["decode_step_s"] / hi["concurrency"]) / (lo["decode_step_s"] / lo["concurrency"])
+        errs.append(j_ratio / t_ratio - 1)
+        falls.append(bool(np.all(np.diff(g["j_per_output_token"].to_numpy(float)) < 0)))
+        pairs.append(f"batch {int(lo['concurrency'])}→{int(hi['concurrency'])}: J/token ×{j_ratio:.3f}, "
+                     f"step/batch ×{t_ratio:.3f}")
+    if not errs:
+        return _claim(claim, UNTESTED, "no context measured its energy at two or more batch sizes")
+    worst = max(errs, key=abs)
+    ok = all(falls) and abs(worst) <= tol
+    return _claim(claim, HOLDS if ok else DIVERGES,
+                  f"J per output token falls with batch in {sum(falls)}/{len(falls)} contexts; "
+                  + "; ".join(pairs[:3]) + ("…" if len(pairs) > 3 else ""), error=worst, tolerance=tol)
+
+
 # --- fp8 KV: seed 001 ("storing keys and values in ... FP8 instead of 16-bit halves the cache and halves
 # the bytes streamed per step"), tested on pairs of engines that differ in the KV dtype alone ---------------
 
@@ -321,13 +352,14 @@ def throughput_flat_past_full_pool(sat: pd.DataFrame, tol: float = 0.10) -> dict
 
 def check_all(cap: pd.DataFrame, dec: pd.DataFrame, rounding: pd.DataFrame, sat: pd.DataFrame,
               fit: DecodeFit | None, engines: pd.DataFrame | None = None,
-              dropped: list[dict[str, Any]] | None = None) -> pd.DataFrame:
+              dropped: list[dict[str, Any]] | None = None, energy: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every claim of the seed documents with its verdict (holds / diverges / untestable) and evidence.
     ``engines`` (the loaded engine table) pairs engines on every setting but the one compared, and
     ``dropped`` (the manifest's) says why a comparison is missing when engines were skipped."""
     return pd.DataFrame([
         linear_past_crossover(dec),
         batching_amortises_weights(dec, fit, engines=engines),
+        batching_amortises_energy(dec, energy),
         fp8_doubles_capacity(cap, engines=engines, dropped=dropped),
         fp8_decode_step(dec, fit, engines=engines, dropped=dropped),
         block_waste_below_one_block(rounding),

@@ -131,3 +131,19 @@ def unavailable_reason(res: Results, table: pd.DataFrame) -> str | None:
             if '"nvml"' in text or '"energy_j"' in text:
                 reasons.add(f"telemetry: {text}")
     return "; ".join(sorted(reasons)) or "no point of this run was sampled"
+
+
+def measured_power(table: pd.DataFrame) -> dict[str, Any] | None:
+    """What a calibration carries of the run's energy (``kvprof plan --calibration``): the draw per GPU (or, on a
+    CPU engine, of the CPU packages) at each decode batch measured, its idle draw and how it was measured; None
+    where no decode point measured energy."""
+    d = table[(table["phase"] == "decode") & table["mean_power_w"].notna() & table["concurrency"].notna()]
+    if d.empty:
+        return None
+    per_device = d["mean_power_w"] / d["gpus"].where(d["gpus"] > 0, 1)
+    by_batch = per_device.groupby(d["concurrency"].astype(int)).median().sort_index()
+    idle = d["idle_power_w"] / d["gpus"].where(d["gpus"] > 0, 1)
+    return {"power_w_by_batch": [[int(b), float(w)] for b, w in by_batch.items()],
+            "idle_power_w": None if idle.dropna().empty else float(idle.median()),
+            "counted": "; ".join(sorted(set(d["counted"].dropna()))),
+            "method": "; ".join(sorted(set(d["method"].dropna()))), "points": len(d)}

@@ -55,12 +55,13 @@ def analyse(res: Results, include_flagged: bool = False) -> Analysis:
     dec = tvm.with_fit(dec, f)
     rnd = tvm.rounding_table(res)
     sat = tvm.saturation_table(res)
+    energy = energy_mod.energy_table(res)
     a = Analysis(res=res, ceilings=ce, capacity=cap, decode=dec, fit=f, crossover=tvm.measured_crossover(dec, f),
                  rounding=rnd, saturation=sat,
                  claims=claims_mod.check_all(cap, dec, rnd, sat, f, engines=res.engines,
-                                             dropped=res.manifest.get("dropped")),
+                                             dropped=res.manifest.get("dropped"), energy=energy),
                  divergences=tvm.divergences(cap, dec, rnd), serve=serve_analysis.analyse_serve(res))
-    a.energy = energy_mod.energy_table(res)
+    a.energy = energy
     a.energy_unavailable = energy_mod.unavailable_reason(res, a.energy)
     a.tables = build_tables(a)
     return a
@@ -432,7 +433,7 @@ def calibration(a: Analysis) -> dict[str, Any]:
         r = cap.dropna(subset=["predicted_kv_budget_bytes"]).iloc[0]
         reserve = int(r["predicted_reserve_bytes"] + r["predicted_kv_budget_bytes"] - r["kv_budget_bytes"])
     probe = a.res.probe or {}
-    return calibration_dict(a.fit, device=e.get("gpu_name") or e.get("device"), vllm_version=e.get("vllm_version"),
+    out = calibration_dict(a.fit, device=e.get("gpu_name") or e.get("device"), vllm_version=e.get("vllm_version"),
                             model=e.get("model"), kv_cache_dtype=e.get("kv_cache_dtype"), reserve_bytes=reserve,
                             source=f"kvprof fit of {a.res.root.name} ({a.fit.n} decode points)",
                             model_dtype=e.get("model_dtype"),
@@ -440,6 +441,9 @@ def calibration(a: Analysis) -> dict[str, Any]:
                             weights=e.get("requested_weights"),
                             device_type=probe.get("device_type") or ("cuda" if a.ceilings.gpu else None),
                             device_memory_bytes=probe.get("memory_total_bytes") or e.get("device_memory_bytes"))
+    if (power := energy_mod.measured_power(a.energy)) is not None:
+        out["power"] = power
+    return out
 
 
 def results_table(a: Analysis) -> pd.DataFrame:

@@ -116,6 +116,27 @@ class CalibrationDevice(BaseModel):
     ceilings: str = "probe"
 
 
+class CalibrationPower(BaseModel):
+    """The draw a calibrating sweep measured (analysis.measured.energy.measured_power): per GPU at each decode
+    batch, its idle draw, what was counted and how."""
+
+    model_config = ConfigDict(extra="allow")
+
+    power_w_by_batch: list[tuple[int, float]] = Field(min_length=1)
+    idle_power_w: float | None = None
+    counted: str = ""
+    method: str = ""
+    points: int = 0
+
+    def at(self, batch: float) -> float:
+        """The measured draw at ``batch``: linear in log2(batch) between the measured batches, flat beyond them."""
+        import numpy as np
+
+        b = np.log2([max(x, 1) for x, _ in self.power_w_by_batch])
+        w = [y for _, y in self.power_w_by_batch]
+        return float(np.interp(np.log2(max(batch, 1)), b, w))
+
+
 class Calibration(BaseModel):
     """Measured corrections from a sweep (written by analysis.measured.decode_fit)."""
 
@@ -133,6 +154,7 @@ class Calibration(BaseModel):
     model_config_sha256: str | None = None
     vllm_version: str | None = None  # the vLLM the calibrating sweep ran
     measured_on: CalibrationDevice | None = None
+    power: CalibrationPower | None = None  # measured draw per batch (the device's own; not carried to another)
 
     def device_spec(self) -> GPU | None:
         """The calibration's device as a plan target (its ceilings and memory), or None where the
@@ -239,8 +261,10 @@ def transferred_calibration(calibration: Calibration, provenance: dict[str, Any]
                   "effective_flops": calibration.effective_flops and calibration.effective_flops * fl_ratio}
         how = (f"rates scaled by the spec sheets: bandwidth ×{bw_ratio:.3g}, FLOP/s ×{fl_ratio:.3g}; overhead and "
                f"reserve as measured")
+    if calibration.power is not None:
+        how += "; its measured power not carried (another device's boards)"
     label = f"TRANSFERRED: {'; '.join(provenance['transferred_because'])}; {how}"
-    return calibration.model_copy(update={**update, "source": f"{source} [{label}]"})
+    return calibration.model_copy(update={**update, "power": None, "source": f"{source} [{label}]"})
 
 
 def _fitted_against(calibration: Calibration) -> tuple[float, float] | None:
@@ -626,6 +650,15 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
             "calibrated_decode_bound": "memory" if memory_s >= compute_s else "compute",
             "calibration_source": calibration.source,
         })
+    if calibration is not None and calibration.power is not None:
+        # The device's own measured draw at this batch, and the energy of a token at the calibrated (else predicted)
+        # step: what the sweep measured, not the power model.
+        cp = calibration.power
+        w = cp.at(batch)
+        step_s = out.get("calibrated_decode_step_s", out["decode_step_s"])
+        out.update({"calibrated_decode_power_w": w, "calibrated_j_per_output_token": w * tp * step_s / batch,
+                    "calibrated_power_source": f"measured at batch {', '.join(str(b) for b, _ in cp.power_w_by_batch)}"
+                                               f" ({cp.points} decode points; {cp.counted}; {cp.method})"})
         if iv := _calibration_interval(calibration):
             out["calibrated_decode_step_interval_s"] = [t * iv[0], t * iv[1]]
             out["calibrated_checked_against"] = iv[2]

@@ -283,7 +283,10 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
     f.tokens_per_s_per_gpu = f.batch / f.decode_step_s / tp
     f.tokens_per_s_per_gpu_interval = [f.batch / x / tp for x in reversed(iv)] if iv else None
     f.ttft_s, f.ttft_interval_s, f.prompt_len = p.get("ttft_s"), p.get("ttft_interval_s"), prompt
-    f.power_w_per_gpu, f.power_w_interval = p.get("decode_power_w"), p.get("decode_power_interval_w")
+    if "calibrated_decode_power_w" in p:  # the device's own measured draw: no model interval
+        f.power_w_per_gpu, f.power_w_interval = p["calibrated_decode_power_w"], None
+    else:
+        f.power_w_per_gpu, f.power_w_interval = p.get("decode_power_w"), p.get("decode_power_interval_w")
     f.fits = True
     return f
 

@@ -81,12 +81,22 @@ def _plan_table(p: dict[str, Any]) -> Table:
             if v:
                 row(f"  {k.removesuffix('_s')}", "", fmt_seconds(v))
         row("decode throughput", "", f"{p['tokens_per_s']:,.0f} tok/s")
+        if p.get("decode_power_w") is not None:
+            iv = p.get("decode_power_interval_w")
+            row(f"board power per GPU (TDP {p['tdp_w']:,.0f} W)", "", f"{p['decode_power_w']:,.0f} W"
+                + (f" ({iv[0]:,.0f}–{iv[1]:,.0f} W)" if iv else ""))
+            jv = p.get("decode_j_per_output_token_interval")
+            row("energy per output token", "", f"{p['decode_j_per_output_token']:.3g} J"
+                + (f" ({jv[0]:.3g}–{jv[1]:.3g} J)" if jv else ""))
         if "roofline_decode_step_s" in p:
             row(f"decode step, bare roofline ({p['roofline_decode_bound']}-bound)", fmt_seconds(
                 p["roofline_decode_step_s"]))
     if "calibrated_decode_step_s" in p:
         row("decode step, calibrated", fmt_seconds(p["calibrated_decode_step_s"]))
         row("decode throughput, calibrated", f"{p['calibrated_tokens_per_s']:,.0f} tok/s")
+    if "calibrated_decode_power_w" in p:
+        row("board power per GPU, measured by the calibration", f"{p['calibrated_decode_power_w']:,.0f} W")
+        row("energy per output token, calibrated", f"{p['calibrated_j_per_output_token']:.3g} J")
     if "prefill_s" in p:
         row(f"prefill of {p['prompt_len']:,} tokens", fmt_seconds(p["roofline_prefill_s"]), fmt_seconds(p["prefill_s"]))
     if "ttft_s" in p:

@@ -126,6 +126,25 @@ def test_plan_calibration_changes_tpot_by_exactly_the_fitted_factor(synthetic):
     assert "kvprof fit of" in calibrated["calibration_source"]
 
 
+def test_a_calibration_carries_its_measured_power_into_the_plan_but_not_to_another_gpu(synthetic):
+    """Every synthetic decode point drew 500 W on its one GPU: the calibration carries 500 W at each batch, and the
+    plan's energy per token is 500 W × 1 GPU × the calibrated step ÷ the batch."""
+    root, inj, _ = synthetic
+    cal = json.loads((root / "calibration.json").read_text())
+    assert cal["power"]["power_w_by_batch"] == [[c, 500.0] for c in inj.concurrency]
+    assert cal["power"]["idle_power_w"] == 90.0 and cal["power"]["counted"] == "1 GPU board(s), NVML"
+    args = ["plan", "--model", "llama-3.1-8b", "--batch", "8", "--context", "4096", "--json",
+            "--calibration", str(root / "calibration.json")]
+    p = json.loads(runner.invoke(app, [*args, "--gpu", "h100-sxm"]).stdout)
+    assert p["calibrated_decode_power_w"] == 500.0
+    assert p["calibrated_j_per_output_token"] == pytest.approx(500.0 * p["calibrated_decode_step_s"] / 8)
+    assert "measured at batch 1, 4, 16, 64" in p["calibrated_power_source"]
+    other = runner.invoke(app, [*args, "--gpu", "h200", "--transfer-calibration"])
+    assert other.exit_code == 0, other.output
+    q = json.loads(other.stdout)
+    assert "calibrated_decode_power_w" not in q and "measured power not carried" in q["calibration_source"]
+
+
 def test_not_a_results_directory_or_wrong_schema_is_a_clean_error(tmp_path):
     with pytest.raises(LoadError, match=r"no manifest\.json"):
         load(tmp_path)
