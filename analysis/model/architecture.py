@@ -148,6 +148,11 @@ class Architecture(BaseModel):
     mla: MLA | None = None
     # The checkpoint's weight quantization (config.json quantization_config), or an override.
     quantization: AnyScheme | None = None
+    # Speculative decoding's shapes (analysis.vllm.speculative): the multi-token-prediction layers a checkpoint
+    # carries past its decoder (num_nextn_predict_layers; vLLM loads them only for the mtp method), and an EAGLE-3
+    # draft's own vocabulary (draft_vocab_size; its LM head's rows).
+    mtp_layers: int = Field(0, ge=0, le=64)
+    draft_vocab_size: int | None = Field(None, gt=0, le=MAX_VOCAB_SIZE)
 
     @model_validator(mode="after")
     def _check(self) -> Architecture:
@@ -514,6 +519,8 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
         derived_max_len_from=derived_from,
         sliding_window=window,
         layer_types=layer_types,
+        mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
+        draft_vocab_size=cfg.get("draft_vocab_size"),
     )
     try:
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")))

@@ -20,10 +20,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from analysis.catalog import GPU, UnknownName, resolve_gpu
+from analysis.catalog import GPU, UnknownName, resolve_gpu, resolve_model
 from analysis.latency import step as latency
 from analysis.latency.power import energy_interval, step_power
-from analysis.model.architecture import Architecture
+from analysis.model.architecture import Architecture, UnsupportedArchitecture
 from analysis.model.kv import (
     KV_DTYPES,
     ideal_capacity,
@@ -41,6 +41,7 @@ from analysis.vllm.lora import DEFAULT_MAX_LORA_RANK, LoraNotModelled, lora_byte
 from analysis.vllm.memory import ENTRY_ALIASES, rules_for
 from analysis.vllm.offload import offload_plan
 from analysis.vllm.pipeline import Stage, stage, stages
+from analysis.vllm.speculative import DrafterMemory, SpeculativeConfig, SpeculativeNotModelled, drafter_memory
 
 
 class PlanError(ValueError):
@@ -82,6 +83,7 @@ class PlanInputs(BaseModel):
     prompt_len: StrictCount | None = Field(None, gt=0)
     dtype: str = "auto"  # vLLM's --dtype: the weights' (and an auto KV cache's) dtype
     quantization: str | None = None  # vLLM's --quantization: overrides the checkpoint's quantization_config
+    speculative_config: SpeculativeConfig | None = None  # vLLM's --speculative-config (analysis.vllm.speculative)
 
     @field_validator("entry", mode="before")
     @classmethod
@@ -378,6 +380,19 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         except LoraNotModelled as exc:
             raise PlanError(str(exc)) from None
         weights += lora  # allocated inside model loading: vLLM's "Model loading took" counts them
+    drafter: DrafterMemory | None = None
+    if inputs.speculative_config is not None:
+        spec = inputs.speculative_config
+        if inputs.pipeline_parallel_size > 1:
+            raise PlanError("speculative decoding with pipeline parallelism is not planned yet: give --pp 1 with "
+                            "--speculative-config")
+        try:
+            draft = resolve_model(spec.model)[0].with_dtype(a.torch_dtype) if spec.model else None
+            drafter = drafter_memory(a, spec, draft, tp=tp, kv_cache_dtype=inputs.kv_cache_dtype,
+                                     max_num_seqs=max_num_seqs, max_model_len=mml)
+        except (SpeculativeNotModelled, UnknownName, UnsupportedArchitecture) as exc:
+            raise PlanError(f"--speculative-config: {exc}") from None
+        weights += drafter.weight_bytes  # loaded in the same profiling block: "Model loading took" counts it
     pp_stages = None
     if inputs.pipeline_parallel_size > 1:
         try:
@@ -404,6 +419,9 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         else:
             reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
                                       tp=tp, enforce_eager=inputs.enforce_eager, vllm_version=inputs.vllm_version)
+            if drafter is not None and drafter.reserve_bytes:
+                reserve = reserve.model_copy(update={"non_torch_bytes": reserve.non_torch_bytes + drafter.reserve_bytes,
+                                                     "source": f"{reserve.source} + ngram's token history"})
         assert total is not None
         budget = kv_budget(total, inputs.gpu_memory_utilization, weights, reserve)
         budget_source = "ceil(cudaMemGetInfo total × utilization) − weights − reserve"
@@ -417,7 +435,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     # Block layout does not depend on the budget; counts of blocks and sequences do (None without one).
     paged = paged_capacity(a, budget or 0, block_size=inputs.block_size, max_model_len=mml,
                            max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype,
-                           tp=tp, async_scheduling=async_sched)
+                           tp=tp, async_scheduling=async_sched,
+                           extra_bytes_per_block=inputs.block_size * drafter.kv_bytes_per_token if drafter else 0)
     pipeline: list[dict[str, Any]] | None = None
     if pp_stages is not None:
         paged, pipeline, budget, reserve, pool_stage = _pipeline(a, inputs, gpu, total, mml, mnbt, max_num_seqs,
@@ -428,7 +447,10 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         ideal = ideal_capacity(a, budget or 0, mml, inputs.kv_cache_dtype, tp)
     else:  # the stage that sets the pool: its layers and its budget
         ideal = ideal_capacity(pool_stage[0], pool_stage[1] or 0, mml, inputs.kv_cache_dtype, tp)
-    at_context = kv_ceiling(paged, context, None, mnbt, async_sched)
+    # A running request holds blocks for 1 + k + lookahead tokens past its verified length (never past
+    # max_model_len): what a sequence of `context` tokens takes under speculative decoding.
+    held = min(context + drafter.slots_beyond_context, mml) if drafter else context
+    at_context = kv_ceiling(paged, held, None, mnbt, async_sched)
     params = count_params(a)
     out: dict[str, Any] = {
         "model": a.name,
@@ -447,7 +469,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         "weight_bytes": weights,
         "lora_bytes": lora if inputs.max_loras is not None else None,
         "kv_bytes_per_token_layer": layer_kv_bytes_per_token(a, inputs.kv_cache_dtype, tp),
-        "kv_bytes_per_token": kv_bytes_per_token(a, inputs.kv_cache_dtype, tp),
+        "kv_bytes_per_token": kv_bytes_per_token(a, inputs.kv_cache_dtype, tp)
+                              + (drafter.kv_bytes_per_token if drafter else 0),
         "kv_bytes_per_sequence": kv_bytes_per_sequence(a, context, inputs.kv_cache_dtype, tp),
         "kv_budget_bytes": budget,
         "kv_budget_source": budget_source,
@@ -471,6 +494,14 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         # Sequences of `context` tokens the pool holds together (null block excluded).
         "kv_full_batch": at_context.kv_limit if known else None,
     }
+    if drafter is not None:
+        out["speculative"] = {"method": drafter.method, "num_speculative_tokens":
+                              inputs.speculative_config.num_speculative_tokens,  # type: ignore[union-attr]
+                              "draft_weight_bytes": drafter.weight_bytes, "draft_layers": drafter.draft_layers,
+                              "draft_kv_bytes_per_token": drafter.kv_bytes_per_token,
+                              "slots_beyond_context": drafter.slots_beyond_context,
+                              "reserve_bytes": drafter.reserve_bytes, "shares": drafter.shared,
+                              "not_planned": "the drafter's CUDA graphs; its decode-step latency and acceptance"}
     if inputs.batch:
         out["batch"] = inputs.batch
         out["batch_fits"] = inputs.batch <= out["kv_full_batch"] if known else None

@@ -23,6 +23,7 @@ so the utilization is the largest any stage needs and the fixed budget the large
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 
@@ -162,6 +163,18 @@ def recommend(a: Architecture, base: PlanInputs, gpu: GPU, tps: Sequence[int], *
         flags.append(f"--max-num-seqs {max_num_seqs}")
     if max_num_batched_tokens is not None:
         flags.append(f"--max-num-batched-tokens {max_num_batched_tokens}")
+    # the memory features the plan counted, so the pasted flags allocate what was planned
+    if base.max_loras is not None:
+        flags.append(f"--enable-lora --max-loras {base.max_loras} --max-lora-rank {base.max_lora_rank}")
+    if base.kv_offloading_size is not None:
+        flags.append(f"--kv-offloading-size {base.kv_offloading_size:g} --kv-offloading-backend "
+                     f"{base.kv_offloading_backend}")
+    if base.speculative_config is not None:
+        spec = base.speculative_config.model_dump(exclude_none=True)
+        flags.append(f"--speculative-config '{json.dumps(spec)}'")
+        if spec.get("model"):
+            notes.append(f"--speculative-config names the draft as planned ({spec['model']}): give vLLM its "
+                         "checkpoint (a Hugging Face repo or directory) in its place, as MODEL for the target")
     return Recommendation(
         model=a.name, gpu=gpu.name, concurrency=concurrency, context=context, tensor_parallel_size=tp,
         pipeline_parallel_size=pp,

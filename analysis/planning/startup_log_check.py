@@ -99,6 +99,9 @@ def summarize(text: str, source: str = "log") -> dict[str, Any]:
         "max_concurrency": p.get("log_max_concurrency"),
         # beyond the table: what a calibration and a reader need
         "max_num_seqs": p.get("max_num_seqs"),
+        "speculative_method": p.get("speculative_method"),
+        "speculative_model": p.get("speculative_model"),
+        "num_speculative_tokens": p.get("num_speculative_tokens"),
         "dtype": p.get("dtype"),
         "kv_cache_dtype": p.get("kv_cache_dtype"),
         "cuda_graph_estimate_bytes": p.get("cuda_graph_estimate_bytes"),
@@ -174,18 +177,23 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
         kv_dtype = "auto"
     pp = record.get("pipeline_parallel_size") or 1
     parts = stages(arch, tp, pp, "") if pp > 1 else None
+    drafter, draft_note = _drafter(record, arch, tp, kv_dtype, mml) if pp == 1 else (None, None)
     out: dict[str, Any] = {k: None for k in KEYS}
     out.update(model=arch.name, tensor_parallel_size=tp, pipeline_parallel_size=pp,
                gpu_memory_utilization=record.get("gpu_memory_utilization"), max_model_len=mml,
                max_num_batched_tokens=record.get("max_num_batched_tokens"), block_size=block,
-               weights_bytes=parts[0].weight_bytes if parts else weight_bytes(arch, tp))
+               weights_bytes=parts[0].weight_bytes if parts else
+               weight_bytes(arch, tp) + (drafter.weight_bytes if drafter else 0))
+    if draft_note:
+        out["speculative_note"] = draft_note
     budget = record.get("available_kv_cache_bytes")
     if budget is not None and mml:
         mnbt = record.get("max_num_batched_tokens") or mml
 
         def capacity(a: Any, kv: int) -> Any:
             return paged_capacity(a, max(kv, 0), block_size=block, max_model_len=mml, max_num_batched_tokens=mnbt,
-                                  kv_cache_dtype=kv_dtype, tp=tp)
+                                  kv_cache_dtype=kv_dtype, tp=tp,
+                                  extra_bytes_per_block=block * drafter.kv_bytes_per_token if drafter else 0)
 
         if parts is None:
             cap = capacity(arch, budget)
@@ -210,6 +218,31 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
                                      ("max_model_len", record.get("max_model_len"))) if v is None]
     out["catalog_model"] = arch.name
     return out
+
+
+def _drafter(record: dict[str, Any], arch: Any, tp: int, kv_dtype: str, mml: int | None) -> tuple[Any, str | None]:
+    """The logged speculative drafter's memory (analysis.vllm.speculative), and a note where it cannot be
+    counted (its draft model is not in the catalog, or the configuration is not planned)."""
+    from analysis import catalog
+    from analysis.vllm.speculative import SpeculativeConfig, SpeculativeNotModelled, drafter_memory
+
+    method, k = record.get("speculative_method"), record.get("num_speculative_tokens")
+    if not method or not k:
+        return None, None
+    draft_ref = record.get("speculative_model")
+    draft = None
+    if method in ("eagle", "eagle3", "draft_model"):
+        matched = catalog_match(draft_ref)
+        if matched is None:
+            return None, (f"speculative {method} drafter {draft_ref!r} is not in the catalog: its weights and KV "
+                          "layers are not counted")
+        draft = catalog.resolve_model(catalog.CATALOG_PREFIX + matched)[0].with_dtype(arch.torch_dtype)
+    try:
+        spec = SpeculativeConfig(method=method, model=draft.name if draft else None, num_speculative_tokens=k)
+        return drafter_memory(arch, spec, draft, tp=tp, kv_cache_dtype=kv_dtype, max_num_seqs=1,
+                              max_model_len=mml or 1), None
+    except (ValueError, SpeculativeNotModelled) as exc:
+        return None, f"speculative {method}: {exc}; its drafter is not counted"
 
 
 def calibration_from_log(record: dict[str, Any], gpu: Any = None, source: str = "log") -> Any:

@@ -445,6 +445,9 @@ class StartupLog(BaseModel):
     block_size: int | None = None
     dtype: str | None = None
     kv_cache_dtype: str | None = None
+    speculative_method: str | None = Field(None, description="SpeculativeConfig's method (ngram, eagle3, mtp, …)")
+    speculative_model: str | None = Field(None, description="its draft model (None: ngram, mtp)")
+    num_speculative_tokens: int | None = None
     raw_lines: dict[str, str] = {}
     rank_values: dict[str, dict[str, int | float]] = Field(
         {}, description="field → {rank: value}, only where tensor-parallel ranks logged different values")
@@ -736,7 +739,19 @@ class ServeMeasurements(BaseModel):
     server_counters: dict[str, float | None] = Field(
         {}, description="rise of the server's /metrics counters over the point (preemptions, prefix-cache hits "
                         "and queries, prompt and generation tokens); null where a counter is missing or reset")
-class GpuPointTelemetry(BaseModel):
+class PointEnergy(BaseModel):
+    """A device's energy over a point's window [started_at, finished_at] (profiler/telemetry/energy.py): a GPU's NVML
+    counter, or its power samples integrated, or the host's CPU packages' RAPL counter, each interpolated at both
+    ends of the window."""
+
+    energy_j: float | None = None
+    energy_method: str | None = Field(None, description="how energy_j was measured, or why it was not")
+    idle_power_w: float | None = Field(None, description="draw before the engine started (the launch's baseline)")
+    energy_above_idle_j: float | None = Field(None, description="energy_j less idle_power_w over the window")
+    window_s: float | None = Field(None, description="the point's window the energy covers (seconds)")
+
+
+class GpuPointTelemetry(PointEnergy):
     """NVML aggregates of one GPU over a point's samples (null: not available, never zero)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -758,16 +773,9 @@ class GpuPointTelemetry(BaseModel):
     mean_clock_mem_mhz: float | None = None
     max_temperature_c: float | None = None
     throttled_seen: bool | None = None
-    energy_j: float | None = Field(None, description="energy over the point's window [started_at, finished_at]: "
-                                                     "the counter interpolated at both ends, or the power "
-                                                     "samples integrated (energy_method)")
-    energy_method: str | None = Field(None, description="how energy_j was measured, or why it was not")
-    idle_power_w: float | None = Field(None, description="draw before the engine started (the launch's baseline)")
-    energy_above_idle_j: float | None = Field(None, description="energy_j less idle_power_w over the window")
-    window_s: float | None = Field(None, description="the point's window the energy covers (seconds)")
 
 
-class HostPointTelemetry(BaseModel):
+class HostPointTelemetry(PointEnergy):
     model_config = ConfigDict(extra="forbid")
 
     samples: int
@@ -775,13 +783,6 @@ class HostPointTelemetry(BaseModel):
     mean_rss_bytes: float | None = None
     mean_cpu_pct: float | None = None
     peak_sys_mem_used_bytes: float | None = None
-    energy_j: float | None = Field(None, description="energy over the point's window [started_at, finished_at]: "
-                                                     "the CPU packages' RAPL counter "
-                                                     "interpolated at both ends (energy_method)")
-    energy_method: str | None = Field(None, description="how energy_j was measured, or why it was not")
-    idle_power_w: float | None = Field(None, description="draw before the engine started (the launch's baseline)")
-    energy_above_idle_j: float | None = Field(None, description="energy_j less idle_power_w over the window")
-    window_s: float | None = Field(None, description="the point's window the energy covers (seconds)")
 
 
 class ServerPointTelemetry(BaseModel):

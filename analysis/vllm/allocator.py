@@ -122,8 +122,11 @@ def paged_capacity(
     tp: int = 1,
     async_scheduling: bool = False,
     hybrid_manager: bool = True,
+    extra_bytes_per_block: int = 0,
 ) -> PagedCapacity:
-    """Blocks, concurrency and token capacity as vLLM computes them for a KV budget (per rank)."""
+    """Blocks, concurrency and token capacity as vLLM computes them for a KV budget (per rank).
+    ``extra_bytes_per_block``: other layers' pages in every block of a single-group pool (a speculative drafter's
+    attention layers, ``analysis.vllm.speculative``)."""
     for label, v in (("block_size", block_size), ("max_model_len", max_model_len),
                      ("max_num_batched_tokens", max_num_batched_tokens)):
         if v <= 0:
@@ -134,7 +137,9 @@ def paged_capacity(
     in_flight = max_num_batched_tokens * (2 if async_scheduling else 1)
     grouped = _group_layers(_layer_kinds(a, hybrid_manager))
     width = max(len(layers) for _, layers in grouped)
-    bytes_per_block = width * page
+    if extra_bytes_per_block and len(grouped) > 1:
+        raise NotModelled(f"{a.name}: other layers' pages beside {len(grouped)} KV-cache groups")
+    bytes_per_block = width * page + extra_bytes_per_block
     groups = tuple(
         Group(layer=k, layers=tuple(layers),
               blocks_per_request=k.blocks_per_request(block_size, max_model_len, in_flight))

@@ -242,6 +242,12 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
     # ≤ 0.3: "Initializing an LLM engine with config: model=…" (no version)
     ("engine_config_unversioned", re.compile(r"Initializing an? LLM engine with config: ?(.*)"),
      lambda m: _config_pairs(m.group(1))),
+    # speculative decoding (config/speculative.py __repr__, on the engine-config line):
+    # "speculative_config=SpeculativeConfig(method='eagle3', model='…', num_spec_tokens=3)"
+    ("speculative_config", re.compile(r"SpeculativeConfig\(method='(\w+)', model=(?:'([^']*)'|None), "
+                                      r"num_spec_tokens=(\d+)\)"),
+     lambda m: {"speculative_method": m.group(1), "speculative_model": m.group(2),
+                "num_speculative_tokens": int(m.group(3))}),
     ("api_server_version", re.compile(r"vLLM API server version v?([0-9][\w.+-]*)"),
      lambda m: {"vllm_version": m.group(1)}),
     # ≥ 0.11 (entrypoints/serve/utils/api_utils.py log_version_and_model): the logo, or its plain form
@@ -362,7 +368,7 @@ _ANY = re.compile("|".join(re.escape(w) for w in (
 
 # Fields that a value from the engine configuration describes (kept once, never per rank).
 _SETTINGS = {"vllm_version", "model", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
-             "max_model_len",
+             "max_model_len", "speculative_method", "speculative_model", "num_speculative_tokens",
              "max_num_batched_tokens", "max_num_seqs", "block_size", "dtype", "kv_cache_dtype"}
 
 

@@ -89,6 +89,16 @@ def log_cmd(
         print(json.dumps(rec, indent=2))
         return
     console.print(_log_table(rec))
+    if rec.get("speculative_method"):
+        pred = rec.get("predicted") or {}
+        console.print(f"speculative decoding: {rec['speculative_method']}"
+                      + (f" ({rec['speculative_model']})" if rec.get("speculative_model") else "")
+                      + f", k={rec['num_speculative_tokens']}; "
+                      + (pred.get("speculative_note") or (
+                          "no drafter (n-gram proposals): weights and KV as without it"
+                          if rec["speculative_method"] == "ngram"
+                          else "the drafter's weights and KV layers are in the prediction")),
+                      highlight=False)
     if rec["reserve_bytes"] is not None:
         console.print(f"reserve outside weights and KV: {fmt_bytes(rec['reserve_bytes'])} ({rec['reserve_source']})",
                       highlight=False)

@@ -21,6 +21,7 @@ from analysis.planning.plan import OPTION_FLAGS, Calibration, PlanError, PlanInp
 from analysis.planning.procurement import RANK_BY, parse_gpu_list, parse_tp_list, procurement
 from analysis.results.inputs import InputFileError, read_json
 from analysis.units import fmt_bytes, fmt_count, fmt_seconds, parse_bytes, parse_seconds
+from analysis.vllm.speculative import parse_speculative_config
 from profiler.cli.common import (
     console,
     err,
@@ -45,6 +46,11 @@ def _plan_table(p: dict[str, Any]) -> Table:
         fmt_bytes(p["weight_bytes"]))
     if p.get("lora_bytes") is not None:
         row("  of which LoRA slots", "", fmt_bytes(p["lora_bytes"]))
+    if (sp := p.get("speculative")) is not None:
+        row(f"  of which the {sp['method']} drafter (k={sp['num_speculative_tokens']})", "",
+            fmt_bytes(sp["draft_weight_bytes"]))
+        row("  drafter KV bytes / token (its layers in every block)", "", f"{sp['draft_kv_bytes_per_token']:,} B")
+        row("  slots a request holds past its context (1 + k + lookahead)", "", str(sp["slots_beyond_context"]))
     for st in p.get("pipeline_stages") or []:
         pool = " (sets the pool)" if st["stage"] == p["pool_stage"] else ""
         row(f"  stage {st['stage']}: layers {st['first_layer']}–{st['first_layer'] + st['layers'] - 1}{pool}", "",
@@ -134,6 +140,10 @@ def plan_cmd(
         help="GiB of CPU memory for KV offloading (vLLM's --kv-offloading-size, all ranks together): the offloaded "
              "prefix cache's reach beside the GPU-resident capacity, which it does not raise.")] = None,
     kv_offloading_backend: Annotated[str, typer.Option(help="native or lmcache (vLLM's).")] = "native",
+    speculative_config: Annotated[str | None, typer.Option(
+        help="vLLM's --speculative-config JSON: method ngram, eagle, eagle3, mtp or draft_model, the draft's model "
+             "(a catalog name, directory or config.json) and num_speculative_tokens; the drafter's weights, its KV "
+             "layers in every block and each request's lookahead slots are planned.")] = None,
     kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
     block_size: Annotated[int | None, typer.Option(
         help="Tokens per KV block (default: vLLM's: 16 on a GPU, 128 on a CPU).")] = None,
@@ -225,6 +235,7 @@ def plan_cmd(
                     entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype, batch=batch,
                     prompt_len=prompt_len, pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition,
                     kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
+                    speculative_config=speculative_config,
                     max_loras=max_loras, max_lora_rank=max_lora_rank)
     if recommend:
         _recommend_cmd(model, gpu, probe, (tps, pps), concurrency, context, (calibration, save, tpot_slo, ttft_slo),
@@ -335,9 +346,16 @@ def _option_value(option: str, text: str | None, parse: Callable[[str], Any]) ->
 
 
 def _parsed(settings: dict[str, Any]) -> dict[str, Any]:
-    """The plan's settings with the byte sizes given as text parsed (a PlanError naming the option)."""
-    return {**settings, **{k: _option_value("--" + k.replace("_", "-"), settings[k], parse_bytes)
-                           for k in ("kv_cache_memory_bytes", "reserve_bytes")}}
+    """The plan's settings with the byte sizes and the speculative config given as text parsed (a PlanError naming
+    the option)."""
+    out = {**settings, **{k: _option_value("--" + k.replace("_", "-"), settings[k], parse_bytes)
+                          for k in ("kv_cache_memory_bytes", "reserve_bytes")}}
+    if isinstance(out.get("speculative_config"), str):
+        try:
+            out["speculative_config"] = parse_speculative_config(out["speculative_config"])
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+    return out
 
 
 def _check_plan_options(model: str, *byte_and_slo: str | None) -> None:

@@ -7,9 +7,8 @@ fitted on every other source, so the error quoted is the error on evidence the f
 
 from __future__ import annotations
 
-import re
-
 import pytest
+from helpers import assert_reported_in_excerpt
 
 from analysis import catalog
 from analysis.latency.corpus import load_latency_corpus, vllm_version
@@ -109,12 +108,7 @@ def test_every_record_names_what_kvprof_can_plan_and_quotes_its_numbers(name):
     assert vllm_version(rec.settings), "stated or inferred (notes say how)"
     record_architecture(rec)
     assert str(rec.source).startswith("https://")
-    # Every reported number appears in the excerpt as printed (at least its leading digits), so a transcription
-    # can be checked against the source's own lines.
-    digits = re.sub(r"[,\s]", "", rec.excerpt)
-    for field, value in rec.reported.model_dump(exclude_none=True).items():
-        lead = f"{value:.15g}"[:4].rstrip(".")
-        assert lead in digits, f"{field} {value} is not in the excerpt"
+    assert_reported_in_excerpt(rec.reported.model_dump(exclude_none=True), rec.excerpt)
 
 
 def test_the_shipped_constants_are_the_fit_on_the_corpus(fitted):

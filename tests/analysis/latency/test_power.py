@@ -3,9 +3,8 @@ against every published power measurement in analysis/catalog/power/ (leave one 
 
 from __future__ import annotations
 
-import re
-
 import pytest
+from helpers import assert_reported_in_excerpt
 
 from analysis import catalog
 from analysis.latency.power import ACTIVITIES, IDLE_SHARE, board_power_w, idle_w, shipped_power_constants
@@ -39,10 +38,7 @@ def test_every_power_record_names_what_kvprof_can_plan_and_quotes_its_numbers(na
     catalog.model_dir(rec.settings.catalog_model)
     assert catalog.resolve_gpu(rec.settings.gpu)[0].tdp_w
     assert str(rec.source).startswith("https://") and rec.settings.version
-    digits = re.sub(r"[,\s]", "", rec.excerpt)
-    for field, value in rec.reported.model_dump(exclude_none=True).items():
-        lead = f"{value:.15g}"[:4].rstrip(".")
-        assert lead in digits, f"{field} {value} is not in the excerpt"
+    assert_reported_in_excerpt(rec.reported.model_dump(exclude_none=True), rec.excerpt)
 
 
 def test_held_out_the_power_model_is_within_a_fifth_of_the_measured_draw(fitted):
