@@ -194,12 +194,36 @@ int fake_live_samples(void) { return live_samples; }
 int fake_refcount(void) { return refcount; }
 
 /* ---- NVML: init and enumeration ------------------------------------------------------- */
+/* A process that loads this library in place of libnvidia-ml.so.1 (LD_LIBRARY_PATH) and has no test to drive
+ * it gets one device from KVPROF_FAKE_NVML="<name>,<power mW>": an H200-shaped board drawing that constant
+ * power, so its energy counter rises by exactly power x time (a whole sweep can be measured against it). */
+static void env_device(void) {
+    const char *spec = getenv("KVPROF_FAKE_NVML");
+    if (!spec || ndev) return;
+    char name[96];
+    unsigned int mw = 0;
+    const char *comma = strchr(spec, ',');
+    if (!comma || comma == spec || (size_t)(comma - spec) >= sizeof name) return;
+    memcpy(name, spec, (size_t)(comma - spec));
+    name[comma - spec] = 0;
+    mw = (unsigned int)strtoul(comma + 1, NULL, 10);
+    struct fake_dev *d = &devs[ndev++];
+    memset(d, 0, sizeof *d);
+    snprintf(d->name, sizeof d->name, "%s", name);
+    snprintf(d->uuid, sizeof d->uuid, "GPU-00000000-fake-4000-8000-000000000001");
+    snprintf(d->bus_id, sizeof d->bus_id, "00000000:1B:00.0");
+    d->arch = 9; d->total = 143771ull << 20; d->reserved = 592ull << 20; d->used = 1ull << 30;
+    d->power_mw = mw; d->gpm_supported = 1;
+    d->t = now_s();
+}
+
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
     pthread_mutex_lock(&mu);
     int slot = fn_slot(__func__);
     fns[slot].calls++;
     if (fns[slot].code) LEAVE(fns[slot].code);
+    env_device();
     refcount++;
     LEAVE(NVML_SUCCESS);
 }
