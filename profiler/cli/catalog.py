@@ -53,9 +53,13 @@ def gpus_cmd(json_out: Annotated[bool, typer.Option("--json", help="Machine-read
         return
     t = Table(title="GPU spec sheets (dense tensor throughput)")
     for col in ("name", "device", "memory (GiB)", "bandwidth (TB/s)", "bf16 (TFLOP/s)",
-                "fp8 (TFLOP/s)", "ridge (FLOP/B)"):
+                "fp8 (TFLOP/s)", "ridge (FLOP/B)", "TDP (W)", "USD/GPU-h"):
         t.add_column(col, justify="left" if col in ("name", "device") else "right")
     for g in table.values():
         t.add_row(g.name, g.display, f"{g.memory_mib / 1024:.1f}", f"{g.bandwidth_tbs:.3f}",
-                  f"{g.bf16_tflops:g}", f"{g.fp8_tflops:g}" if g.fp8_tflops else "—", f"{g.ridge_point:.0f}")
+                  f"{g.bf16_tflops:g}", f"{g.fp8_tflops:g}" if g.fp8_tflops else "—", f"{g.ridge_point:.0f}",
+                  f"{g.tdp_w:g}" if g.tdp_w else "—",
+                  f"{g.price_usd_per_hour:.2f}" if g.price_usd_per_hour else "—")
     console.print(t)
+    console.print("prices: one cloud list price per GPU, each with its provider, source and date in --json "
+                  "(price_source); `kvprof plan --price GPU=USD` replaces them", highlight=False)
