@@ -55,6 +55,8 @@ def parse_prices(text: str) -> dict[str, float]:
             raise ValueError(f"--price {text!r}: give GPU=USD_PER_HOUR pairs separated by commas "
                              "(h100-sxm=2.99,h200=3.80)")
         gpu, _ = catalog.resolve_gpu(name.strip())
+        if gpu.name in out:
+            raise ValueError(f"--price {text!r}: {gpu.name} is priced twice (give each GPU once)")
         out[gpu.name] = _number("--price", text, value.strip())
     return out
 

@@ -34,7 +34,7 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
 from analysis.model.architecture import Architecture
 from analysis.model.kv import kv_bytes_per_token, kv_dtype_bytes, layer_kv_bytes_per_token
@@ -60,8 +60,8 @@ class SpeculativeConfig(BaseModel):
 
     method: Method = Field(description="ngram, eagle, eagle3, mtp or draft_model")
     model: str | None = Field(None, description="the draft: a catalog name, model directory or config.json")
-    num_speculative_tokens: int = Field(gt=0, le=MAX_SPECULATIVE_TOKENS, description="k, tokens proposed a step")
-    draft_tensor_parallel_size: int | None = Field(None, ge=1)
+    num_speculative_tokens: StrictInt = Field(gt=0, le=MAX_SPECULATIVE_TOKENS, description="k, tokens proposed a step")
+    draft_tensor_parallel_size: StrictInt | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _model(self) -> SpeculativeConfig:

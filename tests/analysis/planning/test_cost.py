@@ -25,7 +25,8 @@ def test_prices_are_parsed_by_catalog_name_and_bad_ones_refused():
     assert parse_prices("h100=2.5") == {"h100-sxm": 2.5}  # a short name as --gpu takes it
     for bad, why in (("h100-sxm", "GPU=USD_PER_HOUR pairs"), ("h100-sxm=cheap", "is not a number"),
                      ("h100-sxm=-1", "must be positive"), ("h100-sxm=1e300", "at most"),
-                     ("=2", "GPU=USD_PER_HOUR pairs")):
+                     ("=2", "GPU=USD_PER_HOUR pairs"), ("h100-sxm=2,h100=3", "priced twice"),
+                     ("h100-sxm=nan", "must be positive"), ("h100-sxm=inf", "must be positive")):
         with pytest.raises(ValueError, match=why):
             parse_prices(bad)
     with pytest.raises(catalog.UnknownName):

@@ -99,6 +99,7 @@ def test_mtp_loads_the_checkpoints_own_layer_and_its_kv():
     ('{"method": "ngram", "num_speculative_tokens": 65}', "less than or equal to 64"),
     ('{"method": "ngram", "num_speculative_tokens": 2, "foo": 1}', "foo not planned"),
     ("[1, 2]", "must be a JSON object"),
+    ('{"method": "ngram", "num_speculative_tokens": true}', "valid integer"),
 ])
 def test_bad_speculative_configs_say_which_field(text, message):
     with pytest.raises(ValueError, match=message):
