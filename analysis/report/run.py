@@ -23,7 +23,13 @@ from analysis.measured.pipeline import (
     results_table,
 )
 from analysis.report.pages.answer import answer_markdown, answer_page
-from analysis.report.pages.capacity import budget_page, capacity_page, ceiling_page, timeline_pages
+from analysis.report.pages.capacity import (
+    budget_page,
+    capacity_page,
+    ceiling_page,
+    power_timeline_pages,
+    timeline_pages,
+)
 from analysis.report.pages.common import analysis_table, no_markdown
 from analysis.report.pages.decode import bandwidth_page, decode_page, fit_markdown, settings_page, throughput_page
 from analysis.report.pages.energy import energy_markdown, energy_page
@@ -108,6 +114,7 @@ PAGES: list[ReportPage] = [
     _table_entry("serve_goodput"),
     _table_entry("serve_prefix"),
     ReportPage("energy", energy_page, energy_markdown),  # only where the run measured energy
+    ReportPage("power timeline", power_timeline_pages),  # only where NVML gave power
     _table_entry("claims"),
     _table_entry("divergences"),
     ReportPage("environment", lambda pdf, a: table_page(pdf, environment_table(a)),

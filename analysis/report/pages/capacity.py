@@ -156,6 +156,26 @@ def timeline_pages(pdf: Any, a: Analysis, max_points: int = 1500, per_page: int 
                   else ("rss_bytes", "engine process-tree RSS (GiB)"))
     tel = tel[gpu] if col == "mem_used_bytes" else tel[host]
     tel = tel.dropna(subset=[col, "t"])
+    _timeline(pdf, a, tel, col, label, "Memory timeline", 2**30, max_points, per_page)
+
+
+def power_timeline_pages(pdf: Any, a: Analysis, max_points: int = 1500, per_page: int = 8) -> None:
+    """The GPUs' board power over time (issue #29), summed over each engine's GPUs at each sample, phases marked:
+    only where NVML gave power."""
+    tel = a.res.telemetry(columns=["t", "device", "phase", "power_w"])
+    if tel.empty:
+        return
+    tel = tel[tel["device"].astype(str).str.startswith("gpu")].dropna(subset=["power_w", "t"])
+    if tel.empty:
+        return
+    summed = tel.groupby(["engine_id", "t"], as_index=False).agg(power_w=("power_w", "sum"), phase=("phase", "first"))
+    _timeline(pdf, a, summed, "power_w", "board power (W, NVML; the engine's GPUs summed)", "Power timeline", 1.0,
+              max_points, per_page)
+
+
+def _timeline(pdf: Any, a: Analysis, tel: pd.DataFrame, col: str, label: str, title: str, unit: float,
+              max_points: int, per_page: int) -> None:
+    """One panel per engine of ``col`` ÷ ``unit`` over time in its colour, a line where each phase begins."""
     if tel.empty:
         return
     st = style_of(a)
@@ -163,7 +183,7 @@ def timeline_pages(pdf: Any, a: Analysis, max_points: int = 1500, per_page: int 
     for start in range(0, len(engines), per_page):
         chunk = engines[start:start + per_page]
         more = f" ({start // per_page + 1}/{math.ceil(len(engines) / per_page)})" if len(engines) > per_page else ""
-        fig = titled_page(f"Memory timeline: {label.split(' (')[0]} per engine, by phase{more}")
+        fig = titled_page(f"{title}: {label.split(' (')[0]} per engine, by phase{more}")
         rect = (0.0, 0.03, 1.0, 0.93)
         axes = plot_axes(fig, rect, len(chunk), cols=min(len(chunk), 4), sharey=True)
         for ax, eid in zip(axes, chunk, strict=True):
@@ -181,7 +201,7 @@ def timeline_pages(pdf: Any, a: Analysis, max_points: int = 1500, per_page: int 
                 if t_to - t_from > 0.12 * span:
                     ax.text((t_from + t_to) / 2, 0.99, ph[cuts[k]], transform=ax.get_xaxis_transform(), fontsize=8,
                             va="top", ha="center", color="#555555")
-            ax.plot(t, g[col] / 2**30, "-", color=st.color(eid), lw=1.2, gid=st.gid(eid))
+            ax.plot(t, g[col] / unit, "-", color=st.color(eid), lw=1.2, gid=st.gid(eid))
             ax.set_title(st.label(eid), fontsize=10, fontweight="bold", color=st.color(eid))
             ax.set_xlabel("time since launch (s)")
             ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: plain(v)))

@@ -83,7 +83,8 @@ def test_pdf_has_banner_headline_sections_and_ink_on_every_page(synthetic, tmp_p
     assert f"effective bandwidth {bw}" in text
     for title in ("KV capacity: the allocator model vs vLLM", "Batch ceiling at a fixed length",
                   "Block rounding", "Decode fit", "The seeds' claims against the data",
-                  "Largest divergences between theory and measurement", "Environment", "Memory timeline"):
+                  "Largest divergences between theory and measurement", "Environment", "Memory timeline",
+                  "Power timeline: board power per engine, by phase"):
         assert title in text, title
     ink = page_ink(written["pdf"], tmp_path)
     assert len(ink) >= 15 and min(ink) > 0.002, ink  # no blank page
