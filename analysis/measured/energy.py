@@ -20,6 +20,7 @@ them; on a CPU engine, the host's CPU packages are the engine's energy.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -128,8 +129,8 @@ def unavailable_reason(res: Results, table: pd.DataFrame) -> str | None:
             reasons |= set(df[col].dropna().astype(str))
     if "telemetry_unavailable" in res.engines:
         for text in res.engines["telemetry_unavailable"].dropna():
-            if '"nvml"' in text or '"energy_j"' in text:
-                reasons.add(f"telemetry: {text}")
+            why = json.loads(text)  # the loader's JSON of the engine record's telemetry.unavailable
+            reasons |= {f"{k}: {why[k]}" for k in ("nvml", "energy_j", "rapl_energy_j") if k in why}
     return "; ".join(sorted(reasons)) or "no point of this run was sampled"
 
 

@@ -239,6 +239,7 @@ def _drafter(record: dict[str, Any], arch: Any, tp: int, kv_dtype: str, mml: int
         draft = catalog.resolve_model(catalog.CATALOG_PREFIX + matched)[0].with_dtype(arch.torch_dtype)
     try:
         spec = SpeculativeConfig(method=method, model=draft.name if draft else None, num_speculative_tokens=k)
+        # max_num_seqs only sizes ngram's token history, part of the reserve: the logged budget already holds it
         return drafter_memory(arch, spec, draft, tp=tp, kv_cache_dtype=kv_dtype, max_num_seqs=1,
                               max_model_len=mml or 1), None
     except (ValueError, SpeculativeNotModelled) as exc:

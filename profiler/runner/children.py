@@ -379,7 +379,7 @@ def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at
     import pandas as pd
 
     from profiler.store import atomic_write_bytes
-    from profiler.telemetry.energy import point_energy
+    from profiler.telemetry.energy import launch_series, point_energy
     from profiler.telemetry.sampler import aggregate, tag_phases
 
     df = sampler.stop()
@@ -413,14 +413,14 @@ def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at
         store.write_engine(rec)
     else:
         store.write_server(rec)
-    launch = df[df["launch"] == df["launch"].max()]
+    series = launch_series(df[df["launch"] == df["launch"].max()], info.unavailable)
     for prec in point_recs:
         mine = df[df["point_id"] == prec.id]
         if mine.empty:
             continue
         prec.telemetry = aggregate(mine, devices, start=prec.started_at)
         # Energy needs the samples either side of the point too: they bound its window's ends.
-        for label, energy in point_energy(launch, prec.started_at, prec.finished_at, info.unavailable).items():
+        for label, energy in point_energy(series, prec.started_at, prec.finished_at).items():
             if label in prec.telemetry:
                 prec.telemetry[label].update(energy)
         store.write_point(prec)

@@ -14,6 +14,7 @@ DRAM, fans or power supplies. The idle draw is the launch's baseline, read befor
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -91,44 +92,68 @@ def idle_power(g: pd.DataFrame, counter: str) -> float | None:
     return None
 
 
+@dataclass(frozen=True)
+class DeviceSeries:
+    """One device's samples of a launch, prepared once for every point that ran in it: its counter and power
+    series in time order, its idle draw, and why its counter is missing (if it is)."""
+
+    source: str
+    counter: tuple[np.ndarray, np.ndarray] | None  # None: never sampled
+    power: tuple[np.ndarray, np.ndarray] | None
+    idle_w: float | None
+    missing: str | None
+
+    @classmethod
+    def of(cls, g: pd.DataFrame, source: str, missing: str | None = None) -> DeviceSeries:
+        counter = METHODS[source][0]
+        sampled = counter in g and not g[counter].isna().all()
+        return cls(source, _series(g, counter) if sampled else None,
+                   _series(g, "power_w") if source == "nvml" and "power_w" in g else None,
+                   idle_power(g, counter), missing)
+
+    def energy(self, start: float, end: float) -> dict[str, Any]:
+        """The GpuPointTelemetry / HostPointTelemetry energy fields over ``[start, end]``."""
+        name = METHODS[self.source][1]
+        out: dict[str, Any] = {"energy_j": None, "energy_method": None, "window_s": end - start,
+                               "idle_power_w": self.idle_w, "energy_above_idle_j": None}
+        energy, why = (None, self.missing or "not sampled") if self.counter is None else \
+            counter_rise(*self.counter, start, end)
+        if energy is not None:
+            out.update(energy_j=energy, energy_method=f"{COUNTER}: {name}")
+        elif self.power is not None:
+            energy, why_power = integrate(*self.power, start, end)
+            if energy is not None:
+                out.update(energy_j=energy, energy_method=f"{INTEGRATED}: NVML power samples ({name}: {why})")
+            else:
+                out["energy_method"] = f"unavailable: {name}: {why}; power samples: {why_power}"
+        else:
+            out["energy_method"] = f"unavailable: {name}: {why}"
+        if out["energy_j"] is not None and self.idle_w is not None:
+            out["energy_above_idle_j"] = out["energy_j"] - self.idle_w * (end - start)
+        return out
+
+
 def device_energy(g: pd.DataFrame, source: str, start: float, end: float,
                   missing: str | None = None) -> dict[str, Any]:
-    """One device's energy over a point's window: the GpuPointTelemetry / HostPointTelemetry energy fields.
-    ``missing``: why the source could not read the counter at all (its ``unavailable`` reason)."""
-    counter, name = METHODS[source]
-    out: dict[str, Any] = {"energy_j": None, "energy_method": None, "window_s": end - start,
-                           "idle_power_w": idle_power(g, counter), "energy_above_idle_j": None}
-    if counter not in g or g[counter].isna().all():
-        energy, why = None, missing or "not sampled"
-    else:
-        energy, why = counter_rise(*_series(g, counter), start, end)
-    if energy is not None:
-        out.update(energy_j=energy, energy_method=f"{COUNTER}: {name}")
-    elif source == "nvml" and "power_w" in g:
-        energy, why_power = integrate(*_series(g, "power_w"), start, end)
-        if energy is not None:
-            out.update(energy_j=energy, energy_method=f"{INTEGRATED}: NVML power samples ({name}: {why})")
-        else:
-            out["energy_method"] = f"unavailable: {name}: {why}; power samples: {why_power}"
-    else:
-        out["energy_method"] = f"unavailable: {name}: {why}"
-    if out["energy_j"] is not None and out["idle_power_w"] is not None:
-        out["energy_above_idle_j"] = out["energy_j"] - out["idle_power_w"] * (end - start)
-    return out
+    """One device's energy over a point's window. ``missing``: why the source could not read the counter at all
+    (its ``unavailable`` reason)."""
+    return DeviceSeries.of(g, source, missing).energy(start, end)
 
 
-def point_energy(launch: pd.DataFrame, start: float | None, end: float | None,
-                 unavailable: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
-    """Every GPU's and the host's energy over one point, from the samples of the launch it ran in (those around
-    the point too: they bound its ends). ``unavailable``: the launch's reasons, quoted where a counter is
-    missing. Empty without a window."""
-    if start is None or end is None or not end > start:
-        return {}
+def launch_series(launch: pd.DataFrame, unavailable: dict[str, str] | None = None) -> dict[str, DeviceSeries]:
+    """Every GPU's and the host's series of one launch (those around each point too: they bound its ends), split
+    and sorted once for all its points. ``unavailable``: the launch's reasons, quoted where a counter is missing."""
     unavailable = unavailable or {}
     out = {}
     for label, g in launch.groupby("device", sort=True):
         source = str(g["source"].iloc[0])
-        if source not in METHODS:
-            continue
-        out[str(label)] = device_energy(g, source, start, end, unavailable.get(METHODS[source][0]))
+        if source in METHODS:
+            out[str(label)] = DeviceSeries.of(g, source, unavailable.get(METHODS[source][0]))
     return out
+
+
+def point_energy(series: dict[str, DeviceSeries], start: float | None, end: float | None) -> dict[str, dict[str, Any]]:
+    """Each device's energy over one point's window (empty without one)."""
+    if start is None or end is None or not end > start:
+        return {}
+    return {label: d.energy(start, end) for label, d in series.items()}

@@ -21,7 +21,7 @@ import pandas as pd
 from profiler.telemetry import cpu_source, nvml_source, prometheus_source
 
 FLUSH_S = 30.0
-BASELINE_S = 0.5  # the longest the baseline's two samples are apart
+BASELINE_S = 0.25  # the baseline's two samples apart: long enough that a read's timing is a small share of it
 BASE_COLUMNS = ("t", "read_s", "launch", "source", "device", "phase", "point_id")
 SIGNAL_COLUMNS = nvml_source.SIGNALS + cpu_source.SIGNALS + prometheus_source.SIGNALS
 
@@ -81,7 +81,7 @@ class Sampler:
         # The baseline before the engine starts: two samples a short interval apart, so an energy counter gives
         # the idle draw as a rate (profiler.telemetry.energy.idle_power).
         self.sample_once()
-        time.sleep(min(self.interval_s, BASELINE_S))
+        time.sleep(BASELINE_S)
         self.sample_once()
         self._thread.start()
         return self

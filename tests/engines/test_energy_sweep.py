@@ -41,11 +41,12 @@ def test_a_synthetic_nvml_sweep_measures_each_points_energy_and_joules_per_token
     assert len(table) == 2
     for _, row in table.iterrows():
         c = row["concurrency"]
-        # the counter rose by 400 W × the window (exact but for whole millijoules and one NVML call's instant)
-        assert row["energy_j"] == pytest.approx(WATTS * row["window_s"], rel=2e-3)
+        # the counter rose by 400 W × the window: exact but for whole millijoules and where inside its read the
+        # counter was taken (a read stamped at its middle; on a busy machine a read can take milliseconds)
+        assert row["energy_j"] == pytest.approx(WATTS * row["window_s"], rel=1e-2)
         assert row["method"] == "counter: NVML total-energy counter"
         # the window held 1 warm-up and 2 measured batches of c requests × 32 output (64 prompt) tokens
         assert row["output_tokens"] == 3 * c * 32 and row["prompt_tokens"] == 3 * c * 64
-        assert row["j_per_output_token"] == pytest.approx(WATTS * row["window_s"] / (3 * c * 32), rel=2e-3)
-        assert row["idle_power_w"] == pytest.approx(WATTS, rel=2e-2)  # the board drew 400 W before it too
+        assert row["j_per_output_token"] == pytest.approx(WATTS * row["window_s"] / (3 * c * 32), rel=1e-2)
+        assert row["idle_power_w"] == pytest.approx(WATTS, rel=5e-2)  # 400 W over the 0.25 s baseline too
         assert row["counted"] == "1 GPU board(s), NVML"

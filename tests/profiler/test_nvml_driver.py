@@ -341,6 +341,15 @@ def test_a_launch_stored_with_per_point_gpu_aggregates(driver, tmp_path):
     assert driver.refcount() == 0 and driver.live_samples() == 0
 
 
+def _sampled_after(sampler, t: float, timeout_s: float = 60) -> None:
+    """Wait until the sampler has read the GPU wholly after `t` (no read straddles a power change or a point's end:
+    the race is made impossible, not rare)."""
+    deadline = time.monotonic() + timeout_s
+    while not any(r["source"] == "nvml" and r["t"] > t for r in sampler.snapshot()):
+        assert time.monotonic() < deadline, "the sampler stopped sampling"
+        time.sleep(0.01)
+
+
 def _launch_with_power_steps(driver, tmp_path, steps, fail_energy=False):
     """A launch over the real bindings whose GPU draws 100 W before the engine and `watts` during each point
     (steps: (concurrency, watts)); returns the store and {point id: (watts, window seconds, concurrency)}."""
@@ -359,11 +368,11 @@ def _launch_with_power_steps(driver, tmp_path, steps, fail_energy=False):
     points, windows = [], {}
     for c, watts in steps:
         driver.readings(i, power_mw=watts * 1000)
-        time.sleep(0.2)  # constant power from well before the point's start …
+        _sampled_after(sampler, time.time())  # constant power from a sample before the point's start …
         start = time.time()
         time.sleep(0.6)
         end = time.time()
-        time.sleep(0.2)  # … to well after its end
+        _sampled_after(sampler, end)  # … to one after its end, however slow the machine
         rec = decode_point("e", concurrency=c, started_at=start, finished_at=end)
         store.write_point(rec)
         points.append(SimpleNamespace(id=rec.id))
@@ -377,7 +386,8 @@ def _launch_with_power_steps(driver, tmp_path, steps, fail_energy=False):
 def test_a_points_energy_is_the_counters_rise_over_its_window(driver, tmp_path):
     """The fake's counter integrates its power reading, as the driver's does: a point at a constant W watts for
     a window of T seconds used W·T joules, and decode_point's batch (c requests × 16 output tokens) makes
-    J/token = W·T / (16·c), written out below."""
+    J/token = W·T / (16·c), written out below. Exact but for where inside a read the counter was taken (a read is
+    stamped at its middle; on a busy machine it can take milliseconds of a 0.6 s window): to 1 %."""
     from analysis.measured.energy import energy_table
     from analysis.results.load import load
 
@@ -386,19 +396,19 @@ def test_a_points_energy_is_the_counters_rise_over_its_window(driver, tmp_path):
         g = json.loads((tmp_path / "points" / f"{pid}.json").read_text())["telemetry"]["gpu0"]
         assert g["energy_method"] == "counter: NVML total-energy counter"
         # exact but for the counter's whole millijoules and the instant of one NVML call
-        assert g["energy_j"] == pytest.approx(watts * window, rel=1e-3)
+        assert g["energy_j"] == pytest.approx(watts * window, rel=1e-2)
         assert g["window_s"] == pytest.approx(window, abs=1e-9)
-        assert g["idle_power_w"] == pytest.approx(100.0, rel=1e-2)  # the baseline's counter rate
-        assert g["energy_above_idle_j"] == pytest.approx((watts - 100) * window, rel=1e-2)
+        assert g["idle_power_w"] == pytest.approx(100.0, rel=5e-2)  # the baseline's counter rate
+        assert g["energy_above_idle_j"] == pytest.approx((watts - 100) * window, rel=3e-2)
         assert g["mean_power_w"] == pytest.approx(watts) and g["peak_power_w"] == watts
     with pytest.warns(ResultsWarning, match="no copy of the model's config.json"):  # the record's model is a stub
         table = energy_table(load(tmp_path)).set_index("point_id")
     for pid, (watts, window, c) in windows.items():
         row = table.loc[pid]
         assert row["output_tokens"] == 16 * c and row["prompt_tokens"] == 64 * c
-        assert row["j_per_output_token"] == pytest.approx(watts * window / (16 * c), rel=1e-3)
-        assert row["j_per_prompt_token"] == pytest.approx(watts * window / (64 * c), rel=1e-3)
-        assert row["mean_power_w"] == pytest.approx(watts, rel=1e-3) and row["counted"].startswith("1 GPU")
+        assert row["j_per_output_token"] == pytest.approx(watts * window / (16 * c), rel=1e-2)
+        assert row["j_per_prompt_token"] == pytest.approx(watts * window / (64 * c), rel=1e-2)
+        assert row["mean_power_w"] == pytest.approx(watts, rel=1e-2) and row["counted"].startswith("1 GPU")
 
 
 def test_without_an_energy_counter_the_power_samples_are_integrated(driver, tmp_path):
