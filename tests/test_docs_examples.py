@@ -114,3 +114,11 @@ def test_the_layout_names_every_module_in_its_folder():
     assert not missing, f"docs/layout.md does not list {missing}"
     stale = sorted(p for p in named if p.endswith(".py") and not (ROOT / p).exists())
     assert not stale, f"docs/layout.md lists modules that do not exist: {stale}"
+
+
+def test_the_sweep_page_names_every_engine_axis():
+    # An engine axis is one marked EngineSettings field; the sweep page's list of axes is where a user finds it.
+    from profiler.spec import EngineAxes
+
+    text = (ROOT / "docs" / "sweep.md").read_text(encoding="utf-8")
+    assert [n for n in EngineAxes.model_fields if f"`{n}`" not in text] == []

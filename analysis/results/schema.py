@@ -36,6 +36,7 @@ import json
 import math
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -220,12 +221,30 @@ def digest(obj: Any, n: int = 8) -> str:
 
 # --- what was asked for ----------------------------------------------------------------------------
 
+AxisCheck = Literal["positive", "positive_or_default", "fraction", "bytes", "kv_cache_dtype", "any"]
+
+
+@dataclass(frozen=True)
+class SweepAxis:
+    """Marks an :class:`EngineSettings` field as a sweep axis: ``profiler.spec.EngineAxes`` (a spec's
+    ``engine:`` section, each setting a list of values) is built from the fields that carry it.
+
+    ``default``: the values a spec that does not name the axis gets (omitted: the field's own default);
+    ``check``: what each value must be (positive; positive or null for vLLM's default; a fraction in (0, 1];
+    a byte count, with a unit or not; one of vLLM's KV cache dtypes; anything of the field's type).
+    """
+
+    check: AxisCheck = "any"
+    default: tuple[Any, ...] | None = None
+
+
 class EngineSettings(BaseModel):
     """One engine launch as the spec asked for it (what kvprof passes to ``vllm.LLM``).
 
-    A new engine axis is a field here and in ``profiler.spec.EngineAxes``; the sweep's
-    product, the engine id, the loader's engine table and the records pick it up.
-    ``None`` means vLLM's own default.
+    A new engine axis is a field here marked with :class:`SweepAxis`: the spec's ``engine:`` section
+    (``profiler.spec.EngineAxes``, built from these fields), the sweep's product, the engine id, the
+    ``vllm.LLM`` arguments (``profiler.spec.EngineConfig.llm_kwargs``: every field by its name), the
+    loader's engine table and the records pick it up. ``None`` means vLLM's own default.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -235,16 +254,17 @@ class EngineSettings(BaseModel):
     weights: Literal["dummy", "real"] = "dummy"
     dtype: str = "auto"
     seed: int = 0
-    max_model_len: int = Field(gt=0)
-    block_size: int = Field(gt=0)
-    kv_cache_dtype: str = "auto"
-    max_num_seqs: int | None = None
-    gpu_memory_utilization: float | None = None
-    kv_cache_memory_bytes: int | None = None
-    tensor_parallel_size: int = Field(1, gt=0)
-    enable_prefix_caching: bool | None = None
-    max_num_batched_tokens: int | None = None
-    async_scheduling: bool | None = Field(None, description="None: the platform's default (on for CUDA, off on CPU)")
+    max_model_len: Annotated[int, SweepAxis("positive", (2048,))] = Field(gt=0)
+    block_size: Annotated[int, SweepAxis("positive", (16,))] = Field(gt=0)
+    kv_cache_dtype: Annotated[str, SweepAxis("kv_cache_dtype")] = "auto"
+    max_num_seqs: Annotated[int | None, SweepAxis("positive_or_default")] = None
+    gpu_memory_utilization: Annotated[float | None, SweepAxis("fraction")] = None
+    kv_cache_memory_bytes: Annotated[int | None, SweepAxis("bytes")] = None  # a spec may write 16MiB, 8GiB
+    tensor_parallel_size: Annotated[int, SweepAxis("positive")] = Field(1, gt=0)
+    enable_prefix_caching: Annotated[bool | None, SweepAxis()] = None
+    max_num_batched_tokens: Annotated[int | None, SweepAxis("positive_or_default")] = None
+    async_scheduling: Annotated[bool | None, SweepAxis()] = Field(
+        None, description="None: the platform's default (on for CUDA, off on CPU)")
     engine_args: dict[str, Any] = Field({}, description="passed to vllm.LLM verbatim (swept ones included)")
 
     @property

@@ -8,11 +8,22 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 
-from analysis.results.schema import EngineSettings
+from analysis.results.schema import AxisCheck, EngineSettings, SweepAxis
 from profiler.devices import parse as parse_devices
 
 PHASES = ("capacity", "decode", "saturation", "serve")
@@ -45,21 +56,35 @@ def _positive_list(v: list[int]) -> list[int]:
     return v
 
 
-class EngineAxes(BaseModel):
+_STRICT: dict[Any, Any] = {int: Int, float: Number, bool: Bool, str: str}
+
+
+def _axis_item(settings_field: FieldInfo, axis: SweepAxis) -> Any:
+    """The type of one value of an axis: the setting's own type, strict as a spec's numbers are (a byte
+    count may carry a unit), None allowed where the setting allows it (vLLM's default)."""
+    ann = settings_field.annotation
+    args = get_args(ann) if get_origin(ann) in (Union, UnionType) else (ann,)
+    base = [a for a in args if a is not type(None)]
+    if len(base) != 1 or base[0] not in _STRICT:
+        raise TypeError(f"a sweep axis is an int, float, bool or str setting (or one of them or None), not {ann}")
+    item = ByteSize if axis.check == "bytes" else _STRICT[base[0]]
+    return item | None if type(None) in args else item
+
+
+def sweep_axes(settings: type[BaseModel]) -> dict[str, tuple[FieldInfo, SweepAxis]]:
+    """The fields of an engine-settings model that are sweep axes (marked with :class:`SweepAxis`)."""
+    out = {}
+    for name, f in settings.model_fields.items():
+        axis = next((m for m in f.metadata if isinstance(m, SweepAxis)), None)
+        if axis is not None:
+            out[name] = (f, axis)
+    return out
+
+
+class _EngineAxesBase(BaseModel):
     """Settings that need their own engine. Each may be a scalar or a list."""
 
     model_config = ConfigDict(extra="forbid")
-
-    max_model_len: list[Int] = [2048]
-    block_size: list[Int] = [16]
-    kv_cache_dtype: list[str] = ["auto"]
-    max_num_seqs: list[Int | None] = [None]
-    gpu_memory_utilization: list[Number | None] = [None]
-    kv_cache_memory_bytes: list[ByteSize | None] = [None]  # 16MiB, 8GiB, 16000000
-    tensor_parallel_size: list[Int] = [1]
-    enable_prefix_caching: list[Bool | None] = [None]
-    max_num_batched_tokens: list[Int | None] = [None]
-    async_scheduling: list[Bool | None] = [None]  # None: the platform's default (CUDA on, CPU off)
 
     @model_validator(mode="before")
     @classmethod
@@ -68,61 +93,66 @@ class EngineAxes(BaseModel):
             return data
         return {k: _as_list(v) for k, v in data.items()}
 
-    @field_validator("kv_cache_memory_bytes", mode="before")
     @classmethod
-    def _no_bool_bytes(cls, v: Any) -> Any:
+    def _check(cls, name: str) -> AxisCheck:
+        return cls.__pydantic_fields__[name].json_schema_extra["check"]  # type: ignore[index]
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_bytes(cls, v: Any, info: ValidationInfo) -> Any:
         """ByteSize takes true as 1 byte; a byte count is a number or a size with a unit."""
-        bad = [x for x in v if isinstance(x, bool) or (isinstance(x, float) and not math.isfinite(x))] \
-            if isinstance(v, list) else []
+        if cls._check(info.field_name) != "bytes" or not isinstance(v, list):  # type: ignore[arg-type]
+            return v
+        bad = [x for x in v if isinstance(x, bool) or (isinstance(x, float) and not math.isfinite(x))]
         if bad:
             raise ValueError(f"{bad} is not a byte count; give a number or a size with a unit (16MiB, 8GiB)")
         return v
 
-    @field_validator("max_model_len", "block_size", "tensor_parallel_size")
+    @field_validator("*")
     @classmethod
-    def _positive(cls, v: list[int]) -> list[int]:
-        return _positive_list(v)
-
-    @field_validator("max_num_seqs", "max_num_batched_tokens", "kv_cache_memory_bytes")
-    @classmethod
-    def _positive_or_default(cls, v: list[int | None]) -> list[int | None]:
+    def _values(cls, v: list[Any], info: ValidationInfo) -> list[Any]:
+        check = cls._check(info.field_name)  # type: ignore[arg-type]
+        if check == "positive":
+            return _positive_list(v)
         if not v:
-            raise ValueError("must list at least one value")
-        if any(x is not None and x <= 0 for x in v):
+            raise ValueError("must list at least one value" + (" (null: vLLM's default)" if check == "any" else ""))
+        if check in ("positive_or_default", "bytes") and any(x is not None and x <= 0 for x in v):
             raise ValueError(f"values must be positive (or null for vLLM's default), got {v}")
-        return v
-
-    @field_validator("gpu_memory_utilization")
-    @classmethod
-    def _fraction(cls, v: list[float | None]) -> list[float | None]:
-        if not v:
-            raise ValueError("must list at least one value")
-        if any(x is not None and not 0 < x <= 1 for x in v):
+        if check == "fraction" and any(x is not None and not 0 < x <= 1 for x in v):
             raise ValueError(f"values must be fractions in (0, 1], got {v}")
+        if check == "kv_cache_dtype":
+            return _kv_dtypes(v)
         return v
 
-    @field_validator("kv_cache_dtype")
-    @classmethod
-    def _kv_dtypes(cls, v: list[str]) -> list[str]:
-        """vLLM's own names (its CacheDType is case-sensitive and knows no bf16/fp16)."""
-        from analysis.model.kv import KV_DTYPE_ALIASES, VLLM_KV_DTYPES
 
-        if not v:
-            raise ValueError("must list at least one value")
-        bad = [x for x in v if x not in VLLM_KV_DTYPES]
-        if bad:
-            hint = {x: KV_DTYPE_ALIASES.get(x.lower(), x.lower()) for x in bad}
-            hint = {x: h for x, h in hint.items() if h in VLLM_KV_DTYPES}
-            raise ValueError(f"{bad} not allowed" + (f" (vLLM's name: {', '.join(hint.values())})" if hint else "")
-                             + f"; use one of {', '.join(VLLM_KV_DTYPES)}")
-        return v
+def _kv_dtypes(v: list[str]) -> list[str]:
+    """vLLM's own names (its CacheDType is case-sensitive and knows no bf16/fp16)."""
+    from analysis.model.kv import KV_DTYPE_ALIASES, VLLM_KV_DTYPES
 
-    @field_validator("enable_prefix_caching", "async_scheduling")
-    @classmethod
-    def _not_empty(cls, v: list[Any]) -> list[Any]:
-        if not v:
-            raise ValueError("must list at least one value (null: vLLM's default)")
-        return v
+    bad = [x for x in v if x not in VLLM_KV_DTYPES]
+    if bad:
+        hint = {x: KV_DTYPE_ALIASES.get(x.lower(), x.lower()) for x in bad}
+        hint = {x: h for x, h in hint.items() if h in VLLM_KV_DTYPES}
+        raise ValueError(f"{bad} not allowed" + (f" (vLLM's name: {', '.join(hint.values())})" if hint else "")
+                         + f"; use one of {', '.join(VLLM_KV_DTYPES)}")
+    return v
+
+
+def engine_axes_model(settings: type[BaseModel] = EngineSettings, name: str = "EngineAxes") -> type[BaseModel]:
+    """The spec's ``engine:`` section built from the engine settings marked as sweep axes: each a list of
+    values of the setting's type (a scalar is read as a list of one), checked as its marker says. A new axis
+    is a marked field of :class:`EngineSettings` and nothing here."""
+    fields: dict[str, Any] = {}
+    for n, (f, axis) in sweep_axes(settings).items():
+        default = list(axis.default) if axis.default is not None else [f.get_default()]
+        fields[n] = (list[_axis_item(f, axis)],  # type: ignore[misc]
+                     Field(default, description=f.description, json_schema_extra={"check": axis.check}))
+    model = create_model(name, __base__=_EngineAxesBase, __module__=__name__, **fields)
+    model.__doc__ = _EngineAxesBase.__doc__
+    return model
+
+
+EngineAxes = engine_axes_model()
 
 
 class WorkloadAxes(BaseModel):

@@ -237,12 +237,42 @@ def test_a_sweep_refuses_to_resume_another_schemas_directory(tmp_path):
     assert res.exit_code == 2 and "manifest.json" in res.output and "Traceback" not in res.output
 
 
-def test_every_engine_axis_is_an_engine_setting():
-    # expand() builds engines from EngineAxes' fields by name: an axis is added in these two models only.
+def test_the_engine_axes_are_the_marked_engine_settings():
+    # The spec's engine: section is built from EngineSettings' SweepAxis fields: one declaration per setting.
     from analysis.results.schema import EngineSettings
     from profiler.spec import EngineAxes
 
+    assert list(EngineAxes.model_fields) == [
+        "max_model_len", "block_size", "kv_cache_dtype", "max_num_seqs", "gpu_memory_utilization",
+        "kv_cache_memory_bytes", "tensor_parallel_size", "enable_prefix_caching", "max_num_batched_tokens",
+        "async_scheduling"]
     assert set(EngineAxes.model_fields) <= set(EngineSettings.model_fields)
+    assert not {"model_dir", "model_sha256", "weights", "dtype", "seed", "engine_args"} & set(EngineAxes.model_fields)
+
+
+def test_a_setting_marked_as_an_axis_is_swept_and_reaches_vllm(tmp_path):
+    """Adding an engine axis is one marked field of EngineSettings: the spec reads a list of it (checked as its
+    marker says), and each engine's vllm.LLM arguments carry it by its name."""
+    from typing import Annotated
+
+    from analysis.results.schema import EngineSettings, SweepAxis
+    from profiler.spec import EngineConfig
+    from profiler.spec.sweep_spec import engine_axes_model
+
+    class WithNewAxis(EngineConfig):  # as if the field were added to EngineSettings
+        max_num_partial_prefills: Annotated[int | None, SweepAxis("positive_or_default")] = None
+
+    axes = engine_axes_model(WithNewAxis)
+    assert axes(max_num_partial_prefills=[1, 4]).max_num_partial_prefills == [1, 4]
+    assert axes().max_num_partial_prefills == [None]  # vLLM's default where a spec does not name it
+    with pytest.raises(ValueError, match="values must be positive"):
+        axes(max_num_partial_prefills=[0])
+    with pytest.raises(ValueError, match="valid integer"):
+        axes(max_num_partial_prefills=[True])  # a spec's true is not 1
+    base = {"model_dir": "/m", "model_sha256": "a" * 64, "max_model_len": 1024, "block_size": 32}
+    assert WithNewAxis(**base, max_num_partial_prefills=4).llm_kwargs()["max_num_partial_prefills"] == 4
+    assert "max_num_partial_prefills" not in WithNewAxis(**base).llm_kwargs()
+    assert "max_num_partial_prefills" not in engine_axes_model(EngineSettings).model_fields
 
 
 def test_a_new_axis_left_at_its_default_keeps_existing_ids():
