@@ -14,7 +14,8 @@ Three kinds of measurement (``workload.benchmark``):
   tokens; the average end-to-end latency of the batch. The batch decodes together.
 * ``serve``: ``vllm bench serve`` / ``benchmarks/benchmark_serving.py`` (or another
   OpenAI-API client) at a fixed ``max_concurrency``: TPOT, ITL and TTFT of requests with
-  fixed ``input_len`` / ``output_len``.
+  fixed ``input_len`` / ``output_len``, or lengths drawn uniformly below them (``range_ratio``, as InferenceX and
+  vLLM's client before 0.10 draw them: the average request is planned).
 * ``throughput``: a table of decode tokens/s at a stated batch and lengths (offline).
 
 How a per-step decode figure is read off a record is ``derive``: ``tpot`` / ``itl`` (the
@@ -80,7 +81,11 @@ class LatencyWorkload(BaseModel):
     num_prompts: int | None = Field(None, ge=1)
     input_len: int = Field(ge=1, description="prompt tokens per request")
     output_len: int = Field(ge=1, description="generated tokens per request")
-    dataset: str | None = Field(None, description="random, sonnet, … (fixed lengths only)")
+    dataset: str | None = Field(None, description="random, sonnet, … (fixed lengths, or uniform below them)")
+    range_ratio: float | None = Field(
+        None, gt=0, lt=1, description="lengths drawn uniformly in [range_ratio × L, L] for the stated L, as vLLM's "
+                                      "benchmark_serving.py drew them before 0.10 and InferenceX's copy of it does "
+                                      "(--random-range-ratio); None: every request at the stated lengths")
 
     @model_validator(mode="after")
     def _batch(self) -> LatencyWorkload:
@@ -89,6 +94,18 @@ class LatencyWorkload(BaseModel):
         if self.benchmark == "serve" and self.max_concurrency is None:
             raise ValueError("a serve record states its max_concurrency (the requests in flight)")
         return self
+
+    def _mean(self, n: int) -> int:
+        return n if self.range_ratio is None else max(round(n * (1 + self.range_ratio) / 2), 1)
+
+    @property
+    def mean_input_len(self) -> int:
+        """Prompt tokens of the average request (the stated length where lengths are fixed)."""
+        return self._mean(self.input_len)
+
+    @property
+    def mean_output_len(self) -> int:
+        return self._mean(self.output_len)
 
     @property
     def sequences(self) -> int:

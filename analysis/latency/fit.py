@@ -163,6 +163,7 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
     """The figures of one record a fit can use."""
     e = record_engine(rec)
     wl, r = rec.workload, rec.reported
+    inp, outp = wl.mean_input_len, wl.mean_output_len  # the average request where lengths vary
     reg = regime(e.a, e.tp)
     n = wl.sequences
     out: list[Target] = []
@@ -174,50 +175,50 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
     if rec.derive == "prefill":
         # `--output-len 1`: the batch's prompts prefilled (chunked as the engine chunks them), one token sampled each.
         assert r.latency_s is not None
-        return [Target(name, rec.source_key, "ttft", "ttft", r.latency_s, prefill_schedule(e, n, wl.input_len))]
+        return [Target(name, rec.source_key, "ttft", "ttft", r.latency_s, prefill_schedule(e, n, inp))]
     if rec.derive == "latency":
         assert r.latency_s is not None
         out.append(Target(name, rec.source_key, "decode", reg, r.latency_s,
-                          latency_schedule(e, n, wl.input_len, wl.output_len), wl.output_len, "latency"))
+                          latency_schedule(e, n, inp, outp), outp, "latency"))
     elif rec.derive == "throughput":
         assert r.output_throughput_tok_s is not None
-        s = latency_schedule(e, n, wl.input_len, wl.output_len)
-        s.steps = [(x / wl.output_len, w) for x, w in s.steps]
-        out.append(Target(name, rec.source_key, "decode", reg, n / r.output_throughput_tok_s, s, wl.output_len,
+        s = latency_schedule(e, n, inp, outp)
+        s.steps = [(x / outp, w) for x, w in s.steps]
+        out.append(Target(name, rec.source_key, "decode", reg, n / r.output_throughput_tok_s, s, outp,
                           "per_token"))
     else:
         median_itl = rec.derive == "itl" and r.median_itl_ms is not None
         tpot = (r.median_tpot_ms or r.mean_tpot_ms) if rec.derive == "tpot" else (r.median_itl_ms or r.mean_itl_ms)
         assert tpot is not None
         statistic = "median" if (r.median_tpot_ms if rec.derive == "tpot" else r.median_itl_ms) else "mean"
-        if median_itl and (burst or running / wl.output_len < 0.5):
+        if median_itl and (burst or running / outp < 0.5):
             # The median inter-token latency is a plain decode step where fewer than half the steps carry a prompt.
-            s = decode_schedule(e, running, wl.input_len + wl.output_len / 2)
+            s = decode_schedule(e, running, inp + outp / 2)
         elif burst:
-            s = burst_tpot_schedule(e, n, wl.input_len, wl.output_len, statistic, running=running)
+            s = burst_tpot_schedule(e, n, inp, outp, statistic, running=running)
         else:
-            s = served_step_schedule(e, running, wl.input_len, wl.output_len)
+            s = served_step_schedule(e, running, inp, outp)
         out.append(Target(name, rec.source_key, "decode", QUEUED if queued else reg, tpot / 1e3, s))
     if wl.benchmark == "serve" and rec.ttft_ms:
         median = r.median_ttft_ms is not None
         prompts = wl.num_prompts
         if burst:
             # Every request sent at once: waves of what the engine runs at once.
-            s = burst_ttft_schedule(e, n, wl.input_len, "median" if median else "mean", running=running,
-                                    output_len=wl.output_len)
+            s = burst_ttft_schedule(e, n, inp, "median" if median else "mean", running=running,
+                                    output_len=outp)
         elif wl.request_rate is None and running < n:
             # A closed loop at a concurrency the engine cannot run at once: the rest queue.
-            s = queued_ttft_schedule(e, n, running, wl.input_len, wl.output_len)
+            s = queued_ttft_schedule(e, n, running, inp, outp)
         elif wl.request_rate is None:
             # A closed loop of fixed-length requests at a fixed concurrency (request rate inf): they finish
             # together and the next ones arrive together, in waves of n prompts.
-            s = burst_ttft_schedule(e, n, wl.input_len, "median" if median else "mean")
+            s = burst_ttft_schedule(e, n, inp, "median" if median else "mean")
         else:
-            s = ttft_schedule(e, wl.input_len, decoding=n - 1, context=wl.input_len + wl.output_len / 2)
+            s = ttft_schedule(e, inp, decoding=n - 1, context=inp + outp / 2)
             if not median and prompts:
                 # The mean counts the first `n` requests, which arrive together, beside the steady state.
                 share = n / prompts
-                s = Schedule().extend(s, 1 - share).extend(burst_ttft_schedule(e, n, wl.input_len, "mean"),
+                s = Schedule().extend(s, 1 - share).extend(burst_ttft_schedule(e, n, inp, "mean"),
                                                                  share)
         out.append(Target(name, rec.source_key, "ttft", QUEUED if queued else "ttft", rec.ttft_ms / 1e3, s))
     return out
@@ -328,9 +329,9 @@ def _steps(t: Target, rec: LatencyRecord, c: LatencyConstants, measured: float) 
     wl = rec.workload
     e = record_engine(rec)
     if t.per == "latency":
-        prefill = prefill_schedule(e, wl.sequences, wl.input_len).time(c)
-        step = decode_schedule(e, wl.sequences, wl.input_len + wl.output_len / 2).time(c)
-        m = (measured - prefill) / (wl.output_len - 1)
+        prefill = prefill_schedule(e, wl.sequences, wl.mean_input_len).time(c)
+        step = decode_schedule(e, wl.sequences, wl.mean_input_len + wl.mean_output_len / 2).time(c)
+        m = (measured - prefill) / (wl.mean_output_len - 1)
         return (m if m > 0 else None), step
     return measured, t.schedule.time(c)
 
@@ -359,7 +360,8 @@ def evaluate(records: dict[str, LatencyRecord] | None = None) -> tuple[LatencyCo
         if t.kind == "decode":
             m_step, l_step = _steps(t, rec, loso_constants[t.source], t.measured_s)
             e, wl = record_engine(rec), rec.workload
-            roof = roofline_decode_step(e.a, batch=wl.sequences, context=round(wl.input_len + wl.output_len / 2),
+            ctx = round(wl.mean_input_len + wl.mean_output_len / 2)
+            roof = roofline_decode_step(e.a, batch=wl.sequences, context=ctx,
                                         bandwidth_Bps=e.gpu.bandwidth_Bps, peak_flops=e.gpu.peak_flops(),
                                         kv_cache_dtype=e.kv_cache_dtype, tp=e.tp).time_s
         rows.append(Row(t.record, t.source, t.kind, t.regime, t.measured_s, float(predicted[i]), float(loso[i]),

@@ -5,13 +5,15 @@ A step is the work of one scheduler iteration on one GPU of a tensor-parallel gr
 the KV it reads, its FLOPs and its all-reduces. Its time is
 
     weights_s        smooth-max(weight bytes / (BW · η_w[generation] · κ[kernel] (· κ_moe for experts))
-                                + experts called × t_expert   (one GEMM per touched expert per MoE layer),
-                                GEMM FLOPs / (peak · η_f[generation]), routed experts' grouped GEMMs at κ_moe_f)
+                                + experts called × t_expert[vLLM era]   (one GEMM per touched expert per MoE layer),
+                                GEMM FLOPs / (peak · η_f[generation]) · (1 + m½ / rows), routed experts' grouped
+                                GEMMs at κ_moe_f)   a GEMM of few rows (tokens) runs below its large-M rate: half
+                                of it at m½ rows (rows counted from a 16-row MMA tile up)
   + kv_s             KV bytes read / (BW · η_kv[generation] · κ_kv[vLLM era])   attention kernels reach a
                                                                   smaller share of peak than GEMMs
   + attention_s      attention FLOPs / (peak · η_f[generation])   prefill's quadratic term
-  + communication_s  all-reduces × latency[link] · log2(tp) + their bytes / link bandwidth   (tp > 1: two a layer;
-                                                                  the latency grows with the ranks synchronised)
+  + communication_s  all-reduces × latency[link] · hops + their bytes / link bandwidth   (tp > 1: two a layer;
+                                                                  hops: log2(tp) before vLLM 0.9, 1 from it on)
   + floor_s          host[vLLM era] + per-sequence host cost × sequences
                      + per-layer launch cost (CUDA-graph replay, or eager) (+ MoE and MLA layers' extras)
 
@@ -58,6 +60,10 @@ LINKS = ("nvlink", "pcie", "nccl")
 ERAS = ("0.5", "0.6", "0.9")
 ACTIVATION_BYTES = 2  # bf16/fp16 activations in every all-reduce
 SMOOTH_MAX_POWER = 4.0  # weight stream vs GEMM arithmetic: max() rounded at the ridge, where neither hides the other
+
+# A tensor-core MMA tile is 16 rows: a GEMM of fewer rows (a decode of a few sequences) runs the tile's
+# instructions anyway, so its rate ramp starts there (below it the weight stream binds in any case).
+MMA_ROWS = 16
 
 Kernel = Literal["bf16", "fp8", "int8", "int4", "fp4", "mxfp4", "nf4"]
 
@@ -109,6 +115,15 @@ def allreduce_kind(gpu: GPU, vllm_version: str | None) -> str:
     return "nccl" if v is not None and v < (0, 3) else "nvlink"
 
 
+def allreduce_hops(tp: int, vllm_version: str | None) -> float:
+    """How an all-reduce's latency grows with the ranks it synchronises, as the corpus shows it: as log2(tp)
+    before vLLM 0.9 (its A100 runs at tp 2, 4 and 8 of one model grow so), flat from 0.9 on (V1 with CUDA graphs
+    over the whole step: gpt-oss-120b at tp 8 on H100 and H200 decodes 72 all-reduces a step in ~4 ms in all)."""
+    if tp <= 1:
+        return 0.0
+    return 1.0 if era(vllm_version) == ERAS[-1] else float(np.log2(tp))
+
+
 def chunked_prefill_default(vllm_version: str | None) -> bool:
     """Whether prompts are chunked and mixed into decode steps by default: V1 (vLLM 0.8 on) always does."""
     v = _version(vllm_version)
@@ -133,7 +148,7 @@ class StepWork:
     expert_calls: float  # routed experts the step's tokens touch, summed over the MoE layers: each a GEMM of its own
     mla_layers: int  # latent-attention layers: absorbed up-projections and more kernels a layer
     allreduces: float
-    allreduce_hops: float  # log2(tp): an all-reduce's latency grows with the ranks it synchronises
+    allreduce_hops: float  # how the all-reduce latency grows with tp (allreduce_hops())
     allreduce_bytes: float  # bytes each GPU sends and receives in them (ring: 2(tp−1)/tp of the tensor)
     eager: bool
     generation: str
@@ -203,7 +218,7 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         moe_layers=moe_layers, expert_calls=(touched or 0.0) * moe_layers,
         mla_layers=sum(n for layer, n in a.attention_kinds if layer.kind == "mla"),
         allreduces=allreduces,
-        allreduce_hops=float(np.log2(tp)), allreduce_bytes=ar_bytes,
+        allreduce_hops=allreduce_hops(tp, vllm_version), allreduce_bytes=ar_bytes,
         eager=enforce_eager,
         generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
         link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
@@ -219,9 +234,10 @@ def parameter_names() -> list[str]:
     for eta in ("eta_weights", "eta_kv", "eta_flops"):
         names += [eta] + [f"{eta}.{g}" for g in GENERATIONS]
     names += [f"kv_era.{e}" for e in ERAS[:-1]]
-    names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel", "moe_flops", "expert_call_s"]
+    names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel", "moe_flops"]
+    names += [f"expert_call_s.{e}" for e in ERAS]
     names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "layer_s", "eager_layer_s", "moe_layer_s", "mla_layer_s"]
-    names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s"]
+    names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s", "gemm_half_rows"]
     return names
 
 
@@ -241,6 +257,7 @@ PRIORS: dict[str, tuple[float, float]] = {
     "mla_layer_s": (3e-5, 1.5),
     "allreduce_s.nvlink": (1.2e-5, 0.7), "allreduce_s.pcie": (3e-5, 0.7), "allreduce_s.nccl": (3e-5, 0.7),
     "api_s": (3e-3, 1.0),
+    "gemm_half_rows": (64.0, 1.0),
 }
 GENERATION_SIGMA = 0.25  # how far a generation's efficiency may sit from the pooled one without evidence
 
@@ -309,7 +326,8 @@ class Overrides:
 
 
 def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm_flops, attention_flops, allreduces,
-                 allreduce_hops, allreduce_bytes, decode_seqs, layers, moe_layers, expert_calls, mla_layers,
+                 allreduce_hops, allreduce_bytes, decode_seqs, tokens, gemm_half_rows, layers, moe_layers,
+                 expert_calls, mla_layers,
                  bandwidth_Bps, gemm_peak_flops, peak_flops, link_Bps, eta_weights, kernel, moe_kernel, moe_flops,
                  expert_call_s, eta_kv, kv_era, eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s,
                  mla_layer_s):
@@ -317,7 +335,8 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm
     of steps (the fit evaluates the whole corpus at once), so there is one formula for the plan and the fit."""
     bw_w = bandwidth_Bps * eta_weights * kernel
     stream = dense_bytes / bw_w + expert_bytes / (bw_w * moe_kernel) + expert_calls * expert_call_s
-    gemm = (gemm_flops + expert_gemm_flops / moe_flops) / (gemm_peak_flops * eta_flops)
+    ramp = 1 + gemm_half_rows / np.maximum(tokens, MMA_ROWS)  # below its large-M rate at few rows
+    gemm = (gemm_flops + expert_gemm_flops / moe_flops) / (gemm_peak_flops * eta_flops) * ramp
     p = SMOOTH_MAX_POWER
     return {
         "weights_s": (stream ** p + gemm ** p) ** (1 / p),
@@ -332,8 +351,8 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm
 
 
 FEATURES = ("dense_bytes", "expert_bytes", "kv_bytes", "gemm_flops", "expert_gemm_flops", "attention_flops",
-            "allreduces", "allreduce_hops", "allreduce_bytes", "decode_seqs", "layers", "moe_layers", "expert_calls",
-            "mla_layers", "bandwidth_Bps", "gemm_peak_flops", "peak_flops", "link_Bps")
+            "allreduces", "allreduce_hops", "allreduce_bytes", "decode_seqs", "tokens", "layers", "moe_layers",
+            "expert_calls", "mla_layers", "bandwidth_Bps", "gemm_peak_flops", "peak_flops", "link_Bps")
 
 
 def step_constants(w: StepWork) -> dict[str, str | float]:
@@ -342,10 +361,11 @@ def step_constants(w: StepWork) -> dict[str, str | float]:
     return {"eta_weights": f"eta_weights.{g}", "kernel": 1.0 if w.kernel == "bf16" else f"kernel.{w.kernel}",
             "moe_kernel": "moe_kernel" if w.expert_bytes else 1.0, "eta_kv": f"eta_kv.{g}",
             "moe_flops": "moe_flops" if w.expert_gemm_flops else 1.0,
-            "expert_call_s": "expert_call_s" if w.expert_calls else 0.0,
+            "expert_call_s": f"expert_call_s.{w.era}" if w.expert_calls else 0.0,
             "kv_era": 1.0 if w.era == ERAS[-1] else f"kv_era.{w.era}",
             "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
-            "host_s": f"host_s.{w.era}", "seq_s": "seq_s", "layer_s": "eager_layer_s" if w.eager else "layer_s",
+            "host_s": f"host_s.{w.era}", "gemm_half_rows": "gemm_half_rows", "seq_s": "seq_s",
+            "layer_s": "eager_layer_s" if w.eager else "layer_s",
             "moe_layer_s": "moe_layer_s" if w.moe_layers else 0.0,
             "mla_layer_s": "mla_layer_s" if w.mla_layers else 0.0}
 
@@ -362,7 +382,7 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
         coef.update(eta_weights=1.0, kernel=1.0, eta_kv=1.0, kv_era=1.0)
     if o.flops:
         features.update(gemm_peak_flops=o.flops, peak_flops=o.flops)
-        coef["eta_flops"] = 1.0  # the MoE kernels' share kept
+        coef.update(eta_flops=1.0, gemm_half_rows=0.0)  # a measured rate at the sweep's batches; MoE share kept
     if o.step_overhead_s is not None:
         coef.update(host_s=o.step_overhead_s, seq_s=0.0, layer_s=0.0, moe_layer_s=0.0, mla_layer_s=0.0)
     out = step_seconds(**features, **coef)

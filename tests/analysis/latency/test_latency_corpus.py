@@ -57,8 +57,12 @@ EXPLAINED = {
                           "grows with tp as PCIe all-reduces would (SXM assumed); tp 2 at batch 1 is within 25 %",
     "issue20469_qwen3-14b-awq": "AWQ in eager mode (--enforce-eager) with 16k-token prompts at concurrency 1: the only "
                                 "eager V1 record; the eager per-layer launch cost keeps its prior",
-    "issue30326_gpt-oss-120b": "gpt-oss-120b at tp 8 on H200 (vLLM 0.12): 4.1 ms where the all-reduce latency fitted "
-                               "on older tp 8 sources gives twice that; newer vLLM fuses all-reduce and norm",
+    "inferencex828_gpt-oss-120b": "gpt-oss-120b on H100 through Marlin MXFP4 MoE kernels (VLLM_MXFP4_USE_MARLIN=1, "
+                                  "vLLM 0.15): held out, concurrency 4 is within 25 % but the step grows with the "
+                                  "batch half as fast as predicted; from ~16 sequences all 128 experts a layer are "
+                                  "touched, and their MXFP4 bytes and per-expert GEMMs, costed as the other "
+                                  "sources' kernels (Triton fused MoE on bf16/FP8 Mixtral, Qwen3, DeepSeek; gpt-oss "
+                                  "at concurrency 500), cost twice what Marlin's do",
     "mlcperf_codellama-34b-awq": "CodeLlama-34B AWQ on 2x RTX 4090 (vLLM 0.2.0): barely faster than the 70B on the "
                                  "same GPUs in the same table; the source does not explain it",
     "pr23151_qwen3-30b-a3b": "a 128-expert MoE served at concurrency 10 with DeepGEMM: held out, predicted 1.7x "
@@ -75,9 +79,6 @@ EXPLAINED = {
     "r1llama8bcard_llama-3.1-8b_h100_tp1_b1_10240x1536": "a 10,240-token prompt at batch 1: the step is 1.3x the "
                                                          "prediction; the card rounds its latency to 0.1 s and "
                                                          "does not say whether prefix caching or chunking ran",
-    "silybench_qwen3-8b-fp8_h100_tp1_c32_8192x512": "ITL of 32 sequences at ~8,400 tokens of context (vLLM 0.30): "
-                                                    "40 GB of KV a step, read at ~88 % of peak where the one fitted "
-                                                    "KV efficiency (0.65) also carries older versions' kernels",
     "tt340_qwen3-30b-a3b": "Qwen3-30B-A3B at concurrency 1 on an A100 (one GPU and SXM assumed, vLLM 0.9.2 inferred): "
                            "1.45x the prediction, as the same harness's DeepSeek run on H100 (tt356) is; a 128-expert "
                            "MoE whose expert shape (E=128, N=768) vLLM ships no tuned fused-MoE config for on A100 "
@@ -195,3 +196,13 @@ def test_queued_figures_are_predicted_and_reported_but_never_fitted(fitted):
         assert a == pytest.approx(b, rel=1e-9)
     s = summary(rows)
     assert s["queued_records"] == len(queued) and s["decode_records"] + s["ttft_records"] + len(queued) == len(rows)
+
+
+def test_lengths_drawn_below_the_stated_ones_are_planned_at_their_mean():
+    # --random-range-ratio 0.8 in InferenceX's client (vLLM's before 0.10): each length uniform in [⌊0.8 L⌋, L], so
+    # the average request of a 1,024/1,024 run has (819.2 + 1,024) / 2 = 921.6 → 922 tokens each way.
+    rec = CORPUS["inferencex828_gpt-oss-120b_h100-sxm_tp8_c4_1024x1024"]
+    assert (rec.workload.input_len, rec.workload.range_ratio) == (1024, 0.8)
+    assert (rec.workload.mean_input_len, rec.workload.mean_output_len) == (922, 922)
+    fixed = CORPUS["issue30326_gpt-oss-120b_h200_tp8_c8_1024x1024"].workload
+    assert (fixed.mean_input_len, fixed.mean_output_len) == (1024, 1024)

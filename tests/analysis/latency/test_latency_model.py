@@ -40,6 +40,7 @@ KV_PER_TOKEN = 131_072
 def constants(**over: float) -> LatencyConstants:
     base = {n: 1.0 for n in latency.parameter_names()}
     base.update({n: 0.0 for n in base if n.endswith("_s") or "_s." in n})
+    base["gemm_half_rows"] = 0.0  # GEMMs at their large-M rate unless a test sets the ramp
     base.update(over)
     return LatencyConstants(params=base)
 
@@ -73,18 +74,42 @@ def test_gemm_arithmetic_binds_a_large_batch():
     assert t["weights_s"] == pytest.approx(gemm, rel=1e-5)
 
 
+def test_a_gemm_of_few_rows_runs_below_its_large_m_rate():
+    # Half the large-M rate at m½ rows: at m½ = 64, 4,096 prompt tokens run at 4,096 / 4,160 of it, so the
+    # arithmetic takes (1 + 64/4,096) times the large-M time. Rows are counted from a 16-row MMA tile up: a decode
+    # of 4 sequences runs its 4 rows' FLOPs at 16 / 80 of the rate, (1 + 64/16) = 5 times the large-M time.
+    c = constants(**{"eta_flops.hopper": 0.5}, gemm_half_rows=64.0)
+    body = 8_030_261_248 - 2 * 525_336_576
+    e = Engine(LLAMA8B, H100)
+    prefill = e.step(prefill_tokens=4096, prefill_seqs=1)
+    assert step_terms(prefill, c)["gemm_compute_s"] == pytest.approx(
+        (2 * body * 4096 + 2 * 525_336_576) / (989e12 * 0.5) * (1 + 64 / 4096), rel=1e-12)
+    decode = e.step(decode_seqs=4, decode_context=100)
+    assert step_terms(decode, c)["gemm_compute_s"] == pytest.approx(
+        4 * 2 * (8_030_261_248 - 525_336_576) / (989e12 * 0.5) * 5, rel=1e-12)  # body + LM head, 4 rows
+    # ... which still hides under the 15 GB weight stream (4.5 ms at peak against 0.3 ms)
+    assert step_terms(decode, c)["weights_s"] == pytest.approx(LLAMA8B_WEIGHTS_READ / 3.35e12, rel=1e-4)
+    # A calibration's FLOP rate was measured at the sweep's batches: no ramp on top of it.
+    from analysis.latency.step import Overrides
+    t = step_terms(prefill, c, Overrides(flops=400e12))
+    assert t["gemm_compute_s"] == pytest.approx((2 * body * 4096 + 2 * 525_336_576) / 400e12, rel=1e-12)
+
+
 def test_tensor_parallel_all_reduces_pay_latency_and_bytes():
     c = constants(**{"allreduce_s.nvlink": 1e-5})
-    w = Engine(LLAMA8B, H100, tp=2).step(decode_seqs=8, decode_context=512)
+    w = Engine(LLAMA8B, H100, tp=2, vllm_version="0.8.5").step(decode_seqs=8, decode_context=512)
     # two all-reduces a layer × 32 layers; each moves 8 tokens × 4,096 × 2 B × 2(tp−1)/tp per GPU
     assert w.allreduces == 64
     assert step_terms(w, c)["communication_s"] == pytest.approx(64 * 1e-5 + 64 * 8 * 4096 * 2 * 1.0 / 450e9)
     assert w.dense_bytes == pytest.approx(LLAMA8B_WEIGHTS_READ / 2)
-    # An all-reduce's latency grows with log2 of the ranks it synchronises: at tp 8, three times tp 2's;
-    # the bytes each GPU moves are 2(tp−1)/tp = 1.75 of the tensor.
-    w8 = Engine(LLAMA8B, H100, tp=8).step(decode_seqs=8, decode_context=512)
+    # Before vLLM 0.9 an all-reduce's latency grows with log2 of the ranks it synchronises: at tp 8, three times
+    # tp 2's; the bytes each GPU moves are 2(tp−1)/tp = 1.75 of the tensor.
+    w8 = Engine(LLAMA8B, H100, tp=8, vllm_version="0.8.5").step(decode_seqs=8, decode_context=512)
     assert step_terms(w8, c)["communication_s"] == pytest.approx(
         64 * 3 * 1e-5 + 64 * 8 * 4096 * 2 * 1.75 / 450e9)
+    # From 0.9 on its latency is flat in tp: tp 8 pays tp 2's latency, and still its bytes.
+    new8 = Engine(LLAMA8B, H100, tp=8, vllm_version="0.15.1").step(decode_seqs=8, decode_context=512)
+    assert step_terms(new8, c)["communication_s"] == pytest.approx(64 * 1e-5 + 64 * 8 * 4096 * 2 * 1.75 / 450e9)
 
 
 def test_attention_kernels_of_older_vllm_eras_have_their_own_efficiency():
@@ -117,7 +142,7 @@ def test_every_expert_a_step_touches_costs_a_gemm_of_its_own_in_every_moe_layer(
     e = Engine(mixtral, H100)
     one, four = e.step(decode_seqs=1, decode_context=100), e.step(decode_seqs=4, decode_context=100)
     assert (one.expert_calls, four.expert_calls) == (pytest.approx(32 * 2), pytest.approx(32 * 5.46875))
-    c = constants(expert_call_s=3e-6)
+    c = constants(**{"expert_call_s.0.9": 3e-6})  # the cost of vLLM 0.9 on's kernels (each era has its own)
     for w in (one, four):
         assert step_terms(w, c)["weight_stream_s"] == pytest.approx(
             (w.dense_bytes + w.expert_bytes) / 3.35e12 + w.expert_calls * 3e-6)
