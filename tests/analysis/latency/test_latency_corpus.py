@@ -63,6 +63,10 @@ EXPLAINED = {
                                   "touched, and their MXFP4 bytes and per-expert GEMMs, costed as the other "
                                   "sources' kernels (Triton fused MoE on bf16/FP8 Mixtral, Qwen3, DeepSeek; gpt-oss "
                                   "at concurrency 500), cost twice what Marlin's do",
+    "vllmblogfp8kv_gpt-oss-20b_b200": "gpt-oss-20b at concurrency 1 on a B200 (vLLM 0.19, FlashInfer): the only "
+                                      "Blackwell MoE record, held out with its source (the only B200 decode source), "
+                                      "so Blackwell's efficiencies are the pooled ones and the MXFP4 and per-expert "
+                                      "costs are Hopper's kernels': 1.5x the prediction",
     "mlcperf_codellama-34b-awq": "CodeLlama-34B AWQ on 2x RTX 4090 (vLLM 0.2.0): barely faster than the 70B on the "
                                  "same GPUs in the same table; the source does not explain it",
     "pr23151_qwen3-30b-a3b": "a 128-expert MoE served at concurrency 10 with DeepGEMM: held out, predicted 1.7x "
