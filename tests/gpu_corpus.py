@@ -110,10 +110,6 @@ EXPLAINED: dict[str, str] = {
         "layout vLLM 0.10.1 logged on an H100 (65.97 GiB, issue 23278) the 1.71 GiB budget is met within 0.1 GiB",
     "llmdbench_gpt_oss_120b_h100":
         "a 3.3 GiB pool: the 0.13 GiB the mxfp4 weights come out light (0.2 % of 64.4 GiB) is 4 % of it",
-    "llmdplanner_gemma3_12b_h100":
-        "weights: the checkpoint's SigLIP vision tower and projector (logged 23.31 GiB; analysis.model.params counts "
-        "the text model's 21.92 GiB), and the budget by as much",
-    "llmdplanner_gemma3_27b_h100": "weights: the vision tower again (logged 51.45 GiB against 50.31 GiB)",
     "pr10511_llama3_8b_h100":
         "the pull request's own profiler branch logs 1.79 GiB of non-torch memory (0.15 GiB in releases of the "
         "time); with the logged non-torch figure the budget is within 0.1 %",

@@ -153,6 +153,11 @@ class Architecture(BaseModel):
     # draft's own vocabulary (draft_vocab_size; its LM head's rows).
     mtp_layers: int = Field(0, ge=0, le=64)
     draft_vocab_size: int | None = Field(None, gt=0, le=MAX_VOCAB_SIZE)
+    # The positions of each RoPE cos/sin cache vLLM builds while loading the model (one per distinct RoPE
+    # configuration the layers use; `_rope_cache_positions`). Empty: one cache of max_position_embeddings.
+    rope_cache_positions: tuple[int, ...] = ()
+    # A multimodal checkpoint's vision encoder and projector (`_encoder_params`), loaded beside the decoder.
+    encoder_params: int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> Architecture:
@@ -359,6 +364,71 @@ def _derived_max_len(cfg: dict[str, Any], model_type: str) -> tuple[int | None, 
     return int(limit), source
 
 
+def _rope_cache_positions(cfg: dict[str, Any], model_type: str) -> tuple[int, ...]:
+    """The positions of each RoPE cos/sin cache vLLM builds (``get_rope``, layers/rotary_embedding/__init__.py).
+
+    ``get_rope`` keeps one instance per distinct configuration, so a model whose layer types use different RoPE
+    parameters (Gemma 3: a local base for sliding layers, the scaled global one for full layers) holds one cache
+    each. A cache spans max_position_embeddings positions, × the factor for linear and dynamic-NTK scaling
+    (``LinearScalingRotaryEmbedding``: "the maximum length after applying the rope scaling"), the original length ×
+    the factor for YaRN (``YaRNScalingRotaryEmbedding``, DeepSeek's), the short and the long cache together for
+    LongRoPE, and × 4 for multimodal RoPE (``MRotaryEmbedding``'s positions_factor). Empty where config.json names
+    no length or the model has learned positions."""
+    max_pos = cfg.get("max_position_embeddings")
+    if not isinstance(max_pos, int) or isinstance(max_pos, bool) or max_pos <= 0 or model_type in _LEARNED_POSITIONS:
+        return ()
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        return ()
+    if rope and all(isinstance(v, dict) for v in rope.values()):  # per layer type
+        configs = list(rope.values())
+    elif model_type in ("gemma3", "gemma3_text") and cfg.get("rope_local_base_freq"):
+        configs = [rope, {"rope_type": "default", "local": True}]  # the global RoPE, and the sliding layers' own
+    else:
+        configs = [rope]
+    out = []
+    for rp in configs:
+        kind = rp.get("rope_type", rp.get("type", "default"))
+        factor = rp.get("factor")
+        factor = factor if isinstance(factor, int | float) and not isinstance(factor, bool) and factor > 0 else 1
+        original = rp.get("original_max_position_embeddings") or max_pos
+        if kind in ("linear", "dynamic"):
+            n = max_pos * factor
+        elif kind in ("yarn", "deepseek_yarn"):
+            n = original * factor
+        elif kind in ("longrope", "su"):
+            n = original + max_pos
+        else:
+            n = max_pos * (4 if "mrope_section" in rp else 1)
+        out.append(min(int(n), MAX_POSITIONS * 8))
+    return tuple(out)
+
+
+# A SigLIP vision tower (Gemma 3, PaliGemma): patch and position embeddings, pre-norm encoder layers with biased
+# attention and a two-matrix MLP, a final norm; Gemma 3's projector maps it to the decoder's width (a weight and an
+# RMSNorm of the vision width, Gemma3MultiModalProjector).
+_SIGLIP_PROJECTOR = {"gemma3": lambda v, text: v * text + v}
+
+
+def _encoder_params(raw: dict[str, Any], text_hidden: int) -> int:
+    """Parameters of a multimodal checkpoint's vision encoder and projector, counted from ``vision_config``
+    (SigLIP towers with a known projector; 0 for a text-only model or another encoder)."""
+    v = raw.get("vision_config")
+    project = _SIGLIP_PROJECTOR.get(str(raw.get("model_type")))
+    if not isinstance(v, dict) or project is None or v.get("model_type") not in (None, "siglip_vision_model"):
+        return 0
+    try:
+        h, inter, layers = int(v["hidden_size"]), int(v["intermediate_size"]), int(v["num_hidden_layers"])
+        patch, image, channels = int(v["patch_size"]), int(v["image_size"]), int(v.get("num_channels", 3))
+    except (KeyError, TypeError, ValueError):
+        return 0
+    if min(h, inter, layers, patch, image, channels) <= 0:
+        return 0
+    embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
+    layer = 4 * (h * h + h) + (h * inter + inter) + (inter * h + h) + 2 * 2 * h
+    return embeddings + layers * layer + 2 * h + project(h, text_hidden)
+
+
 def _layer_types(cfg: dict[str, Any], model_type: str, n_layers: int, name: str) -> tuple[LayerType, ...]:
     """Which layers use a sliding window, from every convention HF configs use."""
     explicit = cfg.get("layer_types")
@@ -521,6 +591,8 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
         layer_types=layer_types,
         mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
         draft_vocab_size=cfg.get("draft_vocab_size"),
+        rope_cache_positions=_rope_cache_positions(cfg, model_type),
+        encoder_params=_encoder_params(raw, hidden),
     )
     try:
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")))

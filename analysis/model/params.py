@@ -231,23 +231,31 @@ def weight_bytes(a: Architecture, tp: int = 1) -> int:
 
 
 def rotary_cache_bytes(a: Architecture) -> int:
-    """vLLM's RoPE ``cos_sin_cache``: positions × rotary dim in the model dtype, on every GPU.
+    """vLLM's RoPE ``cos_sin_cache`` buffers: positions × rotary dim in the model dtype, on every GPU.
 
-    ``RotaryEmbedding.__init__`` (``layers/rotary_embedding/base.py``) registers it as a
-    buffer while the model is built, so "Model loading took X GiB" counts it beside the
-    weights; ``get_rope`` caches one instance per configuration, so the model holds
-    one. 32 MiB for Llama 3.1 (131,072 × 128 × 2), 0.24 GiB for Mistral-Nemo's
-    1,024,000 positions. Not part of :func:`weight_bytes`.
+    ``RotaryEmbedding.__init__`` (``layers/rotary_embedding/base.py``) registers each as a buffer while the model
+    is built, so "Model loading took X GiB" counts them beside the weights; ``get_rope`` keeps one per distinct
+    RoPE configuration (``Architecture.rope_cache_positions``). 32 MiB for Llama 3.1 (131,072 × 128 × 2), 0.24 GiB
+    for Mistral-Nemo's 1,024,000 positions, 0.56 GiB for Gemma 3 12B (its global RoPE's linear factor 8 makes
+    1,048,576 positions × 256 × 2 B, beside the sliding layers' 131,072).
     """
     if not a.max_position_embeddings or a.learned_position_embeddings:
         return 0
     rotary_dim = a.mla.qk_rope_head_dim if a.mla else a.head_dim
-    return a.max_position_embeddings * rotary_dim * a.weight_dtype_bytes
+    positions = sum(a.rope_cache_positions) if a.rope_cache_positions else a.max_position_embeddings
+    return positions * rotary_dim * a.weight_dtype_bytes
+
+
+def encoder_bytes(a: Architecture, tp: int = 1) -> int:
+    """A multimodal checkpoint's vision encoder and projector per GPU, in the model dtype (its layers are
+    tensor-parallel like the decoder's)."""
+    return round(a.encoder_params * a.weight_dtype_bytes / tp)
 
 
 def model_loading_bytes(a: Architecture, tp: int = 1) -> int:
-    """What vLLM's "Model loading took X GiB" counts per GPU: weights and the RoPE cache."""
-    return weight_bytes(a, tp) + rotary_cache_bytes(a)
+    """What vLLM's "Model loading took X GiB" counts per GPU: the decoder's weights, a multimodal checkpoint's
+    encoder, and the RoPE caches. The decode step streams the decoder's weights alone (:func:`weight_bytes`)."""
+    return weight_bytes(a, tp) + encoder_bytes(a, tp) + rotary_cache_bytes(a)
 
 
 def expected_experts_touched(num_experts: int, top_k: int, batch: int) -> float:

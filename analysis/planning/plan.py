@@ -32,7 +32,7 @@ from analysis.model.kv import (
     kv_dtype_bytes,
     layer_kv_bytes_per_token,
 )
-from analysis.model.params import count_params, weight_bytes
+from analysis.model.params import count_params, model_loading_bytes
 from analysis.model.roofline import crossover_context, decode_step, prefill, ridge_point
 from analysis.vllm.allocator import kv_ceiling, paged_capacity
 from analysis.vllm.budget import Reserve, default_reserve, kv_budget, vllm_default_batching
@@ -370,7 +370,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     max_num_seqs = inputs.max_num_seqs or min(default_seqs, mnbt)
     async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else on_gpu
 
-    weights = weight_bytes(a, tp)
+    weights = model_loading_bytes(a, tp)  # what "Model loading took" counts: weights, encoder, RoPE caches
     lora = 0
     if inputs.max_loras is not None:
         if inputs.pipeline_parallel_size > 1:

@@ -52,7 +52,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.model.architecture import Architecture
-from analysis.model.params import weight_bytes
+from analysis.model.params import model_loading_bytes
 from analysis.results.schema import TESTED_VLLM_VERSIONS
 
 GiB = 2**30
@@ -402,13 +402,13 @@ def predict(a: Architecture, *, total_bytes: int, gpu_memory_utilization: float 
             flashinfer: bool = False) -> MemoryPrediction:
     """vLLM's KV budget on one GPU from the model's shapes and cudaMemGetInfo's total.
 
-    ``weights`` defaults to :func:`analysis.model.params.weight_bytes` (pass the quantized figure where known);
+    ``weights`` defaults to :func:`analysis.model.params.model_loading_bytes` (pass the logged figure where known);
     ``flashinfer``: FlashInfer is installed (matters only where that version's sampler then uses it).
     """
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     rules = rules or rules_for()
-    w = weight_bytes(a, tp) if weights is None else weights
+    w = model_loading_bytes(a, tp) if weights is None else weights
     # 0.32 v1/worker/utils.py request_memory: math.ceil(total × utilization); V0 and early V1 multiply
     # without rounding (a byte at most).
     requested = math.ceil(total_bytes * gpu_memory_utilization)

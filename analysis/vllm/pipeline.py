@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 
 from analysis.model.architecture import Architecture
-from analysis.model.params import weight_breakdown, weight_bytes
+from analysis.model.params import encoder_bytes, rotary_cache_bytes, weight_breakdown, weight_bytes
 
 PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"
 
@@ -85,6 +85,9 @@ def stages(a: Architecture, tp: int, pp: int, partition: str | None = None) -> l
         w = body[r + 1] - body[r]
         w += embedding if first or (last and a.tie_word_embeddings) else 0
         w += lm_head if last else 0
+        # "Model loading took" on every rank also counts the RoPE caches its layers build, and on the first a
+        # multimodal checkpoint's encoder (analysis.model.params.model_loading_bytes).
+        w += rotary_cache_bytes(a) + (encoder_bytes(a, tp) if first else 0)
         out.append(Stage(rank=r, start=ends[r] - parts[r], layers=parts[r], weight_bytes=round(w), first=first,
                          last=last))
     return out

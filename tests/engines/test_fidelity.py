@@ -137,8 +137,9 @@ def test_plan_without_gpu_takes_the_device_from_the_calibration(cpu_calibration)
     p, err = _plan("--calibration", str(cpu_calibration), "--model", "qwen2.5-0.5b", "--dtype", "float32",
                    "--batch", "4", "--context", "1024", "--max-model-len", "2048")
     assert p["gpu"] == "calibration: CPU (x86_64)"
-    assert p["weight_bytes"] == QWEN_F32_WEIGHTS
-    # overhead + (weights + 4 sequences × 1024 tokens × 24,576 B) / 13 GB/s
+    # the weights and the RoPE cache vLLM's model loading holds (32,768 positions × 64 × 4 B in float32)
+    assert p["weight_bytes"] == QWEN_F32_WEIGHTS + 32_768 * 64 * 4
+    # overhead + (the decoder's weights + 4 sequences × 1024 tokens × 24,576 B) / 13 GB/s
     expected = 0.002 + (1_976_131_072 + 4 * 1024 * 24_576) / 13e9
     assert p["calibrated_decode_step_s"] == pytest.approx(expected, rel=1e-12)
     assert p["calibrated_tokens_per_s"] == pytest.approx(4 / expected, rel=1e-12)

@@ -54,7 +54,7 @@ def test_plan_on_a_gpu_adds_latency_and_is_consistent():
     assert p.keys() >= REQUIRED_KEYS | LATENCY_KEYS
     assert p["kv_bytes_per_token"] == LLAMA8B_KV_PER_TOKEN
     assert p["kv_bytes_per_sequence"] == 4096 * 131_072 == 512 * 2**20
-    assert p["weight_bytes"] == 2 * LLAMA8B_PARAMS
+    assert p["weight_bytes"] == 2 * LLAMA8B_PARAMS + 131_072 * 128 * 2  # and the RoPE cache (positions × dim × 2 B)
     assert p["roofline_decode_bound"] == "memory"
     # One step streams the weights but the input embedding, and 32 sequences × 4096 tokens of KV.
     weights_read = 2 * (LLAMA8B_PARAMS - LLAMA8B_EMBEDDING)  # 15,009,849,344 B
@@ -69,7 +69,7 @@ def test_plan_on_a_gpu_adds_latency_and_is_consistent():
     # budget = ceil(0.9 × memory) − weights − reserve (vLLM's request_memory rounds up; the reserve's
     # parts as the plan reports them)
     r = p["reserve"]
-    assert p["kv_budget_bytes"] == math.ceil(H100_SXM_CUDA_TOTAL * 0.9) - 2 * LLAMA8B_PARAMS - (
+    assert p["kv_budget_bytes"] == math.ceil(H100_SXM_CUDA_TOTAL * 0.9) - p["weight_bytes"] - (
         r["activation_bytes"] + r["non_torch_bytes"] + r["cuda_graph_bytes"])
     assert p["bytes_per_block"] == 16 * 131_072
     assert p["num_blocks"] == p["kv_budget_bytes"] // (16 * 131_072)

@@ -223,3 +223,59 @@ def test_catalog_limits_are_their_max_position_embeddings():
     for name in ("llama-3.1-8b", "deepseek-v3", "gemma-3-27b", "gpt-oss-120b", "qwen2.5-0.5b"):
         a, _ = resolve_model(name)
         assert a.max_len_limit == a.max_position_embeddings and a.derived_max_len is None
+
+
+# -- what vLLM's "Model loading took" counts beside the decoder's weights --------------------------------------
+
+LLAMA_LIKE = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 2,
+              "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 4096,
+              "torch_dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize("rope, positions", [
+    (None, (4096,)),  # one cache of max_position_embeddings
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 512}, (4096,)),  # Llama3RotaryEmbedding: max_position as given
+    ({"rope_type": "linear", "factor": 2.0}, (8192,)),  # LinearScalingRotaryEmbedding: max_position × factor
+    ({"type": "dynamic", "factor": 3.0}, (12288,)),  # DynamicNTKScalingRotaryEmbedding: the same
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}, (4096,)),  # original × factor
+    ({"rope_type": "default", "mrope_section": [16, 24, 24]}, (16384,)),  # MRotaryEmbedding: positions_factor 4
+])
+def test_each_rope_cache_spans_the_positions_vllm_builds(rope, positions):
+    from analysis.model.params import rotary_cache_bytes
+
+    a = Architecture.from_config(LLAMA_LIKE | ({"rope_scaling": rope} if rope else {}))
+    assert a.rope_cache_positions == positions
+    assert rotary_cache_bytes(a) == sum(positions) * 64 * 2  # head_dim 512 / 8, bfloat16
+
+
+def test_gemma3_holds_a_rope_cache_per_layer_type_and_its_vision_tower():
+    """Gemma 3 12B: "Model loading took 23.31 GiB" on an H100 under vLLM 0.19 (tests/fixtures/gpu_corpus/
+    llmdplanner_gemma3_12b_h100.yaml), where the text decoder alone is 21.92 GiB."""
+    from analysis.model.params import encoder_bytes, model_loading_bytes, rotary_cache_bytes, weight_bytes
+
+    a, _ = resolve_model("gemma-3-12b")
+    # The global RoPE (linear, factor 8) spans 131,072 × 8 positions; the sliding layers' own (local base) 131,072;
+    # head_dim 256, bfloat16: 0.5625 GiB.
+    assert a.rope_cache_positions == (1_048_576, 131_072)
+    assert rotary_cache_bytes(a) == (1_048_576 + 131_072) * 256 * 2 == 603_979_776
+    # SigLIP (hidden 1152, MLP 4304, 27 layers, 14-pixel patches of a 896-pixel image): patch embedding with its bias
+    # 3·14·14·1152 + 1152, 64² position embeddings · 1152; a layer's q, k, v, o with biases 4(1152² + 1152), MLP
+    # 1152·4304 + 4304 and 4304·1152 + 1152, two layer norms 4·1152; the final norm 2·1152; Gemma 3's projector
+    # 1152·3840 and its norm 1152.
+    embeddings = 3 * 14 * 14 * 1152 + 1152 + 64 ** 2 * 1152
+    layer = 4 * (1152 ** 2 + 1152) + (1152 * 4304 + 4304) + (4304 * 1152 + 1152) + 4 * 1152
+    assert a.encoder_params == embeddings + 27 * layer + 2 * 1152 + 1152 * 3840 + 1152 == 421_290_864
+    assert encoder_bytes(a) == 2 * 421_290_864
+    loading = model_loading_bytes(a)
+    assert loading == weight_bytes(a) + 2 * 421_290_864 + 603_979_776
+    assert abs(loading / (23.31 * 2**30) - 1) < 0.003  # the logged load, to its 0.01 GiB rounding and 0.2 %
+    # The decode step streams the decoder alone (every weight of it: Gemma ties its embeddings), not the encoder.
+    from analysis.model.params import decode_weight_bytes
+
+    assert decode_weight_bytes(a) == weight_bytes(a) < loading
+
+
+def test_a_text_only_model_has_no_encoder():
+    a, _ = resolve_model("llama-3.1-8b")
+    assert a.encoder_params == 0

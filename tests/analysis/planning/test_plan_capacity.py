@@ -86,7 +86,8 @@ def test_llama_70b_kv_cache_at_128k_needs_no_gpu():
     # per layer q 8192² + k, v 2·8192·1024 + o 8192² + gated MLP 3·8192·28672 + 2 norms·8192 = 855,654,400;
     # 80 layers + embeddings and untied lm_head 2·128256·8192 + final norm 8192 = 70,553,706,496 (HF's 70.6B).
     assert p["params_total"] == 70_553_706_496
-    assert p["weight_bytes"] == 2 * 70_553_706_496
+    # ... and the RoPE cache vLLM's model loading holds beside them: 131,072 positions × 128 × 2 B
+    assert p["weight_bytes"] == 2 * 70_553_706_496 + 131_072 * 128 * 2
     assert p["bytes_per_block"] == 16 * 327_680  # default block 16
     assert p["blocks_per_request"] == 131_072 // 16 == p["blocks_per_sequence_at_context"]
     for key in ("kv_budget_bytes", "kv_budget_source", "num_blocks", "kv_cache_tokens", "max_concurrency",

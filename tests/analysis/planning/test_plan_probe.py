@@ -12,8 +12,9 @@ GiB = 2**30
 
 # tiny-llama-gqa/config.json: embeddings and untied lm_head 2 · 2048 · 256 = 1,048,576; per layer
 # q 256·256 + k, v 2·256·64 + o 256·256 + gated MLP 3·256·512 + 2 norms·256 = 557,568, × 4 layers = 2,230,272;
-# final norm 256 → 3,279,104 parameters × 2 B (bfloat16) = 6,558,208 B of weights.
-TINY_WEIGHTS = 6_558_208
+# final norm 256 → 3,279,104 parameters × 2 B (bfloat16) = 6,558,208 B of weights, and the RoPE cache vLLM's model
+# loading holds beside them: 8,192 positions × head_dim 32 × 2 B = 524,288 B.
+TINY_WEIGHTS = 6_558_208 + 8_192 * 32 * 2
 
 
 def probe_file(tmp_path, **fields) -> str:
@@ -38,8 +39,8 @@ def plan(*args: str) -> dict:
 def test_gpu_outside_the_catalog_plans_with_the_probed_device_memory(tmp_path):
     path = probe_file(tmp_path, memory_total_bytes=96 * GiB, memory_source="cuda device total")
     p = plan("--probe", path, "--gpu-memory-utilization", "0.5")
-    # budget = int(96 GiB × 0.5) − weights − reserve = 51,539,607,552 − 6,558,208 − 1,073,741,824
-    assert p["kv_budget_bytes"] == 51_539_607_552 - TINY_WEIGHTS - 1_073_741_824 == 50_459_307_520
+    # budget = int(96 GiB × 0.5) − weights − reserve = 51,539,607,552 − 7,082,496 − 1,073,741,824
+    assert p["kv_budget_bytes"] == 51_539_607_552 - TINY_WEIGHTS - 1_073_741_824 == 50_458_783_232
     assert p["bandwidth_Bps"] == 1.5e12 and p["peak_flops"] == 4.0e14  # the probe's medians
     assert p["gpu"] == "probe: NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
 

@@ -17,7 +17,7 @@ import pytest
 from gpu_corpus import EXPLAINED, CorpusRecord, load_corpus, plan_quantization, unplannable, vllm_version
 
 from analysis import catalog
-from analysis.model.params import weight_bytes
+from analysis.model.params import model_loading_bytes
 from analysis.planning.plan import PlanError, PlanInputs, make_plan
 from analysis.vllm.pipeline import stages
 
@@ -78,13 +78,14 @@ def test_the_corpus_is_broad_enough():
 
 @pytest.mark.parametrize("name", _cases("weights_gib"))
 def test_weights_as_vllm_loads_them(name):
-    """Weights as the plan counts them (also where the plan then finds they leave no room: vLLM logged them)."""
+    """Weights as the plan counts them: the decoder, a multimodal encoder and the RoPE caches, as "Model loading
+    took" counts them (also where the plan then finds they leave no room: vLLM logged them)."""
     rec, s = RECORDS[name], RECORDS[name].settings
     arch, _ = catalog.resolve_model(s.catalog_model)
     arch = arch.with_dtype(s.dtype or "auto").with_quantization(
         plan_quantization(rec, arch), generation=catalog.resolve_gpu(s.gpu)[0].generation, vllm_version=_version(rec))
     # A pipeline's rank 0 logs its own stage: the first layers and the input embedding.
-    planned = (weight_bytes(arch, s.tensor_parallel_size) if s.pipeline_parallel_size == 1
+    planned = (model_loading_bytes(arch, s.tensor_parallel_size) if s.pipeline_parallel_size == 1
                else stages(arch, s.tensor_parallel_size, s.pipeline_parallel_size, "")[0].weight_bytes)
     _check(name, "weights", planned, rec.logged.weights_gib * GiB)
 

@@ -34,8 +34,9 @@ def test_llama_8b_16_sequences_of_8k_on_one_h100_written_out():
     # 8,192 tokens = 512 blocks a sequence; 16 sequences and vLLM's null block: 8,193 blocks.
     assert rec.blocks_per_sequence == 512
     assert rec.kv_cache_memory_bytes == (16 * 512 + 1) * 2 * MiB == 17_181_966_336
-    # Weights: 8,030,261,248 parameters (the published count) × 2 bytes.
-    assert rec.weight_bytes == 8_030_261_248 * 2 and rec.device_total_bytes == H100_CUDA_TOTAL
+    # Weights: 8,030,261,248 parameters (the published count) × 2 bytes, and the RoPE cache vLLM's model loading
+    # also holds: 131,072 positions × 128 rotary dims × 2 bytes.
+    assert rec.weight_bytes == 8_030_261_248 * 2 + 131_072 * 128 * 2 and rec.device_total_bytes == H100_CUDA_TOTAL
     # vLLM's budget is ceil(total × utilization) − weights − reserve: the recommended utilization gives at least
     # the budget, and one millionth less does not.
     def budget(u: float) -> int:

@@ -160,7 +160,8 @@ def test_the_model_named_in_the_log_is_predicted(tmp_path):
 def test_log_as_plan_calibration_reproduces_the_logged_kv_budget(tmp_path):
     """Plan Llama-2-7B on the log's GPU (an 80 GB H100: total_gpu_memory 79.19 GiB) with the log's reserve.
 
-    kvprof's budget = catalog CUDA total 81,091 MiB × 0.9 − predicted weights 13,476,831,232 B − reserve, where
+    kvprof's budget = catalog CUDA total 81,091 MiB × 0.9 − predicted weights 13,477,879,808 B (13,476,831,232 B of
+    parameters and the 1 MiB RoPE cache, 4,096 positions × 128 × 2) − reserve, where
     reserve = (71.27 − 12.55 − 56.18) GiB as logged + (81,091 MiB − 79.19 GiB) × 0.9 (the catalog's total
     and the one vLLM printed differ by the log's rounding). It lands on the logged 56.18 GiB within 0.01 GiB.
     """
@@ -172,7 +173,8 @@ def test_log_as_plan_calibration_reproduces_the_logged_kv_budget(tmp_path):
     assert plan.exit_code == 0, plan.output
     p = json.loads(plan.stdout)
     assert abs(p["kv_budget_bytes"] - int(56.18 * G)) <= 0.01 * G
-    assert p["num_blocks"] == 7191
+    # vLLM logged 7,191 blocks; the log's GiB figures are rounded to 0.01 GiB (10 MiB), more than a block (8 MiB)
+    assert abs(p["num_blocks"] - 7191) <= 1
     reserve = (int(71.27 * G) - int(12.55 * G) - int(56.18 * G)) + int((81091 * 2**20 - int(79.19 * G)) * 0.9)
     assert p["reserve"]["activation_bytes"] == reserve
     # The plan names where its reserve came from: this saved log.
