@@ -338,6 +338,13 @@ def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
 
 # A PlanInputs field by its `kvprof plan` option where the two names differ (else --field-with-dashes).
 OPTION_FLAGS = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp", "kv_cache_dtype": "--kv-dtype"}
+# Engine settings a sweep can sweep (analysis.results.schema.EngineSettings' SweepAxis fields) that a plan does not
+# take, and why. Every other one is a PlanInputs field with a `kvprof plan` option of its name (or OPTION_FLAGS'):
+# tests/analysis/planning/test_plan_inputs.py holds both, so a new engine axis cannot be silently unplannable.
+ENGINE_SETTINGS_NOT_PLANNED = {
+    "enable_prefix_caching": "the prefix cache shares blocks between requests with a common prefix; the plan's "
+                             "sequences share none, so it changes neither their capacity nor their step",
+}
 
 
 def problems_line(problems: list[Problem]) -> str:
