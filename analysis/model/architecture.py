@@ -364,6 +364,12 @@ def _derived_max_len(cfg: dict[str, Any], model_type: str) -> tuple[int | None, 
     return int(limit), source
 
 
+def _positive_number(v: Any) -> float | None:
+    """A config value that is a positive finite number (not a bool, a string or a list), else None."""
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    return v if ok else None
+
+
 def _rope_cache_positions(cfg: dict[str, Any], model_type: str) -> tuple[int, ...]:
     """The positions of each RoPE cos/sin cache vLLM builds (``get_rope``, layers/rotary_embedding/__init__.py).
 
@@ -388,10 +394,11 @@ def _rope_cache_positions(cfg: dict[str, Any], model_type: str) -> tuple[int, ..
         configs = [rope]
     out = []
     for rp in configs:
+        if not isinstance(rp, dict):
+            continue
         kind = rp.get("rope_type", rp.get("type", "default"))
-        factor = rp.get("factor")
-        factor = factor if isinstance(factor, int | float) and not isinstance(factor, bool) and factor > 0 else 1
-        original = rp.get("original_max_position_embeddings") or max_pos
+        factor = _positive_number(rp.get("factor")) or 1
+        original = _positive_number(rp.get("original_max_position_embeddings")) or max_pos
         if kind in ("linear", "dynamic"):
             n = max_pos * factor
         elif kind in ("yarn", "deepseek_yarn"):

@@ -279,3 +279,15 @@ def test_gemma3_holds_a_rope_cache_per_layer_type_and_its_vision_tower():
 def test_a_text_only_model_has_no_encoder():
     a, _ = resolve_model("llama-3.1-8b")
     assert a.encoder_params == 0
+
+
+@pytest.mark.parametrize("rope, positions", [
+    # the original length is no number: the model's own 4,096 stands in, × YaRN's factor 4
+    ({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": "abc"}, (16384,)),
+    ({"rope_type": "longrope", "original_max_position_embeddings": [1]}, (8192,)),  # short + long caches
+    ({"rope_type": "linear", "factor": True}, (4096,)),  # a bool is no factor
+    # not every layer type a mapping: not read as per-layer RoPE, so the plain length
+    ({"full_attention": {"rope_type": "linear", "factor": 2.0}, "sliding_attention": "x"}, (4096,)),
+])
+def test_a_malformed_rope_entry_is_read_as_absent_not_a_traceback(rope, positions):
+    assert Architecture.from_config(LLAMA_LIKE | {"rope_scaling": rope}).rope_cache_positions == positions
