@@ -5,10 +5,11 @@ A step is the work of one scheduler iteration on one GPU of a tensor-parallel gr
 the KV it reads, its FLOPs and its all-reduces. Its time is
 
     weights_s        smooth-max(weight bytes / (BW · η_w[generation] · κ[kernel] (· κ_moe for experts))
-                                + experts called × t_expert[vLLM era]   (one GEMM per touched expert per MoE layer),
-                                GEMM FLOPs / (peak · η_f[generation]) · (1 + m½ / rows), routed experts' grouped
-                                GEMMs at κ_moe_f)   a GEMM of few rows (tokens) runs below its large-M rate: half
-                                of it at m½ rows (rows counted from a 16-row MMA tile up)
+                                + experts called × t_expert[vLLM era]   (one GEMM per touched expert per MoE layer,
+                                                                          before vLLM 0.9),
+                                GEMM FLOPs / (peak · η_f[generation] · κ_f[weight-only kernel]) · (1 + m½ / rows),
+                                routed experts' grouped GEMMs at κ_moe_f)   a GEMM of few rows (tokens) runs below
+                                its large-M rate: half of it at m½ rows (rows counted from a 16-row MMA tile up)
   + kv_s             KV bytes read / (BW · η_kv[generation] · κ_kv[vLLM era])   attention kernels reach a
                                                                   smaller share of peak than GEMMs
   + attention_s      attention FLOPs / (peak · η_f[generation])   prefill's quadratic term
@@ -58,12 +59,22 @@ LINKS = ("nvlink", "pcie", "nccl")
 # vLLM eras whose host cost per step differs: before 0.6 (no async output processing), 0.6 to 0.8
 # (V0's async output processing, V1 arriving), 0.9 on (V1 with its persistent batch, async scheduling later).
 ERAS = ("0.5", "0.6", "0.9")
+# Eras whose fused-MoE kernels pay a cost per expert GEMM on top of the expert's bytes. From vLLM 0.9 on the corpus
+# shows none: fitted, it came to 1.1 µs an expert call and held out it made the decode step worse (13.1 % against
+# 12.3 % by figure) by predicting gpt-oss and Qwen3-30B-A3B at concurrency 10–64 up to twice too slow.
+EXPERT_CALL_ERAS = ("0.5", "0.6")
 ACTIVATION_BYTES = 2  # bf16/fp16 activations in every all-reduce
 SMOOTH_MAX_POWER = 4.0  # weight stream vs GEMM arithmetic: max() rounded at the ridge, where neither hides the other
 
 # A tensor-core MMA tile is 16 rows: a GEMM of fewer rows (a decode of a few sequences) runs the tile's
 # instructions anyway, so its rate ramp starts there (below it the weight stream binds in any case).
 MMA_ROWS = 16
+
+# Weight-only quantized kernels (Marlin, AWQ/GPTQ, MXFP4 before Blackwell, bitsandbytes): their GEMMs dequantize each
+# weight tile to 16 bits in the main loop, so where they compute-bind (a prefill, a large batch) they run below the
+# bf16 rate (vLLM's AWQ dequantizes and calls the bf16 GEMM from 256 tokens on for that reason:
+# ``quantization/auto_awq.py`` FP16_MATMUL_HEURISTIC_CONDITION).
+WEIGHT_ONLY = ("int4", "mxfp4", "nf4")
 
 Kernel = Literal["bf16", "fp8", "int8", "int4", "fp4", "mxfp4", "nf4"]
 
@@ -235,7 +246,8 @@ def parameter_names() -> list[str]:
         names += [eta] + [f"{eta}.{g}" for g in GENERATIONS]
     names += [f"kv_era.{e}" for e in ERAS[:-1]]
     names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel", "moe_flops"]
-    names += [f"expert_call_s.{e}" for e in ERAS]
+    names += [f"kernel_flops.{k}" for k in WEIGHT_ONLY]
+    names += [f"expert_call_s.{e}" for e in EXPERT_CALL_ERAS]
     names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "layer_s", "eager_layer_s", "moe_layer_s", "mla_layer_s"]
     names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s", "gemm_half_rows"]
     return names
@@ -251,7 +263,7 @@ PRIORS: dict[str, tuple[float, float]] = {
     "kv_era.0.5": (1.0, 0.4), "kv_era.0.6": (1.0, 0.4),
     "kernel.fp8": (0.90, 0.4), "kernel.int8": (0.85, 0.4), "kernel.int4": (0.70, 0.5), "kernel.fp4": (0.70, 0.5),
     "kernel.mxfp4": (0.55, 0.6), "kernel.nf4": (0.30, 0.6), "moe_kernel": (0.60, 0.5),
-    "moe_flops": (0.6, 0.5), "expert_call_s": (2e-6, 1.0),
+    "moe_flops": (0.6, 0.5), "kernel_flops": (0.7, 0.5), "expert_call_s": (2e-6, 1.0),
     "host_s.0.5": (3e-3, 1.0), "host_s.0.6": (1e-3, 1.0), "host_s.0.9": (4e-4, 1.0),
     "seq_s": (8e-6, 1.0), "layer_s": (8e-6, 0.8), "eager_layer_s": (6e-5, 0.8), "moe_layer_s": (1.5e-5, 0.8),
     "mla_layer_s": (3e-5, 1.5),
@@ -328,7 +340,8 @@ class Overrides:
 def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm_flops, attention_flops, allreduces,
                  allreduce_hops, allreduce_bytes, decode_seqs, tokens, gemm_half_rows, layers, moe_layers,
                  expert_calls, mla_layers,
-                 bandwidth_Bps, gemm_peak_flops, peak_flops, link_Bps, eta_weights, kernel, moe_kernel, moe_flops,
+                 bandwidth_Bps, gemm_peak_flops, peak_flops, link_Bps, eta_weights, kernel, kernel_flops, moe_kernel,
+                 moe_flops,
                  expert_call_s, eta_kv, kv_era, eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s,
                  mla_layer_s):
     """The step-time formula (module docstring), term by term. Every argument may be a number or a numpy array
@@ -336,7 +349,7 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm
     bw_w = bandwidth_Bps * eta_weights * kernel
     stream = dense_bytes / bw_w + expert_bytes / (bw_w * moe_kernel) + expert_calls * expert_call_s
     ramp = 1 + gemm_half_rows / np.maximum(tokens, MMA_ROWS)  # below its large-M rate at few rows
-    gemm = (gemm_flops + expert_gemm_flops / moe_flops) / (gemm_peak_flops * eta_flops) * ramp
+    gemm = (gemm_flops + expert_gemm_flops / moe_flops) / (gemm_peak_flops * eta_flops * kernel_flops) * ramp
     p = SMOOTH_MAX_POWER
     return {
         "weights_s": (stream ** p + gemm ** p) ** (1 / p),
@@ -355,13 +368,20 @@ FEATURES = ("dense_bytes", "expert_bytes", "kv_bytes", "gemm_flops", "expert_gem
             "expert_calls", "mla_layers", "bandwidth_Bps", "gemm_peak_flops", "peak_flops", "link_Bps")
 
 
+def weight_only(w: StepWork) -> bool:
+    """Whether the step's linear layers run a weight-only quantized kernel (dequantizing to 16 bits before the MMA):
+    int4 and nf4 everywhere, MXFP4 where the GPU has no FP4 units (Blackwell runs FlashInfer's native MXFP4 MoE)."""
+    return w.kernel in WEIGHT_ONLY and not (w.kernel == "mxfp4" and w.generation == "blackwell")
+
+
 def step_constants(w: StepWork) -> dict[str, str | float]:
     """Which constant each of the formula's coefficients is for this step (a name, or a fixed number)."""
     g = w.generation
     return {"eta_weights": f"eta_weights.{g}", "kernel": 1.0 if w.kernel == "bf16" else f"kernel.{w.kernel}",
+            "kernel_flops": f"kernel_flops.{w.kernel}" if weight_only(w) else 1.0,
             "moe_kernel": "moe_kernel" if w.expert_bytes else 1.0, "eta_kv": f"eta_kv.{g}",
             "moe_flops": "moe_flops" if w.expert_gemm_flops else 1.0,
-            "expert_call_s": f"expert_call_s.{w.era}" if w.expert_calls else 0.0,
+            "expert_call_s": f"expert_call_s.{w.era}" if w.expert_calls and w.era in EXPERT_CALL_ERAS else 0.0,
             "kv_era": 1.0 if w.era == ERAS[-1] else f"kv_era.{w.era}",
             "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
             "host_s": f"host_s.{w.era}", "gemm_half_rows": "gemm_half_rows", "seq_s": "seq_s",
@@ -505,20 +525,42 @@ def served_step_schedule(e: Engine, concurrency: float, input_len: int, output_l
 
     Steady state (requests keep arriving as others finish): while one request decodes, each of the other
     ``concurrency − 1`` slots takes a new prompt every ``output_len`` steps (a request's own prompt runs before its
-    first token, outside its TPOT: at concurrency 1 no prompt ever interrupts it), so that share of the steps
-    carries a whole prompt beside the running decodes — mixed into the step
-    in chunks of what max_num_batched_tokens leaves beside them (chunked prefill), or run as a step of its own
-    that stalls them (without it). The other steps decode alone. (Averaging the prompt's tokens over every step
-    would be wrong: an MoE step of a few tokens touches few experts, one with a whole prompt nearly all.)
+    first token, outside its TPOT: at concurrency 1 no prompt ever interrupts it), so ``a = (concurrency − 1) /
+    output_len`` prompts arrive a step.
+
+    * Fewer than one a step: that share of the steps carries a whole prompt beside the running decodes — mixed
+      into the step in chunks of what max_num_batched_tokens leaves beside them (chunked prefill), or run as a
+      step of its own that stalls them (without it) — and the other steps decode alone. (Averaging the prompt's
+      tokens over every step would be wrong: an MoE step of a few tokens touches few experts, one with a whole
+      prompt nearly all.)
+    * More than one a step (long prompts, short answers, high concurrency): every step carries ``a`` prompts'
+      tokens. With chunked prefill they share the step with the decodes while they fit beside them; past that
+      the token budget binds and the engine decodes only as many sequences as it can refill, ``D`` with
+      ``D + D · input_len / output_len = max_num_batched_tokens``, every step full (the others wait for a prompt
+      slot, outside TPOT). Without chunked prefill the ``a`` prompts run as prefill steps of their own, batched
+      up to the token budget, between decode steps.
+
     Without arrivals (every request started together): the decode step alone."""
     ctx = input_len + output_len / 2
     decode = decode_schedule(e, concurrency, ctx)
     if not steady or output_len <= 1:
         return decode
-    arriving = min((concurrency - 1) / output_len, 1.0)  # other requests' prompts per step
+    arriving = (concurrency - 1) / output_len  # other requests' prompts per step
     if not e.chunked:
-        return decode.extend(prefill_schedule(e, 1, input_len), arriving)
+        if arriving <= 1:
+            return decode.extend(prefill_schedule(e, 1, input_len), arriving)
+        return decode.extend(prefill_schedule(e, arriving, input_len))
     room = None if e.max_num_batched_tokens is None else max(e.max_num_batched_tokens - concurrency, 1)
+    if arriving > 1:
+        tokens = arriving * input_len
+        if room is None or tokens <= room:
+            return Schedule().add(1, e.step(decode_seqs=concurrency, decode_context=ctx, prefill_tokens=tokens,
+                                            prefill_prefix=0, prefill_seqs=arriving))
+        budget = float(e.max_num_batched_tokens or 0)
+        decoding = max(min(concurrency, budget * output_len / (input_len + output_len)), 1.0)
+        prefill = budget - decoding
+        return Schedule().add(1, e.step(decode_seqs=decoding, decode_context=ctx, prefill_tokens=prefill,
+                                        prefill_prefix=0, prefill_seqs=max(prefill / input_len, 1.0)))
     chunks = replace(e, max_num_batched_tokens=room).chunks(input_len)
     s = Schedule().extend(decode, max(1.0 - arriving * len(chunks), 0.0))
     done = 0.0
@@ -590,8 +632,19 @@ def burst_tpot_schedule(e: Engine, requests: int, prompt_len: int, output_len: i
     """Time per output token of requests that arrive together (in waves of what the engine runs at once): after
     a request's first token, the prefill chunks of the prompts behind it in its wave still run, each a step that
     also yields its next token; the rest of its tokens are plain decode steps. The mean (or the median request's)
-    over the wave, per output token after the first."""
+    over the wave, per output token after the first.
+
+    Requests beyond the first wave (``requests > running``) are admitted one by one as running ones finish, into an
+    engine that stays full: theirs is the steady state's TPOT (:func:`served_step_schedule` at ``running``), every
+    step carrying the prompts of the requests that replace the finished ones. The mean weighs the first wave and
+    the rest by their share of the requests; the median request is of the first wave only if it holds half of them."""
     b, _, _ = _waves(requests, running)
+    if b < requests:
+        first = burst_tpot_schedule(e, b, prompt_len, output_len, statistic)
+        steady = served_step_schedule(e, b, prompt_len, output_len)
+        if statistic == "median":
+            return first if (requests - 1) // 2 < b else steady
+        return Schedule().extend(first, b / requests).extend(steady, 1 - b / requests)
     chunk_steps, done_at = _wave_chunks(e, b, prompt_len)
     decode = decode_schedule(e, b, prompt_len + output_len / 2)
     n = max(output_len - 1, 1)

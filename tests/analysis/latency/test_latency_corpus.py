@@ -44,35 +44,33 @@ EXPLAINED = {
                                 "engine: TTFT 2.6-3.3x the prediction at concurrency 4-64 (block-FP8 fused MoE and "
                                 "MLA prefill of that version) and 9-14x at 128, where the source itself says vLLM "
                                 "degrades; its TPOT at low concurrency is the same version's MoE kernels",
-    "gpustackopt_gpt-oss": "as gpustack_gpt-oss-20b: bursts of 500 gpt-oss requests that the engine holds at once "
-                           "(the recommended settings: async scheduling, tp 2)",
+    "gpustackopt_gpt-oss": "bursts of 500 gpt-oss requests sent at once (no max concurrency) with GPUStack's "
+                           "recommended settings (async scheduling, tp 2): the waves vLLM runs them in depend on its "
+                           "KV cache for sliding-window layers and on the prompts' chunking; no --ignore-eos",
     "dstack_llama-3.1-405b-fp8_h100_tp8_b4_32784x2048": "four 32,784-token prompts at tp 8: the per-step figure is "
                                                         "the latency less the predicted prefill (131k tokens, "
                                                         "quadratic attention, chunked); what that prediction misses "
                                                         "lands in the step",
-    "gpustack_gpt-oss-20b": "bursts of 100-500 requests sent at once (no max concurrency) to gpt-oss-20b: the waves "
-                            "vLLM runs them in depend on its KV cache for sliding-window layers and on 32k-token "
-                            "prompts' chunking; TTFT is queueing, 2x the predicted waves; no --ignore-eos",
     "issue16300_qwq-32b": "QwQ-32B at tp 2/4/8 on '8*A100(80GB)' (vLLM 0.7.2, form factor not stated): the step "
                           "grows with tp as PCIe all-reduces would (SXM assumed); tp 2 at batch 1 is within 25 %",
     "issue20469_qwen3-14b-awq": "AWQ in eager mode (--enforce-eager) with 16k-token prompts at concurrency 1: the only "
                                 "eager V1 record; the eager per-layer launch cost keeps its prior",
     "inferencex828_gpt-oss-120b": "gpt-oss-120b on H100 through Marlin MXFP4 MoE kernels (VLLM_MXFP4_USE_MARLIN=1, "
-                                  "vLLM 0.15): held out, concurrency 4 is within 25 % but the step grows with the "
-                                  "batch half as fast as predicted; from ~16 sequences all 128 experts a layer are "
-                                  "touched, and their MXFP4 bytes and per-expert GEMMs, costed as the other "
-                                  "sources' kernels (Triton fused MoE on bf16/FP8 Mixtral, Qwen3, DeepSeek; gpt-oss "
-                                  "at concurrency 500), cost twice what Marlin's do",
+                                  "vLLM 0.15): held out, concurrency 4-8 is within 25 % but the step grows with "
+                                  "the batch half as fast as predicted; from ~16 sequences nearly all 128 experts a "
+                                  "layer are touched, and their MXFP4 bytes, streamed at the efficiency the other "
+                                  "MXFP4 sources set (gpt-oss at concurrency 1 on B200, bursts of 500 on H100), "
+                                  "cost up to twice what Marlin's do at tp 2-8",
     "vllmblogfp8kv_gpt-oss-20b_b200": "gpt-oss-20b at concurrency 1 on a B200 (vLLM 0.19, FlashInfer): the only "
                                       "Blackwell MoE record, held out with its source (the only B200 decode source), "
                                       "so Blackwell's efficiencies are the pooled ones and the MXFP4 and per-expert "
                                       "costs are Hopper's kernels': 1.5x the prediction",
     "mlcperf_codellama-34b-awq": "CodeLlama-34B AWQ on 2x RTX 4090 (vLLM 0.2.0): barely faster than the 70B on the "
                                  "same GPUs in the same table; the source does not explain it",
-    "pr23151_qwen3-30b-a3b": "a 128-expert MoE served at concurrency 10 with DeepGEMM: held out, predicted 1.7x "
-                             "slow; the MoE efficiency and the cost per expert GEMM come from other kernels "
-                             "(Mixtral's 8 large experts, DeepSeek's block FP8, gpt-oss's MXFP4); its TTFT (300 ms) "
-                             "is its closed-loop waves' chunks, with the same MoE costs",
+    "pr13747_deepseek-v2-lite": "DeepSeek-V2-Lite (16B) split 8 ways at batch 8 (vLLM 0.7.3, FlashMLA): a step of "
+                                "floors (0.4 GB of weights a GPU), whose MLA per-layer cost and per-expert GEMM cost "
+                                "(35 of 64 experts in each of 26 MoE layers) are fitted on DeepSeek-V3 and Mixtral "
+                                "of the same era: held out, 1.35x the measured step",
     "pr2542_mixtral-8x7b_h100_tp8_b64": "the first fused-MoE Triton kernel (vLLM 0.2.7, untuned) at tp 8 on H100 at "
                                         "batch 64, whose per-GPU expert GEMMs are 1,792 wide: 1.7x slower than the "
                                         "tuned kernels of the other MoE sources (its batches 1-16 are within 25 %)",

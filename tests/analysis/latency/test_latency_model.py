@@ -134,20 +134,54 @@ def test_an_moe_step_reads_the_experts_its_tokens_touch():
     assert t["weight_stream_s"] == pytest.approx(one.dense_bytes / 3.35e12 + one.expert_bytes / (3.35e12 * 0.5))
 
 
-def test_every_expert_a_step_touches_costs_a_gemm_of_its_own_in_every_moe_layer():
-    # A fused-MoE kernel runs one small GEMM per expert the step's tokens touch, in every MoE layer: a cost per
-    # expert called on top of its bytes, which is why 128 experts of 9 MB (Qwen3-30B-A3B) stream worse than 8 of
-    # 352 MB (Mixtral). Mixtral, 32 MoE layers: batch 1 calls 2 experts a layer, batch 4 8 · (1 − 0.75⁴) = 5.46875.
+def test_every_expert_a_step_touches_costs_a_gemm_of_its_own_in_every_moe_layer_before_vllm_0_9():
+    # Before vLLM 0.9 a fused-MoE kernel paid a cost per expert GEMM on top of the expert's bytes, in every MoE
+    # layer. Mixtral, 32 MoE layers: batch 1 calls 2 experts a layer, batch 4 8 · (1 − 0.75⁴) = 5.46875.
     mixtral = catalog.resolve_model("mixtral-8x7b")[0]
-    e = Engine(mixtral, H100)
+    e = Engine(mixtral, H100, vllm_version="0.6.3")
     one, four = e.step(decode_seqs=1, decode_context=100), e.step(decode_seqs=4, decode_context=100)
     assert (one.expert_calls, four.expert_calls) == (pytest.approx(32 * 2), pytest.approx(32 * 5.46875))
-    c = constants(**{"expert_call_s.0.9": 3e-6})  # the cost of vLLM 0.9 on's kernels (each era has its own)
+    c = constants(**{"expert_call_s.0.6": 3e-6})  # the cost of the 0.6–0.8 era's kernels (each era has its own)
     for w in (one, four):
         assert step_terms(w, c)["weight_stream_s"] == pytest.approx(
             (w.dense_bytes + w.expert_bytes) / 3.35e12 + w.expert_calls * 3e-6)
+    # From vLLM 0.9 on an expert costs its bytes alone: no constant is fitted for it
+    assert "expert_call_s.0.9" not in latency.parameter_names()
+    new = Engine(mixtral, H100, vllm_version="0.10.0").step(decode_seqs=4, decode_context=100)
+    assert step_terms(new, c)["weight_stream_s"] == pytest.approx((new.dense_bytes + new.expert_bytes) / 3.35e12)
     # a dense model calls none
     assert Engine(LLAMA8B, H100).step(decode_seqs=4, decode_context=100).expert_calls == 0
+
+
+def test_a_weight_only_quantized_gemm_computes_below_the_bf16_rate():
+    # AWQ int4 Llama-3.1-8B: Marlin/AWQ kernels dequantize each weight tile to bf16 in the main loop, so a
+    # 4,096-token prefill's GEMMs run at kernel_flops × η_f of the bf16 peak; the same prompt through bf16
+    # weights runs at η_f alone. 2 × 4,096 tokens × (8,030,261,248 − 525,336,576 looked up − 525,336,576 LM head)
+    # body parameters + 2 × 1 sampled row × the LM head.
+    import json
+
+    from analysis.model.architecture import Architecture
+
+    config = json.loads((catalog.model_dir("llama-3.1-8b") / "config.json").read_text(encoding="utf-8"))
+    config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True,
+                                     "version": "gemm"}
+    awq = Architecture.from_config(config, "llama-3.1-8b-awq")
+    c = constants(**{"eta_flops.hopper": 0.5, "kernel_flops.int4": 0.5})
+    w = Engine(awq, H100).step(prefill_tokens=4096, prefill_seqs=1)
+    assert w.kernel == "int4"
+    flops = 2 * 4096 * (8_030_261_248 - 2 * 525_336_576) + 2 * 525_336_576
+    assert w.gemm_flops == pytest.approx(flops)
+    assert step_terms(w, c)["gemm_compute_s"] == pytest.approx(flops / (989e12 * 0.5 * 0.5))
+    bf16 = Engine(LLAMA8B, H100).step(prefill_tokens=4096, prefill_seqs=1)
+    assert step_terms(bf16, c)["gemm_compute_s"] == pytest.approx(flops / (989e12 * 0.5))
+    # MXFP4 experts on Blackwell run FlashInfer's native FP4 MoE, not a weight-only kernel: no such factor
+    oss = catalog.resolve_model("gpt-oss-20b")[0]
+    b200 = catalog.resolve_gpu("b200")[0]
+    hopper = Engine(oss.with_quantization(None, generation="hopper"), H100).step(prefill_tokens=512,
+                                                                                   prefill_seqs=1)
+    blackwell = Engine(oss.with_quantization(None, generation="blackwell"), b200).step(prefill_tokens=512,
+                                                                                         prefill_seqs=1)
+    assert (latency.weight_only(hopper), latency.weight_only(blackwell)) == (True, False)
 
 
 def test_an_moe_prefill_runs_its_experts_grouped_gemms_at_their_own_efficiency():
@@ -218,6 +252,25 @@ def test_a_served_step_carries_an_arriving_prompt_in_its_share_of_the_steps():
     assert served_step_schedule(e, 1, 2048, 1024).time(c) == pytest.approx(decode_schedule(e, 1, 2560).time(c))
 
 
+def test_more_than_one_arriving_prompt_a_step_fills_every_step_and_then_the_token_budget():
+    c = constants(**{"host_s.0.9": 1e-3})
+    e = Engine(LLAMA8B, H100, max_num_batched_tokens=8192)
+    # 201 in flight, 100 tokens out each: 200 / 100 = 2 prompts of 1,000 tokens arrive a step; 2,000 prompt tokens
+    # fit beside the 201 decodes in the 8,192-token budget, so every step carries them
+    every = step_time(e.step(decode_seqs=201, decode_context=1050, prefill_tokens=2000, prefill_seqs=2), c)
+    assert served_step_schedule(e, 201, 1000, 100).time(c) == pytest.approx(every)
+    # 4,000-token prompts: 8,000 prompt tokens a step do not fit beside 201 decodes; the budget binds, and the engine
+    # decodes the D sequences it can refill: D + D · 4,000 / 100 = 8,192, D = 8,192 / 41 = 199.8, the step full
+    d = 8192 / 41
+    full = step_time(e.step(decode_seqs=d, decode_context=4050, prefill_tokens=8192 - d,
+                            prefill_seqs=(8192 - d) / 4000), c)
+    assert served_step_schedule(e, 201, 4000, 100).time(c) == pytest.approx(full)
+    # without chunked prefill (V0) the two prompts run as prefill steps of their own between decode steps
+    v0 = Engine(LLAMA8B, H100, max_num_batched_tokens=8192, chunked_prefill=False)
+    alone = decode_schedule(v0, 201, 1050).time(c) + prefill_schedule(v0, 2, 1000).time(c)
+    assert served_step_schedule(v0, 201, 1000, 100).time(c) == pytest.approx(alone)
+
+
 def test_a_burst_of_prompts_waits_for_the_chunks_before_its_own():
     c = constants(**{"host_s.0.9": 1e-3})
     e = Engine(LLAMA8B, H100, max_num_batched_tokens=2048)
@@ -251,6 +304,22 @@ def test_a_burst_pays_the_prefill_behind_each_first_token_in_its_tpot():
     assert burst_tpot_schedule(e, 4, 1000, 11, "mean").time(c) == pytest.approx(mean)
     # the median request (the 2nd by first token) is one of the first two
     assert burst_tpot_schedule(e, 4, 1000, 11, "median").time(c) == pytest.approx((second + 9 * dec) / 10)
+
+
+def test_a_burst_beyond_what_the_engine_runs_decodes_later_requests_in_its_steady_state():
+    c = constants(**{"host_s.0.9": 1e-3})
+    e = Engine(LLAMA8B, H100, max_num_batched_tokens=2048)
+    # 12 prompts at once where 4 run: the first 4 are the burst above; the other 8 are admitted as slots free, into
+    # an engine that stays full, and decode in its steady state (served_step_schedule at 4): the mean weighs 4/12
+    # and 8/12; the median request (the 6th) is one of the later ones
+    first = burst_tpot_schedule(e, 4, 1000, 11, "mean").time(c)
+    steady = served_step_schedule(e, 4, 1000, 11).time(c)
+    assert burst_tpot_schedule(e, 12, 1000, 11, "mean", running=4).time(c) == \
+        pytest.approx(first / 3 + 2 * steady / 3)
+    assert burst_tpot_schedule(e, 12, 1000, 11, "median", running=4).time(c) == pytest.approx(steady)
+    # 6 where 4 run: the median request (the 3rd) is of the first wave
+    assert burst_tpot_schedule(e, 6, 1000, 11, "median", running=4).time(c) == \
+        pytest.approx(burst_tpot_schedule(e, 4, 1000, 11, "median").time(c))
 
 
 def test_a_closed_loop_beyond_what_the_engine_runs_queues_for_whole_lifetimes():
