@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from analysis.catalog import GPU, UnknownName, resolve_gpu, resolve_model
 from analysis.latency import step as latency
@@ -81,6 +81,9 @@ class PlanInputs(BaseModel):
     batch: StrictCount | None = Field(None, gt=0)
     context: StrictCount | None = Field(None, gt=0)
     prompt_len: StrictCount | None = Field(None, gt=0)
+    # Tokens each request generates (with prompt_len: the served TPOT and request latency, or under the offline entry
+    # `vllm bench latency`'s average latency, of `batch` such requests).
+    output_len: StrictCount | None = Field(None, gt=0)
     dtype: str = "auto"  # vLLM's --dtype: the weights' (and an auto KV cache's) dtype
     quantization: str | None = None  # vLLM's --quantization: overrides the checkpoint's quantization_config
     speculative_config: SpeculativeConfig | None = None  # vLLM's --speculative-config (analysis.vllm.speculative)
@@ -95,6 +98,14 @@ class PlanInputs(BaseModel):
     def _known_version(cls, v: str | None) -> str | None:
         if v is not None:
             rules_for(v)  # refuses a string that is not a version number, by name
+        return v
+
+    @field_validator("output_len")
+    @classmethod
+    def _output_needs_prompt(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is not None and info.data.get("prompt_len") is None:
+            raise ValueError("goes with a prompt length (prompt_len, `kvprof plan --prompt-len`): a request's "
+                             "latency needs its prompt")
         return v
 
     @model_validator(mode="after")
@@ -332,7 +343,8 @@ def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         max_num_seqs=inputs.max_num_seqs, max_num_batched_tokens=inputs.max_num_batched_tokens,
         default_max_num_batched_tokens=None if gpu is None else default_batching(a, inputs, gpu)[0])
     if mml:
-        out += workload_problems(mml, context=inputs.context, prompt_len=inputs.prompt_len)
+        out += workload_problems(mml, context=inputs.context, prompt_len=inputs.prompt_len,
+                                 output_len=inputs.output_len)
     return out
 
 
@@ -410,7 +422,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     largest = max(s.weight_bytes for s in pp_stages) if pp_stages else weights
     if problems := input_problems(a, inputs, gpu, largest):
         raise PlanError(problems_line(problems))
-    context = inputs.context or mml
+    # The tokens a sequence holds: --context, else a whole request (prompt and output), else max_model_len.
+    context = inputs.context or ((inputs.prompt_len or 0) + inputs.output_len if inputs.output_len else mml)
     reserve: Reserve | None = None
     budget: int | None = None
     budget_source: str | None = None
@@ -585,6 +598,39 @@ def refuse_unrunnable(plan: dict[str, Any], inputs: PlanInputs) -> None:
                         f"of {plan['bytes_per_block']:,} B), or a shorter --max-model-len")
 
 
+def _request_latency(engine: latency.Engine, inputs: PlanInputs, out: dict[str, Any]) -> dict[str, Any]:
+    """A whole request of ``prompt_len`` in and ``output_len`` out, at ``batch`` (else 1) of them in flight.
+
+    Under ``--entry serve``: the steady state's time per output token (``served_tpot_s``: while a request decodes the
+    other slots take new prompts, mixed into its steps; ``analysis.latency.step.served_step_schedule``) and the
+    request's latency, its TTFT (``ttft_s``) plus ``output_len − 1`` such tokens. Under ``--entry offline``:
+    ``vllm bench latency --batch-size B --input-len P --output-len O``'s average latency, the batch's prompts
+    prefilled together and ``output_len − 1`` decode steps (``bench_latency_s``). Each with its regime's interval."""
+    batch, p, o = inputs.batch or 1, inputs.prompt_len or 1, inputs.output_len or 1
+    reg = latency.regime(engine.a, engine.tp)
+    iv = latency.interval_for(reg)
+    res: dict[str, Any] = {"output_len": o, "request_concurrency": batch}
+    if inputs.entry == "offline":
+        s = latency.latency_schedule(engine, batch, p, o)
+        t = s.time()
+        res.update({"bench_latency_s": t, "bench_latency_terms": latency.named_terms(s),
+                    "bench_latency_interval_s": [t * iv.low_ratio, t * iv.high_ratio] if iv else None,
+                    "bench_latency_checked_against": latency.describe(t, reg)["checked_against"]})
+        return res
+    s = latency.served_step_schedule(engine, batch, p, o)
+    tpot = s.time()
+    res.update({"served_tpot_s": tpot, "served_tpot_terms": latency.named_terms(s),
+                "served_tpot_interval_s": [tpot * iv.low_ratio, tpot * iv.high_ratio] if iv else None,
+                "served_tpot_checked_against": latency.describe(tpot, reg)["checked_against"]})
+    if out.get("ttft_s") is not None:
+        total = out["ttft_s"] + (o - 1) * tpot
+        ti, di = out.get("ttft_interval_s"), res["served_tpot_interval_s"]
+        res["request_latency_s"] = total
+        res["request_latency_interval_s"] = ([ti[0] + (o - 1) * di[0], ti[1] + (o - 1) * di[1]]
+                                             if ti and di else None)
+    return res
+
+
 def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibration: Calibration | None,
              max_num_batched_tokens: int | None = None) -> dict[str, Any]:
     """Latency figures: the bare roofline (``roofline_*``) and, on a GPU, the evidence-fitted latency model
@@ -624,6 +670,8 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
             d = latency.describe(out["ttft_s"], "ttft")
             out["ttft_interval_s"], out["ttft_checked_against"] = d["interval_s"], d["checked_against"]
             out["ttft_running_sequences"] = running
+            if inputs.output_len:
+                out.update(_request_latency(engine, inputs, out))
         else:
             out["prefill_s"] = pf.time_s
     if inputs.batch is None:

@@ -154,7 +154,7 @@ def fraction_problems(gpu_memory_utilization: float | None) -> list[Problem]:
 
 
 def workload_problems(max_model_len: int, *, context: int | None = None,
-                      prompt_len: int | None = None) -> list[Problem]:
+                      prompt_len: int | None = None, output_len: int | None = None) -> list[Problem]:
     """What a plan's workload may ask of an engine: a sequence never holds more than max_model_len positions,
     and vLLM 0.32 ``InputProcessor._validate_prompt_len`` (v1/engine/input_processor.py) refuses a prompt of
     max_model_len tokens or more (it leaves no room for one output token). A batch past max_num_seqs is not
@@ -167,6 +167,11 @@ def workload_problems(max_model_len: int, *, context: int | None = None,
         out.append(Problem("prompt_len", prompt_len, f"is not shorter than max_model_len {max_model_len}: vLLM "
                            "refuses a prompt that leaves no room for an output token",
                            f"at most {max_model_len - 1}"))
+    elif prompt_len is not None and output_len is not None and prompt_len + output_len > max_model_len:
+        out.append(Problem("output_len", output_len, f"with the {prompt_len}-token prompt exceeds max_model_len "
+                           f"{max_model_len}: a request ends at max_model_len positions (vLLM caps or refuses "
+                           "max_tokens past max_model_len − prompt_len), so the workload never runs as asked",
+                           f"at most {max_model_len - prompt_len} (or raise max_model_len)"))
     return out
 
 

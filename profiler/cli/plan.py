@@ -108,6 +108,15 @@ def _plan_table(p: dict[str, Any]) -> Table:
     if "ttft_s" in p:
         row(f"time to first token ({p['ttft_running_sequences']} others decoding)", "",
             with_range(p["ttft_s"], p.get("ttft_interval_s")))
+    if "served_tpot_s" in p:
+        row(f"served TPOT ({p['request_concurrency']} in flight, {p['prompt_len']:,} in / {p['output_len']:,} out)",
+            "", with_range(p["served_tpot_s"], p.get("served_tpot_interval_s")))
+    if "request_latency_s" in p:
+        row("request latency (TTFT + TPOT × the rest)", "",
+            with_range(p["request_latency_s"], p.get("request_latency_interval_s")))
+    if "bench_latency_s" in p:
+        row(f"vllm bench latency (batch {p['request_concurrency']}, {p['prompt_len']:,} in / {p['output_len']:,} out)",
+            "", with_range(p["bench_latency_s"], p.get("bench_latency_interval_s")))
     if p.get("accounting_rules"):
         t.caption = (f"accounting rules: {p['accounting_rules']}; {p['entry']} defaults: "
                      f"max_num_batched_tokens {p['max_num_batched_tokens']:,}, max_num_seqs {p['max_num_seqs']:,}")
@@ -151,6 +160,10 @@ def plan_cmd(
     batch: Annotated[int | None, typer.Option(help="Concurrent sequences in a decode step.")] = None,
     context: Annotated[int | None, typer.Option(help="Tokens each sequence holds at that step.")] = None,
     prompt_len: Annotated[int | None, typer.Option(help="Prompt length for a prefill estimate.")] = None,
+    output_len: Annotated[int | None, typer.Option(
+        help="Tokens each request generates (with --prompt-len; --context defaults to the two together): the served "
+             "TPOT and request latency at --batch requests in flight, or under --entry offline `vllm bench "
+             "latency`'s average latency of a --batch batch.")] = None,
     reserve_bytes: Annotated[str | None, typer.Option(
         help="Override vLLM's non-KV reserve (activations + non-torch + CUDA graphs).")] = None,
     async_scheduling: Annotated[bool | None, typer.Option(
@@ -233,7 +246,8 @@ def plan_cmd(
                     reserve_bytes=reserve_bytes, max_num_batched_tokens=max_num_batched_tokens,
                     max_num_seqs=max_num_seqs, async_scheduling=async_scheduling, enforce_eager=enforce_eager,
                     entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype, batch=batch,
-                    prompt_len=prompt_len, pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition,
+                    prompt_len=prompt_len, output_len=output_len, pipeline_parallel_size=pps[0],
+                    pp_layer_partition=pp_layer_partition,
                     kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
                     speculative_config=speculative_config,
                     max_loras=max_loras, max_lora_rank=max_lora_rank)

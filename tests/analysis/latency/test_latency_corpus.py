@@ -208,3 +208,59 @@ def test_lengths_drawn_below_the_stated_ones_are_planned_at_their_mean():
     assert (rec.workload.mean_input_len, rec.workload.mean_output_len) == (922, 922)
     fixed = CORPUS["issue30326_gpt-oss-120b_h200_tp8_c8_1024x1024"].workload
     assert (fixed.mean_input_len, fixed.mean_output_len) == (1024, 1024)
+
+
+LATENCY_RUNS = sorted(name for name, rec in CORPUS.items()
+                      if rec.derive == "latency" and rec.workload.range_ratio is None)
+
+
+def _plan_of(rec, **over):
+    from analysis.latency.fit import args_of, record_engine
+    from analysis.planning.plan import PlanInputs, make_plan
+
+    s, wl = rec.settings, rec.workload
+    e = record_engine(rec)
+    inputs = PlanInputs(batch=wl.sequences, prompt_len=wl.mean_input_len, output_len=wl.mean_output_len,
+                        tensor_parallel_size=s.tensor_parallel_size, vllm_version=vllm_version(s),
+                        kv_cache_dtype=s.kv_cache_dtype, enforce_eager=s.enforce_eager,
+                        max_num_batched_tokens=e.max_num_batched_tokens,
+                        max_model_len=int(args_of(s).get("max-model-len", 0)) or None, **over)
+    return make_plan(record_architecture(rec), inputs, e.gpu)
+
+
+def test_the_plan_of_a_latency_run_is_the_schedule_the_corpus_holds_against_it():
+    # `kvprof plan --entry offline --batch B --prompt-len P --output-len O` is `vllm bench latency`'s average latency:
+    # for every such record in the corpus the plan's figure is the very schedule the fit predicts it with, so the
+    # corpus's held-out error is the plan's.
+    from analysis.latency.fit import record_targets
+
+    assert len(LATENCY_RUNS) >= 60
+    inside = 0
+    for name in LATENCY_RUNS:
+        rec = CORPUS[name]
+        p = _plan_of(rec, entry="offline")
+        target = next(t for t in record_targets(name, rec) if t.kind == "decode")
+        assert p["bench_latency_s"] == pytest.approx(target.schedule.time(), rel=1e-9), name
+        lo, hi = p["bench_latency_interval_s"]
+        inside += lo <= rec.reported.latency_s <= hi
+    # its interval is the regime's 10th–90th percentile of held-out step ratios: most whole runs fall inside
+    assert inside >= 0.8 * len(LATENCY_RUNS)
+    # vLLM PR 23197's H100 table, Llama-3.1-8B at batch 8, 256 in / 32 out (vLLM 0.10): 0.284 s measured
+    p = _plan_of(CORPUS["pr23197_llama-3.1-8b_h100_tp1_b8_256x32"], entry="offline")
+    assert p["bench_latency_s"] == pytest.approx(0.284, rel=0.05)
+
+
+def test_the_plan_of_a_served_workload_gives_its_tpot_and_request_latency():
+    # InferenceX #828, gpt-oss-120b at tp 8 on H100, 4 in flight, 1k/1k drawn in [0.8 L, L] (the mean request 922/922),
+    # vLLM 0.15.1: median TPOT 3.72 ms, the issue's own example. The plan's served TPOT is the steady state (the other
+    # three slots' prompts mixed into its steps), within 10 % of it and its interval holding it.
+    rec = CORPUS["inferencex828_gpt-oss-120b_h100-sxm_tp8_c4_1024x1024"]
+    p = _plan_of(rec)
+    assert p["request_concurrency"] == 4 and p["context"] == 922 + 922
+    assert p["served_tpot_s"] == pytest.approx(3.72e-3, rel=0.10)
+    lo, hi = p["served_tpot_interval_s"]
+    assert lo <= 3.72e-3 <= hi
+    # a request's latency is its TTFT and 921 more tokens at that TPOT (the intervals add the same way)
+    assert p["request_latency_s"] == pytest.approx(p["ttft_s"] + 921 * p["served_tpot_s"], rel=1e-12)
+    assert p["request_latency_interval_s"][0] == pytest.approx(p["ttft_interval_s"][0] + 921 * lo, rel=1e-12)
+    assert "bench_latency_s" not in p  # `vllm bench latency` is the offline entry's

@@ -143,6 +143,9 @@ def test_context_and_prompt_must_fit_max_model_len():
     # InputProcessor._validate_prompt_len: a prompt of max_model_len tokens leaves no room for an output token
     assert fields(workload_problems(4096, context=4097, prompt_len=4096)) == ["context", "prompt_len"]
     assert not workload_problems(4096, context=4096, prompt_len=4095)
+    # a request of 4,000 prompt tokens has room for 96 output tokens in 4,096 positions, not 97
+    assert not workload_problems(4096, prompt_len=4000, output_len=96)
+    assert fields(workload_problems(4096, prompt_len=4000, output_len=97)) == ["output_len"]
 
 
 def test_engine_problems_says_everything_at_once():
@@ -207,6 +210,9 @@ def one_line_error(res) -> str:
     (["--kv-cache-memory-bytes", "100GiB"], "--kv-cache-memory-bytes 107374182400 (100.00 GiB) is more than"),
     (["--max-model-len", "4096", "--prompt-len", "4096"], "--prompt-len 4096 is not shorter than max_model_len"),
     (["--max-model-len", "4096", "--context", "4097"], "--context 4097 exceeds max_model_len 4096"),
+    (["--max-model-len", "4096", "--prompt-len", "4000", "--output-len", "97"],
+     "--output-len 97 with the 4000-token prompt exceeds max_model_len 4096"),
+    (["--output-len", "97"], "--output-len: goes with a prompt length"),
 ])
 def test_plan_refuses_what_vllm_refuses(args, message):
     assert message in one_line_error(plan(*args))
