@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -158,6 +159,8 @@ class Architecture(BaseModel):
     rope_cache_positions: tuple[int, ...] = ()
     # A multimodal checkpoint's vision encoder and projector (`_encoder_params`), loaded beside the decoder.
     encoder_params: int = Field(0, ge=0)
+    # An encoder the config declares and kvprof does not count (None: none, or every one counted).
+    encoder_note: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Architecture:
@@ -417,23 +420,87 @@ def _rope_cache_positions(cfg: dict[str, Any], model_type: str) -> tuple[int, ..
 _SIGLIP_PROJECTOR = {"gemma3": lambda v, text: v * text + v}
 
 
-def _encoder_params(raw: dict[str, Any], text_hidden: int) -> int:
-    """Parameters of a multimodal checkpoint's vision encoder and projector, counted from ``vision_config``
-    (SigLIP towers with a known projector; 0 for a text-only model or another encoder)."""
-    v = raw.get("vision_config")
-    project = _SIGLIP_PROJECTOR.get(str(raw.get("model_type")))
-    if not isinstance(v, dict) or project is None or v.get("model_type") not in (None, "siglip_vision_model"):
-        return 0
+def _ints(v: dict[str, Any], *keys: str) -> tuple[int, ...] | None:
+    """Positive integers of a vision_config, None when one is missing or not one."""
     try:
-        h, inter, layers = int(v["hidden_size"]), int(v["intermediate_size"]), int(v["num_hidden_layers"])
-        patch, image, channels = int(v["patch_size"]), int(v["image_size"]), int(v.get("num_channels", 3))
+        out = tuple(int(v[k]) for k in keys)
     except (KeyError, TypeError, ValueError):
-        return 0
-    if min(h, inter, layers, patch, image, channels) <= 0:
-        return 0
-    embeddings = channels * patch * patch * h + h + (image // patch) ** 2 * h
+        return None
+    return out if min(out) > 0 else None
+
+
+def _siglip_params(v: dict[str, Any], project: Callable[[int, int], int], text_hidden: int) -> int | None:
+    got = _ints(v, "hidden_size", "intermediate_size", "num_hidden_layers", "patch_size", "image_size")
+    channels = _ints({"c": v.get("num_channels", 3)}, "c")
+    if got is None or channels is None:
+        return None
+    (h, inter, layers, patch, image), (c,) = got, channels
+    embeddings = c * patch * patch * h + h + (image // patch) ** 2 * h
     layer = 4 * (h * h + h) + (h * inter + inter) + (inter * h + h) + 2 * 2 * h
     return embeddings + layers * layer + 2 * h + project(h, text_hidden)
+
+
+def _qwen_vl_params(v: dict[str, Any], model_type: str, text_hidden: int) -> int | None:
+    """Qwen2-VL's and Qwen2.5-VL's vision towers, as vLLM's ``qwen2_vl.py`` / ``qwen2_5_vl.py`` build them: a
+    bias-free Conv3d patch embedding (channels × temporal patch × patch² × width), ``depth`` blocks of two norms,
+    a biased fused QKV and output projection and a biased MLP — Qwen2-VL: LayerNorms (weight and bias) and two
+    matrices of width × mlp_ratio (QuickGELU); Qwen2.5-VL: RMSNorms and a gated MLP of ``intermediate_size``
+    (gate and up fused) — and the patch merger: a norm of the width, then two biased linears over the
+    spatial_merge_size² patches it merges, the second to the decoder's width (``hidden_size`` in Qwen2-VL's
+    vision_config, ``out_hidden_size`` in Qwen2.5-VL's)."""
+    qwen25 = model_type == "qwen2_5_vl"
+    width_key = "hidden_size" if qwen25 else "embed_dim"
+    got = _ints(v, width_key, "depth", "patch_size")
+    extra = _ints({"c": v.get("in_chans", v.get("in_channels", 3)), "t": v.get("temporal_patch_size", 2),
+                   "m": v.get("spatial_merge_size", 2),
+                   "o": v.get("out_hidden_size" if qwen25 else "hidden_size", text_hidden)}, "c", "t", "m", "o")
+    if got is None or extra is None:
+        return None
+    (d, depth, patch), (c, t, m, out) = got, extra
+    if qwen25:
+        inter = _ints(v, "intermediate_size")
+        if inter is None:
+            return None
+        norms, mlp = 2 * d, (d * 2 * inter[0] + 2 * inter[0]) + (inter[0] * d + d)
+    else:
+        ratio = v.get("mlp_ratio", 4)
+        if not isinstance(ratio, int | float) or isinstance(ratio, bool) or ratio <= 0:
+            return None
+        hidden = int(d * ratio)
+        norms, mlp = 2 * 2 * d, (d * hidden + hidden) + (hidden * d + d)
+    block = norms + (3 * d * d + 3 * d) + (d * d + d) + mlp
+    merged = d * m * m
+    merger = (d if qwen25 else 2 * d) + (merged * merged + merged) + (merged * out + out)
+    return c * t * patch * patch * d + depth * block + merger
+
+
+def _encoder_params(raw: dict[str, Any], text_hidden: int) -> tuple[int, str | None]:
+    """Parameters of a multimodal checkpoint's vision encoder and projector, counted from ``vision_config``, and
+    what was left uncounted: SigLIP towers with a known projector (Gemma 3) and the Qwen2-VL and Qwen2.5-VL towers
+    are counted; another ``vision_config`` or ``audio_config`` is named in the note (its weights load beside the
+    decoder, so a plan without them is short by their size)."""
+    model_type = str(raw.get("model_type"))
+    v = raw.get("vision_config")
+    counted: int | None = None
+    if isinstance(v, dict):
+        kind = v.get("model_type")
+        project = _SIGLIP_PROJECTOR.get(model_type)
+        if project is not None and kind in (None, "siglip_vision_model"):
+            counted = _siglip_params(v, project, text_hidden)
+        elif model_type in ("qwen2_vl", "qwen2_5_vl") and kind in (None, model_type):
+            counted = _qwen_vl_params(v, model_type, text_hidden)
+    notes = []
+    if v is not None and counted is None:
+        what = v.get("model_type") if isinstance(v, dict) else None
+        notes.append(f"vision_config ({what or model_type}) is not counted")
+    if raw.get("audio_config") is not None:
+        notes.append("audio_config is not counted")
+    note = None
+    if notes:
+        note = ("; ".join(notes) + ": vLLM loads that encoder beside the decoder, so the weights here are short by "
+                "its size (kvprof counts SigLIP towers with Gemma 3's projector and the Qwen2-VL and Qwen2.5-VL "
+                "towers)")
+    return counted or 0, note
 
 
 def _layer_types(cfg: dict[str, Any], model_type: str, n_layers: int, name: str) -> tuple[LayerType, ...]:
@@ -571,6 +638,7 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
     except ValueError as exc:
         raise UnsupportedArchitecture(f"{name}: {exc}") from exc
 
+    encoder = _encoder_params(raw, hidden)
     fields = dict(
         name=name,
         model_type=model_type,
@@ -599,7 +667,7 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
         mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
         draft_vocab_size=cfg.get("draft_vocab_size"),
         rope_cache_positions=_rope_cache_positions(cfg, model_type),
-        encoder_params=_encoder_params(raw, hidden),
+        encoder_params=encoder[0], encoder_note=encoder[1],
     )
     try:
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")))

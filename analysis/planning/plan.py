@@ -532,6 +532,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
             blocks_per_sequence=at_context.blocks_per_sequence,
             gpu_resident_sequences=out["kv_full_batch"], mla_over_tp=a.mla is not None and tp > 1
             and inputs.pipeline_parallel_size == 1)
+    if a.encoder_note:
+        out["weights_note"] = a.encoder_note
     if pipeline is not None:
         out["pipeline_parallel_size"] = inputs.pipeline_parallel_size
         out["pipeline_stages"] = pipeline

@@ -322,8 +322,9 @@ def plan_cmd(
     if gpu_note:
         err.print(f"note: {gpu_note}", highlight=False)
     console.print(_plan_table(result))
-    if result.get("latency_note"):
-        console.print(f"note: {result['latency_note']}", highlight=False)
+    for key in ("weights_note", "latency_note"):
+        if result.get(key):
+            console.print(f"note: {result[key]}", highlight=False)
     if result["kv_budget_bytes"] is None:
         console.print("no KV budget: give --gpu (or --probe) or --kv-cache-memory-bytes for blocks, "
                       "concurrency and sequences that fit", highlight=False)

@@ -278,7 +278,47 @@ def test_gemma3_holds_a_rope_cache_per_layer_type_and_its_vision_tower():
 
 def test_a_text_only_model_has_no_encoder():
     a, _ = resolve_model("llama-3.1-8b")
-    assert a.encoder_params == 0
+    assert a.encoder_params == 0 and a.encoder_note is None
+
+
+def test_qwen2_5_vl_counts_its_vision_tower_and_merger():
+    # vLLM's qwen2_5_vl.py: width 1280, 32 blocks, gated MLP 3420, 14-pixel patches over 2 frames, 2×2 merge to 3584.
+    # Patch embedding (Conv3d, no bias) 3·2·14·14·1280; a block's two RMSNorms 2·1280, QKV 3·1280² + 3·1280, output
+    # 1280² + 1280, gate+up 1280·6840 + 6840, down 3420·1280 + 1280; the merger's RMSNorm 1280 and its two linears
+    # over 4·1280 = 5120: 5120² + 5120 and 5120·3584 + 3584.
+    a, _ = resolve_model("qwen2.5-vl-7b")
+    block = 2 * 1280 + (3 * 1280 ** 2 + 3 * 1280) + (1280 ** 2 + 1280) + (1280 * 6840 + 6840) + (3420 * 1280 + 1280)
+    merger = 1280 + (5120 ** 2 + 5120) + (5120 * 3584 + 3584)
+    assert a.encoder_params == 3 * 2 * 14 * 14 * 1280 + 32 * block + merger == 676_550_144
+    # with the Qwen2.5-7B decoder, the 8.29B the model card gives Qwen2.5-VL-7B-Instruct (to its rounding)
+    assert (count_params(a).total + a.encoder_params) / 1e9 == pytest.approx(8.29, abs=0.005)
+    assert a.encoder_note is None
+    assert a.rope_cache_positions == (128_000 * 4,)  # MRoPE: vLLM's cache is 4× the positions
+
+
+def test_qwen2_vl_counts_its_layernorm_tower_and_says_what_it_cannot_count():
+    cfg = json.loads((resolve_model("qwen2.5-vl-7b")[1] / "config.json").read_text())
+    # Qwen2-VL-7B's vision_config: width 1280 (embed_dim), MLP ratio 4 (QuickGELU), LayerNorms with biases, the
+    # merger's output width in hidden_size: the paper's "675M" ViT.
+    cfg["model_type"] = "qwen2_vl"
+    cfg["vision_config"] = {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "in_chans": 3,
+                            "hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    block = 4 * 1280 + (3 * 1280 ** 2 + 3 * 1280) + (1280 ** 2 + 1280) + (1280 * 5120 + 5120) + (5120 * 1280 + 1280)
+    merger = 2 * 1280 + (5120 ** 2 + 5120) + (5120 * 3584 + 3584)
+    a = Architecture.from_config(cfg, "qwen2-vl-7b")
+    assert a.encoder_params == 3 * 2 * 14 * 14 * 1280 + 32 * block + merger == 675_759_104
+    # A CLIP tower (LLaVA) is not counted, and the architecture says so rather than planning short in silence
+    cfg["model_type"] = "llava"
+    cfg["vision_config"] = {"model_type": "clip_vision_model", "hidden_size": 1024}
+    clip = Architecture.from_config(cfg, "llava")
+    assert clip.encoder_params == 0
+    assert clip.encoder_note.startswith("vision_config (clip_vision_model) is not counted")
+    # and the plan carries the note beside its weights
+    from analysis.planning.plan import PlanInputs, make_plan
+
+    p = make_plan(clip, PlanInputs(max_model_len=4096), gpu("h100-sxm"))
+    assert p["weights_note"] == clip.encoder_note
+    assert "weights_note" not in make_plan(a, PlanInputs(max_model_len=4096), gpu("h100-sxm"))
 
 
 @pytest.mark.parametrize("rope, positions", [
