@@ -604,10 +604,12 @@ def _request_latency(engine: latency.Engine, inputs: PlanInputs, out: dict[str, 
     """A whole request of ``prompt_len`` in and ``output_len`` out, at ``batch`` (else 1) of them in flight.
 
     Under ``--entry serve``: the steady state's time per output token (``served_tpot_s``: while a request decodes the
-    other slots take new prompts, mixed into its steps; ``analysis.latency.step.served_step_schedule``) and the
-    request's latency, its TTFT (``ttft_s``) plus ``output_len − 1`` such tokens. Under ``--entry offline``:
-    ``vllm bench latency --batch-size B --input-len P --output-len O``'s average latency, the batch's prompts
-    prefilled together and ``output_len − 1`` decode steps (``bench_latency_s``). Each with its regime's interval."""
+    other slots take new prompts, mixed into its steps; ``analysis.latency.step.served_step_schedule``), the
+    request's latency, its TTFT (``ttft_s``) plus ``output_len − 1`` such tokens, and the mean TTFT when the
+    ``batch`` prompts arrive together (``burst_ttft_s``: a burst, or a closed loop of fixed-length requests).
+    Under ``--entry offline``: ``vllm bench latency --batch-size B --input-len P --output-len O``'s average latency,
+    the batch's prompts prefilled together and ``output_len − 1`` decode steps (``bench_latency_s``). Each with its
+    regime's interval."""
     batch, p, o = inputs.batch or 1, inputs.prompt_len or 1, inputs.output_len or 1
     reg = latency.regime(engine.a, engine.tp)
     iv = latency.interval_for(reg)
@@ -624,6 +626,16 @@ def _request_latency(engine: latency.Engine, inputs: PlanInputs, out: dict[str, 
     res.update({"served_tpot_s": tpot, "served_tpot_terms": latency.named_terms(s),
                 "served_tpot_interval_s": [tpot * iv.low_ratio, tpot * iv.high_ratio] if iv else None,
                 "served_tpot_checked_against": latency.describe(tpot, reg)["checked_against"]})
+    # A closed loop of fixed-length requests (`vllm bench serve --max-concurrency B`, request rate inf) starts with
+    # its B prompts together, and since they finish together the next B arrive together: its TTFT is such a burst's,
+    # the mean over requests whose first tokens wait for the prefill chunks before their own (the corpus fit
+    # predicts closed loops so).
+    b = latency.burst_ttft_schedule(engine, batch, p, "mean")
+    median = latency.burst_ttft_schedule(engine, batch, p, "median").time()
+    tt = latency.interval_for("ttft")
+    res.update({"burst_ttft_s": b.time(), "burst_ttft_terms": latency.named_terms(b),
+                "burst_ttft_interval_s": [b.time() * tt.low_ratio, b.time() * tt.high_ratio] if tt else None,
+                "burst_ttft_median_s": median})
     if out.get("ttft_s") is not None:
         total = out["ttft_s"] + (o - 1) * tpot
         ti, di = out.get("ttft_interval_s"), res["served_tpot_interval_s"]

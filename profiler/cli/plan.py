@@ -111,6 +111,10 @@ def _plan_table(p: dict[str, Any]) -> Table:
     if "served_tpot_s" in p:
         row(f"served TPOT ({p['request_concurrency']} in flight, {p['prompt_len']:,} in / {p['output_len']:,} out)",
             "", with_range(p["served_tpot_s"], p.get("served_tpot_interval_s")))
+    if "burst_ttft_s" in p:
+        row(f"TTFT, {p['request_concurrency']} prompts at once (a closed loop's waves; mean, median "
+            f"{fmt_seconds(p['burst_ttft_median_s'])})", "",
+            with_range(p["burst_ttft_s"], p.get("burst_ttft_interval_s")))
     if "request_latency_s" in p:
         row("request latency (TTFT + TPOT × the rest)", "",
             with_range(p["request_latency_s"], p.get("request_latency_interval_s")))
