@@ -31,6 +31,11 @@ EXPLAINED = {
     "argonne_mistral-7b-v0.1_h100_tp1_b64_1024x1024": "Mistral-7B on one H100 at batch 64: 31 s where the same table's "
                                                       "Llama-3-8B takes 19 s at the same point (and the two agree at "
                                                       "batch 16 and on A100); the source's own outlier",
+    "argonne_mixtral-8x7b_a100-40gb_tp4_b16_512x512": "Mixtral-8x7B on A100 runs below the prediction in every "
+                                                      "source that has it (vLLM 0.3-0.6: this table 0.73-0.87, "
+                                                      "PR 3240 and vLLM CI's 0.6-0.83): the MoE efficiency is "
+                                                      "shared with the H100/H200 MoE sources, where Mixtral is "
+                                                      "predicted within 10-20 %",
     "argonnettft_": "offline prefills of 16 x 1,024 tokens (--output-len 1, vLLM 0.5.4) at 62 % (H100) and 76 % (A100) "
                     "of the fp16 tensor peak, where the one prefill efficiency the model fits (0.4-0.5) also carries "
                     "served TTFTs and whole latencies of other sources; held out, the prediction is 1.4-1.7x slow",
@@ -65,8 +70,16 @@ EXPLAINED = {
                                       "Blackwell MoE record, held out with its source (the only B200 decode source), "
                                       "so Blackwell's efficiencies are the pooled ones and the MXFP4 and per-expert "
                                       "costs are Hopper's kernels': 1.5x the prediction",
-    "mlcperf_codellama-34b-awq": "CodeLlama-34B AWQ on 2x RTX 4090 (vLLM 0.2.0): barely faster than the 70B on the "
-                                 "same GPUs in the same table; the source does not explain it",
+    "mlcperf_codellama-34b_a10g_tp8": "eight A10Gs over PCIe (an AWS g5.48xlarge, vLLM 0.2 in eager mode, NCCL "
+                                      "all-reduces): the same table's A10G steps grow with tp faster than the PCIe "
+                                      "all-reduce latency fitted on two- and four-GPU PCIe records (tp 2 within 3 %, "
+                                      "tp 4 1.2x, tp 8 1.17-1.26x)",
+    "r1llama8bcard_llama-3.1-8b-w4a16_h100": "W4A16 (Marlin) Llama-3.1-8B at batch 1 on H100 through GuideLLM over "
+                                             "HTTP (vLLM 0.7.2): the int4 kernel efficiency is shared with the A100 "
+                                             "AWQ/GPTQ runs (Qwen2.5's speed tables, 0.83-0.89), which stream faster; "
+                                             "the same card's A100 W4A16 run is within 5 %",
+    "mlcperf_codellama-34b-awq_rtx-4090": "CodeLlama-34B AWQ on 2x RTX 4090 (vLLM 0.2.0): barely faster than the "
+                                          "70B on the same GPUs in the same table; the source does not explain it",
     "pr13747_deepseek-v2-lite": "DeepSeek-V2-Lite (16B) split 8 ways at batch 8 (vLLM 0.7.3, FlashMLA): a step of "
                                 "floors (0.4 GB of weights a GPU), whose MLA per-layer cost and per-expert GEMM cost "
                                 "(35 of 64 experts in each of 26 MoE layers) are fitted on DeepSeek-V3 and Mixtral "
