@@ -37,6 +37,10 @@ from profiler.devices import Placement, give_back_node_cores, take_node_cores
 from profiler.store import atomic_write_bytes
 
 POLL_TIMEOUT_S = 30.0  # one poll of a host: a node that does not answer in this long counts as not answering
+# A one-off call a whole engine configuration depends on (setting its host up, starting its child): a node busy
+# enough to take half a minute over it is slow, not gone, and giving up would abort every point of the
+# configuration (a clean-clone CI run with both cores busy lost one so), so these wait this long.
+SETUP_TIMEOUT_S = 180.0
 FLUSH_S = 30.0  # how often the driver rewrites a remote launch's partial telemetry file
 LOST_RETURNCODE = -1000  # a child whose host was lost (its own return code is unknowable)
 
@@ -459,13 +463,13 @@ class RayHost:
         try:
             self.info = self._wait(self.actor.info.remote(), poll_s)  # scheduled: its devices are free
             t0 = time.time()
-            now = self.call(self.actor.now.remote())
+            now = self.call(self.actor.now.remote(), SETUP_TIMEOUT_S)
             self.clock_offset = now - (t0 + time.time()) / 2
             kind = "cpu" if cluster.platform == "cpu" else "gpu"
             self.labels = [f"{self.info['node_ip']}/{kind}{d}" for d in self.info["devices"]]
             if cfg.weights == "dummy":  # its config travels with the job: no node needs the driver's paths
-                self.call(self.actor.stage_model.remote(cfg.model_dir, model_files(cfg.model_dir)))
-            elif self.call(self.actor.missing.remote([cfg.model_dir])):
+                self.call(self.actor.stage_model.remote(cfg.model_dir, model_files(cfg.model_dir)), SETUP_TIMEOUT_S)
+            elif self.call(self.actor.missing.remote([cfg.model_dir]), SETUP_TIMEOUT_S):
                 raise HostSetupError(f"model directory {cfg.model_dir} is not readable on Ray node "
                                      f"{self.info['node_ip']}: with weights: real every node must see the model "
                                      "at the driver's path")
@@ -508,7 +512,7 @@ class RayHost:
         return time.time() + self.clock_offset
 
     def free_port(self) -> int:
-        return int(self.call(self.actor.free_port.remote()))
+        return int(self.call(self.actor.free_port.remote(), SETUP_TIMEOUT_S))
 
     def start(self, cmd: list[str], log_path: Path, env: dict[str, str], sampler: RemoteSampler | None) -> RemoteProc:
         """Start ``cmd`` on the node (files under the results root that it names go with it)."""
@@ -516,13 +520,14 @@ class RayHost:
         files = {str(Path(a).relative_to(self.root)): Path(a).read_bytes() for a in cmd
                  if a.startswith(root + os.sep) and Path(a).is_file()}
         log = str(log_path.relative_to(self.root))
-        pid = self.call(self.actor.start.remote(cmd, files, env, log))
+        pid = self.call(self.actor.start.remote(cmd, files, env, log), SETUP_TIMEOUT_S)
         return RemoteProc(self, pid, sampler, log_path)
 
     def sampler(self, telemetry: Any, tp: int, metrics_url: str | None, partial: Path) -> RemoteSampler | None:
         if telemetry is None or not telemetry.enabled:
             return None
-        self.call(self.actor.start_sampler.remote(telemetry.backend, tp, telemetry.interval_s, metrics_url))
+        self.call(self.actor.start_sampler.remote(telemetry.backend, tp, telemetry.interval_s, metrics_url),
+                  SETUP_TIMEOUT_S)
         return RemoteSampler(self, telemetry.interval_s, partial)
 
     def release(self) -> None:

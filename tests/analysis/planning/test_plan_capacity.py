@@ -142,5 +142,9 @@ def test_nvml_names_match_whole_words_only():
     from analysis.catalog import UnknownName, gpu
 
     assert gpu("NVIDIA H200").name == "h200"
-    with pytest.raises(UnknownName):  # a GH200 is not an H200 (different memory and bandwidth)
-        gpu("NVIDIA GH200 480GB")
+    # a GH200 is not an H200 (different memory and bandwidth): its own entry, whose "480GB" is the Grace memory
+    assert gpu("NVIDIA GH200 480GB").name == "gh200-96gb"
+    # an L40 is not an L40S, nor the other way round
+    assert (gpu("NVIDIA L40").name, gpu("NVIDIA L40S").name) == ("l40", "l40s")
+    with pytest.raises(UnknownName):  # the 300 W Max-Q part is neither RTX PRO 6000 edition
+        gpu("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition")

@@ -18,7 +18,7 @@ TINY_WEIGHTS = 6_558_208 + 8_192 * 32 * 2
 
 
 def probe_file(tmp_path, **fields) -> str:
-    probe = {"probe_version": 2, "device": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+    probe = {"probe_version": 2, "device": "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
              "device_type": "cuda", "copy": {"bandwidth_Bps": {"median": 1.5e12}},
              "matmul_bf16": {"flops_per_s": {"median": 4.0e14}}, "decode_attention": []}
     probe.update(fields)
@@ -42,7 +42,7 @@ def test_gpu_outside_the_catalog_plans_with_the_probed_device_memory(tmp_path):
     # budget = int(96 GiB × 0.5) − weights − reserve = 51,539,607,552 − 7,082,496 − 1,073,741,824
     assert p["kv_budget_bytes"] == 51_539_607_552 - TINY_WEIGHTS - 1_073_741_824 == 50_458_783_232
     assert p["bandwidth_Bps"] == 1.5e12 and p["peak_flops"] == 4.0e14  # the probe's medians
-    assert p["gpu"] == "probe: NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+    assert p["gpu"] == "probe: NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
 
 
 def test_probe_memory_wins_over_the_catalog_for_a_known_gpu(tmp_path):
@@ -97,5 +97,5 @@ def test_a_probed_catalog_part_keeps_its_architecture_and_links(tmp_path):
     h200 = probed("NVIDIA H200")
     assert (h200.generation, h200.interconnect, h200.interconnect_gbs) == ("hopper", "nvlink", 450)
     assert h200.bandwidth_tbs == 1.5  # the measured copy bandwidth, not the spec sheet's 4.8
-    other = probed("NVIDIA RTX PRO 6000 Blackwell Workstation Edition")
+    other = probed("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition")
     assert (other.generation, other.interconnect) == (None, None)
