@@ -114,6 +114,8 @@ class ProcurementRow(BaseModel):
         description="the latency model's decode step at that batch (analysis.latency.step)")
     decode_step_interval_s: list[float] | None = Field(
         None, description="the step's 10th–90th percentile range from the corpus (measured ÷ predicted, held out)")
+    served_tpot: bool = Field(False, description="decode_step_s is the served TPOT of whole requests (--output-len: "
+                                                 "arriving prompts mixed into the steps), not the bare decode step")
     roofline_decode_step_s: float | None = Field(None, description="the bare roofline's step, beside it")
     decode_bound: str | None = Field(description="the step's largest term: weights, kv, attention, communication, "
                                                  "floor (a CPU: the roofline's memory or compute)")
@@ -164,6 +166,7 @@ class _Figures(BaseModel):
     batch_limited_by: LimitedBy | None = None
     decode_step_s: float | None = None
     decode_step_interval_s: list[float] | None = None
+    served_tpot: bool = False
     roofline_decode_step_s: float | None = None
     decode_bound: str | None = None
     tokens_per_s_per_gpu: float | None = None
@@ -230,7 +233,9 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
         return make_plan(a, inputs.model_copy(update={"batch": b, "prompt_len": prompt}), gpu, cal)
 
     def step(p: dict) -> float:
-        return p.get("calibrated_decode_step_s", p["decode_step_s"])
+        """The time per output token the SLO and the tokens/s are judged by: the calibrated step; else, for whole
+        requests (--output-len), the served TPOT with arriving prompts mixed in; else the decode step."""
+        return p.get("calibrated_decode_step_s", p.get("served_tpot_s", p["decode_step_s"]))
 
     def misses(p: dict) -> Reason | None:
         if tpot_slo_s is not None and step(p) > tpot_slo_s:
@@ -277,8 +282,11 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
     calibrated = "calibrated_decode_step_s" in p
     f.decode_step_s = step(p)
     f.decode_bound = p["calibrated_decode_bound"] if calibrated else p["decode_bound"]
-    iv = p.get("calibrated_decode_step_interval_s") if calibrated else p.get("decode_step_interval_s")
+    served = not calibrated and "served_tpot_s" in p
+    iv = (p.get("calibrated_decode_step_interval_s") if calibrated else
+          p.get("served_tpot_interval_s") if served else p.get("decode_step_interval_s"))
     f.decode_step_interval_s = iv
+    f.served_tpot = served
     f.roofline_decode_step_s = p.get("roofline_decode_step_s")
     f.tokens_per_s_per_gpu = f.batch / f.decode_step_s / tp
     f.tokens_per_s_per_gpu_interval = [f.batch / x / tp for x in reversed(iv)] if iv else None

@@ -560,7 +560,8 @@ def procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list[
                 ["#", "GPU", tp_head, "weights", "KV/GPU", "N×T needs", "fit@T", "repl.", "GPUs", ""])
     lat = table(f"predicted latency; range: the 10th–90th percentile of published measurements ÷ prediction; "
                 f"TTFT of a {first.prompt_len or first.context:,}-token prompt (its range in --json)",
-                ["#", "GPU", tp_head, "batch", "step ms", "range", "TTFT ms", "tok/s/GPU", "bound"])
+                ["#", "GPU", tp_head, "batch", "TPOT ms" if first.served_tpot else "step ms", "range", "TTFT ms",
+                 "tok/s/GPU", "bound"])
 
     def num(v: float) -> str:
         return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"

@@ -40,7 +40,8 @@ DOCUMENTED_KEYS = {
     "decode_bound", "tokens_per_s_per_gpu", "calibration_note", "calibrated_kv_budget_bytes",
     "calibrated_kv_fraction_needed", "calibrated_sequences_fit", "calibrated_replicas", "calibrated_gpus_needed",
     "calibrated_batch", "calibrated_decode_step_s", "calibrated_tokens_per_s_per_gpu",
-    "decode_step_interval_s", "roofline_decode_step_s", "tokens_per_s_per_gpu_interval", "ttft_slo_s", "prompt_len",
+    "decode_step_interval_s", "served_tpot", "roofline_decode_step_s", "tokens_per_s_per_gpu_interval", "ttft_slo_s",
+    "prompt_len",
     "ttft_s", "ttft_interval_s", "power_w_per_gpu", "power_w_interval", "kw", "j_per_output_token",
     "j_per_output_token_interval", "usd_per_gpu_hour", "price_source", "usd_per_million_tokens",
     "usd_per_million_tokens_interval",
@@ -131,6 +132,29 @@ def test_tpot_slo_caps_the_batch_per_replica_or_rules_a_row_out():
     (r,) = table(*TINY, "--gpu", "h100-sxm", "--tp", "1", "--tpot-slo", "0.000001")
     assert (r["fits"], r["reason_kind"], r["gpus_needed"]) == (False, "tpot_slo", None)
     assert "1.96 µs" in r["reason"] and "1.00 µs" in r["reason"]
+
+
+def test_whole_requests_are_judged_by_their_served_tpot():
+    # With --output-len the table's step is a served request's time per output token: while it decodes, the other
+    # batch − 1 slots take new prompts (6 every 64 steps), whose prefill rides in its steps, so it is longer than
+    # the bare decode step of the same batch at the request's mean context, 512 + 64 / 2 = 544 tokens
+    # ((5,509,632 + 7 · 544 · 1,024 B) / 3.35e12); the SLO and tokens/s are judged by it.
+    from analysis.planning.plan import PlanInputs, make_plan
+
+    (bare,) = table(*TINY, "--gpu", "h100-sxm", "--tp", "1")
+    (whole,) = table(*TINY, "--gpu", "h100-sxm", "--tp", "1", "--prompt-len", "512", "--output-len", "64")
+    assert (bare["served_tpot"], whole["served_tpot"]) == (False, True)
+    assert whole["batch"] == bare["batch"] == 7
+    assert bare["decode_step_s"] == pytest.approx(tiny_step(7, H100_SXM_BW), rel=2e-2)
+    assert whole["decode_step_s"] > (TINY_DECODE_WEIGHTS + 7 * 544 * 1024) / H100_SXM_BW
+    plan = make_plan(catalog.resolve_model("tiny-llama-gqa")[0],
+                     PlanInputs(batch=7, prompt_len=512, output_len=64, context=1024, max_model_len=1024,
+                                kv_cache_memory_bytes=8 * 2**20), catalog.gpu("h100-sxm"))
+    assert whole["decode_step_s"] == pytest.approx(plan["served_tpot_s"], rel=1e-9)
+    assert whole["tokens_per_s_per_gpu"] == pytest.approx(7 / plan["served_tpot_s"], rel=1e-9)
+    out = runner.invoke(app, ["plan", *TINY, "--gpu", "h100-sxm", "--tp", "1", "--prompt-len", "512",
+                              "--output-len", "64"])
+    assert out.exit_code == 0 and "TPOT ms" in out.output
 
 
 def test_a_70b_model_at_tp1_on_an_80gb_gpu_does_not_fit_for_its_weights():
