@@ -167,6 +167,11 @@ def workload_problems(max_model_len: int, *, context: int | None = None,
         out.append(Problem("prompt_len", prompt_len, f"is not shorter than max_model_len {max_model_len}: vLLM "
                            "refuses a prompt that leaves no room for an output token",
                            f"at most {max_model_len - 1}"))
+    elif (prompt_len is not None and output_len is not None and context is not None
+          and prompt_len + output_len > context):
+        out.append(Problem("output_len", output_len, f"with the {prompt_len}-token prompt exceeds context {context}: "
+                           "a request holds its prompt and its output, so its KV would not be the context planned",
+                           f"at most {context - prompt_len} (or raise --context)"))
     elif prompt_len is not None and output_len is not None and prompt_len + output_len > max_model_len:
         out.append(Problem("output_len", output_len, f"with the {prompt_len}-token prompt exceeds max_model_len "
                            f"{max_model_len}: a request ends at max_model_len positions (vLLM caps or refuses "

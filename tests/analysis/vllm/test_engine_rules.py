@@ -146,6 +146,9 @@ def test_context_and_prompt_must_fit_max_model_len():
     # a request of 4,000 prompt tokens has room for 96 output tokens in 4,096 positions, not 97
     assert not workload_problems(4096, prompt_len=4000, output_len=96)
     assert fields(workload_problems(4096, prompt_len=4000, output_len=97)) == ["output_len"]
+    # and a stated context must hold the whole request: 2,000 + 500 tokens do not fit 2,048
+    assert fields(workload_problems(4096, context=2048, prompt_len=2000, output_len=500)) == ["output_len"]
+    assert not workload_problems(4096, context=2500, prompt_len=2000, output_len=500)
 
 
 def test_engine_problems_says_everything_at_once():
