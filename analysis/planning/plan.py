@@ -612,34 +612,28 @@ def _request_latency(engine: latency.Engine, inputs: PlanInputs, out: dict[str, 
     regime's interval."""
     batch, p, o = inputs.batch or 1, inputs.prompt_len or 1, inputs.output_len or 1
     reg = latency.regime(engine.a, engine.tp)
-    iv = latency.interval_for(reg)
     res: dict[str, Any] = {"output_len": o, "request_concurrency": batch}
-    if inputs.entry == "offline":
-        s = latency.latency_schedule(engine, batch, p, o)
+
+    def figure(name: str, s: latency.Schedule, r: str) -> None:
+        """A figure with its named terms, its regime's interval and what it was checked against."""
         t = s.time()
-        res.update({"bench_latency_s": t, "bench_latency_terms": latency.named_terms(s),
-                    "bench_latency_interval_s": [t * iv.low_ratio, t * iv.high_ratio] if iv else None,
-                    "bench_latency_checked_against": latency.describe(t, reg)["checked_against"]})
+        d = latency.describe(t, r)
+        res.update({f"{name}_s": t, f"{name}_terms": latency.named_terms(s), f"{name}_interval_s": d["interval_s"],
+                    f"{name}_checked_against": d["checked_against"]})
+
+    if inputs.entry == "offline":
+        figure("bench_latency", latency.latency_schedule(engine, batch, p, o), reg)
         return res
-    s = latency.served_step_schedule(engine, batch, p, o)
-    tpot = s.time()
-    res.update({"served_tpot_s": tpot, "served_tpot_terms": latency.named_terms(s),
-                "served_tpot_interval_s": [tpot * iv.low_ratio, tpot * iv.high_ratio] if iv else None,
-                "served_tpot_checked_against": latency.describe(tpot, reg)["checked_against"]})
+    figure("served_tpot", latency.served_step_schedule(engine, batch, p, o), reg)
     # A closed loop of fixed-length requests (`vllm bench serve --max-concurrency B`, request rate inf) starts with
     # its B prompts together, and since they finish together the next B arrive together: its TTFT is such a burst's,
     # the mean over requests whose first tokens wait for the prefill chunks before their own (the corpus fit
     # predicts closed loops so).
-    b = latency.burst_ttft_schedule(engine, batch, p, "mean")
-    median = latency.burst_ttft_schedule(engine, batch, p, "median").time()
-    tt = latency.interval_for("ttft")
-    res.update({"burst_ttft_s": b.time(), "burst_ttft_terms": latency.named_terms(b),
-                "burst_ttft_interval_s": [b.time() * tt.low_ratio, b.time() * tt.high_ratio] if tt else None,
-                "burst_ttft_median_s": median})
+    figure("burst_ttft", latency.burst_ttft_schedule(engine, batch, p, "mean"), "ttft")
+    res["burst_ttft_median_s"] = latency.burst_ttft_schedule(engine, batch, p, "median").time()
     if out.get("ttft_s") is not None:
-        total = out["ttft_s"] + (o - 1) * tpot
-        ti, di = out.get("ttft_interval_s"), res["served_tpot_interval_s"]
-        res["request_latency_s"] = total
+        tpot, ti, di = res["served_tpot_s"], out.get("ttft_interval_s"), res["served_tpot_interval_s"]
+        res["request_latency_s"] = out["ttft_s"] + (o - 1) * tpot
         res["request_latency_interval_s"] = ([ti[0] + (o - 1) * di[0], ti[1] + (o - 1) * di[1]]
                                              if ti and di else None)
     return res
