@@ -27,6 +27,7 @@ generating one token each (``--output-len 1``) has no decode step: it measures t
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -170,13 +171,34 @@ class LatencyRecord(PublishedRecord):
 
     @property
     def source_key(self) -> str:
-        """The publication a record came from (records of one page or thread share it): the URL without its
-        fragment. Leave-one-source-out cross-validation holds out every record of one key together."""
-        return str(self.source).split("#", 1)[0].rstrip("/")
+        """The campaign a record came from, the unit leave-one-source-out cross-validation holds out together
+        (:func:`campaign`): runs of one harness, machine room and vLLM build published as several pages are one
+        source, so that a sibling page never stands in for the evidence held out."""
+        return campaign(str(self.source))
 
     @property
     def ttft_ms(self) -> float | None:
         return self.reported.median_ttft_ms or self.reported.mean_ttft_ms
+
+
+# Publications whose threads are each their own campaign: vLLM's issues and pull requests are written by different
+# people on different machines, so each thread is one source.
+PER_THREAD = ("github.com/vllm-project/vllm/",)
+
+
+def campaign(url: str) -> str:
+    """The campaign a source URL belongs to: a GitHub repository (its pages, files, commits and threads: one
+    group's harness, e.g. the four CSVs of Argonne's LLM-Inference-Bench or silybench's BF16 and FP8 runs), a Hugging
+    Face owner (one vendor's model cards, benchmarked alike), a CI pipeline (buildkite.com/<org>/<pipeline>: its builds
+    are one script on one fleet); otherwise the URL without its fragment. vLLM's own threads stay one each
+    (``PER_THREAD``)."""
+    u = url.split("#", 1)[0].rstrip("/")
+    bare = re.sub(r"^https?://(www\.)?", "", u)
+    if any(bare.startswith(p) for p in PER_THREAD):
+        return u
+    parts = bare.split("/")
+    keep = {"github.com": 3, "huggingface.co": 2, "buildkite.com": 3}.get(parts[0])
+    return "https://" + "/".join(parts[:keep]) if keep and len(parts) >= keep else u
 
 
 def vllm_version(s: LatencySettings) -> str | None:

@@ -10,8 +10,9 @@ the KV it reads, its FLOPs and its all-reduces. Its time is
                                 GEMM FLOPs / (peak · η_f[generation] · κ_f[weight-only kernel]) · (1 + m½ / rows),
                                 routed experts' grouped GEMMs at κ_moe_f)   a GEMM of few rows (tokens) runs below
                                 its large-M rate: half of it at m½ rows (rows counted from a 16-row MMA tile up)
-  + kv_s             KV bytes read / (BW · η_kv[generation] · κ_kv[vLLM era])   attention kernels reach a
-                                                                  smaller share of peak than GEMMs
+  + kv_s             KV bytes read / (BW · η_kv[generation] · κ_kv[vLLM era] · κ_fa3)   attention kernels reach a
+                                                                  smaller share of peak than GEMMs; κ_fa3 where
+                                                                  FlashAttention 3 reads it (Hopper, vLLM 0.7 on)
   + attention_s      attention FLOPs / (peak · η_f[generation])   prefill's quadratic term
   + communication_s  all-reduces × latency[link] · hops + their bytes / link bandwidth   (tp > 1: two a layer;
                                                                   hops: log2(tp) before vLLM 0.9, 1 from it on)
@@ -135,6 +136,15 @@ def allreduce_hops(tp: int, vllm_version: str | None) -> float:
     return 1.0 if era(vllm_version) == ERAS[-1] else float(np.log2(tp))
 
 
+def attention_kernel(gpu: GPU, vllm_version: str | None) -> str:
+    """Which decode-attention kernel family reads the KV cache: FlashAttention 3 on Hopper from vLLM 0.7.0 on
+    (vLLM PR 12093; "On Hopper, Flash Attention 3 is enabled by default (since the v0.7.0 release)", PR 15231),
+    which streams the paged KV at a larger share of HBM bandwidth than the FlashAttention 2 and paged-attention
+    kernels before it (``fa3``); ``fa2`` otherwise (every other part, and Hopper before 0.7)."""
+    v = _version(vllm_version)
+    return "fa3" if gpu.generation == "hopper" and (v is None or v >= (0, 7)) else "fa2"
+
+
 def chunked_prefill_default(vllm_version: str | None) -> bool:
     """Whether prompts are chunked and mixed into decode steps by default: V1 (vLLM 0.8 on) always does."""
     v = _version(vllm_version)
@@ -165,6 +175,7 @@ class StepWork:
     generation: str
     kernel: str
     era: str
+    attention: str  # decode-attention kernel family (attention_kernel())
     link: str
     bandwidth_Bps: float
     gemm_peak_flops: float  # the tensor rate the GEMMs run at (fp8/int8 where the kernel and part have it)
@@ -232,6 +243,7 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         allreduce_hops=allreduce_hops(tp, vllm_version), allreduce_bytes=ar_bytes,
         eager=enforce_eager,
         generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
+        attention=attention_kernel(gpu, vllm_version),
         link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
         peak_flops=bf16, link_Bps=(gpu.interconnect_gbs or 32) * 1e9)
 
@@ -244,7 +256,7 @@ def parameter_names() -> list[str]:
     names = []
     for eta in ("eta_weights", "eta_kv", "eta_flops"):
         names += [eta] + [f"{eta}.{g}" for g in GENERATIONS]
-    names += [f"kv_era.{e}" for e in ERAS[:-1]]
+    names += [f"kv_era.{e}" for e in ERAS[:-1]] + ["kv_kernel.fa3"]
     names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel", "moe_flops"]
     names += [f"kernel_flops.{k}" for k in WEIGHT_ONLY]
     names += [f"expert_call_s.{e}" for e in EXPERT_CALL_ERAS]
@@ -257,15 +269,19 @@ def parameter_names() -> list[str]:
 # Efficiencies: decode GEMMs stream weights at 70-90 % of peak, attention's KV reads at 40-80 %, prefill GEMMs
 # reach about half the dense tensor peak. Floors: a few microseconds per kernel, ~10 kernels a layer under
 # CUDA-graph replay; eager launches cost tens of microseconds a layer; NVLink all-reduces of a few KiB take
-# ~10 µs (vLLM's custom all-reduce), PCIe ones ~30 µs (NCCL).
+# ~10 µs (vLLM's custom all-reduce), PCIe ones ~30 µs (NCCL). Where no such belief is worth holding, the prior is
+# flat (sigma 2: a factor of 7 either way) and the corpus decides: FlashAttention 3's KV read against FA2's, and the
+# fused-MoE kernels' cost per MoE layer and per expert byte (fitted, an expert byte costs less than a dense weight
+# byte: benchmark batches route to fewer distinct experts than uniform routing touches, so this is an effective
+# factor, not a kernel's bandwidth; the 0.6 prior it had held MoE steps at batch 16–64 up to twice too slow).
 PRIORS: dict[str, tuple[float, float]] = {
     "eta_weights": (0.80, 0.3), "eta_kv": (0.60, 0.5), "eta_flops": (0.55, 0.4),
-    "kv_era.0.5": (1.0, 0.4), "kv_era.0.6": (1.0, 0.4),
+    "kv_era.0.5": (1.0, 0.4), "kv_era.0.6": (1.0, 0.4), "kv_kernel.fa3": (1.0, 2.0),
     "kernel.fp8": (0.90, 0.4), "kernel.int8": (0.85, 0.4), "kernel.int4": (0.70, 0.5), "kernel.fp4": (0.70, 0.5),
-    "kernel.mxfp4": (0.55, 0.6), "kernel.nf4": (0.30, 0.6), "moe_kernel": (0.60, 0.5),
+    "kernel.mxfp4": (0.55, 0.6), "kernel.nf4": (0.30, 0.6), "moe_kernel": (1.0, 2.0),
     "moe_flops": (0.6, 0.5), "kernel_flops": (0.7, 0.5), "expert_call_s": (2e-6, 1.0),
     "host_s.0.5": (3e-3, 1.0), "host_s.0.6": (1e-3, 1.0), "host_s.0.9": (4e-4, 1.0),
-    "seq_s": (8e-6, 1.0), "layer_s": (8e-6, 0.8), "eager_layer_s": (6e-5, 0.8), "moe_layer_s": (1.5e-5, 0.8),
+    "seq_s": (8e-6, 1.0), "layer_s": (8e-6, 0.8), "eager_layer_s": (6e-5, 0.8), "moe_layer_s": (1.5e-5, 2.0),
     "mla_layer_s": (3e-5, 1.5),
     "allreduce_s.nvlink": (1.2e-5, 0.7), "allreduce_s.pcie": (3e-5, 0.7), "allreduce_s.nccl": (3e-5, 0.7),
     "api_s": (3e-3, 1.0),
@@ -342,7 +358,7 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm
                  expert_calls, mla_layers,
                  bandwidth_Bps, gemm_peak_flops, peak_flops, link_Bps, eta_weights, kernel, kernel_flops, moe_kernel,
                  moe_flops,
-                 expert_call_s, eta_kv, kv_era, eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s,
+                 expert_call_s, eta_kv, kv_era, kv_kernel, eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s,
                  mla_layer_s):
     """The step-time formula (module docstring), term by term. Every argument may be a number or a numpy array
     of steps (the fit evaluates the whole corpus at once), so there is one formula for the plan and the fit."""
@@ -355,7 +371,7 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm
         "weights_s": (stream ** p + gemm ** p) ** (1 / p),
         "weight_stream_s": stream,
         "gemm_compute_s": gemm,
-        "kv_s": kv_bytes / (bandwidth_Bps * eta_kv * kv_era),
+        "kv_s": kv_bytes / (bandwidth_Bps * eta_kv * kv_era * kv_kernel),
         "attention_s": attention_flops / (peak_flops * eta_flops),
         "communication_s": allreduces * allreduce_hops * allreduce_s + allreduce_bytes / link_Bps,
         "floor_s": host_s + seq_s * decode_seqs + layer_s * layers + moe_layer_s * moe_layers
@@ -383,6 +399,7 @@ def step_constants(w: StepWork) -> dict[str, str | float]:
             "moe_flops": "moe_flops" if w.expert_gemm_flops else 1.0,
             "expert_call_s": f"expert_call_s.{w.era}" if w.expert_calls and w.era in EXPERT_CALL_ERAS else 0.0,
             "kv_era": 1.0 if w.era == ERAS[-1] else f"kv_era.{w.era}",
+            "kv_kernel": f"kv_kernel.{w.attention}" if w.attention != "fa2" else 1.0,
             "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
             "host_s": f"host_s.{w.era}", "gemm_half_rows": "gemm_half_rows", "seq_s": "seq_s",
             "layer_s": "eager_layer_s" if w.eager else "layer_s",
@@ -399,7 +416,7 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
     coef = {k: v if isinstance(v, float) else c.value(v) for k, v in step_constants(w).items()}
     if o.bandwidth_Bps:  # one measured bandwidth for every byte, MoE kernels' share kept
         features["bandwidth_Bps"] = o.bandwidth_Bps
-        coef.update(eta_weights=1.0, kernel=1.0, eta_kv=1.0, kv_era=1.0)
+        coef.update(eta_weights=1.0, kernel=1.0, eta_kv=1.0, kv_era=1.0, kv_kernel=1.0)
     if o.flops:
         features.update(gemm_peak_flops=o.flops, peak_flops=o.flops)
         coef.update(eta_flops=1.0, gemm_half_rows=0.0)  # a measured rate at the sweep's batches; MoE share kept
@@ -408,7 +425,8 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
     out = step_seconds(**features, **coef)
     bw_w = features["bandwidth_Bps"] * coef["eta_weights"] * coef["kernel"]
     out.update(effective_weight_bandwidth_Bps=bw_w,
-               effective_kv_bandwidth_Bps=features["bandwidth_Bps"] * coef["eta_kv"] * coef["kv_era"],
+               effective_kv_bandwidth_Bps=features["bandwidth_Bps"] * coef["eta_kv"] * coef["kv_era"]
+               * coef["kv_kernel"],
                effective_flops=features["gemm_peak_flops"] * coef["eta_flops"])
     return out
 

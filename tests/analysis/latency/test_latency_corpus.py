@@ -11,7 +11,7 @@ import pytest
 from helpers import assert_reported_in_excerpt
 
 from analysis import catalog
-from analysis.latency.corpus import load_latency_corpus, vllm_version
+from analysis.latency.corpus import campaign, load_latency_corpus, vllm_version
 from analysis.latency.fit import (
     QUEUED,
     Problem,
@@ -31,11 +31,6 @@ EXPLAINED = {
     "argonne_mistral-7b-v0.1_h100_tp1_b64_1024x1024": "Mistral-7B on one H100 at batch 64: 31 s where the same table's "
                                                       "Llama-3-8B takes 19 s at the same point (and the two agree at "
                                                       "batch 16 and on A100); the source's own outlier",
-    "argonne_mixtral-8x7b_a100-40gb_tp4_b16_512x512": "Mixtral-8x7B on A100 runs below the prediction in every "
-                                                      "source that has it (vLLM 0.3-0.6: this table 0.73-0.87, "
-                                                      "PR 3240 and vLLM CI's 0.6-0.83): the MoE efficiency is "
-                                                      "shared with the H100/H200 MoE sources, where Mixtral is "
-                                                      "predicted within 10-20 %",
     "argonnettft_": "offline prefills of 16 x 1,024 tokens (--output-len 1, vLLM 0.5.4) at 62 % (H100) and 76 % (A100) "
                     "of the fp16 tensor peak, where the one prefill efficiency the model fits (0.4-0.5) also carries "
                     "served TTFTs and whole latencies of other sources; held out, the prediction is 1.4-1.7x slow",
@@ -49,6 +44,14 @@ EXPLAINED = {
                                 "engine: TTFT 2.6-3.3x the prediction at concurrency 4-64 (block-FP8 fused MoE and "
                                 "MLA prefill of that version) and 9-14x at 128, where the source itself says vLLM "
                                 "degrades; its TPOT at low concurrency is the same version's MoE kernels",
+    "dstackr1off_deepseek-v3-fp8_h200_tp8_b32": "DeepSeek-R1 offline at batch 32 on 8x H200 (vLLM 0.7.4's V0 engine, "
+                                                "block-FP8 fused MoE, FlashMLA): 1.25x the prediction, its batch 64 "
+                                                "1.19x; the MoE costs are fitted mostly on V1-era kernels (gpt-oss, "
+                                                "Qwen3 MoE), which the held-out source's older ones run behind",
+    "gpustack_gpt-oss-20b_h100-sxm_tp1_c500_4000x200": "a burst of 500 gpt-oss-20b requests of 4,000/200 tokens on one "
+                                                       "H100 (vLLM 0.11 defaults, no --ignore-eos): the waves vLLM "
+                                                       "runs them in depend on its sliding-window KV pool; the same "
+                                                       "burst at 2,000/100 is within 1 %",
     "gpustackopt_gpt-oss": "bursts of 500 gpt-oss requests sent at once (no max concurrency) with GPUStack's "
                            "recommended settings (async scheduling, tp 2): the waves vLLM runs them in depend on its "
                            "KV cache for sliding-window layers and on the prompts' chunking; no --ignore-eos",
@@ -66,29 +69,15 @@ EXPLAINED = {
                                   "layer are touched, and their MXFP4 bytes, streamed at the efficiency the other "
                                   "MXFP4 sources set (gpt-oss at concurrency 1 on B200, bursts of 500 on H100), "
                                   "cost up to twice what Marlin's do at tp 2-8",
-    "vllmblogfp8kv_gpt-oss-20b_b200": "gpt-oss-20b at concurrency 1 on a B200 (vLLM 0.19, FlashInfer): the only "
-                                      "Blackwell MoE record, held out with its source (the only B200 decode source), "
-                                      "so Blackwell's efficiencies are the pooled ones and the MXFP4 and per-expert "
-                                      "costs are Hopper's kernels': 1.5x the prediction",
-    "mlcperf_codellama-34b_a10g_tp8": "eight A10Gs over PCIe (an AWS g5.48xlarge, vLLM 0.2 in eager mode, NCCL "
-                                      "all-reduces): the same table's A10G steps grow with tp faster than the PCIe "
-                                      "all-reduce latency fitted on two- and four-GPU PCIe records (tp 2 within 3 %, "
-                                      "tp 4 1.2x, tp 8 1.17-1.26x)",
     "r1llama8bcard_llama-3.1-8b-w4a16_h100": "W4A16 (Marlin) Llama-3.1-8B at batch 1 on H100 through GuideLLM over "
                                              "HTTP (vLLM 0.7.2): the int4 kernel efficiency is shared with the A100 "
                                              "AWQ/GPTQ runs (Qwen2.5's speed tables, 0.83-0.89), which stream faster; "
                                              "the same card's A100 W4A16 run is within 5 %",
     "mlcperf_codellama-34b-awq_rtx-4090": "CodeLlama-34B AWQ on 2x RTX 4090 (vLLM 0.2.0): barely faster than the "
                                           "70B on the same GPUs in the same table; the source does not explain it",
-    "pr13747_deepseek-v2-lite": "DeepSeek-V2-Lite (16B) split 8 ways at batch 8 (vLLM 0.7.3, FlashMLA): a step of "
-                                "floors (0.4 GB of weights a GPU), whose MLA per-layer cost and per-expert GEMM cost "
-                                "(35 of 64 experts in each of 26 MoE layers) are fitted on DeepSeek-V3 and Mixtral "
-                                "of the same era: held out, 1.35x the measured step",
     "pr2542_mixtral-8x7b_h100_tp8_b64": "the first fused-MoE Triton kernel (vLLM 0.2.7, untuned) at tp 8 on H100 at "
                                         "batch 64, whose per-GPU expert GEMMs are 1,792 wide: 1.7x slower than the "
                                         "tuned kernels of the other MoE sources (its batches 1-16 are within 25 %)",
-    "pr3240_mixtral-8x7b": "Mixtral on A100 at tp 2 (vLLM 0.3.3): 1.5x faster than the H100 tp 8 run of the same "
-                           "era implies, and its batch 64 step is shorter than its batch 16 one",
     "qwen25speed_qwen2.5-0.5b": "a 0.5B model at batch 1 (1 GB of weights): the step is the host floor of vLLM "
                                 "0.6.3's offline generate, 1.5x the floor fitted on the other sources",
     "r1llama8bcard_llama-3.1-8b_h100_tp1_b1_10240x1536": "a 10,240-token prompt at batch 1: the step is 1.3x the "
@@ -125,6 +114,24 @@ def test_every_record_names_what_kvprof_can_plan_and_quotes_its_numbers(name):
     record_architecture(rec)
     assert str(rec.source).startswith("https://")
     assert_reported_in_excerpt(rec.reported.model_dump(exclude_none=True), rec.excerpt)
+
+
+def test_a_source_is_a_campaign_so_a_sibling_page_never_stands_in_for_the_held_out_one():
+    argonne = "https://github.com/argonne-lcf/LLM-Inference-Bench"
+    # Argonne's offline table and its FP8 table: two CSVs of one harness, machine and vLLM build (two commits)
+    assert campaign(f"{argonne}/blob/ae7e7a4/Plots/All_results.csv") == argonne
+    assert campaign(f"{argonne}/blob/4de4e87/Plots/Fig_21/all_results_TTFT.csv#L3") == argonne
+    # one vendor's model cards, benchmarked alike; one CI pipeline's builds
+    assert campaign("https://huggingface.co/neuralmagic/DeepSeek-R1-Distill-Llama-8B-quantized.w8a8") == \
+        "https://huggingface.co/neuralmagic"
+    assert campaign("https://buildkite.com/vllm/performance-benchmark/builds/9515") == \
+        "https://buildkite.com/vllm/performance-benchmark"
+    # vLLM's own threads are written by different people on different machines: each is its own source
+    assert campaign("https://github.com/vllm-project/vllm/pull/23197#issuecomment-1") == \
+        "https://github.com/vllm-project/vllm/pull/23197"
+    assert campaign("https://ai.wmx.dev/benchmarks/") == "https://ai.wmx.dev/benchmarks"
+    # held out together: the corpus's 52 URLs are 27 campaigns
+    assert len({str(r.source).split("#")[0] for r in CORPUS.values()}) > len({r.source_key for r in CORPUS.values()})
 
 
 def test_the_shipped_constants_are_the_fit_on_the_corpus(fitted):

@@ -113,12 +113,21 @@ def test_tensor_parallel_all_reduces_pay_latency_and_bytes():
 
 
 def test_attention_kernels_of_older_vllm_eras_have_their_own_efficiency():
-    # The KV read runs at η_kv of the generation; before vLLM 0.9 (V0's paged-attention kernels) × kv_era.
-    c = constants(**{"eta_kv.hopper": 0.8, "kv_era.0.6": 0.5})
-    new = Engine(LLAMA8B, H100, vllm_version="0.10.1").step(decode_seqs=4, decode_context=1024)
-    old = Engine(LLAMA8B, H100, vllm_version="0.7.2").step(decode_seqs=4, decode_context=1024)
-    assert step_terms(new, c)["kv_s"] == pytest.approx(4 * 1024 * KV_PER_TOKEN / (3.35e12 * 0.8))
-    assert step_terms(old, c)["kv_s"] == pytest.approx(4 * 1024 * KV_PER_TOKEN / (3.35e12 * 0.8 * 0.5))
+    # The KV read runs at η_kv of the generation; before vLLM 0.9 (V0's paged-attention kernels) × kv_era, and where
+    # FlashAttention 3 reads it (Hopper from vLLM 0.7.0 on, vLLM PRs 12093 and 15231) × κ_fa3.
+    c = constants(**{"eta_kv.hopper": 0.8, "eta_kv.ampere": 0.6, "kv_era.0.6": 0.5, "kv_kernel.fa3": 1.25})
+    kv = 4 * 1024 * KV_PER_TOKEN
+
+    def kv_s(gpu, version):
+        return step_terms(Engine(LLAMA8B, gpu, vllm_version=version).step(decode_seqs=4, decode_context=1024),
+                          c)["kv_s"]
+
+    assert kv_s(H100, "0.10.1") == pytest.approx(kv / (3.35e12 * 0.8 * 1.25))
+    assert kv_s(H100, "0.7.2") == pytest.approx(kv / (3.35e12 * 0.8 * 0.5 * 1.25))  # V0 era, FA3 already
+    assert kv_s(H100, "0.6.3") == pytest.approx(kv / (3.35e12 * 0.8 * 0.5))  # FlashAttention 2
+    assert kv_s(H100, None) == pytest.approx(kv / (3.35e12 * 0.8 * 1.25))  # unstated: the newest
+    a100 = catalog.resolve_gpu("a100-80gb-sxm")[0]  # 2.039 TB/s; FA3 is Hopper's alone
+    assert kv_s(a100, "0.10.1") == pytest.approx(kv / (2.039e12 * 0.6))
 
 
 def test_an_moe_step_reads_the_experts_its_tokens_touch():
