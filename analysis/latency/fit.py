@@ -106,8 +106,12 @@ def record_engine(rec: LatencyRecord) -> Engine:
         mml = int(args_of(s).get("max-model-len", 0)) or a.max_len_limit
         mnbt, _ = vllm_default_batching(gpu.cuda_total_bytes, gpu.name, entry, world_size=s.tensor_parallel_size,
                                         vllm_version=version, max_model_len=mml)
+    flag = args_of(s)
+    overlap = (True if str(flag.get("async-scheduling", "")).lower() in ("true", "1", "") and "async-scheduling" in flag
+               else False if "no-async-scheduling" in flag else None)  # stated, or vLLM's default for the version
     return Engine(a, gpu, tp=s.tensor_parallel_size, kv_cache_dtype=s.kv_cache_dtype, enforce_eager=s.enforce_eager,
-                  vllm_version=version, max_num_batched_tokens=mnbt, chunked_prefill=chunked)
+                  vllm_version=version, max_num_batched_tokens=mnbt, chunked_prefill=chunked,
+                  async_scheduling=overlap)
 
 
 def running_cap(rec: LatencyRecord, e: Engine) -> int:

@@ -16,8 +16,9 @@ the KV it reads, its FLOPs and its all-reduces. Its time is
   + attention_s      attention FLOPs / (peak · η_f[generation])   prefill's quadratic term
   + communication_s  all-reduces × latency[link] · hops + their bytes / link bandwidth   (tp > 1: two a layer;
                                                                   hops: log2(tp) before vLLM 0.9, 1 from it on)
-  + floor_s          host[vLLM era] + per-sequence host cost × sequences
-                     + per-layer launch cost (CUDA-graph replay, or eager) (+ MoE and MLA layers' extras)
+  + floor_s          per-layer launch cost (CUDA-graph replay, or eager) (+ MoE and MLA layers' extras)
+                     + host[vLLM era] + per-sequence host cost × sequences; under async scheduling (vLLM 0.14 on)
+                       a share host_overlap of the host's part hides behind the GPU's work (shows where it outlasts it)
 
 Weight bytes include quantization scales and zero points (``analysis.model.quantization``); an MoE
 step reads the experts its tokens touch, E·(1 − (1 − k/E)^tokens), not the top-k alone
@@ -51,6 +52,7 @@ from analysis.model.kv import kv_bytes_per_sequence
 from analysis.model.params import count_params, expected_experts_touched, weight_breakdown
 from analysis.model.quantization import Awq, BitsAndBytes, CompressedTensors, Fp8, Gptq, Mxfp4
 from analysis.model.roofline import attention_flops_per_token
+from analysis.vllm.budget import async_scheduling_default
 
 CONSTANTS_FILE = CATALOG_DIR / "latency.yaml"
 
@@ -172,6 +174,7 @@ class StepWork:
     allreduce_hops: float  # how the all-reduce latency grows with tp (allreduce_hops())
     allreduce_bytes: float  # bytes each GPU sends and receives in them (ring: 2(tp−1)/tp of the tensor)
     eager: bool
+    overlap: bool  # async scheduling: the host's work for the next step runs while this one is on the GPU
     generation: str
     kernel: str
     era: str
@@ -197,7 +200,7 @@ def _weights(a: Architecture, tp: int) -> tuple[Any, Any]:
 def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0, decode_context: float = 0,
               prefill_tokens: float = 0, prefill_prefix: float = 0, prefill_seqs: float | None = None,
               kv_cache_dtype: str = "auto", enforce_eager: bool = False,
-              vllm_version: str | None = None) -> StepWork:
+              vllm_version: str | None = None, async_scheduling: bool = False) -> StepWork:
     """The work of one step: ``decode_seqs`` sequences each holding ``decode_context`` tokens generate one
     token each, and ``prefill_tokens`` prompt tokens (of ``prefill_seqs`` prompts, after ``prefill_prefix``
     tokens already cached) are processed. Byte and FLOP counts are per GPU."""
@@ -241,7 +244,7 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         mla_layers=sum(n for layer, n in a.attention_kinds if layer.kind == "mla"),
         allreduces=allreduces,
         allreduce_hops=allreduce_hops(tp, vllm_version), allreduce_bytes=ar_bytes,
-        eager=enforce_eager,
+        eager=enforce_eager, overlap=async_scheduling,
         generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
         attention=attention_kernel(gpu, vllm_version),
         link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
@@ -261,7 +264,7 @@ def parameter_names() -> list[str]:
     names += [f"kernel_flops.{k}" for k in WEIGHT_ONLY]
     names += [f"expert_call_s.{e}" for e in EXPERT_CALL_ERAS]
     names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "layer_s", "eager_layer_s", "moe_layer_s", "mla_layer_s"]
-    names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s", "gemm_half_rows"]
+    names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s", "gemm_half_rows", "host_overlap"]
     return names
 
 
@@ -285,7 +288,7 @@ PRIORS: dict[str, tuple[float, float]] = {
     "mla_layer_s": (3e-5, 1.5),
     "allreduce_s.nvlink": (1.2e-5, 0.7), "allreduce_s.pcie": (3e-5, 0.7), "allreduce_s.nccl": (3e-5, 0.7),
     "api_s": (3e-3, 1.0),
-    "gemm_half_rows": (64.0, 1.0),
+    "gemm_half_rows": (64.0, 1.0), "host_overlap": (0.5, 1.0),
 }
 GENERATION_SIGMA = 0.25  # how far a generation's efficiency may sit from the pooled one without evidence
 
@@ -355,11 +358,11 @@ class Overrides:
 
 def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm_flops, attention_flops, allreduces,
                  allreduce_hops, allreduce_bytes, decode_seqs, tokens, gemm_half_rows, layers, moe_layers,
-                 expert_calls, mla_layers,
+                 expert_calls, mla_layers, overlap,
                  bandwidth_Bps, gemm_peak_flops, peak_flops, link_Bps, eta_weights, kernel, kernel_flops, moe_kernel,
                  moe_flops,
                  expert_call_s, eta_kv, kv_era, kv_kernel, eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s,
-                 mla_layer_s):
+                 mla_layer_s, host_overlap):
     """The step-time formula (module docstring), term by term. Every argument may be a number or a numpy array
     of steps (the fit evaluates the whole corpus at once), so there is one formula for the plan and the fit."""
     bw_w = bandwidth_Bps * eta_weights * kernel
@@ -367,21 +370,30 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm
     ramp = 1 + gemm_half_rows / np.maximum(tokens, MMA_ROWS)  # below its large-M rate at few rows
     gemm = (gemm_flops + expert_gemm_flops / moe_flops) / (gemm_peak_flops * eta_flops * kernel_flops) * ramp
     p = SMOOTH_MAX_POWER
+    weights = (stream ** p + gemm ** p) ** (1 / p)
+    kv = kv_bytes / (bandwidth_Bps * eta_kv * kv_era * kv_kernel)
+    attention = attention_flops / (peak_flops * eta_flops)
+    communication = allreduces * allreduce_hops * allreduce_s + allreduce_bytes / link_Bps
+    launches = layer_s * layers + moe_layer_s * moe_layers + mla_layer_s * mla_layers
+    host = host_s + seq_s * decode_seqs
+    # Under async scheduling the host prepares the next step while the GPU runs this one: the host's time shows
+    # only where it outlasts the GPU's (the same rounded max as the weight stream's).
+    gpu = weights + kv + attention + communication + launches
+    hidden = (gpu ** p + host ** p) ** (1 / p) - gpu
     return {
-        "weights_s": (stream ** p + gemm ** p) ** (1 / p),
+        "weights_s": weights,
         "weight_stream_s": stream,
         "gemm_compute_s": gemm,
-        "kv_s": kv_bytes / (bandwidth_Bps * eta_kv * kv_era * kv_kernel),
-        "attention_s": attention_flops / (peak_flops * eta_flops),
-        "communication_s": allreduces * allreduce_hops * allreduce_s + allreduce_bytes / link_Bps,
-        "floor_s": host_s + seq_s * decode_seqs + layer_s * layers + moe_layer_s * moe_layers
-                   + mla_layer_s * mla_layers,
+        "kv_s": kv,
+        "attention_s": attention,
+        "communication_s": communication,
+        "floor_s": launches + host - overlap * host_overlap * (host - hidden),
     }
 
 
 FEATURES = ("dense_bytes", "expert_bytes", "kv_bytes", "gemm_flops", "expert_gemm_flops", "attention_flops",
             "allreduces", "allreduce_hops", "allreduce_bytes", "decode_seqs", "tokens", "layers", "moe_layers",
-            "expert_calls", "mla_layers", "bandwidth_Bps", "gemm_peak_flops", "peak_flops", "link_Bps")
+            "expert_calls", "mla_layers", "overlap", "bandwidth_Bps", "gemm_peak_flops", "peak_flops", "link_Bps")
 
 
 def weight_only(w: StepWork) -> bool:
@@ -404,7 +416,8 @@ def step_constants(w: StepWork) -> dict[str, str | float]:
             "host_s": f"host_s.{w.era}", "gemm_half_rows": "gemm_half_rows", "seq_s": "seq_s",
             "layer_s": "eager_layer_s" if w.eager else "layer_s",
             "moe_layer_s": "moe_layer_s" if w.moe_layers else 0.0,
-            "mla_layer_s": "mla_layer_s" if w.mla_layers else 0.0}
+            "mla_layer_s": "mla_layer_s" if w.mla_layers else 0.0,
+            "host_overlap": "host_overlap" if w.overlap else 0.0}
 
 
 def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overrides | None = None
@@ -421,7 +434,8 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
         features.update(gemm_peak_flops=o.flops, peak_flops=o.flops)
         coef.update(eta_flops=1.0, gemm_half_rows=0.0)  # a measured rate at the sweep's batches; MoE share kept
     if o.step_overhead_s is not None:
-        coef.update(host_s=o.step_overhead_s, seq_s=0.0, layer_s=0.0, moe_layer_s=0.0, mla_layer_s=0.0)
+        coef.update(host_s=o.step_overhead_s, seq_s=0.0, layer_s=0.0, moe_layer_s=0.0, mla_layer_s=0.0,
+                    host_overlap=0.0)  # a measured overhead is what the sweep's steps showed, overlap or not
     out = step_seconds(**features, **coef)
     bw_w = features["bandwidth_Bps"] * coef["eta_weights"] * coef["kernel"]
     out.update(effective_weight_bandwidth_Bps=bw_w,
@@ -483,6 +497,13 @@ class Engine:
     vllm_version: str | None = None
     max_num_batched_tokens: int | None = None  # None: no chunking (the whole prefill in one step)
     chunked_prefill: bool | None = None  # None: vLLM's default for the version
+    async_scheduling: bool | None = None  # None: vLLM's default for the version (analysis.vllm.budget)
+
+    @property
+    def overlapped(self) -> bool:
+        if self.async_scheduling is not None:
+            return self.async_scheduling
+        return async_scheduling_default(self.vllm_version, on_gpu=not self.gpu.cpu)
 
     @property
     def chunked(self) -> bool:
@@ -490,7 +511,8 @@ class Engine:
 
     def step(self, **kw: float) -> StepWork:
         return step_work(self.a, self.gpu, tp=self.tp, kv_cache_dtype=self.kv_cache_dtype,
-                         enforce_eager=self.enforce_eager, vllm_version=self.vllm_version, **kw)
+                         enforce_eager=self.enforce_eager, vllm_version=self.vllm_version,
+                         async_scheduling=self.overlapped, **kw)
 
     def chunks(self, tokens: float) -> list[float]:
         """Prompt tokens split into steps of at most max_num_batched_tokens."""

@@ -35,7 +35,13 @@ from analysis.model.kv import (
 from analysis.model.params import count_params, model_loading_bytes
 from analysis.model.roofline import crossover_context, decode_step, prefill, ridge_point
 from analysis.vllm.allocator import kv_ceiling, paged_capacity
-from analysis.vllm.budget import Reserve, default_reserve, kv_budget, vllm_default_batching
+from analysis.vllm.budget import (
+    Reserve,
+    async_scheduling_default,
+    default_reserve,
+    kv_budget,
+    vllm_default_batching,
+)
 from analysis.vllm.engine_rules import Problem, engine_problems, workload_problems
 from analysis.vllm.lora import DEFAULT_MAX_LORA_RANK, LoraNotModelled, lora_bytes
 from analysis.vllm.memory import ENTRY_ALIASES, rules_for
@@ -318,6 +324,17 @@ def default_block_size(gpu: GPU | None) -> int:
     return 128 if gpu is not None and gpu.cpu else 16
 
 
+def async_scheduling(inputs: PlanInputs, on_gpu: bool) -> bool:
+    """Whether the engine schedules a step ahead (``--async-scheduling``): as asked, else vLLM's default for the
+    version, device, pipeline and speculator (analysis.vllm.budget.async_scheduling_default)."""
+    if inputs.async_scheduling is not None:
+        return inputs.async_scheduling
+    spec = inputs.speculative_config
+    return async_scheduling_default(inputs.vllm_version, on_gpu=on_gpu,
+                                    pipeline_parallel_size=inputs.pipeline_parallel_size,
+                                    speculative_method=spec.method if spec else None)
+
+
 def default_batching(a: Architecture, inputs: PlanInputs, gpu: GPU | None) -> tuple[int, int]:
     """vLLM's default (max_num_batched_tokens, max_num_seqs) for these inputs on ``gpu`` (None or a CPU: the CPU
     backend's), by entry point, world size and version."""
@@ -387,7 +404,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     # vLLM lowers a default max_num_seqs to max_num_batched_tokens (EngineArgs._set_default_max_num_seqs_and_
     # batched_tokens_args); a given one above it is refused (engine_rules.batching_problems).
     max_num_seqs = inputs.max_num_seqs or min(default_seqs, mnbt)
-    async_sched = inputs.async_scheduling if inputs.async_scheduling is not None else on_gpu
+    async_sched = async_scheduling(inputs, on_gpu)
 
     weights = model_loading_bytes(a, tp)  # what "Model loading took" counts: weights, encoder, RoPE caches
     lora = 0
@@ -656,7 +673,8 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
     out["crossover_context"] = crossover_context(a, batch=batch, kv_cache_dtype=inputs.kv_cache_dtype, tp=tp)
     model = not gpu.cpu
     engine = latency.Engine(a, gpu, tp=tp, kv_cache_dtype=inputs.kv_cache_dtype, enforce_eager=inputs.enforce_eager,
-                            vllm_version=inputs.vllm_version, max_num_batched_tokens=max_num_batched_tokens)
+                            vllm_version=inputs.vllm_version, max_num_batched_tokens=max_num_batched_tokens,
+                            async_scheduling=async_scheduling(inputs, not gpu.cpu))
     out["latency_model"] = ("evidence-fitted step model (analysis/catalog/latency.yaml)" if model else
                             "roofline: no evidence-fitted constants for CPUs (calibrate with a sweep)")
     if inputs.prompt_len:

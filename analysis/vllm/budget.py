@@ -16,7 +16,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.model.architecture import Architecture
-from analysis.vllm.memory import ENTRIES, default_batching, rules_for
+from analysis.vllm.memory import DEFAULT_VERSION, ENTRIES, default_batching, rules_for
 from analysis.vllm.memory import activation_bytes as _activation_bytes
 
 GiB = 2**30
@@ -85,3 +85,26 @@ def vllm_default_batching(memory_bytes: int | None, device_name: str = "", entry
     """
     return default_batching(rules_for(vllm_version), memory_bytes, device_name, entry,
                             world_size=world_size, max_model_len=max_model_len)
+
+
+# vLLM 0.14.0's release notes: "Async scheduling is now enabled by default ... Excludes some not-yet-supported
+# configurations: pipeline parallel, CPU backend, non-MTP/Eagle spec decoding" (PR 27614); before it off unless
+# --async-scheduling. vLLM 0.32 decides it in VllmConfig.__post_init__ (config/vllm.py: off for pooling models,
+# speculative methods other than EAGLE/MTP/n-gram GPU/draft model, and pipeline parallelism on the V1 runner).
+ASYNC_SCHEDULING_DEFAULT_FROM = (0, 14)
+# speculative_config.method values it stays on with (config/speculative.py EagleModelTypes, NgramGPUTypes, MTP's
+# *_mtp names, draft_model, dflash, dspark)
+ASYNC_SPECULATORS = ("eagle", "eagle3", "extract_hidden_states", "ngram_gpu", "draft_model", "dflash", "dspark")
+
+
+def async_scheduling_default(vllm_version: str | None = None, *, on_gpu: bool = True, pipeline_parallel_size: int = 1,
+                             speculative_method: str | None = None) -> bool:
+    """Whether vLLM schedules step N + 1 while step N runs (async scheduling) when the user does not say: from 0.14
+    on, on a GPU, without pipeline parallelism and without an n-gram-on-CPU or other unsupported speculator."""
+    try:
+        v = tuple(int(x) for x in (vllm_version or DEFAULT_VERSION).lstrip("v").split(".")[:2])
+    except ValueError:
+        v = ASYNC_SCHEDULING_DEFAULT_FROM
+    method = speculative_method or ""
+    supported = not method or method.endswith("mtp") or method in ASYNC_SPECULATORS
+    return on_gpu and v >= ASYNC_SCHEDULING_DEFAULT_FROM and pipeline_parallel_size == 1 and supported

@@ -171,7 +171,9 @@ def plan_cmd(
     reserve_bytes: Annotated[str | None, typer.Option(
         help="Override vLLM's non-KV reserve (activations + non-torch + CUDA graphs).")] = None,
     async_scheduling: Annotated[bool | None, typer.Option(
-        "--async-scheduling/--no-async-scheduling", help="Default: on for GPUs, off for CPU.")] = None,
+        "--async-scheduling/--no-async-scheduling",
+        help="Default: vLLM's: on for GPUs from vLLM 0.14 (not with pipeline parallelism or an n-gram "
+             "speculator), off for CPU.")] = None,
     enforce_eager: Annotated[bool, typer.Option(help="No CUDA graphs (no graph memory reserved).")] = False,
     entry: Annotated[str, typer.Option(
         "--entry", help="Whose scheduler defaults: serve (vllm serve, the OpenAI server) or offline (the LLM "

@@ -34,9 +34,6 @@ EXPLAINED = {
     "argonnettft_": "offline prefills of 16 x 1,024 tokens (--output-len 1, vLLM 0.5.4) at 62 % (H100) and 76 % (A100) "
                     "of the fp16 tensor peak, where the one prefill efficiency the model fits (0.4-0.5) also carries "
                     "served TTFTs and whole latencies of other sources; held out, the prediction is 1.4-1.7x slow",
-    "argonnefp8_llama-3-8b-fp8_h100_tp1_b64_128x128": "FP8 at batch 64 with 128-token outputs (vLLM 0.5.4): the "
-                                                      "per-step figure is the latency less a predicted prefill "
-                                                      "of 8,192 tokens, so the prefill's error lands in the step",
     "argonnefp8kv_llama-3-8b-fp8_h100_tp1_b64_1024x1024": "FP8 weights and FP8 KV at batch 64 (vLLM 0.5.4): the "
                                                           "FP8 KV cache's attention kernel of that version runs "
                                                           "slower than the bf16 one the KV efficiency is fitted on",
@@ -52,6 +49,12 @@ EXPLAINED = {
                                                        "H100 (vLLM 0.11 defaults, no --ignore-eos): the waves vLLM "
                                                        "runs them in depend on its sliding-window KV pool; the same "
                                                        "burst at 2,000/100 is within 1 %",
+    "vllmblogfp8kv_gpt-oss-20b_b200": "gpt-oss-20b at concurrency 1 on a B200 (vLLM 0.19, FlashInfer): "
+                                      "Blackwell's only decode source, held out with its B200 figures, so its "
+                                      "efficiencies are the pooled ones: 1.28x (the post's H100 is within 6 %)",
+    "vllmblogfp8kv_llama-3.1-8b_b200": "Llama-3.1-8B at concurrency 1 on a B200 (vLLM 0.19, FlashInfer): "
+                                       "Blackwell's only decode source, held out with its B200 figures, so its "
+                                       "efficiencies are the pooled ones: 1.28x (the post's H100 is within 6 %)",
     "gpustackopt_gpt-oss": "bursts of 500 gpt-oss requests sent at once (no max concurrency) with GPUStack's "
                            "recommended settings (async scheduling, tp 2): the waves vLLM runs them in depend on its "
                            "KV cache for sliding-window layers and on the prompts' chunking; no --ignore-eos",

@@ -41,6 +41,7 @@ def constants(**over: float) -> LatencyConstants:
     base = {n: 1.0 for n in latency.parameter_names()}
     base.update({n: 0.0 for n in base if n.endswith("_s") or "_s." in n})
     base["gemm_half_rows"] = 0.0  # GEMMs at their large-M rate unless a test sets the ramp
+    base["host_overlap"] = 0.0  # the host's time in full, async scheduling or not, unless a test sets its share
     base.update(over)
     return LatencyConstants(params=base)
 
@@ -110,6 +111,26 @@ def test_tensor_parallel_all_reduces_pay_latency_and_bytes():
     # From 0.9 on its latency is flat in tp: tp 8 pays tp 2's latency, and still its bytes.
     new8 = Engine(LLAMA8B, H100, tp=8, vllm_version="0.15.1").step(decode_seqs=8, decode_context=512)
     assert step_terms(new8, c)["communication_s"] == pytest.approx(64 * 1e-5 + 64 * 8 * 4096 * 2 * 1.75 / 450e9)
+
+
+def test_async_scheduling_hides_the_hosts_time_behind_the_gpus():
+    # vLLM 0.14 on schedules step N + 1 while step N runs (async scheduling, on by default): the host's time
+    # (its per-step cost and per-sequence cost) shows only where it outlasts the GPU's, by the smooth max
+    # (gpu⁴ + host⁴)^¼ − gpu, and host_overlap is the share of it hidden so.
+    c = constants(**{"eta_weights.hopper": 0.5, "eta_kv.hopper": 0.25, "eta_flops.hopper": 0.5,
+                     "host_s.0.9": 1e-3, "layer_s": 1e-5, "seq_s": 2e-5, "host_overlap": 0.5})
+    sync = Engine(LLAMA8B, H100, vllm_version="0.13.0").step(decode_seqs=4, decode_context=1024)
+    ahead = Engine(LLAMA8B, H100, vllm_version="0.14.0").step(decode_seqs=4, decode_context=1024)
+    assert (sync.overlap, ahead.overlap) == (False, True)
+    host, launches = 1e-3 + 4 * 2e-5, 32 * 1e-5
+    assert step_terms(sync, c)["floor_s"] == pytest.approx(launches + host, rel=1e-12)
+    t = step_terms(ahead, c)
+    gpu = t["weights_s"] + t["kv_s"] + t["attention_s"] + launches  # ≈ 9.9 ms against the host's 1.08 ms
+    shown = (gpu ** 4 + host ** 4) ** 0.25 - gpu  # ≈ 0.3 µs: nearly all of it hides
+    assert t["floor_s"] == pytest.approx(launches + host - 0.5 * (host - shown), rel=1e-9)
+    # asked for explicitly, or off, whatever the version's default
+    assert Engine(LLAMA8B, H100, vllm_version="0.10.1", async_scheduling=True).step(decode_seqs=1).overlap
+    assert not Engine(LLAMA8B, H100, async_scheduling=False).step(decode_seqs=1).overlap
 
 
 def test_attention_kernels_of_older_vllm_eras_have_their_own_efficiency():

@@ -11,7 +11,7 @@ import yaml
 from helpers import ROOT
 from typer.testing import CliRunner
 
-from analysis.vllm.budget import vllm_default_batching
+from analysis.vllm.budget import async_scheduling_default, vllm_default_batching
 from profiler.cli import app
 
 GiB = 2**30
@@ -119,3 +119,26 @@ def test_the_requested_memory_is_rounded_up_as_vllm_does():
     # An H100 as cudaMemGetInfo reports it (79.18 GiB; NVML says 79.6): 0.9 of it, rounded up.
     total = 85_017_853_952
     assert kv_budget(total, 0.9, 0, none) == 76_516_068_557  # 76,516,068,556.8 → …557
+
+
+def test_async_scheduling_is_on_by_default_from_vllm_0_14_where_vllm_supports_it():
+    # vLLM 0.14.0's release notes: "Async scheduling is now enabled by default ... Excludes some not-yet-supported
+    # configurations: pipeline parallel, CPU backend, non-MTP/Eagle spec decoding"; 0.32's VllmConfig.__post_init__
+    assert [async_scheduling_default(v) for v in ("0.10.1", "0.13.0", "0.14.0", "0.32.0", None)] == [
+        False, False, True, True, True]
+    assert not async_scheduling_default("0.32.0", on_gpu=False)
+    assert not async_scheduling_default("0.32.0", pipeline_parallel_size=2)
+    assert not async_scheduling_default("0.32.0", speculative_method="ngram")  # n-gram on the CPU
+    assert async_scheduling_default("0.32.0", speculative_method="eagle3")
+    assert async_scheduling_default("0.32.0", speculative_method="deepseek_mtp")
+
+
+def test_the_plan_schedules_ahead_as_the_version_does():
+    def plan(*extra):
+        res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json", *extra])
+        assert res.exit_code == 0, res.output
+        return yaml.safe_load(res.output)["async_scheduling"]
+
+    assert plan() is True
+    assert plan("--vllm-version", "0.10.1") is False
+    assert plan("--vllm-version", "0.10.1", "--async-scheduling") is True
