@@ -108,3 +108,17 @@ def async_scheduling_default(vllm_version: str | None = None, *, on_gpu: bool = 
     method = speculative_method or ""
     supported = not method or method.endswith("mtp") or method in ASYNC_SPECULATORS
     return on_gpu and v >= ASYNC_SCHEDULING_DEFAULT_FROM and pipeline_parallel_size == 1 and supported
+
+
+# vLLM's V1 engine (the default from 0.8.0) caches prefixes unless told not to (CacheConfig.enable_prefix_caching,
+# None -> True for generative models in 0.32's VllmConfig); V0 did not by default.
+PREFIX_CACHING_DEFAULT_FROM = (0, 8)
+
+
+def prefix_caching_default(vllm_version: str | None = None) -> bool:
+    """Whether vLLM caches full KV blocks of earlier prompts for reuse when the user does not say."""
+    try:
+        v = tuple(int(x) for x in (vllm_version or DEFAULT_VERSION).lstrip("v").split(".")[:2])
+    except ValueError:
+        return True
+    return v >= PREFIX_CACHING_DEFAULT_FROM

@@ -11,7 +11,7 @@ import yaml
 from helpers import ROOT
 from typer.testing import CliRunner
 
-from analysis.vllm.budget import async_scheduling_default, vllm_default_batching
+from analysis.vllm.budget import async_scheduling_default, prefix_caching_default, vllm_default_batching
 from profiler.cli import app
 
 GiB = 2**30
@@ -142,3 +142,9 @@ def test_the_plan_schedules_ahead_as_the_version_does():
     assert plan() is True
     assert plan("--vllm-version", "0.10.1") is False
     assert plan("--vllm-version", "0.10.1", "--async-scheduling") is True
+
+
+def test_prefix_caching_is_on_by_default_in_the_v1_engine():
+    # V1, vLLM's default engine from 0.8.0, caches prefixes unless --no-enable-prefix-caching; V0 did not
+    assert [prefix_caching_default(v) for v in ("0.5.4", "0.7.3", "0.8.0", "0.32.0", None)] == [
+        False, False, True, True, True]
