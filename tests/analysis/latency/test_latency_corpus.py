@@ -43,10 +43,6 @@ EXPLAINED = {
                                 "engine: TTFT 2.6-3.3x the prediction at concurrency 4-64 (block-FP8 fused MoE and "
                                 "MLA prefill of that version) and 9-14x at 128, where the source itself says vLLM "
                                 "degrades; its TPOT at low concurrency is the same version's MoE kernels",
-    "dstackr1off_deepseek-v3-fp8_h200_tp8_b32": "DeepSeek-R1 offline at batch 32 on 8x H200 (vLLM 0.7.4's V0 engine, "
-                                                "block-FP8 fused MoE, FlashMLA): 1.25x the prediction, its batch 64 "
-                                                "1.19x; the MoE costs are fitted mostly on V1-era kernels (gpt-oss, "
-                                                "Qwen3 MoE), which the held-out source's older ones run behind",
     "gpustack_gpt-oss-20b_h100-sxm_tp1_c500_4000x200": "a burst of 500 gpt-oss-20b requests of 4,000/200 tokens on one "
                                                        "H100 (vLLM 0.11 defaults, no --ignore-eos): the waves vLLM "
                                                        "runs them in depend on its sliding-window KV pool; the same "
@@ -243,7 +239,7 @@ def test_queued_figures_are_predicted_and_reported_but_never_fitted(fitted):
     without = Problem([t for t in targets if t.fitted])
     assert len(without.targets) == len(targets) - len(queued)
     for a, b in zip(problem.fit(), without.fit(), strict=True):
-        assert a == pytest.approx(b, rel=1e-9)
+        assert a == pytest.approx(b, rel=1e-6)  # the solver's round-off is ~1e-9
     s = summary(rows)
     assert s["queued_records"] == len(queued) and s["decode_records"] + s["ttft_records"] + len(queued) == len(rows)
 
