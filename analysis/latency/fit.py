@@ -106,22 +106,25 @@ def record_engine(rec: LatencyRecord) -> Engine:
         mml = int(args_of(s).get("max-model-len", 0)) or a.max_len_limit
         mnbt, _ = vllm_default_batching(gpu.cuda_total_bytes, gpu.name, entry, world_size=s.tensor_parallel_size,
                                         vllm_version=version, max_model_len=mml)
-    flag = args_of(s)
-    overlap = (True if str(flag.get("async-scheduling", "")).lower() in ("true", "1", "") and "async-scheduling" in flag
-               else False if "no-async-scheduling" in flag else None)  # stated, or vLLM's default for the version
     return Engine(a, gpu, tp=s.tensor_parallel_size, kv_cache_dtype=s.kv_cache_dtype, enforce_eager=s.enforce_eager,
                   vllm_version=version, max_num_batched_tokens=mnbt, chunked_prefill=chunked,
-                  async_scheduling=overlap)
+                  async_scheduling=stated_flag(rec, "async-scheduling"))  # None: vLLM's default for the version
+
+
+def stated_flag(rec: LatencyRecord, name: str) -> bool | None:
+    """A boolean vLLM flag as the record states it (``--name``, ``--name true/false`` or ``--no-name``), else None."""
+    flags = args_of(rec.settings)
+    if f"no-{name}" in flags:
+        return False
+    if name in flags:
+        return str(flags[name]).strip().lower() not in ("false", "0", "no")
+    return None
 
 
 def prefix_cached(rec: LatencyRecord) -> bool:
     """Whether the record's engine cached prompt prefixes: as stated, else vLLM's default for the version."""
-    flags = args_of(rec.settings)
-    if "no-enable-prefix-caching" in flags:
-        return False
-    if "enable-prefix-caching" in flags:
-        return str(flags["enable-prefix-caching"]).lower() not in ("false", "0", "no")
-    return prefix_caching_default(vllm_version(rec.settings))
+    stated = stated_flag(rec, "enable-prefix-caching")
+    return prefix_caching_default(vllm_version(rec.settings)) if stated is None else stated
 
 
 def running_cap(rec: LatencyRecord, e: Engine) -> int:

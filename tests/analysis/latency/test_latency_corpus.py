@@ -209,6 +209,17 @@ def test_ttft_is_held_against_the_published_ttfts(fitted):
     assert sum(abs(r.loso_ratio - 1) <= 0.25 for r in ttft) >= 4
 
 
+def test_a_records_stated_flags_override_the_versions_defaults():
+    from analysis.latency.fit import prefix_cached, stated_flag
+
+    opt = CORPUS["gpustackopt_gpt-oss-20b_h100-sxm_tp1_c500_2000x100"]  # `vllm serve ... --async-scheduling`, 0.11
+    assert stated_flag(opt, "async-scheduling") is True and record_engine(opt).overlapped
+    plain = CORPUS["gpustack_gpt-oss-20b_h100-sxm_tp1_c500_2000x100"]  # the same version, not stated: off before 0.14
+    assert stated_flag(plain, "async-scheduling") is None and not record_engine(plain).overlapped
+    argonne = CORPUS["argonne_llama-3-8b_h100_tp1_b64_128x128"]  # vLLM 0.5.4 (V0): no prefix caching by default
+    assert stated_flag(argonne, "enable-prefix-caching") is None and not prefix_cached(argonne)
+
+
 def test_the_benchmarks_ready_check_leaves_its_first_prompt_cached():
     # `vllm bench serve` sends input_requests[0] once before the run (benchmarks/serve.py, its ready check), and the
     # run starts with that prompt again: under V1's prefix caching only its last partial block is prefilled. Two
