@@ -154,6 +154,7 @@ PRIOR_WEIGHT = 0.5
 
 
 QUEUED = "queued"
+CUDA_DEFAULT_BLOCK = 16  # vLLM's block size on CUDA where none is given (CacheConfig.DEFAULT_BLOCK_SIZE)
 
 
 @dataclass
@@ -234,7 +235,7 @@ def record_targets(name: str, rec: LatencyRecord) -> list[Target]:
                 # `vllm bench serve` first sends input_requests[0] alone (its ready check, benchmarks/serve.py),
                 # then the run, which starts with that same prompt: with prefix caching on, its full blocks are
                 # cached and only the tail is prefilled. Over a handful of requests that one shows in the mean.
-                block = 16
+                block = int(args_of(rec.settings).get("block-size", CUDA_DEFAULT_BLOCK))
                 tail = wl.mean_input_len - (wl.mean_input_len - 1) // block * block
                 s = Schedule().extend(s, 1 - 1 / prompts).extend(burst_ttft_schedule(e, 1, tail, "mean"),
                                                                  1 / prompts)

@@ -358,7 +358,7 @@ class Overrides:
 
 def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm_flops, attention_flops, allreduces,
                  allreduce_hops, allreduce_bytes, decode_seqs, tokens, gemm_half_rows, layers, moe_layers,
-                 expert_calls, mla_layers, overlap,
+                 expert_calls, mla_layers,
                  bandwidth_Bps, gemm_peak_flops, peak_flops, link_Bps, eta_weights, kernel, kernel_flops, moe_kernel,
                  moe_flops,
                  expert_call_s, eta_kv, kv_era, kv_kernel, eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s,
@@ -387,13 +387,13 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm
         "kv_s": kv,
         "attention_s": attention,
         "communication_s": communication,
-        "floor_s": launches + host - overlap * host_overlap * (host - hidden),
+        "floor_s": launches + host - host_overlap * (host - hidden),  # host_overlap is 0 without async scheduling
     }
 
 
 FEATURES = ("dense_bytes", "expert_bytes", "kv_bytes", "gemm_flops", "expert_gemm_flops", "attention_flops",
             "allreduces", "allreduce_hops", "allreduce_bytes", "decode_seqs", "tokens", "layers", "moe_layers",
-            "expert_calls", "mla_layers", "overlap", "bandwidth_Bps", "gemm_peak_flops", "peak_flops", "link_Bps")
+            "expert_calls", "mla_layers", "bandwidth_Bps", "gemm_peak_flops", "peak_flops", "link_Bps")
 
 
 def weight_only(w: StepWork) -> bool:

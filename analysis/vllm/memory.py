@@ -248,14 +248,20 @@ class UnknownVLLMVersion(ValueError):
     """A --vllm-version that is not a version number."""
 
 
-def rules_for(version: str | None = None) -> AccountingRules:
-    """The accounting rules of a vLLM version (default: the version kvprof pins)."""
+def release(version: str | None = None) -> Version:
+    """The vLLM release a version string names (default: the version kvprof pins): 0.6.3.post1, 0.11.0rc2 and
+    v0.14.0 are 0.6.3, 0.11.0 and 0.14.0; anything that is not a version number is refused by name."""
     text = version or DEFAULT_VERSION
     try:
         v = Version(text.lstrip("v"))
     except InvalidVersion:
         raise UnknownVLLMVersion(f"vllm_version {text!r} is not a version number (e.g. 0.32.0, 0.10.1)") from None
-    v = Version(v.base_version)  # 0.6.3.post1, 0.11.0rc2 → their release
+    return Version(v.base_version)
+
+
+def rules_for(version: str | None = None) -> AccountingRules:
+    """The accounting rules of a vLLM version (default: the version kvprof pins)."""
+    v = release(version)
     for rules in RULE_SETS:
         if rules.covers(v):
             return rules
