@@ -141,10 +141,20 @@ def running_cap(rec: LatencyRecord, e: Engine) -> int:
                                     vllm_version=version, max_model_len=length)
     seqs = s.max_num_seqs or min(seqs, mnbt)  # vLLM lowers a default max_num_seqs to the token budget
     util = float(args_of(s).get("gpu-memory-utilization", 0.9))
-    budget = predict_memory(e.a, total_bytes=e.gpu.cuda_total_bytes, gpu_memory_utilization=util,
-                            max_num_batched_tokens=mnbt, max_num_seqs=seqs, tp=e.tp, enforce_eager=e.enforce_eager,
-                            rules=rules_for(version)).kv_budget_bytes
-    fits = budget // kv_bytes_per_sequence(e.a, length, e.kv_cache_dtype, e.tp)
+    per_seq = kv_bytes_per_sequence(e.a, length, e.kv_cache_dtype, e.tp)
+    budget = 0
+    for flashinfer in (False, True):
+        # The engine started, so its pool held a sequence of its max_model_len (vLLM refuses to start otherwise:
+        # gpu_worker's check_enough_kv_cache_memory). Where the sort-based sampler's warm-up would have left less,
+        # the version's FlashInfer sampler ran it (installed in vLLM's images; 0.9 to 0.11.0 use it when present).
+        budget = predict_memory(e.a, total_bytes=e.gpu.cuda_total_bytes, gpu_memory_utilization=util,
+                                max_num_batched_tokens=mnbt, max_num_seqs=seqs, tp=e.tp,
+                                enforce_eager=e.enforce_eager, rules=rules_for(version),
+                                flashinfer=flashinfer).kv_budget_bytes
+        mml = int(args_of(s).get("max-model-len", 0)) or length
+        if budget >= kv_bytes_per_sequence(e.a, mml, e.kv_cache_dtype, e.tp):
+            break
+    fits = budget // per_seq
     return int(max(1, min(seqs, fits)))
 
 

@@ -348,3 +348,19 @@ def test_the_plan_of_a_closed_loop_gives_the_ttft_of_its_waves():
     # 204,800 prompt tokens; a lone arrival waits for its own 3,200
     p = _plan_of(CORPUS["dstackr1_deepseek-v3-fp8_h200_tp8_c64_3200x800"])
     assert p["burst_ttft_median_s"] > 20 * p["ttft_s"]
+
+
+def test_an_engine_that_ran_held_at_least_what_its_throughput_shows_running():
+    # GPUStack's baseline gpt-oss-120b on one H100 (vLLM 0.10.2, --max-model-len 32768, 500 prompts of 2,000/100 at
+    # once): 675.11 output tokens/s at a median TPOT of 42.86 ms is 675.11 × 0.04286 = 28.9 requests decoding on
+    # average over the run (Little's law; the run's ramp and tail only lower it). Under the sort-based sampler's
+    # warm-up (36 B a logit of 1,024 × 201,088) the KV budget comes out negative, yet the engine started, so the
+    # sampler was FlashInfer's (8 B a logit), which leaves about 5 GiB of KV: dozens of 2,100-token sequences.
+    from analysis.latency.fit import running_cap
+
+    rec = CORPUS["gpustack_gpt-oss-120b_h100-sxm_tp1_c500_2000x100"]
+    running = running_cap(rec, record_engine(rec))
+    assert running >= 675.11 * 0.04286
+    # and never more than the pool of 5 GiB holds: 2,100 tokens of its 18 full-attention layers (8 KV heads × 64 ×
+    # 2 B × 2 = 2,048 B a token a layer) plus 18 sliding layers holding 128 tokens, about 80 MiB a sequence
+    assert running <= 5 * 2**30 // (2100 * 18 * 2048 + 18 * 128 * 2048)
