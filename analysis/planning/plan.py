@@ -79,6 +79,9 @@ class PlanInputs(BaseModel):
     max_num_batched_tokens: StrictCount | None = Field(None, gt=0)
     max_num_seqs: StrictCount | None = Field(None, gt=0)
     async_scheduling: bool | None = None
+    # FlashInfer installed (vLLM's Docker images ship it; its pip wheels before 0.11.1 do not): vLLM 0.9-0.11.0's
+    # sampler warm-up then takes 8 B a logit, not the sort's 36 (analysis.vllm.memory).
+    flashinfer: bool = False
     # Whose scheduler defaults: vllm serve (the OpenAI server) or the offline LLM class ("llm" is read as offline).
     entry: Literal["serve", "offline"] = "serve"
     vllm_version: str | None = None  # whose memory accounting and defaults (None: the vLLM kvprof pins)
@@ -455,7 +458,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
                               else f"calibration: {calibration.source}" if calibration.source else "calibration")
         else:
             reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
-                                      tp=tp, enforce_eager=inputs.enforce_eager, vllm_version=inputs.vllm_version)
+                                      tp=tp, enforce_eager=inputs.enforce_eager, vllm_version=inputs.vllm_version,
+                                      flashinfer=inputs.flashinfer)
             if drafter is not None and drafter.reserve_bytes:
                 reserve = reserve.model_copy(update={"non_torch_bytes": reserve.non_torch_bytes + drafter.reserve_bytes,
                                                      "source": f"{reserve.source} + ngram's token history"})
@@ -467,6 +471,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
                 f"{a.name} does not fit on {gpu.name} at tp={tp}: weights {weights / 2**30:.1f} GiB + "
                 f"reserve {reserve.total / 2**30:.1f} GiB exceed "
                 f"{inputs.gpu_memory_utilization:.2f} × {total / 2**30:.2f} GiB"
+                + _flashinfer_hint(a, inputs, reserve, mnbt, max_num_seqs, budget)
             )
 
     # Block layout does not depend on the budget; counts of blocks and sequences do (None without one).
@@ -564,6 +569,22 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     return out
 
 
+def _flashinfer_hint(a: Architecture, inputs: PlanInputs, reserve: Reserve, mnbt: int, max_num_seqs: int,
+                     budget: int) -> str:
+    """Where the version's sampler warms up smaller with FlashInfer installed and that would make the model fit:
+    say so (vLLM's Docker images ship FlashInfer; its pip wheels before 0.11.1 do not)."""
+    if inputs.flashinfer or not reserve.source.endswith(" accounting"):  # given (--reserve-bytes, calibration)
+        return ""
+    alt = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
+                          tp=inputs.tensor_parallel_size, enforce_eager=inputs.enforce_eager,
+                          vllm_version=inputs.vllm_version, flashinfer=True)
+    saved = reserve.total - alt.total
+    if saved <= 0 or budget + saved <= 0:
+        return ""
+    return (f"; with FlashInfer installed (vLLM's Docker images ship it) this version's sampler warms up in "
+            f"{saved / 2**30:.1f} GiB less and it fits: --flashinfer")
+
+
 def _pipeline(a: Architecture, inputs: PlanInputs, gpu: GPU | None, total: int | None, mml: int, mnbt: int,
               max_num_seqs: int, async_sched: bool, fixed_budget: int | None, parts: list[Stage]):
     """Each pipeline stage's reserve, budget and blocks (analysis.vllm.pipeline); the pool is the smallest stage's
@@ -578,7 +599,7 @@ def _pipeline(a: Architecture, inputs: PlanInputs, gpu: GPU | None, total: int |
             assert total is not None
             reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs, tp=tp,
                                       enforce_eager=inputs.enforce_eager, vllm_version=inputs.vllm_version,
-                                      samples=s.last)
+                                      samples=s.last, flashinfer=inputs.flashinfer)
             if inputs.reserve_bytes is not None:
                 reserve = Reserve(activation_bytes=inputs.reserve_bytes, non_torch_bytes=0, cuda_graph_bytes=0,
                                   source="--reserve-bytes")

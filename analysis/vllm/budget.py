@@ -41,21 +41,25 @@ class Reserve(BaseModel):
 
 def default_reserve(a: Architecture, *, max_num_batched_tokens: int, max_num_seqs: int,
                     tp: int = 1, enforce_eager: bool = False, vllm_version: str | None = None,
-                    samples: bool = True) -> Reserve:
+                    samples: bool = True, flashinfer: bool = False) -> Reserve:
     """vLLM's non-KV reserve as the accounting rules of ``vllm_version`` (default: the pinned vLLM)
     predict it: the profile run's activation peak, non-torch memory by tensor-parallel size, and
     the CUDA-graph estimate where that version deducts it (none with enforce_eager). ``samples``: the GPU runs
-    the sampler (every GPU but those of a pipeline's earlier stages, whose peak is the forward pass alone)."""
+    the sampler (every GPU but those of a pipeline's earlier stages, whose peak is the forward pass alone).
+    ``flashinfer``: FlashInfer is installed (vLLM's Docker images ship it), which changes the sampler's warm-up where
+    that version's sampler uses it (vLLM 0.9–0.11.0: 8 B a logit instead of the sort's 36)."""
     rules = rules_for(vllm_version)
     act, forward, _ = _activation_bytes(a, rules, max_num_batched_tokens=max_num_batched_tokens,
-                                        max_num_seqs=max_num_seqs, tp=tp)
+                                        max_num_seqs=max_num_seqs, tp=tp, flashinfer=flashinfer)
     act = act if samples else forward
     graphs = rules.cuda_graph_estimate_bytes if rules.cuda_graphs_deducted and not enforce_eager else 0
     return Reserve(
         activation_bytes=act,
         non_torch_bytes=rules.non_torch_bytes_tp1 if tp == 1 else rules.non_torch_bytes_tp,
         cuda_graph_bytes=graphs,
-        source=f"{rules.name} accounting",
+        source=f"{rules.name} accounting" + (", FlashInfer's sampler" if flashinfer and samples and
+                                             rules.sampler_extra_bytes(a, True) != rules.sampler_extra_bytes(a)
+                                             else ""),
     )
 
 

@@ -175,6 +175,9 @@ def plan_cmd(
         help="Default: vLLM's: on for GPUs from vLLM 0.14 (not with pipeline parallelism or an n-gram "
              "speculator), off for CPU.")] = None,
     enforce_eager: Annotated[bool, typer.Option(help="No CUDA graphs (no graph memory reserved).")] = False,
+    flashinfer: Annotated[bool, typer.Option(
+        "--flashinfer", help="FlashInfer is installed (vLLM's Docker images ship it; its pip wheels before 0.11.1 "
+                             "do not): vLLM 0.9-0.11.0's sampler then warms up in 8 B a logit, not 36.")] = False,
     entry: Annotated[str, typer.Option(
         "--entry", help="Whose scheduler defaults: serve (vllm serve, the OpenAI server) or offline (the LLM "
                         "class, as kvprof sweeps).")] = "serve",
@@ -251,9 +254,9 @@ def plan_cmd(
                     gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_memory_bytes,
                     reserve_bytes=reserve_bytes, max_num_batched_tokens=max_num_batched_tokens,
                     max_num_seqs=max_num_seqs, async_scheduling=async_scheduling, enforce_eager=enforce_eager,
-                    entry=entry, vllm_version=vllm_version, quantization=quantization, dtype=dtype, batch=batch,
-                    prompt_len=prompt_len, output_len=output_len, pipeline_parallel_size=pps[0],
-                    pp_layer_partition=pp_layer_partition,
+                    flashinfer=flashinfer, entry=entry, vllm_version=vllm_version, quantization=quantization,
+                    dtype=dtype, batch=batch, prompt_len=prompt_len, output_len=output_len,
+                    pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition,
                     kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
                     speculative_config=speculative_config,
                     max_loras=max_loras, max_lora_rank=max_lora_rank)

@@ -148,3 +148,22 @@ def test_nvml_names_match_whole_words_only():
     assert (gpu("NVIDIA L40").name, gpu("NVIDIA L40S").name) == ("l40", "l40s")
     with pytest.raises(UnknownName):  # the 300 W Max-Q part is neither RTX PRO 6000 edition
         gpu("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition")
+
+
+def test_flashinfer_installed_shrinks_the_sampler_warm_up_where_that_vllm_uses_it():
+    # vLLM 0.10.2 (0.9-0.11.0: the V1 sampler takes FlashInfer's top-k/top-p where FlashInfer is installed, as in
+    # vLLM's Docker images) warms gpt-oss-120b's sampler up on min(1,024 max_num_seqs, 8,192 tokens) = 1,024 rows of
+    # its 201,088-token vocabulary. The sort holds 36 B a logit beyond the logits, FlashInfer 8 B: the difference is
+    # 1,024 × 201,088 × 28 B = 5.37 GiB. On one H100 at 0.9 the sort leaves no KV (the plan refuses and says
+    # why); FlashInfer's leaves some, as GPUStack's run of this model on one H100 under vLLM 0.10.2 shows.
+    base = ["plan", "--model", "gpt-oss-120b", "--gpu", "h100-sxm", "--max-model-len", "32768"]
+    result = runner.invoke(app, [*base, "--vllm-version", "0.10.2"])
+    assert result.exit_code != 0
+    assert "5.4 GiB less and it fits: --flashinfer" in result.output
+    with_fi = runner.invoke(app, [*base, "--vllm-version", "0.10.2", "--flashinfer", "--json"])
+    assert with_fi.exit_code == 0, with_fi.output
+    assert json.loads(with_fi.output)["kv_budget_bytes"] > 0
+    # the pinned vLLM's Model Runner V2 allocates no float32 copies for its warm-up: the flag changes nothing there
+    pinned = [json.loads(runner.invoke(app, [*base, *flag, "--json"]).output)["kv_budget_bytes"]
+              for flag in ((), ("--flashinfer",))]
+    assert pinned[0] == pinned[1]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from gpu_corpus import EXPLAINED, CorpusRecord, load_corpus, plan_quantization, unplannable, vllm_version
+from gpu_corpus import EXPLAINED, FLASHINFER, CorpusRecord, load_corpus, plan_quantization, unplannable, vllm_version
 
 from analysis import catalog
 from analysis.model.params import model_loading_bytes
@@ -30,7 +30,8 @@ def _version(rec: CorpusRecord) -> str | None:
     """The vLLM whose rules apply: the stated version, else the one inferred from the post's date and wording."""
     return vllm_version(rec.settings)
 
-def _plan(rec: CorpusRecord, *, kv_budget_bytes: int | None = None) -> dict:
+def _plan(name: str, *, kv_budget_bytes: int | None = None) -> dict:
+    rec = RECORDS[name]
     s = rec.settings
     arch, _ = catalog.resolve_model(s.catalog_model)
     gpu, _ = catalog.resolve_gpu(s.gpu)
@@ -41,7 +42,7 @@ def _plan(rec: CorpusRecord, *, kv_budget_bytes: int | None = None) -> dict:
         max_num_batched_tokens=s.max_num_batched_tokens, max_num_seqs=s.max_num_seqs,
         enforce_eager=s.enforce_eager, entry=s.entry, vllm_version=_version(rec),
         quantization=plan_quantization(rec, arch), dtype=s.dtype or "auto",
-        kv_cache_memory_bytes=kv_budget_bytes,
+        kv_cache_memory_bytes=kv_budget_bytes, flashinfer=name in FLASHINFER,
     )
     return make_plan(arch, inputs, gpu)
 
@@ -97,9 +98,9 @@ def test_kv_budget_from_the_spec_sheet(name):
         if name in EXPLAINED:
             return
         with pytest.raises(PlanError, match="does not fit"):
-            _plan(rec)
+            _plan(name)
         return
-    plan = _plan(rec)
+    plan = _plan(name)
     _check(name, "kv_budget", plan["kv_budget_bytes"], rec.logged.available_kv_gib * GiB)
 
 
@@ -109,7 +110,7 @@ def test_kv_budget_median_error_over_the_corpus():
         rec = RECORDS[name]
         if rec.logged.available_kv_gib < 0:
             continue
-        errors.append(abs(_error(_plan(rec)["kv_budget_bytes"], rec.logged.available_kv_gib * GiB)))
+        errors.append(abs(_error(_plan(name)["kv_budget_bytes"], rec.logged.available_kv_gib * GiB)))
     assert errors and statistics.median(errors) <= TOLERANCE, sorted(errors)
 
 
@@ -117,7 +118,7 @@ def _misses(name: str) -> list[str]:
     """The quantities of a record the spec-sheet plan misses by more than the tolerance."""
     rec = RECORDS[name]
     try:
-        plan = _plan(rec)
+        plan = _plan(name)
     except PlanError:
         return ["does not fit"] if (rec.logged.available_kv_gib or 0) >= 0 else []
     pairs = (("weights", plan["weight_bytes"], rec.logged.weights_gib and rec.logged.weights_gib * GiB),
@@ -143,7 +144,7 @@ POOL = (("kv_cache_tokens", "kv_cache_tokens"), ("max_concurrency", "max_concurr
 def test_pool_from_the_spec_sheet(field, key, name):
     """Tokens, concurrency and blocks as vLLM printed them, from the spec-sheet plan."""
     rec = RECORDS[name]
-    _check(name, field, _plan(rec)[key], getattr(rec.logged, field))
+    _check(name, field, _plan(name)[key], getattr(rec.logged, field))
 
 
 @pytest.mark.parametrize("name", _cases("kv_cache_tokens"))
@@ -156,7 +157,7 @@ def test_kv_tokens_given_the_logged_budget(name):
         pytest.skip("the log states rank 0's budget; a pipeline's pool is its smallest stage's (the last, whose "
                     "sampler peak leaves it less), which the log does not print: test_kv_budget_from_the_spec_sheet "
                     "and the token tests hold the whole pipeline")
-    plan = _plan(rec, kv_budget_bytes=round(rec.logged.available_kv_gib * GiB))
+    plan = _plan(name, kv_budget_bytes=round(rec.logged.available_kv_gib * GiB))
     if name in EXPLAINED:
         return
     per_token = plan["bytes_per_block"] / plan["block_size"]

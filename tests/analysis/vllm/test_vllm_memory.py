@@ -22,7 +22,7 @@ from analysis.vllm.memory import (
     rules_for,
 )
 from profiler.cli import app
-from tests.gpu_corpus import load_corpus, vllm_version
+from tests.gpu_corpus import FLASHINFER, load_corpus, vllm_version
 
 GiB = 2**30
 runner = CliRunner()
@@ -250,16 +250,6 @@ def test_plan_refuses_a_version_that_is_not_one():
 
 # A record whose stated version is not the rule set it ran: vLLM 0.8.3 with the V0 engine (worker.py lines).
 RULES_OF = {"issue16570_qwen25_vl_72b_4xa100_40gb": "0.7.3"}
-# Records from setups with FlashInfer installed (vllm/vllm-openai images), where 0.9-0.11.0's V1 sampler
-# takes FlashInfer's top-k/top-p kernel (8 B a logit) instead of the sort (36 B).
-FLASHINFER = {
-    # vLLM 0.10.1.1 on A100s from Kubernetes pods: the sort-based peak leaves 1.0–1.5 GiB less KV than
-    # logged (−3 to −20 %); with FlashInfer's 8 B gpt-oss-120b is within 0.5 % and the single-node Qwen2-7B
-    # records (Qwen2.5-7B's shapes) within 2 %.
-    "dennislee22_gpt_oss_120b_tp4_4nodes_a100_80gb", "dennislee22_qwen2_7b_tp2_2nodes_a100_40gb",
-    "dennislee22_qwen2_7b_tp2_util025_a100_80gb", "dennislee22_qwen2_7b_tp2_util05_a100_80gb",
-    "dennislee22_qwen2_7b_util025_a100_80gb", "dennislee22_qwen2_7b_util05_a100_80gb",
-}
 # Records whose KV budget the rules miss by more than 2 %, and why.
 EXPLAINED = {
     "issue21348_qwen3_235b_a22b_fp8_4xh100": "not confirmed: 2.0 GiB less KV per rank than the 0.9-era rules "
