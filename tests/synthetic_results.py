@@ -105,18 +105,23 @@ class Truth:
     tied: bool
     qkv_bias: bool
     dtype_bytes: int
+    positions: int  # max_position_embeddings: the rows of vLLM's RoPE cos/sin cache
 
     @classmethod
     def from_config(cls, c: dict) -> Truth:
         if c["model_type"] not in ("llama", "qwen2") or c.get("num_experts") or c.get("use_sliding_window"):
             raise ValueError(f"synthetic results write out dense llama/qwen2 decoders only, not {c['model_type']}")
+        if (c.get("rope_scaling") or {}).get("rope_type", (c.get("rope_scaling") or {}).get("type")) not in (
+                None, "llama3", "default"):
+            raise ValueError("synthetic results write out a RoPE cache of max_position_embeddings rows only")
         return cls(layers=c["num_hidden_layers"], hidden=c["hidden_size"], heads=c["num_attention_heads"],
                    kv_heads=c.get("num_key_value_heads", c["num_attention_heads"]),
                    head_dim=c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"],
                    intermediate=c["intermediate_size"], vocab=c["vocab_size"],
                    tied=bool(c.get("tie_word_embeddings", False)),
                    qkv_bias=c["model_type"] == "qwen2",  # Qwen2Attention: q/k/v projections with bias=True
-                   dtype_bytes=DTYPE_BYTES[c.get("torch_dtype", "bfloat16")])
+                   dtype_bytes=DTYPE_BYTES[c.get("torch_dtype", "bfloat16")],
+                   positions=c["max_position_embeddings"])
 
     @property
     def parameters(self) -> int:
@@ -131,6 +136,12 @@ class Truth:
     @property
     def weight_bytes(self) -> int:
         return self.parameters * self.dtype_bytes
+
+    @property
+    def loading_bytes(self) -> int:
+        """What vLLM's "Model loading took" counts: the weights and the RoPE cos/sin cache, a buffer of
+        max_position_embeddings × head_dim in the model dtype (rotary_embedding's cos_sin_cache)."""
+        return self.weight_bytes + self.positions * self.head_dim * self.dtype_bytes
 
     @property
     def decode_weight_bytes(self) -> int:
@@ -168,7 +179,7 @@ def make_results(root: Path, inj: Injected | None = None) -> Injected:
     truth = Truth.from_config(config)
     g = gpu(inj.gpu)
     mnbt, max_seqs = OFFLINE_BATCHED_TOKENS, OFFLINE_MAX_SEQS
-    weights = truth.weight_bytes
+    weights = truth.loading_bytes
     reserve = default_reserve(arch, max_num_batched_tokens=mnbt, max_num_seqs=max_seqs)
     # vLLM's budget: ceil(total × utilization) − weights − reserve (v1/worker/gpu_worker.py), less the injected extra.
     true_budget = math.ceil(g.memory_bytes * inj.utilization) - weights - reserve.total - inj.extra_reserve_bytes

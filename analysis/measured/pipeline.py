@@ -83,12 +83,17 @@ def build_tables(a: Analysis) -> dict[str, Table]:
         t["budget"] = Table("KV budget on the GPU: memory × utilisation − weights − reserve vs vLLM", format_columns(
             a.capacity, {"engine_id": ("engine", str), "predicted_kv_budget_bytes": ("predicted", fbytes),
                          "kv_budget_bytes": ("vLLM", fbytes), "kv_budget_rel_error": ("error", fpct),
-                         "weights_bytes_predicted": ("weights (model)", fbytes),
-                         "predicted_reserve_bytes": ("reserve (heuristic)", fbytes),
+                         "weights_bytes_predicted": ("weights (plan)", fbytes),
+                         "predicted_reserve_bytes": ("reserve (plan)", fbytes),
                          "vllm_model_loading_bytes": ("weights (vLLM)", fbytes),
                          "vllm_peak_activation_bytes": ("activation peak (vLLM)", fbytes),
                          "vllm_non_torch_bytes": ("non-torch (vLLM)", fbytes),
-                         "vllm_cuda_graph_bytes": ("CUDA graphs (vLLM)", fbytes)}))
+                         "vllm_cuda_graph_bytes": ("CUDA graphs (vLLM)", fbytes),
+                         **({"plan_note": ("not planned", lambda v: v if isinstance(v, str) else "—")}
+                            if "plan_note" in a.capacity else {})}),
+            note="Predicted as `kvprof plan` predicts the engine's settings: its weights as vLLM loads them with "
+                 "any LoRA buffers and drafter its engine_args set, vLLM's accounting of the profile run for its "
+                 "version, pipeline stages and offloading; 'not planned' names a setting the plan does not take.")
     if "ceiling_predicted" in a.capacity:
         t["ceiling"] = Table("Batch ceiling at a fixed length: predicted vs the saturation phase", format_columns(
             a.capacity, {"engine_id": ("engine", str), "saturation_length": ("sequence length", fnum),

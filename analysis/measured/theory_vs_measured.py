@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -23,8 +24,9 @@ from analysis.latency import step as latency
 from analysis.measured.decode_fit import DecodeFit, FitError, fit_decode_selected
 from analysis.model.architecture import Architecture, UnsupportedArchitecture, dtype_bytes
 from analysis.model.kv import ideal_capacity, kv_bytes_per_token
-from analysis.model.params import weight_bytes
+from analysis.model.params import model_loading_bytes
 from analysis.model.roofline import crossover_context, decode_step
+from analysis.planning.plan import PlanError, PlanInputs, make_plan
 from analysis.results.load import Results
 from analysis.vllm.allocator import NotModelled, paged_capacity
 from analysis.vllm.budget import default_reserve, kv_budget
@@ -168,17 +170,7 @@ def capacity_table(res: Results) -> pd.DataFrame:
         row["max_concurrency_from_vllm_blocks"] = real.max_concurrency
         g = device_gpu(e.gpu_name if isinstance(e.gpu_name, str) and e.gpu_name else e.device)
         if fixed is None and g is not None and pd.notna(e.gpu_memory_utilization):
-            version = e.vllm_version if isinstance(e.vllm_version, str) and e.vllm_version else None
-            try:
-                reserve = default_reserve(a, max_num_batched_tokens=int(e.max_num_batched_tokens),
-                                          max_num_seqs=int(e.max_num_seqs), tp=tp, vllm_version=version)
-            except ValueError:  # a version string that is not a version number: the pinned vLLM's rules
-                reserve = default_reserve(a, max_num_batched_tokens=int(e.max_num_batched_tokens),
-                                          max_num_seqs=int(e.max_num_seqs), tp=tp)
-            total = int(e.device_memory_bytes) if pd.notna(e.device_memory_bytes) else g.cuda_total_bytes
-            row.update(predicted_kv_budget_bytes=kv_budget(total, float(e.gpu_memory_utilization),
-                                                           weight_bytes(a, tp), reserve),
-                       predicted_reserve_bytes=reserve.total, weights_bytes_predicted=weight_bytes(a, tp))
+            row.update(_predicted_budget(a, e, g))
             row["kv_budget_rel_error"] = rel(row["predicted_kv_budget_bytes"], budget)
             # vLLM's own account of the reserve, where its log gave one.
             row.update({f"vllm_{k}": getattr(e, k) for k in ("model_loading_bytes", "peak_activation_bytes",
@@ -194,6 +186,76 @@ def capacity_table(res: Results) -> pd.DataFrame:
         cap_df = cap_df.merge(pd.DataFrame(list(ceilings), index=ceilings.index), left_on="engine_id",
                               right_index=True, how="left")
     return cap_df
+
+
+def _predicted_budget(a: Architecture, e: Any, g: GPU) -> dict[str, Any]:
+    """The plan's KV budget for an engine of a GPU sweep, from the device total vLLM saw (its record's), with the
+    weights (and LoRA buffers, a drafter) and the reserve it is made of. Where the plan does not take the engine's
+    settings (it says why in ``plan_note``), the plain model as vLLM loads it and vLLM's accounting for its version."""
+    total = int(e.device_memory_bytes) if pd.notna(e.device_memory_bytes) else g.cuda_total_bytes
+    util = float(e.gpu_memory_utilization)
+    try:
+        inputs = engine_plan_inputs(e)
+        p = make_plan(a, inputs, g)
+    except (ValueError, PlanError) as exc:  # pydantic's ValidationError is a ValueError
+        tp = int(_value(e, "tensor_parallel_size") or 1)
+        version = _value(e, "vllm_version")
+        try:
+            reserve = default_reserve(a, max_num_batched_tokens=int(e.max_num_batched_tokens),
+                                      max_num_seqs=int(e.max_num_seqs), tp=tp,
+                                      vllm_version=version if isinstance(version, str) and version else None)
+        except ValueError:  # a version string that is not a version number: the pinned vLLM's rules
+            reserve = default_reserve(a, max_num_batched_tokens=int(e.max_num_batched_tokens),
+                                      max_num_seqs=int(e.max_num_seqs), tp=tp)
+        weights = model_loading_bytes(a, tp)
+        return {"predicted_kv_budget_bytes": kv_budget(total, util, weights, reserve),
+                "predicted_reserve_bytes": reserve.total, "weights_bytes_predicted": weights,
+                "plan_note": " ".join(str(exc).split())[:300]}
+    parts = p.get("reserve") or {}
+    reserve_total = sum(parts.get(k) or 0 for k in ("activation_bytes", "non_torch_bytes", "cuda_graph_bytes"))
+    budget = p["kv_budget_bytes"]
+    if inputs.pipeline_parallel_size == 1:  # the device total vLLM saw, not the catalog's
+        budget = math.ceil(total * util) - p["weight_bytes"] - reserve_total
+    return {"predicted_kv_budget_bytes": budget, "predicted_reserve_bytes": reserve_total,
+            "weights_bytes_predicted": p["weight_bytes"]}
+
+
+def _value(e: Any, name: str) -> Any:
+    """A column of an engine row, None where absent or NaN."""
+    v = getattr(e, name, None)
+    return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+
+
+def engine_plan_inputs(e: Any) -> PlanInputs:
+    """The plan's inputs for one engine of a sweep (a row of the engine table): what vLLM settled on (block size,
+    lengths, batching, async scheduling) and the memory-taking vLLM features its ``engine_args`` set — LoRA slots,
+    a speculator, pipeline stages, KV offloading, eager mode, a quantization — so the report's theory of an engine's
+    memory is the plan's (``analysis.planning.plan.make_plan``), not a second account of it. Raises ValueError
+    (pydantic's) for settings the plan does not take."""
+    def arg(name: str) -> Any:
+        return _value(e, f"engine_arg_{name}")
+
+    spec = arg("speculative_config")
+    if isinstance(spec, str):
+        spec = json.loads(spec)
+    if isinstance(spec, dict):  # the fields that decide memory (vLLM's config has more)
+        spec = {k: v for k, v in spec.items() if k in ("method", "model", "num_speculative_tokens",
+                                                       "draft_tensor_parallel_size")}
+    loras = (arg("max_loras") or 1) if arg("enable_lora") else None  # vLLM's max_loras defaults to 1
+    util = _value(e, "gpu_memory_utilization")
+    version = _value(e, "vllm_version")
+    return PlanInputs(
+        kv_cache_dtype=str(e.kv_cache_dtype), block_size=int(e.block_size), max_model_len=int(e.max_model_len),
+        tensor_parallel_size=int(_value(e, "tensor_parallel_size") or 1),
+        pipeline_parallel_size=int(arg("pipeline_parallel_size") or 1),
+        gpu_memory_utilization=float(util) if util is not None else 0.9,
+        max_num_batched_tokens=int(e.max_num_batched_tokens), max_num_seqs=int(e.max_num_seqs),
+        async_scheduling=bool(_value(e, "async_scheduling")), entry="offline",
+        vllm_version=version if isinstance(version, str) and version else None,
+        enforce_eager=bool(arg("enforce_eager")), quantization=arg("quantization"),
+        max_loras=int(loras) if loras else None, **({"max_lora_rank": int(arg("max_lora_rank"))}
+                                                    if arg("max_lora_rank") else {}),
+        kv_offloading_size=arg("kv_offloading_size"), speculative_config=spec)
 
 
 def _measured_ceiling(g: pd.DataFrame) -> dict[str, Any]:
