@@ -226,36 +226,41 @@ def _value(e: Any, name: str) -> Any:
     return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
 
 
+# engine_args the plan reads differently from vLLM's name for them (the others are taken by name, below).
+_ENGINE_ARG_SPECIAL = ("speculative_config", "enable_lora", "max_loras")
+
+
 def engine_plan_inputs(e: Any) -> PlanInputs:
     """The plan's inputs for one engine of a sweep (a row of the engine table): what vLLM settled on (block size,
-    lengths, batching, async scheduling) and the memory-taking vLLM features its ``engine_args`` set — LoRA slots,
-    a speculator, pipeline stages, KV offloading, eager mode, a quantization — so the report's theory of an engine's
-    memory is the plan's (``analysis.planning.plan.make_plan``), not a second account of it. Raises ValueError
-    (pydantic's) for settings the plan does not take."""
-    def arg(name: str) -> Any:
-        return _value(e, f"engine_arg_{name}")
-
-    spec = arg("speculative_config")
+    lengths, batching, async scheduling) and every ``engine_args`` entry that is a plan input of vLLM's name for it
+    (pipeline_parallel_size, max_lora_rank, kv_offloading_size, enforce_eager, quantization, …: a vLLM feature the
+    plan learns to take is planned here too), LoRA slots where enable_lora is set, and a speculator's
+    ``speculative_config`` — so the report's theory of an engine's memory is the plan's
+    (``analysis.planning.plan.make_plan``), not a second account of it. Raises ValueError (pydantic's) for settings
+    the plan does not take."""
+    columns = getattr(e, "_fields", None) or list(vars(e))  # a row of itertuples(), or any object of attributes
+    args = {name.removeprefix("engine_arg_"): v for name in columns
+            if name.startswith("engine_arg_") and (v := _value(e, name)) is not None}
+    # A column holding an engine's missing entry as NaN holds the others' counts as floats: 2.0 is the 2 asked for.
+    named = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in args.items()
+             if k in PlanInputs.model_fields and k not in _ENGINE_ARG_SPECIAL}
+    spec = args.get("speculative_config")
     if isinstance(spec, str):
         spec = json.loads(spec)
     if isinstance(spec, dict):  # the fields that decide memory (vLLM's config has more)
         spec = {k: v for k, v in spec.items() if k in ("method", "model", "num_speculative_tokens",
                                                        "draft_tensor_parallel_size")}
-    loras = (arg("max_loras") or 1) if arg("enable_lora") else None  # vLLM's max_loras defaults to 1
+    loras = (args.get("max_loras") or 1) if args.get("enable_lora") else None  # vLLM's max_loras defaults to 1
     util = _value(e, "gpu_memory_utilization")
     version = _value(e, "vllm_version")
-    return PlanInputs(
+    settled = dict(
         kv_cache_dtype=str(e.kv_cache_dtype), block_size=int(e.block_size), max_model_len=int(e.max_model_len),
         tensor_parallel_size=int(_value(e, "tensor_parallel_size") or 1),
-        pipeline_parallel_size=int(arg("pipeline_parallel_size") or 1),
         gpu_memory_utilization=float(util) if util is not None else 0.9,
         max_num_batched_tokens=int(e.max_num_batched_tokens), max_num_seqs=int(e.max_num_seqs),
         async_scheduling=bool(_value(e, "async_scheduling")), entry="offline",
-        vllm_version=version if isinstance(version, str) and version else None,
-        enforce_eager=bool(arg("enforce_eager")), quantization=arg("quantization"),
-        max_loras=int(loras) if loras else None, **({"max_lora_rank": int(arg("max_lora_rank"))}
-                                                    if arg("max_lora_rank") else {}),
-        kv_offloading_size=arg("kv_offloading_size"), speculative_config=spec)
+        vllm_version=version if isinstance(version, str) and version else None)
+    return PlanInputs(**{**named, **settled}, max_loras=int(loras) if loras else None, speculative_config=spec)
 
 
 def _measured_ceiling(g: pd.DataFrame) -> dict[str, Any]:

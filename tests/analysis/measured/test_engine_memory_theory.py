@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import pandas as pd
 from typer.testing import CliRunner
 
 from analysis.catalog import gpu, resolve_model
@@ -56,8 +57,17 @@ def test_an_engine_with_a_speculator_or_eager_mode_is_predicted_as_the_plan_pred
     assert "plan_note" not in got
     assert (got["weights_bytes_predicted"], got["predicted_kv_budget_bytes"]) == (p["weight_bytes"],
                                                                                   p["kv_budget_bytes"])
-    inputs = engine_plan_inputs(_engine(enforce_eager=True, pipeline_parallel_size=2, kv_offloading_size=8.0))
-    assert (inputs.enforce_eager, inputs.pipeline_parallel_size, inputs.kv_offloading_size) == (True, 2, 8.0)
+
+
+
+def test_engine_args_of_a_plan_inputs_name_reach_the_plan_from_the_engine_table():
+    # Rows as the report reads them (DataFrame.itertuples of the engine table): an engine_args entry that is a plan
+    # input of vLLM's name is taken by that name; another engine's missing entries (NaN) are vLLM's defaults.
+    table = pd.DataFrame([vars(_engine(enforce_eager=True, pipeline_parallel_size=2, kv_offloading_size=8.0,
+                                       seed=3)), vars(_engine())])
+    first, second = (engine_plan_inputs(r) for r in table.itertuples(index=False))
+    assert (first.enforce_eager, first.pipeline_parallel_size, first.kv_offloading_size) == (True, 2, 8.0)
+    assert (second.enforce_eager, second.pipeline_parallel_size, second.kv_offloading_size) == (False, 1, None)
 
 
 def test_settings_the_plan_does_not_take_fall_back_to_the_plain_accounting_and_say_why():
