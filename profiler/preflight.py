@@ -237,13 +237,17 @@ def _engine_rule_problems(spec: SweepSpec, plan: Plan, arch: Architecture, platf
                 max_num_seqs=_int(kw.get("max_num_seqs")),
                 max_num_batched_tokens=_int(kw.get("max_num_batched_tokens")),
                 default_max_num_batched_tokens=scheduler_defaults(cfg, platform)[0],
-                kv_offloading_size=kw.get("kv_offloading_size")):
+                kv_offloading_size=kw.get("kv_offloading_size"),
+                pipeline_parallel_size=_int(kw.get("pipeline_parallel_size"))):
             values = grouped.setdefault((p.field, p.problem, p.allowed), [])
             if p.value not in values:
                 values.append(p.value)
+    swept = spec.engine_args_sweep or {}
+    swept_names = set(swept) if isinstance(swept, dict) else {k for combo in swept for k in combo}
     out = []
     for (field, problem, allowed), values in grouped.items():
-        section = "engine_args" if field in spec.engine_args else "engine"
+        section = "engine_args" if field in spec.engine_args else \
+            "engine_args_sweep" if field in swept_names else "engine"
         unset = section == "engine" and (section, field) not in lines
         out.append(((section, field), f"{values}{' (the default)' if unset else ''} {problem}; allowed: {allowed}"
                                       + (f"; set engine.{field}" if unset else "")))

@@ -361,7 +361,8 @@ def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         platform=platform, device_memory_bytes=memory, weight_bytes=weight_bytes,
         device=(gpu.display or gpu.name) if gpu is not None else "the device",
         max_num_seqs=inputs.max_num_seqs, max_num_batched_tokens=inputs.max_num_batched_tokens,
-        default_max_num_batched_tokens=None if gpu is None else default_batching(a, inputs, gpu)[0])
+        default_max_num_batched_tokens=None if gpu is None else default_batching(a, inputs, gpu)[0],
+        kv_offloading_size=inputs.kv_offloading_size, pipeline_parallel_size=inputs.pipeline_parallel_size)
     if mml:
         out += workload_problems(mml, context=inputs.context, prompt_len=inputs.prompt_len,
                                  output_len=inputs.output_len)

