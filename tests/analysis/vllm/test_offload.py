@@ -4,6 +4,8 @@ is installed, and written out for a buyer's question ("is a 40 GB GPU with 40 GB
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from analysis import catalog
@@ -80,15 +82,21 @@ def test_offloading_is_refused_on_the_cpu_backend_with_vllms_reason_and_allowed_
     assert offloading_problems(1.0, "cuda") == [] and offloading_problems(None, "cpu") == []
 
 
+def _cpu_spec(tmp_path, name: str, engine_args: str) -> Path:
+    """A one-engine decode sweep of tiny-llama-gqa on a 16 MiB pool, with these engine_args lines."""
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(f"name: {name}\nmodel: tiny-llama-gqa\nweights: dummy\nengine:\n  max_model_len: 1024\n"
+                    "  block_size: 32\n  kv_cache_memory_bytes: 16MiB\nengine_args:\n  enforce_eager: true\n"
+                    f"{engine_args}workload:\n  concurrency: [1]\n  prompt_len: [64]\n  output_len: 8\n"
+                    "phases: [decode]\n")
+    return spec
+
+
 def test_a_cpu_sweep_offloading_kv_is_refused_before_any_engine_with_its_line(tmp_path):
     from profiler.preflight import validate
     from profiler.spec import SpecError
 
-    spec = tmp_path / "offload.yaml"
-    spec.write_text("name: offload-on-cpu\nmodel: tiny-llama-gqa\nweights: dummy\nengine:\n  max_model_len: 1024\n"
-                    "  block_size: 32\n  kv_cache_memory_bytes: 16MiB\nengine_args:\n  enforce_eager: true\n"
-                    "  kv_offloading_size: 1\nworkload:\n  concurrency: [1]\n  prompt_len: [64]\n  output_len: 8\n"
-                    "phases: [decode]\n")
+    spec = _cpu_spec(tmp_path, "offload-on-cpu", "  kv_offloading_size: 1\n")
     with pytest.raises(SpecError, match=r":10: engine_args.kv_offloading_size: \[1\] is not supported on the CPU"):
         validate(spec, platform="cpu")
 
@@ -112,11 +120,7 @@ def test_a_cpu_sweep_with_pipeline_stages_is_refused_before_any_engine_with_its_
     from profiler.preflight import validate
     from profiler.spec import SpecError
 
-    spec = tmp_path / "pp.yaml"
-    spec.write_text("name: pp-on-cpu\nmodel: tiny-llama-gqa\nweights: dummy\nengine:\n  max_model_len: 1024\n"
-                    "  block_size: 32\n  kv_cache_memory_bytes: 16MiB\nengine_args:\n  enforce_eager: true\n"
-                    "engine_args_sweep:\n  pipeline_parallel_size: [1, 2]\nworkload:\n  concurrency: [1]\n"
-                    "  prompt_len: [64]\n  output_len: 8\nphases: [decode]\n")
+    spec = _cpu_spec(tmp_path, "pp-on-cpu", "engine_args_sweep:\n  pipeline_parallel_size: [1, 2]\n")
     with pytest.raises(SpecError, match=r"pipeline_parallel_size: \[2\] does not run on the CPU backend"):
         validate(spec, platform="cpu")
     validate(spec, platform="cuda")  # on GPUs a pipeline is planned (analysis.vllm.pipeline), not refused
