@@ -571,6 +571,20 @@ def _moe(cfg: dict[str, Any], model_type: str, n_layers: int, intermediate: int,
     )
 
 
+def _dbrx_keys(cfg: dict[str, Any]) -> dict[str, Any]:
+    """DBRX's config.json nests its attention and FFN facts (``DbrxConfig``: d_model, n_heads, n_layers, max_seq_len,
+    attn_config.kv_n_heads, ffn_config.ffn_hidden_size / moe_num_experts / moe_top_k), read by vLLM's
+    ``models/dbrx.py`` as these: the standard names here, so the rest reads it as any Mixtral-style MoE (a fused Wqkv
+    and out_proj without biases, a bias-free router, w1/v1/w2 gated experts, two norms a layer)."""
+    attn, ffn = cfg.get("attn_config") or {}, cfg.get("ffn_config") or {}
+    flat = {"num_hidden_layers": cfg.get("n_layers"), "hidden_size": cfg.get("d_model"),
+            "num_attention_heads": cfg.get("n_heads"), "num_key_value_heads": attn.get("kv_n_heads"),
+            "max_position_embeddings": cfg.get("max_seq_len"), "rope_theta": attn.get("rope_theta"),
+            "intermediate_size": ffn.get("ffn_hidden_size"), "num_local_experts": ffn.get("moe_num_experts"),
+            "num_experts_per_tok": ffn.get("moe_top_k")}
+    return {**cfg, **{k: v for k, v in flat.items() if v is not None}}
+
+
 def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
     cfg = dict(raw)
     text = cfg.get("text_config")
@@ -582,6 +596,8 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
                 merged[k] = cfg[k]
         cfg = merged
     model_type = str(cfg.get("model_type") or raw.get("model_type") or "custom")
+    if model_type == "dbrx":
+        cfg = _dbrx_keys(cfg)
     if model_type in _ENCODER_DECODER or cfg.get("is_encoder_decoder"):
         raise UnsupportedArchitecture(f"{name}: encoder-decoder models ({model_type}) are not supported")
     if cfg.get("ssm_cfg") or cfg.get("mamba_d_state") or cfg.get("attn_layer_period"):

@@ -17,6 +17,7 @@ from analysis.model.params import count_params, decode_weight_bytes, expected_ex
         ("llama-3.1-70b", 70.6, None),
         ("mixtral-8x7b", 46.7, 12.9),
         ("mixtral-8x22b", 141.0, 39.0),  # Mistral AI's announcement: 141B parameters, 39B active
+        ("dbrx", 132.0, 36.0),  # Databricks' announcement: 132B total parameters, 36B active on any input
         ("qwen2.5-7b", 7.62, None),
         ("llama-3.1-405b", 405.9, None),
         ("deepseek-v3", 671.0, 37.0),
