@@ -19,6 +19,7 @@ from gpu_corpus import EXPLAINED, FLASHINFER, CorpusRecord, load_corpus, plan_qu
 from analysis import catalog
 from analysis.model.params import model_loading_bytes
 from analysis.planning.plan import PlanError, PlanInputs, make_plan
+from analysis.vllm.lora import DEFAULT_MAX_LORA_RANK, lora_bytes
 from analysis.vllm.pipeline import stages
 
 GiB = 2**30
@@ -42,7 +43,8 @@ def _plan(name: str, *, kv_budget_bytes: int | None = None) -> dict:
         max_num_batched_tokens=s.max_num_batched_tokens, max_num_seqs=s.max_num_seqs,
         enforce_eager=s.enforce_eager, entry=s.entry, vllm_version=_version(rec),
         quantization=plan_quantization(rec, arch), dtype=s.dtype or "auto",
-        kv_cache_memory_bytes=kv_budget_bytes, flashinfer=name in FLASHINFER,
+        kv_cache_memory_bytes=kv_budget_bytes, flashinfer=name in FLASHINFER, max_loras=s.max_loras,
+        **({"max_lora_rank": s.max_lora_rank} if s.max_lora_rank else {}),
     )
     return make_plan(arch, inputs, gpu)
 
@@ -88,6 +90,9 @@ def test_weights_as_vllm_loads_them(name):
     # A pipeline's rank 0 logs its own stage: the first layers and the input embedding.
     planned = (model_loading_bytes(arch, s.tensor_parallel_size) if s.pipeline_parallel_size == 1
                else stages(arch, s.tensor_parallel_size, s.pipeline_parallel_size, "")[0].weight_bytes)
+    if s.max_loras:  # the LoRA slots' buffers are allocated while the model loads: "Model loading took" counts them
+        planned += lora_bytes(arch, max_loras=s.max_loras, max_lora_rank=s.max_lora_rank or DEFAULT_MAX_LORA_RANK,
+                              tp=s.tensor_parallel_size)
     _check(name, "weights", planned, rec.logged.weights_gib * GiB)
 
 
