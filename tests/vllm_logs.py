@@ -31,6 +31,7 @@ EXPECTED: dict[str, dict] = {
         "model_loading_bytes": int(4.7196 * G), "log_num_gpu_blocks": 7124,
         "log_max_concurrency_len": 4096, "log_max_concurrency": 27.83, "max_model_len": 4096,
         "cuda_graph_bytes": int(0.59 * G),  # "Graph capturing finished in 23 secs, took 0.59 GiB"
+        "enable_lora": False, "max_loras": 1, "max_lora_rank": 16,  # the Namespace: LoRA off, vLLM's defaults
     },
     "v1_llama31_8b_l40s_kv_size.log": {
         "model_loading_bytes": int(14.9889 * G), "model_loading_seconds": 3.652170,

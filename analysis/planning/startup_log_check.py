@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.results.inputs import InputFileError, read_input
+from analysis.vllm.lora import DEFAULT_MAX_LORA_RANK
 from analysis.vllm.startup_log import parse_startup
 
 LOG_KIND = "kvprof log"
@@ -30,7 +31,7 @@ GiB = 2**30
 # The record's keys, in the order the table shows them.
 KEYS = ("vllm_version", "model", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
         "max_model_len",
-        "max_num_batched_tokens", "block_size", "weights_bytes", "activation_peak_bytes", "non_torch_bytes",
+        "max_num_batched_tokens", "block_size", "max_loras", "max_lora_rank", "weights_bytes", "activation_peak_bytes", "non_torch_bytes",
         "cuda_graph_bytes", "available_kv_cache_bytes", "num_gpu_blocks", "kv_cache_tokens", "max_concurrency")
 # What makes a text a vLLM start-up log: at least one of these was found.
 _EVIDENCE = ("model_loading_bytes", "weights_bytes_logged", "available_kv_bytes", "log_kv_cache_tokens",
@@ -99,6 +100,9 @@ def summarize(text: str, source: str = "log") -> dict[str, Any]:
         "max_concurrency": p.get("log_max_concurrency"),
         # beyond the table: what a calibration and a reader need
         "max_num_seqs": p.get("max_num_seqs"),
+        # --enable-lora's slots (vLLM's defaults where only enable_lora is logged: one slot of rank 16)
+        "max_loras": (p.get("max_loras") or 1) if p.get("enable_lora") else None,
+        "max_lora_rank": (p.get("max_lora_rank") or DEFAULT_MAX_LORA_RANK) if p.get("enable_lora") else None,
         "speculative_method": p.get("speculative_method"),
         "speculative_model": p.get("speculative_model"),
         "num_speculative_tokens": p.get("num_speculative_tokens"),
@@ -182,8 +186,9 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
     out.update(model=arch.name, tensor_parallel_size=tp, pipeline_parallel_size=pp,
                gpu_memory_utilization=record.get("gpu_memory_utilization"), max_model_len=mml,
                max_num_batched_tokens=record.get("max_num_batched_tokens"), block_size=block,
+               max_loras=record.get("max_loras"), max_lora_rank=record.get("max_lora_rank"),
                weights_bytes=parts[0].weight_bytes if parts else
-               weight_bytes(arch, tp) + (drafter.weight_bytes if drafter else 0))
+               weight_bytes(arch, tp) + (drafter.weight_bytes if drafter else 0) + _lora(record, arch, tp, out))
     if draft_note:
         out["speculative_note"] = draft_note
     budget = record.get("available_kv_cache_bytes")
@@ -218,6 +223,20 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
                                      ("max_model_len", record.get("max_model_len"))) if v is None]
     out["catalog_model"] = arch.name
     return out
+
+
+def _lora(record: dict[str, Any], arch: Any, tp: int, out: dict[str, Any]) -> int:
+    """The logged LoRA slots' buffers (allocated while the model loads, so "Model loading took" counts them);
+    a note in ``out`` where the model's LoRA layers are not modelled."""
+    from analysis.vllm.lora import LoraNotModelled, lora_bytes
+
+    if not record.get("max_loras"):
+        return 0
+    try:
+        return lora_bytes(arch, max_loras=record["max_loras"], max_lora_rank=record["max_lora_rank"], tp=tp)
+    except LoraNotModelled as exc:
+        out["lora_note"] = str(exc)
+        return 0
 
 
 def _drafter(record: dict[str, Any], arch: Any, tp: int, kv_dtype: str, mml: int | None) -> tuple[Any, str | None]:

@@ -468,6 +468,9 @@ class StartupLog(BaseModel):
     speculative_method: str | None = Field(None, description="SpeculativeConfig's method (ngram, eagle3, mtp, …)")
     speculative_model: str | None = Field(None, description="its draft model (None: ngram, mtp)")
     num_speculative_tokens: int | None = None
+    enable_lora: bool | None = Field(None, description="--enable-lora (its slots' buffers load with the weights)")
+    max_loras: int | None = None
+    max_lora_rank: int | None = None
     raw_lines: dict[str, str] = {}
     rank_values: dict[str, dict[str, int | float]] = Field(
         {}, description="field → {rank: value}, only where tensor-parallel ranks logged different values")

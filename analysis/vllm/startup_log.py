@@ -147,9 +147,10 @@ _CONFIG_KEYS = {
     "max_model_len": "max_model_len", "gpu_memory_utilization": "gpu_memory_utilization",
     "max_num_batched_tokens": "max_num_batched_tokens", "max_num_seqs": "max_num_seqs",
     "block_size": "block_size", "dtype": "dtype", "kv_cache_dtype": "kv_cache_dtype",
+    "enable_lora": "enable_lora", "max_loras": "max_loras", "max_lora_rank": "max_lora_rank",
 }
 _INT_KEYS = {"tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_num_batched_tokens",
-             "max_num_seqs", "block_size"}
+             "max_num_seqs", "block_size", "max_loras", "max_lora_rank"}
 
 
 def _config_value(field: str, raw: str) -> Any:
@@ -167,6 +168,8 @@ def _config_value(field: str, raw: str) -> Any:
             return None
     if field == "dtype":
         return raw.removeprefix("torch.")
+    if field == "enable_lora":
+        return {"true": True, "false": False}.get(raw.lower())
     return raw
 
 
@@ -369,7 +372,8 @@ _ANY = re.compile("|".join(re.escape(w) for w in (
 # Fields that a value from the engine configuration describes (kept once, never per rank).
 _SETTINGS = {"vllm_version", "model", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
              "max_model_len", "speculative_method", "speculative_model", "num_speculative_tokens",
-             "max_num_batched_tokens", "max_num_seqs", "block_size", "dtype", "kv_cache_dtype"}
+             "max_num_batched_tokens", "max_num_seqs", "block_size", "dtype", "kv_cache_dtype", "enable_lora",
+             "max_loras", "max_lora_rank"}
 
 
 def parse_startup(text: str) -> dict[str, Any]:

@@ -28,6 +28,8 @@ _LOG_ROWS = (  # key, label, formatter
     ("max_model_len", "max_model_len", fmt_count),
     ("max_num_batched_tokens", "max_num_batched_tokens", fmt_count),
     ("block_size", "block size", fmt_count),
+    ("max_loras", "LoRA slots", fmt_count),
+    ("max_lora_rank", "LoRA rank", fmt_count),
     ("weights_bytes", "weights", fmt_bytes),
     ("activation_peak_bytes", "activation peak", fmt_bytes),
     ("non_torch_bytes", "non-torch", fmt_bytes),

@@ -223,3 +223,24 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case, json_flag):
 def test_unknown_model_is_one_line(tmp_path):
     result = runner.invoke(app, ["log", str(FIXTURES / "llama2_7b_k8s_boxed.log"), "--model", "llama-9"])
     assert result.exit_code == 2 and "unknown model" in result.output and "Traceback" not in result.output
+
+
+def test_kvprof_log_reads_the_lora_slots_and_counts_their_buffers_with_the_weights(tmp_path):
+    # Unsloth's Qwen3-8B-FP8 notebook on an L4 (tests/fixtures/gpu_corpus/unsloth_qwen3_8b_fp8_lora_r32_l4.yaml):
+    # "non-default args: {... 'enable_lora': True, 'max_lora_rank': 32, ...}" (max_loras unstated: vLLM's 1).
+    import yaml
+
+    from analysis.catalog import resolve_model
+    from analysis.model.params import weight_bytes
+    from analysis.vllm.lora import lora_bytes
+
+    record = yaml.safe_load((Path(__file__).parents[2] / "fixtures" / "gpu_corpus" /
+                             "unsloth_qwen3_8b_fp8_lora_r32_l4.yaml").read_text())
+    log = tmp_path / "lora.log"
+    log.write_text(record["excerpt"])
+    out = _log_json(log, "--model", "qwen3-8b")
+    assert (out["max_loras"], out["max_lora_rank"]) == (1, 32)
+    pred = out["predicted"]
+    assert (pred["max_loras"], pred["max_lora_rank"]) == (1, 32)
+    a = resolve_model("qwen3-8b")[0]
+    assert pred["weights_bytes"] == weight_bytes(a) + lora_bytes(a, max_loras=1, max_lora_rank=32) > weight_bytes(a)
