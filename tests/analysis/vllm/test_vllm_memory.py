@@ -266,6 +266,9 @@ EXPLAINED = {
     "dennislee22_qwen2_7b_tp2_2nodes_a100_40gb": "not confirmed: 0.67 GiB less KV than predicted (+6 %) at TP2 "
                                                  "across two nodes over Ray; cross-node NCCL buffers are not "
                                                  "modelled and the log (INFO) does not print non-torch memory",
+    "openshiftai_qwen25_vl_7b_l4": "the vision encoder's profile run (one 16,384-token dummy image through "
+                                   "Qwen2.5-VL's ViT) is not modelled: 2.51 GiB of reserve against the rules' 1.54 "
+                                   "(tests/gpu_corpus.py EXPLAINED)",
     "unsloth_llama32_1b_fp8_lora_r32_l4": "not confirmed: Unsloth's patched vLLM 0.11.2 kept 0.52 GiB beside "
                                           "weights and KV where the 0.11.1-0.17 rules charge 1.47 GiB (tests/"
                                           "gpu_corpus.py EXPLAINED); the log prints no breakdown",
