@@ -31,7 +31,8 @@ GiB = 2**30
 # The record's keys, in the order the table shows them.
 KEYS = ("vllm_version", "model", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
         "max_model_len",
-        "max_num_batched_tokens", "block_size", "max_loras", "max_lora_rank", "weights_bytes", "activation_peak_bytes", "non_torch_bytes",
+        "max_num_batched_tokens", "block_size", "max_loras", "max_lora_rank", "weights_bytes", "activation_peak_bytes",
+        "non_torch_bytes",
         "cuda_graph_bytes", "available_kv_cache_bytes", "num_gpu_blocks", "kv_cache_tokens", "max_concurrency")
 # What makes a text a vLLM start-up log: at least one of these was found.
 _EVIDENCE = ("model_loading_bytes", "weights_bytes_logged", "available_kv_bytes", "log_kv_cache_tokens",
