@@ -124,11 +124,10 @@ EXPLAINED: dict[str, str] = {
     "llmdbench_gpt_oss_120b_h100":
         "a 3.3 GiB pool: the 0.13 GiB the mxfp4 weights come out light (0.2 % of 64.4 GiB) is 4 % of it",
     "openshiftai_qwen25_vl_7b_l4":
-        "the vision encoder's profile run is not modelled: vLLM 0.9 profiles Qwen2.5-VL's ViT on one dummy image of "
-        "16,384 merged tokens (65,536 patches through 32 layers) before the language model; its peak, not the "
-        "sampler's over 256 rows, sets the reserve: 2.51 GiB beside weights and KV (0.9 × 22.16 − 15.63 − 1.81) "
-        "where the rules charge 1.54, so the plan's 2.83 GiB pool is 1.0 GiB (57 %) over the logged 1.81; weights "
-        "within 0.4 %",
+        "a pool of 1.81 GiB: vLLM 0.9.0.1 profiles Qwen2.5-VL's ViT on one 16,384-token dummy item (65,536 patches); "
+        "kvprof plans that peak from vLLM 0.32's ViT code (2.18 GiB, which a 0.23 log confirms within 1 %), and "
+        "this older ViT kept about 0.18 GiB more: the plan's pool is 2.05 GiB (+13 %; 2.83 before the encoder was "
+        "planned); weights within 0.4 %",
     "unsloth_llama32_1b_fp8_lora_r32_l4":
         "not confirmed: Unsloth's patched vLLM 0.11.2 kept 0.52 GiB beside weights and KV (19.19 GiB requested "
         "− 1.47 − 17.20) where the 0.11.1–0.17 rules charge 1.47 GiB, most of it the sampler's sort-based warm-up "

@@ -105,6 +105,8 @@ EXPECTED: dict[str, dict] = {
     },
     "worker_tp0_model_loading_memory_and_seconds.log": {
         "model_loading_bytes": int(12.66 * G), "model_loading_seconds": 31.657031,
+        # "Encoder cache will be initialized with a budget of 8192 tokens, and profiled with 3 video items"
+        "encoder_budget_tokens": 8192, "encoder_profile_items": 3, "encoder_profile_modality": "video",
     },
     "tp2_worker_ranks_cuda_graph_estimate_differ.log": {
         "cuda_graph_estimate_bytes": int(4.38 * G),  # Worker_TP0's

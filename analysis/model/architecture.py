@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from analysis.model.layers import AttentionLayer, FullAttention, MultiHeadLatentAttention, SlidingWindowAttention
 from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
+from analysis.model.vision import Qwen2VisionTower, Qwen25VisionTower, VisionTower
 
 LayerType = Literal["full_attention", "sliding_attention"]
 
@@ -161,6 +162,9 @@ class Architecture(BaseModel):
     encoder_params: int = Field(0, ge=0)
     # An encoder the config declares and kvprof does not count (None: none, or every one counted).
     encoder_note: str | None = None
+    # A vision tower whose start-up profile run kvprof plans (analysis.model.vision), None where there is none or
+    # kvprof does not model its profile (the encoder's weights may still be counted in encoder_params).
+    vision: VisionTower | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Architecture:
@@ -289,7 +293,7 @@ class Architecture(BaseModel):
             raise UnsupportedArchitecture(f"{path}: nested too deeply to be a model's config.json") from None
         if not isinstance(cfg, dict):
             raise UnsupportedArchitecture(f"{path} does not hold a JSON object")
-        return _from_dict(cfg, name or path.parent.name)
+        return _from_dict(cfg, name or path.parent.name, _max_pixels(path.parent / "preprocessor_config.json"))
 
 
 def _first(cfg: dict[str, Any], keys: tuple[str, ...], what: str, name: str) -> Any:
@@ -474,6 +478,46 @@ def _qwen_vl_params(v: dict[str, Any], model_type: str, text_hidden: int) -> int
     return c * t * patch * patch * d + depth * block + merger
 
 
+def _max_pixels(path: Path) -> int | None:
+    """The largest image a checkpoint's preprocessor_config.json lets through (``max_pixels``, or the newer
+    ``size.longest_edge``), None where the file is absent or names none."""
+    if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
+        return None
+    try:
+        pre = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise UnsupportedArchitecture(f"{path} is not a readable JSON preprocessor config") from None
+    size = pre.get("size") if isinstance(pre, dict) else None
+    value = (pre.get("max_pixels") if isinstance(pre, dict) else None) or (
+        size.get("longest_edge") if isinstance(size, dict) else None)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise UnsupportedArchitecture(f"{path}: max_pixels must be a positive integer, got {value!r}")
+    return value
+
+
+def _vision_tower(raw: dict[str, Any], text_hidden: int, max_pixels: int | None) -> VisionTower | None:
+    """The tower whose profile run kvprof plans: Qwen2-VL's and Qwen2.5-VL's (the same fields
+    ``_qwen_vl_params`` counts), sized for the largest image ``max_pixels`` (default: Qwen's published one)."""
+    model_type = str(raw.get("model_type"))
+    v = raw.get("vision_config")
+    if (model_type not in ("qwen2_vl", "qwen2_5_vl") or not isinstance(v, dict)
+            or v.get("model_type") not in (None, model_type) or _qwen_vl_params(v, model_type, text_hidden) is None):
+        return None
+    qwen25 = model_type == "qwen2_5_vl"
+    width = int(v["hidden_size" if qwen25 else "embed_dim"])
+    shapes = dict(width=width, out_width=int(v.get("out_hidden_size" if qwen25 else "hidden_size", text_hidden)),
+                  patch_size=int(v["patch_size"]), temporal_patch_size=int(v.get("temporal_patch_size", 2)),
+                  in_channels=int(v.get("in_chans", v.get("in_channels", 3))),
+                  spatial_merge_size=int(v.get("spatial_merge_size", 2)))
+    if max_pixels is not None:
+        shapes["max_pixels"] = max_pixels
+    if qwen25:
+        return Qwen25VisionTower(intermediate=int(v["intermediate_size"]), **shapes)
+    return Qwen2VisionTower(intermediate=int(width * v.get("mlp_ratio", 4)), **shapes)
+
+
 def _encoder_params(raw: dict[str, Any], text_hidden: int) -> tuple[int, str | None]:
     """Parameters of a multimodal checkpoint's vision encoder and projector, counted from ``vision_config``, and
     what was left uncounted: SigLIP towers with a known projector (Gemma 3) and the Qwen2-VL and Qwen2.5-VL towers
@@ -585,7 +629,7 @@ def _dbrx_keys(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**cfg, **{k: v for k, v in flat.items() if v is not None}}
 
 
-def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
+def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None) -> Architecture:
     cfg = dict(raw)
     text = cfg.get("text_config")
     if isinstance(text, dict):
@@ -683,7 +727,7 @@ def _from_dict(raw: dict[str, Any], name: str) -> Architecture:
         mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
         draft_vocab_size=cfg.get("draft_vocab_size"),
         rope_cache_positions=_rope_cache_positions(cfg, model_type),
-        encoder_params=encoder[0], encoder_note=encoder[1],
+        encoder_params=encoder[0], encoder_note=encoder[1], vision=_vision_tower(raw, hidden, max_pixels),
     )
     try:
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")))

@@ -96,6 +96,10 @@ class PlanInputs(BaseModel):
     dtype: str = "auto"  # vLLM's --dtype: the weights' (and an auto KV cache's) dtype
     quantization: str | None = None  # vLLM's --quantization: overrides the checkpoint's quantization_config
     speculative_config: SpeculativeConfig | None = None  # vLLM's --speculative-config (analysis.vllm.speculative)
+    # vLLM's --limit-mm-per-prompt: items a prompt may carry per modality (a modality not named: vLLM's 999); sizes
+    # a vision tower's profile run (analysis.model.vision). Nothing multimodal allowed: no encoder profile.
+    limit_mm_per_prompt: dict[Literal["image", "video", "audio"], Annotated[int, Field(strict=True, ge=0)]] | None \
+        = None
 
     @field_validator("entry", mode="before")
     @classmethod
@@ -460,7 +464,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         else:
             reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
                                       tp=tp, enforce_eager=inputs.enforce_eager, vllm_version=inputs.vllm_version,
-                                      flashinfer=inputs.flashinfer)
+                                      flashinfer=inputs.flashinfer, max_model_len=mml,
+                                      mm_limits=inputs.limit_mm_per_prompt)
             if drafter is not None and drafter.reserve_bytes:
                 reserve = reserve.model_copy(update={"non_torch_bytes": reserve.non_torch_bytes + drafter.reserve_bytes,
                                                      "source": f"{reserve.source} + ngram's token history"})
@@ -578,7 +583,8 @@ def _flashinfer_hint(a: Architecture, inputs: PlanInputs, reserve: Reserve, mnbt
         return ""
     alt = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
                           tp=inputs.tensor_parallel_size, enforce_eager=inputs.enforce_eager,
-                          vllm_version=inputs.vllm_version, flashinfer=True)
+                          vllm_version=inputs.vllm_version, flashinfer=True,
+                          max_model_len=_max_model_len(a, inputs), mm_limits=inputs.limit_mm_per_prompt)
     saved = reserve.total - alt.total
     if saved <= 0 or budget + saved <= 0:
         return ""
@@ -600,7 +606,8 @@ def _pipeline(a: Architecture, inputs: PlanInputs, gpu: GPU | None, total: int |
             assert total is not None
             reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs, tp=tp,
                                       enforce_eager=inputs.enforce_eager, vllm_version=inputs.vllm_version,
-                                      samples=s.last, flashinfer=inputs.flashinfer)
+                                      samples=s.last, flashinfer=inputs.flashinfer, max_model_len=mml,
+                                      mm_limits=inputs.limit_mm_per_prompt)
             if inputs.reserve_bytes is not None:
                 reserve = Reserve(activation_bytes=inputs.reserve_bytes, non_torch_bytes=0, cuda_graph_bytes=0,
                                   source="--reserve-bytes")

@@ -4,7 +4,7 @@
 silent). When the model's config is known — ``--model``, or the model the log names if
 it is a catalog entry — ``predict`` puts kvprof's numbers for the same settings beside
 it: with the KV budget and block size the log states, ``analysis.vllm.allocator.paged_capacity``
-gives the blocks, token capacity and concurrency, ``analysis.model.params.weight_bytes`` the
+gives the blocks, token capacity and concurrency, ``analysis.model.params.model_loading_bytes`` the
 weights. ``calibration_from_log`` turns a saved ``kvprof log --json`` into a
 ``kvprof plan --calibration`` (the reserve vLLM really kept outside weights and KV).
 
@@ -107,6 +107,10 @@ def summarize(text: str, source: str = "log") -> dict[str, Any]:
         "speculative_method": p.get("speculative_method"),
         "speculative_model": p.get("speculative_model"),
         "num_speculative_tokens": p.get("num_speculative_tokens"),
+        # a multimodal model's encoder profile (V1): "N <modality> items, budget B tokens"
+        "encoder_profile": (f"{p['encoder_profile_items']} {p['encoder_profile_modality']} "
+                            f"item{'s' * (p['encoder_profile_items'] != 1)}, encoder budget "
+                            f"{p['encoder_budget_tokens']:,} tokens") if p.get("encoder_profile_items") else None,
         "dtype": p.get("dtype"),
         "kv_cache_dtype": p.get("kv_cache_dtype"),
         "cuda_graph_estimate_bytes": p.get("cuda_graph_estimate_bytes"),
@@ -158,7 +162,7 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
     """
     from analysis import catalog
     from analysis.model.kv import KV_DTYPES
-    from analysis.model.params import weight_bytes
+    from analysis.model.params import model_loading_bytes
     from analysis.vllm.allocator import paged_capacity
     from analysis.vllm.budget import default_reserve
     from analysis.vllm.pipeline import stage, stages
@@ -189,9 +193,19 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
                max_num_batched_tokens=record.get("max_num_batched_tokens"), block_size=block,
                max_loras=record.get("max_loras"), max_lora_rank=record.get("max_lora_rank"),
                weights_bytes=parts[0].weight_bytes if parts else
-               weight_bytes(arch, tp) + (drafter.weight_bytes if drafter else 0) + _lora(record, arch, tp, out))
+               model_loading_bytes(arch, tp) + (drafter.weight_bytes if drafter else 0) + _lora(record, arch, tp, out))
     if draft_note:
         out["speculative_note"] = draft_note
+    if arch.vision is not None and mml:
+        from analysis.model.vision import encoder_profile
+
+        enc = encoder_profile(arch.vision, max_model_len=mml, max_num_batched_tokens=record.get(
+            "max_num_batched_tokens") or 0, max_num_seqs=record.get("max_num_seqs") or 1024,
+            dtype_bytes=arch.weight_dtype_bytes, tp=tp)
+        if enc is not None:
+            out["encoder_profile"] = (f"{enc.items} {enc.modality} item{'s' * (enc.items != 1)}, encoder budget "
+                                      f"{max(enc.items * enc.item_tokens, record.get('max_num_batched_tokens') or 0):,}"
+                                      f" tokens; peak {enc.peak_bytes / 2**30:.2f} GiB over {enc.patches:,} patches")
     budget = record.get("available_kv_cache_bytes")
     if budget is not None and mml:
         mnbt = record.get("max_num_batched_tokens") or mml
@@ -210,7 +224,8 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
 
             def act(last: bool) -> int:
                 return default_reserve(arch, max_num_batched_tokens=mnbt, max_num_seqs=seqs, tp=tp,
-                                       vllm_version=record.get("vllm_version"), samples=last).activation_bytes
+                                       vllm_version=record.get("vllm_version"), samples=last,
+                                       max_model_len=mml).activation_bytes
 
             first = act(False)
             cap = min((capacity(stage(arch, st.start, st.start + st.layers),

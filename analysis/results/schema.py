@@ -471,6 +471,10 @@ class StartupLog(BaseModel):
     enable_lora: bool | None = Field(None, description="--enable-lora (its slots' buffers load with the weights)")
     max_loras: int | None = None
     max_lora_rank: int | None = None
+    encoder_budget_tokens: int | None = Field(
+        None, description="V1's 'Encoder cache will be initialized with a budget of N tokens' (multimodal models)")
+    encoder_profile_items: int | None = Field(None, description="'… and profiled with M <modality> items'")
+    encoder_profile_modality: str | None = None
     raw_lines: dict[str, str] = {}
     rank_values: dict[str, dict[str, int | float]] = Field(
         {}, description="field → {rank: value}, only where tensor-parallel ranks logged different values")

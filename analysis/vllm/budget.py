@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from analysis.model.architecture import Architecture
 from analysis.vllm.memory import ENTRIES, default_batching, release, rules_for
 from analysis.vllm.memory import activation_bytes as _activation_bytes
+from analysis.vllm.memory import encoder_profile as _encoder_profile
 
 GiB = 2**30
 
@@ -41,17 +42,23 @@ class Reserve(BaseModel):
 
 def default_reserve(a: Architecture, *, max_num_batched_tokens: int, max_num_seqs: int,
                     tp: int = 1, enforce_eager: bool = False, vllm_version: str | None = None,
-                    samples: bool = True, flashinfer: bool = False) -> Reserve:
+                    samples: bool = True, flashinfer: bool = False, max_model_len: int | None = None,
+                    mm_limits: dict[str, int] | None = None) -> Reserve:
     """vLLM's non-KV reserve as the accounting rules of ``vllm_version`` (default: the pinned vLLM)
     predict it: the profile run's activation peak, non-torch memory by tensor-parallel size, and
     the CUDA-graph estimate where that version deducts it (none with enforce_eager). ``samples``: the GPU runs
     the sampler (every GPU but those of a pipeline's earlier stages, whose peak is the forward pass alone).
     ``flashinfer``: FlashInfer is installed (vLLM's Docker images ship it), which changes the sampler's warm-up where
-    that version's sampler uses it (vLLM 0.9–0.11.0: 8 B a logit instead of the sort's 36)."""
+    that version's sampler uses it (vLLM 0.9–0.11.0: 8 B a logit instead of the sort's 36). A model with a vision
+    tower kvprof plans (analysis.model.vision) adds the encoder's profile, sized by ``max_model_len`` and
+    ``mm_limits`` (``--limit-mm-per-prompt``), on every pipeline stage (0.32 builds the tower on each)."""
     rules = rules_for(vllm_version)
+    encoder = _encoder_profile(a, rules, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
+                               max_num_seqs=max_num_seqs, tp=tp, mm_limits=mm_limits)
     act, forward, _ = _activation_bytes(a, rules, max_num_batched_tokens=max_num_batched_tokens,
-                                        max_num_seqs=max_num_seqs, tp=tp, flashinfer=flashinfer)
-    act = act if samples else forward
+                                        max_num_seqs=max_num_seqs, tp=tp, flashinfer=flashinfer, encoder=encoder)
+    if not samples:  # every rank runs the encoder's profile (vLLM builds the tower on each pipeline stage)
+        act = forward if encoder is None else max(encoder.peak_bytes, encoder.output_bytes + forward)
     graphs = rules.cuda_graph_estimate_bytes if rules.cuda_graphs_deducted and not enforce_eager else 0
     return Reserve(
         activation_bytes=act,
@@ -59,7 +66,7 @@ def default_reserve(a: Architecture, *, max_num_batched_tokens: int, max_num_seq
         cuda_graph_bytes=graphs,
         source=f"{rules.name} accounting" + (", FlashInfer's sampler" if flashinfer and samples and
                                              rules.sampler_extra_bytes(a, True) != rules.sampler_extra_bytes(a)
-                                             else ""),
+                                             else "") + (f", {encoder.summary}" if encoder else ""),
     )
 
 

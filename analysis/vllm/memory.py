@@ -53,6 +53,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.model.architecture import Architecture
 from analysis.model.params import model_loading_bytes
+from analysis.model.vision import EncoderProfile
+from analysis.model.vision import encoder_profile as tower_profile
 from analysis.results.schema import TESTED_VLLM_VERSIONS
 
 GiB = 2**30
@@ -385,13 +387,16 @@ def sampler_peak_bytes(a: Architecture, rules: AccountingRules, rows: int, flash
 
 
 def activation_bytes(a: Architecture, rules: AccountingRules, *, max_num_batched_tokens: int,
-                     max_num_seqs: int, tp: int = 1, flashinfer: bool = False) -> tuple[int, int, int]:
+                     max_num_seqs: int, tp: int = 1, flashinfer: bool = False,
+                     encoder: EncoderProfile | None = None) -> tuple[int, int, int]:
     """(activation peak, forward peak, sampler peak) of the profile run.
 
     The sampler runs after the forward pass while its output hidden states [T, hidden], the
     sampled rows [rows, hidden] (profile_run keeps ``hidden_states`` until the sampler returns) and
     a MoE model's fused-MoE workspaces (the V1 engine's workspace manager) are still held, so the
-    peak is max(forward, held + sampler).
+    peak is max(forward, held + sampler). A multimodal model's ``encoder`` profile (:func:`encoder_profile`) runs
+    first; its outputs stay in the encoder cache until the sampler returns, so the peak is the larger of the
+    tower's own and the decoder's on top of those outputs.
     """
     rows = min(max_num_seqs, max_num_batched_tokens)
     forward = forward_peak_bytes(a, max_num_batched_tokens, tp)
@@ -399,17 +404,34 @@ def activation_bytes(a: Architecture, rules: AccountingRules, *, max_num_batched
     held = (max_num_batched_tokens + rows) * a.hidden_size * a.weight_dtype_bytes
     if rules.moe_workspace_held:
         held += moe_workspace_bytes(a, max_num_batched_tokens, tp)
-    return max(forward, held + sampler), forward, sampler
+    decoder = max(forward, held + sampler)
+    if encoder is None:
+        return decoder, forward, sampler
+    return max(encoder.peak_bytes, encoder.output_bytes + decoder), forward, sampler
+
+
+def encoder_profile(a: Architecture, rules: AccountingRules, *, max_model_len: int | None,
+                    max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1,
+                    mm_limits: dict[str, int] | None = None) -> EncoderProfile | None:
+    """The vision tower's part of the V1 profile run (analysis.model.vision), None for a model without a tower
+    kvprof plans, under V0 (whose profile fed multimodal dummies through the decoder's own token budget) or where
+    ``max_model_len`` is unknown."""
+    if a.vision is None or rules.engine != "v1" or not max_model_len:
+        return None
+    return tower_profile(a.vision, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
+                         max_num_seqs=max_num_seqs, dtype_bytes=a.weight_dtype_bytes, tp=tp, limits=mm_limits)
 
 
 def predict(a: Architecture, *, total_bytes: int, gpu_memory_utilization: float = 0.9,
             max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1, enforce_eager: bool = False,
             rules: AccountingRules | None = None, weights: int | None = None,
-            flashinfer: bool = False) -> MemoryPrediction:
+            flashinfer: bool = False, max_model_len: int | None = None,
+            mm_limits: dict[str, int] | None = None) -> MemoryPrediction:
     """vLLM's KV budget on one GPU from the model's shapes and cudaMemGetInfo's total.
 
     ``weights`` defaults to :func:`analysis.model.params.model_loading_bytes` (pass the logged figure where known);
-    ``flashinfer``: FlashInfer is installed (matters only where that version's sampler then uses it).
+    ``flashinfer``: FlashInfer is installed (matters only where that version's sampler then uses it);
+    ``max_model_len`` and ``mm_limits`` size a vision tower's profile (:func:`encoder_profile`).
     """
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
@@ -418,8 +440,10 @@ def predict(a: Architecture, *, total_bytes: int, gpu_memory_utilization: float 
     # 0.32 v1/worker/utils.py request_memory: math.ceil(total × utilization); V0 and early V1 multiply
     # without rounding (a byte at most).
     requested = math.ceil(total_bytes * gpu_memory_utilization)
+    encoder = encoder_profile(a, rules, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
+                              max_num_seqs=max_num_seqs, tp=tp, mm_limits=mm_limits)
     act, fwd, smp = activation_bytes(a, rules, max_num_batched_tokens=max_num_batched_tokens,
-                                     max_num_seqs=max_num_seqs, tp=tp, flashinfer=flashinfer)
+                                     max_num_seqs=max_num_seqs, tp=tp, flashinfer=flashinfer, encoder=encoder)
     non_torch = rules.non_torch_bytes_tp1 if tp == 1 else rules.non_torch_bytes_tp
     graphs = rules.cuda_graph_estimate_bytes if rules.cuda_graphs_deducted and not enforce_eager else 0
     return MemoryPrediction(

@@ -261,6 +261,10 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
     ("namespace_args", re.compile(r"\bargs: Namespace\((.*)\)?"), lambda m: _config_pairs(m.group(1))),
     ("non_default_args", re.compile(r"non-default args: (\{.*)"), lambda m: _dict_args(m.group(1))),
     ("max_model_len", re.compile(r"Using max model len (\d+)"), lambda m: {"max_model_len": int(m.group(1))}),
+    ("encoder_cache", re.compile(r"Encoder cache will be initialized with a budget of (\d+) tokens, and profiled "
+                                 r"with (\d+) (\w+) items"),
+     lambda m: {"encoder_budget_tokens": int(m.group(1)), "encoder_profile_items": int(m.group(2)),
+                "encoder_profile_modality": m.group(3)}),
     ("chunked_prefill", re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"),
      lambda m: {"max_num_batched_tokens": int(m.group(1))}),
     # "Model loading took X GiB [memory] and Y seconds" (0.7+), "Loading model weights took X GB" (≤ 0.7),
@@ -367,13 +371,14 @@ _ANY = re.compile("|".join(re.escape(w) for w in (
     "total_gpu_memory", "gpu_memory_utilization", "the current vLLM instance", "available_kv_cache_memory",
     "weights take", "non_torch_memory", "activation peak", "Memory profiling", "CUDA graph", "Free memory on device",
     "Desired GPU memory", "GiB for", "kv cache memory in use", "Explicitly set", "Initial free memory", "█",
-    "num_gpu_blocks is", "memory snapshot", "requested memory")))
+    "num_gpu_blocks is", "memory snapshot", "requested memory", "Encoder cache")))
 
 # Fields that a value from the engine configuration describes (kept once, never per rank).
 _SETTINGS = {"vllm_version", "model", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
              "max_model_len", "speculative_method", "speculative_model", "num_speculative_tokens",
              "max_num_batched_tokens", "max_num_seqs", "block_size", "dtype", "kv_cache_dtype", "enable_lora",
-             "max_loras", "max_lora_rank"}
+             "max_loras", "max_lora_rank", "encoder_budget_tokens", "encoder_profile_items",
+             "encoder_profile_modality"}
 
 
 def parse_startup(text: str) -> dict[str, Any]:

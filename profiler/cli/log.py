@@ -101,6 +101,9 @@ def log_cmd(
                           if rec["speculative_method"] == "ngram"
                           else "the drafter's weights and KV layers are in the prediction")),
                       highlight=False)
+    if rec.get("encoder_profile") or (rec.get("predicted") or {}).get("encoder_profile"):
+        console.print(f"vision encoder profile: logged {rec.get('encoder_profile') or '—'}; kvprof "
+                      f"{(rec.get('predicted') or {}).get('encoder_profile') or '—'}", highlight=False)
     if rec["reserve_bytes"] is not None:
         console.print(f"reserve outside weights and KV: {fmt_bytes(rec['reserve_bytes'])} ({rec['reserve_source']})",
                       highlight=False)

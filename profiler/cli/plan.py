@@ -15,6 +15,7 @@ from rich.table import Table
 
 from analysis import catalog
 from analysis.model.architecture import UnsupportedArchitecture
+from analysis.model.vision import parse_mm_limits
 from analysis.planning.calibration_file import checked_calibration, load_calibration
 from analysis.planning.cost import Pricing, parse_power_price, parse_prices
 from analysis.planning.plan import OPTION_FLAGS, Calibration, PlanError, PlanInputs, make_plan, refuse_unrunnable
@@ -157,6 +158,9 @@ def plan_cmd(
         help="vLLM's --speculative-config JSON: method ngram, eagle, eagle3, mtp or draft_model, the draft's model "
              "(a catalog name, directory or config.json) and num_speculative_tokens; the drafter's weights, its KV "
              "layers in every block and each request's lookahead slots are planned.")] = None,
+    limit_mm_per_prompt: Annotated[str | None, typer.Option(
+        help="vLLM's --limit-mm-per-prompt JSON ('{\"image\": 1, \"video\": 0}'): sizes a vision tower's start-up "
+             "profile (Qwen2-VL, Qwen2.5-VL: a video of up to 14 frames where max_model_len allows it).")] = None,
     kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
     block_size: Annotated[int | None, typer.Option(
         help="Tokens per KV block (default: vLLM's: 16 on a GPU, 128 on a CPU).")] = None,
@@ -258,7 +262,7 @@ def plan_cmd(
                     dtype=dtype, batch=batch, prompt_len=prompt_len, output_len=output_len,
                     pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition,
                     kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
-                    speculative_config=speculative_config,
+                    speculative_config=speculative_config, limit_mm_per_prompt=limit_mm_per_prompt,
                     max_loras=max_loras, max_lora_rank=max_lora_rank)
     if recommend:
         _recommend_cmd(model, gpu, probe, (tps, pps), concurrency, context, (calibration, save, tpot_slo, ttft_slo),
@@ -377,6 +381,11 @@ def _parsed(settings: dict[str, Any]) -> dict[str, Any]:
     if isinstance(out.get("speculative_config"), str):
         try:
             out["speculative_config"] = parse_speculative_config(out["speculative_config"])
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+    if isinstance(out.get("limit_mm_per_prompt"), str):
+        try:
+            out["limit_mm_per_prompt"] = parse_mm_limits(out["limit_mm_per_prompt"])
         except ValueError as exc:
             raise PlanError(str(exc)) from None
     return out

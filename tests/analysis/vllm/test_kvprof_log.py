@@ -67,12 +67,13 @@ def test_prediction_llama2_7b_blocks_match_the_log():
     KV per token = 32 layers × 2 (K and V) × 32 KV heads × 128 dims × 2 B (fp16) = 524,288 B;
     a block of 16 tokens = 8,388,608 B. The logged 56.18 GiB = int(56.18 × 2**30) B holds
     int(56.18 × 2**30) // 8,388,608 = 7,191 blocks — vLLM logged "# cuda blocks: 7191".
-    Weights: 6,738,415,616 parameters × 2 B = 13,476,831,232 B = 12.551 GiB; logged 12.55 GiB.
+    Weights: 6,738,415,616 parameters × 2 B = 13,476,831,232 B, plus the RoPE cos/sin cache "Model loading took"
+    also counts (4,096 positions × 128 dims × 2 B = 1 MiB) = 13,477,879,808 B = 12.552 GiB; logged 12.55 GiB.
     """
     out = _log_json(FIXTURES / "llama2_7b_k8s_boxed.log", "--model", "llama-2-7b")
     pred = out["predicted"]
     assert pred["num_gpu_blocks"] == int(56.18 * G) // (32 * 2 * 32 * 128 * 2 * 16) == 7191 == out["num_gpu_blocks"]
-    assert pred["weights_bytes"] == 6_738_415_616 * 2
+    assert pred["weights_bytes"] == 6_738_415_616 * 2 + 4096 * 128 * 2
     assert abs(pred["weights_bytes"] - out["weights_bytes"]) < 0.01 * G  # the log rounds to 0.01 GiB
     assert set(pred["assumed"]) == {"block_size", "tensor_parallel_size", "max_model_len"}
     table = runner.invoke(app, ["log", str(FIXTURES / "llama2_7b_k8s_boxed.log"), "--model", "llama-2-7b"])
@@ -84,37 +85,41 @@ def test_prediction_qwen25_7b_that_did_not_fit():
 
     No budget, no block: kvprof predicts 0 blocks and 0.00x concurrency, as vLLM logged
     ("# cuda blocks: 0", "Maximum concurrency for 4096 tokens per request: 0.00x").
-    Weights: the bf16 checkpoint would be 7,615,616,512 parameters × 2 B = 14.19 GiB; the log's
+    Weights: the bf16 checkpoint would be 7,615,616,512 parameters × 2 B = 14.19 GiB (and a 32 MiB RoPE cache: the
+    catalog config's max_position_embeddings 131,072 × 128 × 2 B); the log's
     5.20 GiB says the user ran a quantized checkpoint — the difference column shows it.
     """
     out = _log_json(FIXTURES / "qwen25_7b_rtx4060_negative_kv.log", "--model", "qwen2.5-7b")
     pred = out["predicted"]
     assert out["num_gpu_blocks"] == 0 == pred["num_gpu_blocks"]
     assert out["max_concurrency"] == 0.0 == pred["max_concurrency"]
-    assert pred["weights_bytes"] == 7_615_616_512 * 2
+    assert pred["weights_bytes"] == 7_615_616_512 * 2 + 131072 * 128 * 2
     assert pred["weights_bytes"] - out["weights_bytes"] > 8 * G
 
 
 def test_prediction_llama3_8b_profile_table():
-    """Meta-Llama-3-8B (vllm PR #10511) planned as llama-3.1-8b, the same layers (32 × 8 KV heads × 128).
+    """Meta-Llama-3-8B (vllm PR #10511), the same layers as Llama 3.1 8B (32 × 8 KV heads × 128).
 
     The log prints no block count; kvprof's: int(53.29 × 2**30) // (32 × 2 × 8 × 128 × 2 B × 16) = 27,284.
-    Weights 8,030,261,248 × 2 B = 14.958 GiB against the logged 14.96 GiB.
+    Weights 8,030,261,248 × 2 B + its RoPE cache (8,192 positions × 128 × 2 B = 2 MiB) = 14.960 GiB against the
+    logged 14.96 GiB.
     """
-    out = _log_json(FIXTURES / "meta_llama3_8b_profiling_table.log", "--model", "llama-3.1-8b")
+    out = _log_json(FIXTURES / "meta_llama3_8b_profiling_table.log", "--model", "llama-3-8b")
     pred = out["predicted"]
     assert pred["num_gpu_blocks"] == int(53.29 * G) // (32 * 2 * 8 * 128 * 2 * 16) == 27284
-    assert abs(pred["weights_bytes"] - int(14.96 * G)) < 0.01 * G
+    assert pred["weights_bytes"] == 8_030_261_248 * 2 + 8192 * 128 * 2
+    assert abs(pred["weights_bytes"] - int(14.96 * G)) < 0.005 * G  # the log rounds to 0.01 GiB
 
 
 def test_prediction_llama31_8b_weights_on_l40s():
     """Llama-3.1-8B-Instruct on an L40S (vllm PR #17122): 8,030,261,248 parameters × 2 B = 14.958 GiB;
-    vLLM's "Model loading took 14.9889 GiB" counts 32 MiB more than the parameters (buffers loaded with them).
+    vLLM's "Model loading took 14.9889 GiB" counts 32 MiB more than the parameters: the RoPE cos/sin cache built
+    with the model (131,072 positions × 128 dims × 2 B = 32 MiB), which kvprof counts too.
     The log states no KV budget, so no block prediction."""
     out = _log_json(FIXTURES / "v1_llama31_8b_l40s_kv_size.log", "--model", "llama-3.1-8b")
     pred = out["predicted"]
-    assert pred["weights_bytes"] == 8_030_261_248 * 2
-    assert 0 < out["weights_bytes"] - pred["weights_bytes"] < 0.05 * G
+    assert pred["weights_bytes"] == 8_030_261_248 * 2 + 131072 * 128 * 2
+    assert abs(out["weights_bytes"] - pred["weights_bytes"]) < 0.0002 * G  # 0.13 MB apart
     assert pred["num_gpu_blocks"] is None and pred["max_model_len"] == 32768
 
 
@@ -231,7 +236,7 @@ def test_kvprof_log_reads_the_lora_slots_and_counts_their_buffers_with_the_weigh
     import yaml
 
     from analysis.catalog import resolve_model
-    from analysis.model.params import weight_bytes
+    from analysis.model.params import model_loading_bytes
     from analysis.vllm.lora import lora_bytes
 
     record = yaml.safe_load((Path(__file__).parents[2] / "fixtures" / "gpu_corpus" /
@@ -243,4 +248,5 @@ def test_kvprof_log_reads_the_lora_slots_and_counts_their_buffers_with_the_weigh
     pred = out["predicted"]
     assert (pred["max_loras"], pred["max_lora_rank"]) == (1, 32)
     a = resolve_model("qwen3-8b")[0]
-    assert pred["weights_bytes"] == weight_bytes(a) + lora_bytes(a, max_loras=1, max_lora_rank=32) > weight_bytes(a)
+    assert pred["weights_bytes"] == model_loading_bytes(a) + lora_bytes(a, max_loras=1, max_lora_rank=32) \
+        > model_loading_bytes(a)

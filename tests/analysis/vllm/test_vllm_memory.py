@@ -266,9 +266,9 @@ EXPLAINED = {
     "dennislee22_qwen2_7b_tp2_2nodes_a100_40gb": "not confirmed: 0.67 GiB less KV than predicted (+6 %) at TP2 "
                                                  "across two nodes over Ray; cross-node NCCL buffers are not "
                                                  "modelled and the log (INFO) does not print non-torch memory",
-    "openshiftai_qwen25_vl_7b_l4": "the vision encoder's profile run (one 16,384-token dummy image through "
-                                   "Qwen2.5-VL's ViT) is not modelled: 2.51 GiB of reserve against the rules' 1.54 "
-                                   "(tests/gpu_corpus.py EXPLAINED)",
+    "openshiftai_qwen25_vl_7b_l4": "vLLM 0.9.0.1's ViT kept about 0.18 GiB more at its profile peak than vLLM "
+                                   "0.32's code accounts for (2.18 GiB for the 65,536-patch item), 10 % of a "
+                                   "1.81 GiB pool (tests/gpu_corpus.py EXPLAINED)",
     "unsloth_llama32_1b_fp8_lora_r32_l4": "not confirmed: Unsloth's patched vLLM 0.11.2 kept 0.52 GiB beside "
                                           "weights and KV where the 0.11.1-0.17 rules charge 1.47 GiB (tests/"
                                           "gpu_corpus.py EXPLAINED); the log prints no breakdown",
@@ -324,7 +324,7 @@ def corpus_predictions(spec_sheet: bool = False):
                     max_num_batched_tokens=mnbt, max_num_seqs=seqs, tp=s.tensor_parallel_size,
                     enforce_eager=s.enforce_eager, rules=rules,
                     weights=round(L.weights_gib * GiB) if L.weights_gib and not spec_sheet else None,
-                    flashinfer=stem in FLASHINFER)
+                    flashinfer=stem in FLASHINFER, max_model_len=mml)
         out.append((stem, rec, p, _logged_budget_gib(rec, a, mnbt, mml, s.tensor_parallel_size)))
     return out
 
