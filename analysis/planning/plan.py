@@ -477,7 +477,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
                 f"{a.name} does not fit on {gpu.name} at tp={tp}: weights {weights / 2**30:.1f} GiB + "
                 f"reserve {reserve.total / 2**30:.1f} GiB exceed "
                 f"{inputs.gpu_memory_utilization:.2f} × {total / 2**30:.2f} GiB"
-                + _flashinfer_hint(a, inputs, reserve, mnbt, max_num_seqs, budget)
+                + _flashinfer_hint(a, inputs, reserve, mnbt, max_num_seqs, budget) + _encoder_hint(reserve)
             )
 
     # Block layout does not depend on the budget; counts of blocks and sequences do (None without one).
@@ -590,6 +590,15 @@ def _flashinfer_hint(a: Architecture, inputs: PlanInputs, reserve: Reserve, mnbt
         return ""
     return (f"; with FlashInfer installed (vLLM's Docker images ship it) this version's sampler warms up in "
             f"{saved / 2**30:.1f} GiB less and it fits: --flashinfer")
+
+
+def _encoder_hint(reserve: Reserve) -> str:
+    """Where the reserve is a vision tower's profile run: say which item it ran and the flags that shrink it."""
+    if "vision encoder profiled" not in reserve.source:
+        return ""
+    item = reserve.source[reserve.source.index("vision encoder profiled"):]
+    return (f"; the reserve is the {item} (--limit-mm-per-prompt '{{\"video\": 0}}' profiles images only, "
+            "a smaller --max-model-len shortens a video item)")
 
 
 def _pipeline(a: Architecture, inputs: PlanInputs, gpu: GPU | None, total: int | None, mml: int, mnbt: int,

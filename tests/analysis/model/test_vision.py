@@ -153,3 +153,14 @@ def test_limit_mm_per_prompt_is_refused_by_name_when_malformed():
         r = CliRunner().invoke(app, ["plan", "--model", "qwen2.5-vl-7b", "--gpu", "h100-sxm",
                                      "--limit-mm-per-prompt", bad])
         assert r.exit_code != 0 and said in r.output and "Traceback" not in r.output, (bad, r.output)
+
+
+def test_a_profile_that_does_not_fit_names_the_item_and_the_flags(qwen25vl):
+    from analysis.planning.plan import PlanError, PlanInputs, make_plan
+
+    # An L4 (22.16 GiB) cannot hold 15.6 GiB of weights beside a 15.2 GiB video profile at max_model_len 128000.
+    with pytest.raises(PlanError, match=r"1 video item of 114,688 tokens .*--limit-mm-per-prompt"):
+        make_plan(qwen25vl, PlanInputs(), gpu("l4"))
+    # Images only, it starts (and then holds too few 128k-token sequences: a shorter max_model_len is the answer).
+    p = make_plan(qwen25vl, PlanInputs(limit_mm_per_prompt={"video": 0}, max_model_len=8192), gpu("l4"))
+    assert p["kv_budget_bytes"] > 0
