@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from analysis.model.layers import AttentionLayer, FullAttention, MultiHeadLatentAttention, SlidingWindowAttention
 from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
-from analysis.model.vision import Qwen2VisionTower, Qwen25VisionTower, VisionTower
+from analysis.model.vision import Qwen2VisionTower, Qwen25VisionTower, SiglipVisionTower, VisionTower
 
 LayerType = Literal["full_attention", "sliding_attention"]
 
@@ -498,10 +498,19 @@ def _max_pixels(path: Path) -> int | None:
 
 
 def _vision_tower(raw: dict[str, Any], text_hidden: int, max_pixels: int | None) -> VisionTower | None:
-    """The tower whose profile run kvprof plans: Qwen2-VL's and Qwen2.5-VL's (the same fields
-    ``_qwen_vl_params`` counts), sized for the largest image ``max_pixels`` (default: Qwen's published one)."""
+    """The tower whose profile run kvprof plans: Gemma 3's SigLIP (256 tokens an image), Qwen2-VL's and
+    Qwen2.5-VL's (the same fields ``_qwen_vl_params`` counts, sized for the largest image ``max_pixels``;
+    default: Qwen's published one)."""
     model_type = str(raw.get("model_type"))
     v = raw.get("vision_config")
+    if model_type in _SIGLIP_PROJECTOR and isinstance(v, dict) and v.get("model_type") in (None, "siglip_vision_model"):
+        got = _ints(v, "hidden_size", "intermediate_size", "image_size", "patch_size")
+        tokens = _ints({"t": raw.get("mm_tokens_per_image", 256), "c": v.get("num_channels", 3)}, "t", "c")
+        if got is None or tokens is None:
+            return None
+        (width, inter, image, patch), (per_image, channels) = got, tokens
+        return SiglipVisionTower(width=width, intermediate=inter, out_width=text_hidden, image_size=image,
+                                 patch_size=patch, in_channels=channels, tokens_per_image=per_image)
     if (model_type not in ("qwen2_vl", "qwen2_5_vl") or not isinstance(v, dict)
             or v.get("model_type") not in (None, model_type) or _qwen_vl_params(v, model_type, text_hidden) is None):
         return None

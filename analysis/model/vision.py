@@ -1,4 +1,5 @@
-"""Vision towers whose start-up profile vLLM runs: one class per tower kind, each owning its formulas.
+"""Vision towers whose start-up profile vLLM runs: one class per tower kind, each owning its formulas
+(Qwen2-VL, Qwen2.5-VL, Gemma 3's SigLIP).
 
 vLLM's V1 profile run (vllm/v1/worker/gpu_model_runner.py ``profile_run``, 0.32) first runs the multimodal
 encoder on a dummy batch of the modality with the most tokens per item (``MultiModalBudget``,
@@ -126,7 +127,50 @@ class Qwen25VisionTower(QwenVisionTower):
         return 5 * self.width + 3 * self.intermediate // tp
 
 
-VisionTower = Annotated[Qwen2VisionTower | Qwen25VisionTower, Field(discriminator="kind")]
+class SiglipVisionTower(BaseModel):
+    """Gemma 3's SigLIP tower (vllm/model_executor/models/siglip.py and gemma3_mm.py, 0.32): one fixed-size
+    image of (image_size / patch_size)² patches pooled to ``mm_tokens_per_image`` decoder tokens (256), images
+    only. A SiglipEncoderLayer keeps ``residual`` and runs ``layer_norm2`` → fc1 → activation → fc2: at the
+    activation the layer's input, the residual and the norm's output [P, width] are alive with fc1's and the
+    activation's outputs [P, intermediate / tp]: 3 · width + 2 · intermediate / tp a patch (as Qwen2-VL's).
+    Not yet held against an NVIDIA log: the published Gemma 3 start-ups (vLLM 0.19 on H100) keep a larger
+    sampler warm-up, so the tower's peak does not show in them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["siglip"] = "siglip"
+    width: int = Field(gt=0)
+    intermediate: int = Field(gt=0)
+    out_width: int = Field(gt=0)
+    image_size: int = Field(gt=0)
+    patch_size: int = Field(gt=0)
+    in_channels: int = Field(3, gt=0)
+    tokens_per_image: int = Field(256, gt=0, description="config.json mm_tokens_per_image")
+    modalities: ClassVar[tuple[str, ...]] = ("image",)
+
+    def max_item_tokens(self, modality: str, max_model_len: int) -> int:
+        if modality != "image":
+            raise ValueError(f"a SigLIP tower takes images, not {modality!r}")
+        return self.tokens_per_image
+
+    def patches(self, tokens: int) -> int:
+        return tokens // self.tokens_per_image * (self.image_size // self.patch_size) ** 2
+
+    @property
+    def pixel_values_per_patch(self) -> int:
+        return self.in_channels * self.patch_size ** 2
+
+    def block_elements_per_patch(self, tp: int = 1) -> int:
+        return 3 * self.width + 2 * self.intermediate // tp
+
+    def peak_bytes_per_patch(self, dtype_bytes: int, tp: int = 1) -> int:
+        return dtype_bytes * (self.block_elements_per_patch(tp) + self.pixel_values_per_patch)
+
+    def output_bytes(self, tokens: int, dtype_bytes: int) -> int:
+        return tokens * self.out_width * dtype_bytes
+
+
+VisionTower = Annotated[Qwen2VisionTower | Qwen25VisionTower | SiglipVisionTower, Field(discriminator="kind")]
 
 
 class EncoderProfile(BaseModel):
@@ -147,8 +191,9 @@ class EncoderProfile(BaseModel):
                 f"{self.item_tokens:,} tokens ({self.patches:,} patches)")
 
 
-def encoder_profile(tower: QwenVisionTower, *, max_model_len: int, max_num_batched_tokens: int, max_num_seqs: int,
-                    dtype_bytes: int, tp: int = 1, limits: dict[str, int] | None = None) -> EncoderProfile | None:
+def encoder_profile(tower: QwenVisionTower | SiglipVisionTower, *, max_model_len: int,
+                    max_num_batched_tokens: int, max_num_seqs: int, dtype_bytes: int, tp: int = 1,
+                    limits: dict[str, int] | None = None) -> EncoderProfile | None:
     """What vLLM 0.32's profile run feeds the tower (``MultiModalBudget``, ``compute_mm_encoder_budget``): the
     modality with the most tokens per item among those ``limits`` (``--limit-mm-per-prompt``; a modality not named
     allows 999 items a prompt, MultiModalConfig.get_limit_per_prompt) leaves on; the encoder budget

@@ -164,3 +164,23 @@ def test_a_profile_that_does_not_fit_names_the_item_and_the_flags(qwen25vl):
     # Images only, it starts (and then holds too few 128k-token sequences: a shorter max_model_len is the answer).
     p = make_plan(qwen25vl, PlanInputs(limit_mm_per_prompt={"video": 0}, max_model_len=8192), gpu("l4"))
     assert p["kv_budget_bytes"] > 0
+
+
+def test_gemma3_siglip_tower_profiles_fixed_size_images():
+    a = Architecture.from_config(MODELS_DIR / "gemma-3-12b")
+    v = a.vision
+    # vision_config: hidden 1152, intermediate 4304, 896-pixel images of 14-pixel patches; mm_tokens_per_image 256.
+    assert (v.kind, v.width, v.intermediate, v.tokens_per_image, v.out_width) == ("siglip", 1152, 4304, 256, 3840)
+    assert v.patches(256) == (896 // 14) ** 2 == 4096
+    # siglip.py at the MLP's activation: input, residual, norm [P, 1152] and fc1, activation [P, 4304], + 588 pixels.
+    assert v.peak_bytes_per_patch(2) == 2 * (3 * 1152 + 2 * 4304 + 3 * 14 * 14) == 25304
+    # An 8,192-token encoder budget holds 8192 // 256 = 32 images (vLLM 0.11 logged 31 for Gemma 3 27B: it counted
+    # the image's placeholder with its boundary tokens); images only, so a video limit changes nothing.
+    p = encoder_profile(v, max_model_len=4096, max_num_batched_tokens=8192, max_num_seqs=1024, dtype_bytes=2)
+    assert (p.modality, p.items, p.patches) == ("image", 32, 32 * 4096)
+    assert p.output_bytes == 32 * 256 * 3840 * 2
+    # At most max_num_seqs × the images a prompt may carry (max_model_len // 256 = 4 at 1,024 tokens).
+    p = encoder_profile(v, max_model_len=1024, max_num_batched_tokens=8192, max_num_seqs=2, dtype_bytes=2)
+    assert p.items == 2 * (1024 // 256) == 8
+    assert encoder_profile(v, max_model_len=4096, max_num_batched_tokens=8192, max_num_seqs=1, dtype_bytes=2,
+                           limits={"image": 0}) is None
