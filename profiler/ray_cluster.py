@@ -306,8 +306,8 @@ class Cluster:
         """Every engine configuration must fit on one node; said before any engine starts."""
         what = "GPUs" if self.platform == "cuda" else "CPUs (no node offers GPUs; cores stand in)"
         for e in engines:
-            if e.tensor_parallel_size > self.largest_node:
-                raise RayError(f"engine {e.id} needs {e.tensor_parallel_size} {what.split(' ')[0]} on one node; "
+            if e.world_size > self.largest_node:
+                raise RayError(f"engine {e.id} needs {e.world_size} {what.split(' ')[0]} on one node; "
                                f"the largest node of the Ray cluster at {self.address} has {self.largest_node} "
                                f"{what}")
 
@@ -446,7 +446,7 @@ class RayHost:
     def __init__(self, cluster: Cluster, cfg: Any, root: Path, stop: threading.Event, poll_s: float = 0.2):
         ray = require()
         self.ray, self.cfg, self.root, self.stop_event = ray, cfg, Path(root), stop
-        n = cfg.tensor_parallel_size
+        n = cfg.world_size
         opts: dict[str, Any] = ({"num_gpus": n, "num_cpus": 0} if cluster.platform == "cuda" else {"num_cpus": n})
         self.pg = None
         if n > 1:  # one bundle of all its devices: the ranks share one node

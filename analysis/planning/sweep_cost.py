@@ -127,6 +127,7 @@ class EngineCost(BaseModel):
 
     id: str
     tensor_parallel_size: int
+    pipeline_parallel_size: int = 1
     max_num_batched_tokens: int
     max_num_seqs: int
     kv_budget_bytes: int | None
@@ -160,8 +161,8 @@ class SweepCost(BaseModel):
 
     @property
     def gpu_seconds(self) -> float:
-        """GPU time: each engine's wall time × its tensor-parallel GPUs."""
-        return sum(e.seconds * e.tensor_parallel_size for e in self.engines)
+        """GPU time: each engine's wall time × its GPUs (tensor × pipeline parallel)."""
+        return sum(e.seconds * e.tensor_parallel_size * e.pipeline_parallel_size for e in self.engines)
 
     @property
     def flagged(self) -> list[PointCost]:
@@ -295,10 +296,11 @@ def engine_cost(a: Architecture, gpu: GPU, engine: EngineSettings, points: list[
     """One engine on `gpu`: its KV pool as make_plan predicts it (vLLM's offline-LLM defaults for
     that GPU where the spec leaves them unset), start-up, the capacity phase and every point."""
     tp, kv = engine.tensor_parallel_size, engine.kv_cache_dtype
+    pp = engine.world_size // tp
     startup = engine_startup(a, engine, gpu)
     inputs = PlanInputs(
         kv_cache_dtype=kv, block_size=engine.block_size, max_model_len=engine.max_model_len,
-        tensor_parallel_size=tp, gpu_memory_utilization=engine.gpu_memory_utilization or 0.9,
+        tensor_parallel_size=tp, pipeline_parallel_size=pp, gpu_memory_utilization=engine.gpu_memory_utilization or 0.9,
         kv_cache_memory_bytes=engine.kv_cache_memory_bytes, max_num_batched_tokens=engine.max_num_batched_tokens,
         max_num_seqs=engine.max_num_seqs, async_scheduling=engine.async_scheduling, entry="offline",
         enforce_eager=bool(engine.engine_args.get("enforce_eager")))
@@ -306,7 +308,8 @@ def engine_cost(a: Architecture, gpu: GPU, engine: EngineSettings, points: list[
         plan = make_plan(a, inputs, gpu)
     except PlanError as exc:
         defaults = (engine.max_num_batched_tokens or 0, engine.max_num_seqs or 0)
-        return EngineCost(id=engine.id, tensor_parallel_size=tp, max_num_batched_tokens=defaults[0],
+        return EngineCost(id=engine.id, tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                          max_num_batched_tokens=defaults[0],
                           max_num_seqs=defaults[1], kv_budget_bytes=None, num_blocks=None, startup=startup,
                           capacity_s=0.0, saturation_warmup_s=0.0, points=[], error=str(exc))
     mnbt, seqs, async_sched = plan["max_num_batched_tokens"], plan["max_num_seqs"], plan["async_scheduling"]
@@ -324,7 +327,8 @@ def engine_cost(a: Architecture, gpu: GPU, engine: EngineSettings, points: list[
         n = min(math.ceil(mnbt / sat[0].prompt_len) + 1, seqs)
         sat_warmup_s = _short_batch_s(a, gpu, n, sat[0].prompt_len, mnbt, kv, tp)
     costs = [point_cost(a, gpu, engine, p, cap, mnbt, seqs, async_sched, budget) for p in points]
-    return EngineCost(id=engine.id, tensor_parallel_size=tp, max_num_batched_tokens=mnbt, max_num_seqs=seqs,
+    return EngineCost(id=engine.id, tensor_parallel_size=tp, pipeline_parallel_size=pp, max_num_batched_tokens=mnbt,
+                      max_num_seqs=seqs,
                       kv_budget_bytes=budget, num_blocks=cap.num_blocks, max_concurrency=cap.max_concurrency,
                       startup=startup, capacity_s=capacity_s, saturation_warmup_s=sat_warmup_s,
                       server_startup_s=startup.total_s if any(p.phase == "serve" for p in points) else 0.0,

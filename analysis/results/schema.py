@@ -261,11 +261,20 @@ class EngineSettings(BaseModel):
     gpu_memory_utilization: Annotated[float | None, SweepAxis("fraction")] = None
     kv_cache_memory_bytes: Annotated[int | None, SweepAxis("bytes")] = None  # a spec may write 16MiB, 8GiB
     tensor_parallel_size: Annotated[int, SweepAxis("positive")] = Field(1, gt=0)
+    pipeline_parallel_size: Annotated[int | None, SweepAxis("positive_or_default")] = Field(
+        None, description="None: vLLM's default (1); pp > 1 needs tensor × pipeline parallel devices")
     enable_prefix_caching: Annotated[bool | None, SweepAxis()] = None
     max_num_batched_tokens: Annotated[int | None, SweepAxis("positive_or_default")] = None
     async_scheduling: Annotated[bool | None, SweepAxis()] = Field(
         None, description="None: the platform's default (on for CUDA, off on CPU)")
     engine_args: dict[str, Any] = Field({}, description="passed to vllm.LLM verbatim (swept ones included)")
+
+    @property
+    def world_size(self) -> int:
+        """The devices one launch takes: tensor × pipeline parallel (the axis, or an ``engine_args`` entry of
+        vLLM's name for it, as a sweep set it before the axis existed)."""
+        pp = self.pipeline_parallel_size or self.engine_args.get("pipeline_parallel_size") or 1
+        return self.tensor_parallel_size * int(pp)
 
     @property
     def id(self) -> str:

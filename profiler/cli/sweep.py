@@ -41,10 +41,10 @@ def _device_pool(spec: Any, plan: Any, option: str | None, isolation: str | None
     except DeviceError as exc:
         raise fail(str(exc)) from None
     if pool is not None:
-        too_big = sorted({e.tensor_parallel_size for e in plan.engines if e.tensor_parallel_size > len(pool)})
+        too_big = sorted({e.world_size for e in plan.engines if e.world_size > len(pool)})
         if too_big:
-            raise fail(f"{what}: {len(pool)} device(s) {pool}, but tensor_parallel_size {too_big} needs that many "
-                       "per engine; give more devices or drop the pool")
+            raise fail(f"{what}: {len(pool)} device(s) {pool}, but an engine of tensor × pipeline parallel "
+                       f"{too_big} needs that many; give more devices or drop the pool")
     return pool, isolation
 
 
@@ -190,7 +190,7 @@ def _sweep(spec_path: Path, out: Path | None, dry_run: bool, retry_failed: bool,
         from profiler.telemetry.sampler import TelemetryError, check_backend
 
         try:
-            check_backend(spec.telemetry.backend, max(e.tensor_parallel_size for e in plan.engines))
+            check_backend(spec.telemetry.backend, max(e.world_size for e in plan.engines))
         except TelemetryError as exc:
             raise fail(str(exc)) from None
     out_dir = spec.out_dir(out)

@@ -362,10 +362,10 @@ def start_sampler(store: ResultsDir, cfg: EngineConfig, telemetry: Any, root_pid
     # One partial file per launch: an interrupted launch's samples are never overwritten.
     partial = store.telemetry / f"{cfg.id}.{int(time.time() * 1000)}.partial.parquet"
     if host is not None:
-        return host.sampler(telemetry, cfg.tensor_parallel_size, metrics_url, partial)
+        return host.sampler(telemetry, cfg.world_size, metrics_url, partial)
     from profiler.telemetry.sampler import Sampler, open_sources
 
-    sources, unavailable = open_sources(telemetry.backend, cfg.tensor_parallel_size, root_pid,
+    sources, unavailable = open_sources(telemetry.backend, cfg.world_size, root_pid,
                                         metrics_url=metrics_url, cuda_visible=cuda_visible)
     return Sampler(sources, telemetry.interval_s, partial, unavailable).start()
 

@@ -43,9 +43,9 @@ def engines_label(progress: Any, task: Any, running: dict[str, str], single: str
 
 def dispatch_local(work: list[Work], pool: Pool | None, platform: str, exclusive: bool, run_one: Any) -> None:
     """Run every item of ``work``: one after another without a pool, as before; with one, each on the lowest
-    free ``tensor_parallel_size`` devices, as many at once as fit (in the plan's order: an engine waits for
-    devices rather than being overtaken), or one at a time when ``exclusive``. Ctrl-C, or any failure in
-    the parent, stops every child (``stop_all``) and is raised once the others have let go."""
+    free ``world_size`` (tensor × pipeline parallel) devices, as many at once as fit (in the plan's order: an
+    engine waits for devices rather than being overtaken), or one at a time when ``exclusive``. Ctrl-C, or any
+    failure in the parent, stops every child (``stop_all``) and is raised once the others have let go."""
     if pool is None:
         for w in work:
             run_one(w, None)
@@ -58,7 +58,7 @@ def dispatch_local(work: list[Work], pool: Pool | None, platform: str, exclusive
         try:
             while queue or running:
                 while queue and not (exclusive and running):
-                    devices = pool.take(queue[0].cfg.id, queue[0].cfg.tensor_parallel_size)
+                    devices = pool.take(queue[0].cfg.id, queue[0].cfg.world_size)
                     if devices is None:
                         break
                     w = queue.pop(0)
@@ -100,7 +100,7 @@ def dispatch_ray(work: list[Work], cluster: Any, store: ResultsDir, exclusive: b
                 host.release()
 
     slots = 1 if exclusive else max(1, min(len(work), cluster.capacity // max(
-        1, min((w.cfg.tensor_parallel_size for w in work), default=1))))
+        1, min((w.cfg.world_size for w in work), default=1))))
     running: dict[Future[None], Work] = {}
     with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="kvprof-ray") as ex:
         try:

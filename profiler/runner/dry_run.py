@@ -140,7 +140,7 @@ def cost_lines(cost: Any, flagged: int | None = None) -> list[str]:
                      f"{s.load_s:.1f} s ({s.load_how}), torch.compile {s.compile_s:.0f} s, profile + KV "
                      f"{s.profile_and_kv_s:.1f} s, CUDA graphs {s.graph_capture_s:.0f} s (published vLLM logs)")
     flagged = len(cost.flagged)
-    gpus = max(e.tensor_parallel_size for e in cost.engines) if cost.engines else 1
+    gpus = max(e.tensor_parallel_size * e.pipeline_parallel_size for e in cost.engines) if cost.engines else 1
     lines.append(f"GPU time to budget on {cost.gpu}: {cost.seconds / 3600:.2f} h wall"
                  + (f", {cost.gpu_seconds / 3600:.2f} GPU-hours" if gpus > 1 else "")
                  + f" ({len(cost.engines)} engine launches; steps from the roofline, a floor)"

@@ -244,8 +244,8 @@ def test_the_engine_axes_are_the_marked_engine_settings():
 
     assert list(EngineAxes.model_fields) == [
         "max_model_len", "block_size", "kv_cache_dtype", "max_num_seqs", "gpu_memory_utilization",
-        "kv_cache_memory_bytes", "tensor_parallel_size", "enable_prefix_caching", "max_num_batched_tokens",
-        "async_scheduling"]
+        "kv_cache_memory_bytes", "tensor_parallel_size", "pipeline_parallel_size", "enable_prefix_caching",
+        "max_num_batched_tokens", "async_scheduling"]
     assert set(EngineAxes.model_fields) <= set(EngineSettings.model_fields)
     assert not {"model_dir", "model_sha256", "weights", "dtype", "seed", "engine_args"} & set(EngineAxes.model_fields)
 

@@ -120,7 +120,13 @@ def test_a_cpu_sweep_with_pipeline_stages_is_refused_before_any_engine_with_its_
     from profiler.preflight import validate
     from profiler.spec import SpecError
 
-    spec = _cpu_spec(tmp_path, "pp-on-cpu", "engine_args_sweep:\n  pipeline_parallel_size: [1, 2]\n")
-    with pytest.raises(SpecError, match=r"pipeline_parallel_size: \[2\] does not run on the CPU backend"):
+    spec = _cpu_spec(tmp_path, "pp-on-cpu", "")
+    spec.write_text(spec.read_text().replace("  block_size: 32\n",
+                                             "  block_size: 32\n  pipeline_parallel_size: [1, 2]\n"))
+    with pytest.raises(SpecError, match=r":7: engine.pipeline_parallel_size: \[2\] does not run on the CPU backend"):
         validate(spec, platform="cpu")
     validate(spec, platform="cuda")  # on GPUs a pipeline is planned (analysis.vllm.pipeline), not refused
+    # The axis is kvprof's: as an engine argument it is refused by name, pointing at the engine: section.
+    spec = _cpu_spec(tmp_path, "pp-as-arg", "engine_args_sweep:\n  pipeline_parallel_size: [1, 2]\n")
+    with pytest.raises(SpecError, match=r"\['pipeline_parallel_size'\] are kvprof engine axes: sweep them under"):
+        validate(spec, platform="cuda")
