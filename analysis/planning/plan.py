@@ -100,6 +100,9 @@ class PlanInputs(BaseModel):
     # a vision tower's profile run (analysis.model.vision). Nothing multimodal allowed: no encoder profile.
     limit_mm_per_prompt: dict[Literal["image", "video", "audio"], Annotated[int, Field(strict=True, ge=0)]] | None \
         = None
+    # vLLM's --mm-encoder-tp-mode: "weights" splits a vision tower's layers over the tensor-parallel ranks like the
+    # decoder's; "data" keeps the whole tower on every rank and splits the items between them.
+    mm_encoder_tp_mode: Literal["weights", "data"] = "weights"
 
     @field_validator("entry", mode="before")
     @classmethod
@@ -414,7 +417,11 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     max_num_seqs = inputs.max_num_seqs or min(default_seqs, mnbt)
     async_sched = async_scheduling(inputs, on_gpu)
 
-    weights = model_loading_bytes(a, tp)  # what "Model loading took" counts: weights, encoder, RoPE caches
+    encoder_dp = inputs.mm_encoder_tp_mode == "data"
+    if encoder_dp and inputs.pipeline_parallel_size > 1:
+        raise PlanError("--mm-encoder-tp-mode data with pipeline parallelism is not planned yet: give --pp 1")
+    # what "Model loading took" counts: weights, encoder (whole on every rank under data mode), RoPE caches
+    weights = model_loading_bytes(a, tp, encoder_tp=1 if encoder_dp else tp)
     lora = 0
     if inputs.max_loras is not None:
         if inputs.pipeline_parallel_size > 1:
@@ -465,7 +472,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
             reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
                                       tp=tp, enforce_eager=inputs.enforce_eager, vllm_version=inputs.vllm_version,
                                       flashinfer=inputs.flashinfer, max_model_len=mml,
-                                      mm_limits=inputs.limit_mm_per_prompt)
+                                      mm_limits=inputs.limit_mm_per_prompt,
+                                      encoder_data_parallel=inputs.mm_encoder_tp_mode == "data")
             if drafter is not None and drafter.reserve_bytes:
                 reserve = reserve.model_copy(update={"non_torch_bytes": reserve.non_torch_bytes + drafter.reserve_bytes,
                                                      "source": f"{reserve.source} + ngram's token history"})
@@ -584,7 +592,8 @@ def _flashinfer_hint(a: Architecture, inputs: PlanInputs, reserve: Reserve, mnbt
     alt = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs,
                           tp=inputs.tensor_parallel_size, enforce_eager=inputs.enforce_eager,
                           vllm_version=inputs.vllm_version, flashinfer=True,
-                          max_model_len=_max_model_len(a, inputs), mm_limits=inputs.limit_mm_per_prompt)
+                          max_model_len=_max_model_len(a, inputs), mm_limits=inputs.limit_mm_per_prompt,
+                          encoder_data_parallel=inputs.mm_encoder_tp_mode == "data")
     saved = reserve.total - alt.total
     if saved <= 0 or budget + saved <= 0:
         return ""
@@ -616,7 +625,8 @@ def _pipeline(a: Architecture, inputs: PlanInputs, gpu: GPU | None, total: int |
             reserve = default_reserve(a, max_num_batched_tokens=mnbt, max_num_seqs=max_num_seqs, tp=tp,
                                       enforce_eager=inputs.enforce_eager, vllm_version=inputs.vllm_version,
                                       samples=s.last, flashinfer=inputs.flashinfer, max_model_len=mml,
-                                      mm_limits=inputs.limit_mm_per_prompt)
+                                      mm_limits=inputs.limit_mm_per_prompt,
+                                      encoder_data_parallel=inputs.mm_encoder_tp_mode == "data")
             if inputs.reserve_bytes is not None:
                 reserve = Reserve(activation_bytes=inputs.reserve_bytes, non_torch_bytes=0, cuda_graph_bytes=0,
                                   source="--reserve-bytes")

@@ -43,7 +43,7 @@ class Reserve(BaseModel):
 def default_reserve(a: Architecture, *, max_num_batched_tokens: int, max_num_seqs: int,
                     tp: int = 1, enforce_eager: bool = False, vllm_version: str | None = None,
                     samples: bool = True, flashinfer: bool = False, max_model_len: int | None = None,
-                    mm_limits: dict[str, int] | None = None) -> Reserve:
+                    mm_limits: dict[str, int] | None = None, encoder_data_parallel: bool = False) -> Reserve:
     """vLLM's non-KV reserve as the accounting rules of ``vllm_version`` (default: the pinned vLLM)
     predict it: the profile run's activation peak, non-torch memory by tensor-parallel size, and
     the CUDA-graph estimate where that version deducts it (none with enforce_eager). ``samples``: the GPU runs
@@ -51,10 +51,12 @@ def default_reserve(a: Architecture, *, max_num_batched_tokens: int, max_num_seq
     ``flashinfer``: FlashInfer is installed (vLLM's Docker images ship it), which changes the sampler's warm-up where
     that version's sampler uses it (vLLM 0.9–0.11.0: 8 B a logit instead of the sort's 36). A model with a vision
     tower kvprof plans (analysis.model.vision) adds the encoder's profile, sized by ``max_model_len`` and
-    ``mm_limits`` (``--limit-mm-per-prompt``), on every pipeline stage (0.32 builds the tower on each)."""
+    ``mm_limits`` (``--limit-mm-per-prompt``), on every pipeline stage (0.32 builds the tower on each);
+    ``encoder_data_parallel``: ``--mm-encoder-tp-mode data`` (the tower unsplit on every rank)."""
     rules = rules_for(vllm_version)
     encoder = _encoder_profile(a, rules, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
-                               max_num_seqs=max_num_seqs, tp=tp, mm_limits=mm_limits)
+                               max_num_seqs=max_num_seqs, tp=tp, mm_limits=mm_limits,
+                               encoder_data_parallel=encoder_data_parallel)
     act, forward, _ = _activation_bytes(a, rules, max_num_batched_tokens=max_num_batched_tokens,
                                         max_num_seqs=max_num_seqs, tp=tp, flashinfer=flashinfer, encoder=encoder)
     if not samples:  # every rank runs the encoder's profile (vLLM builds the tower on each pipeline stage)

@@ -412,14 +412,18 @@ def activation_bytes(a: Architecture, rules: AccountingRules, *, max_num_batched
 
 def encoder_profile(a: Architecture, rules: AccountingRules, *, max_model_len: int | None,
                     max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1,
-                    mm_limits: dict[str, int] | None = None) -> EncoderProfile | None:
+                    mm_limits: dict[str, int] | None = None, encoder_data_parallel: bool = False
+                    ) -> EncoderProfile | None:
     """The vision tower's part of the V1 profile run (analysis.model.vision), None for a model without a tower
     kvprof plans, under V0 (whose profile fed multimodal dummies through the decoder's own token budget) or where
-    ``max_model_len`` is unknown."""
+    ``max_model_len`` is unknown. ``encoder_data_parallel`` (``--mm-encoder-tp-mode data``): every rank holds the
+    whole tower and runs whole items (``run_dp_sharded_mrope_vision_model``), so the rank that runs the profile's
+    item peaks as a single GPU would."""
     if a.vision is None or rules.engine != "v1" or not max_model_len:
         return None
     return tower_profile(a.vision, max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens,
-                         max_num_seqs=max_num_seqs, dtype_bytes=a.weight_dtype_bytes, tp=tp, limits=mm_limits)
+                         max_num_seqs=max_num_seqs, dtype_bytes=a.weight_dtype_bytes,
+                         tp=1 if encoder_data_parallel else tp, limits=mm_limits)
 
 
 def predict(a: Architecture, *, total_bytes: int, gpu_memory_utilization: float = 0.9,

@@ -161,6 +161,9 @@ def plan_cmd(
     limit_mm_per_prompt: Annotated[str | None, typer.Option(
         help="vLLM's --limit-mm-per-prompt JSON ('{\"image\": 1, \"video\": 0}'): sizes a vision tower's start-up "
              "profile (Qwen2-VL, Qwen2.5-VL: a video of up to 14 frames where max_model_len allows it).")] = None,
+    mm_encoder_tp_mode: Annotated[str, typer.Option(
+        help="vLLM's --mm-encoder-tp-mode: weights (a vision tower split over the tp ranks) or data (the whole "
+             "tower on every rank, the items split between them).")] = "weights",
     kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
     block_size: Annotated[int | None, typer.Option(
         help="Tokens per KV block (default: vLLM's: 16 on a GPU, 128 on a CPU).")] = None,
@@ -263,6 +266,7 @@ def plan_cmd(
                     pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition,
                     kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
                     speculative_config=speculative_config, limit_mm_per_prompt=limit_mm_per_prompt,
+                    mm_encoder_tp_mode=mm_encoder_tp_mode,
                     max_loras=max_loras, max_lora_rank=max_lora_rank)
     if recommend:
         _recommend_cmd(model, gpu, probe, (tps, pps), concurrency, context, (calibration, save, tpot_slo, ttft_slo),

@@ -184,3 +184,22 @@ def test_gemma3_siglip_tower_profiles_fixed_size_images():
     assert p.items == 2 * (1024 // 256) == 8
     assert encoder_profile(v, max_model_len=4096, max_num_batched_tokens=8192, max_num_seqs=1, dtype_bytes=2,
                            limits={"image": 0}) is None
+
+
+def test_mm_encoder_tp_mode_data_keeps_the_whole_tower_on_every_rank(qwen25vl):
+    from analysis.planning.plan import PlanError, PlanInputs, make_plan
+
+    def plan(mode):
+        return make_plan(qwen25vl, PlanInputs(tensor_parallel_size=2, limit_mm_per_prompt={"video": 0},
+                                              mm_encoder_tp_mode=mode), gpu("h100-sxm"))
+
+    split, whole = plan("weights"), plan("data")
+    # The tower's 676,550,144 parameters (bf16) split over 2 ranks, or all on each.
+    assert whole["weight_bytes"] - split["weight_bytes"] == 676550144 * 2 - 676550144 * 2 // 2
+    # The 65,536-patch image's peak: 2 × (5·1280 + 3·3420/2 + 1176) B a patch split, 2 × (5·1280 + 3·3420 + 1176) whole.
+    assert split["reserve"]["activation_bytes"] == 65536 * 2 * (5 * 1280 + 3 * 3420 // 2 + 1176)
+    assert whole["reserve"]["activation_bytes"] == 65536 * 35672
+    assert split["kv_budget_bytes"] - whole["kv_budget_bytes"] == \
+        (whole["weight_bytes"] - split["weight_bytes"]) + 65536 * (35672 - 2 * (5 * 1280 + 3 * 3420 // 2 + 1176))
+    with pytest.raises(PlanError, match="--mm-encoder-tp-mode data with pipeline parallelism is not planned"):
+        make_plan(qwen25vl, PlanInputs(pipeline_parallel_size=2, mm_encoder_tp_mode="data"), gpu("h100-sxm"))
