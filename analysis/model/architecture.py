@@ -481,8 +481,11 @@ def _qwen_vl_params(v: dict[str, Any], model_type: str, text_hidden: int) -> int
 def _max_pixels(path: Path) -> int | None:
     """The largest image a checkpoint's preprocessor_config.json lets through (``max_pixels``, or the newer
     ``size.longest_edge``), None where the file is absent or names none."""
-    if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
+    if not path.is_file():
         return None
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise UnsupportedArchitecture(f"{path}: {path.stat().st_size:,} bytes; a preprocessor config is at most "
+                                      f"{MAX_CONFIG_BYTES:,} bytes")
     try:
         pre = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):

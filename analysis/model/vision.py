@@ -34,19 +34,46 @@ QWEN_VL_MAX_PIXELS = 12845056
 QWEN_VL_MAX_FRAMES = 14
 
 
-class QwenVisionTower(BaseModel):
-    """What Qwen2-VL's and Qwen2.5-VL's towers share: 14-pixel patches over 2 frames, merged 2 × 2 into one
-    decoder token, images and videos sized by the preprocessor's ``max_pixels``."""
+def plain_mlp_block_elements(width: int, intermediate: int, tp: int = 1) -> int:
+    """A pre-norm block with a two-matrix MLP (``x = x + mlp(norm(x))``) at its activation: the block's input, the
+    residual sum and the norm's output [P, width] beside fc1's and the activation's [P, intermediate / tp]."""
+    return 3 * width + 2 * intermediate // tp
+
+
+class _Tower(BaseModel):
+    """What every tower has: a ViT of ``width`` with an MLP of ``intermediate``, patches of ``patch_size`` pixels,
+    outputs of the decoder's width; its peak a patch is one block's live tensors plus the patch's pixel values."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: str
     width: int = Field(gt=0, description="the ViT's hidden size")
     intermediate: int = Field(gt=0, description="its MLP's hidden size")
-    out_width: int = Field(gt=0, description="the merger's output width (the decoder's hidden size)")
+    out_width: int = Field(gt=0, description="the tower's output width (the decoder's hidden size)")
+    patch_size: int = Field(gt=0)
+    in_channels: int = Field(3, gt=0)
+
+    @property
+    def pixel_values_per_patch(self) -> int:
+        """One patch's pixel values, cast to the model dtype on the GPU."""
+        return self.in_channels * self.patch_size ** 2
+
+    def block_elements_per_patch(self, tp: int = 1) -> int:
+        raise NotImplementedError
+
+    def peak_bytes_per_patch(self, dtype_bytes: int, tp: int = 1) -> int:
+        return dtype_bytes * (self.block_elements_per_patch(tp) + self.pixel_values_per_patch)
+
+    def output_bytes(self, tokens: int, dtype_bytes: int) -> int:
+        return tokens * self.out_width * dtype_bytes
+
+
+class QwenVisionTower(_Tower):
+    """What Qwen2-VL's and Qwen2.5-VL's towers share: 14-pixel patches over 2 frames, merged 2 × 2 into one
+    decoder token, images and videos sized by the preprocessor's ``max_pixels``."""
+
+    kind: str
     patch_size: int = Field(14, gt=0)
     temporal_patch_size: int = Field(2, gt=0)
-    in_channels: int = Field(3, gt=0)
     spatial_merge_size: int = Field(2, gt=0)
     max_pixels: int = Field(QWEN_VL_MAX_PIXELS, gt=0)
     modalities: ClassVar[tuple[str, ...]] = ("image", "video")
@@ -88,15 +115,6 @@ class QwenVisionTower(BaseModel):
         """One patch's pixel values (channels × temporal patch × patch²), cast to the model dtype on the GPU."""
         return self.in_channels * self.temporal_patch_size * self.patch_size ** 2
 
-    def block_elements_per_patch(self, tp: int = 1) -> int:
-        raise NotImplementedError
-
-    def peak_bytes_per_patch(self, dtype_bytes: int, tp: int = 1) -> int:
-        return dtype_bytes * (self.block_elements_per_patch(tp) + self.pixel_values_per_patch)
-
-    def output_bytes(self, tokens: int, dtype_bytes: int) -> int:
-        return tokens * self.out_width * dtype_bytes
-
 
 class Qwen2VisionTower(QwenVisionTower):
     """Qwen2-VL (vllm/model_executor/models/qwen2_vl.py, 0.32): ``x = x + attn(norm1(x))`` then
@@ -107,7 +125,7 @@ class Qwen2VisionTower(QwenVisionTower):
     kind: Literal["qwen2_vl"] = "qwen2_vl"
 
     def block_elements_per_patch(self, tp: int = 1) -> int:
-        return 3 * self.width + 2 * self.intermediate // tp
+        return plain_mlp_block_elements(self.width, self.intermediate, tp)
 
 
 class Qwen25VisionTower(QwenVisionTower):
@@ -119,7 +137,7 @@ class Qwen25VisionTower(QwenVisionTower):
 
     Checked against a vLLM 0.23 start-up log (Qwen2.5-VL-7B on an A100-SXM4-80GB, max_model_len 128000, one video
     item of 114,688 tokens = 458,752 patches): its profile reserve works out to 35,970 bytes a patch; this count
-    gives 2 × (5 · 1280 + 3 · 3420 + 1176) = 35,672 (tests/analysis/test_vision_profile.py)."""
+    gives 2 × (5 · 1280 + 3 · 3420 + 1176) = 35,672 (tests/analysis/model/test_vision.py)."""
 
     kind: Literal["qwen2_5_vl"] = "qwen2_5_vl"
 
@@ -127,7 +145,7 @@ class Qwen25VisionTower(QwenVisionTower):
         return 5 * self.width + 3 * self.intermediate // tp
 
 
-class SiglipVisionTower(BaseModel):
+class SiglipVisionTower(_Tower):
     """Gemma 3's SigLIP tower (vllm/model_executor/models/siglip.py and gemma3_mm.py, 0.32): one fixed-size
     image of (image_size / patch_size)² patches pooled to ``mm_tokens_per_image`` decoder tokens (256), images
     only. A SiglipEncoderLayer keeps ``residual`` and runs ``layer_norm2`` → fc1 → activation → fc2: at the
@@ -136,15 +154,8 @@ class SiglipVisionTower(BaseModel):
     Not yet held against an NVIDIA log: the published Gemma 3 start-ups (vLLM 0.19 on H100) keep a larger
     sampler warm-up, so the tower's peak does not show in them."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     kind: Literal["siglip"] = "siglip"
-    width: int = Field(gt=0)
-    intermediate: int = Field(gt=0)
-    out_width: int = Field(gt=0)
     image_size: int = Field(gt=0)
-    patch_size: int = Field(gt=0)
-    in_channels: int = Field(3, gt=0)
     tokens_per_image: int = Field(256, gt=0, description="config.json mm_tokens_per_image")
     modalities: ClassVar[tuple[str, ...]] = ("image",)
 
@@ -156,18 +167,8 @@ class SiglipVisionTower(BaseModel):
     def patches(self, tokens: int) -> int:
         return tokens // self.tokens_per_image * (self.image_size // self.patch_size) ** 2
 
-    @property
-    def pixel_values_per_patch(self) -> int:
-        return self.in_channels * self.patch_size ** 2
-
     def block_elements_per_patch(self, tp: int = 1) -> int:
-        return 3 * self.width + 2 * self.intermediate // tp
-
-    def peak_bytes_per_patch(self, dtype_bytes: int, tp: int = 1) -> int:
-        return dtype_bytes * (self.block_elements_per_patch(tp) + self.pixel_values_per_patch)
-
-    def output_bytes(self, tokens: int, dtype_bytes: int) -> int:
-        return tokens * self.out_width * dtype_bytes
+        return plain_mlp_block_elements(self.width, self.intermediate, tp)
 
 
 VisionTower = Annotated[Qwen2VisionTower | Qwen25VisionTower | SiglipVisionTower, Field(discriminator="kind")]
@@ -181,6 +182,7 @@ class EncoderProfile(BaseModel):
     modality: str
     items: int
     item_tokens: int
+    budget_tokens: int = Field(description="the encoder budget: max(max_num_batched_tokens, the item's tokens)")
     patches: int
     peak_bytes: int = Field(description="the tower's activation peak over the dummy batch")
     output_bytes: int = Field(description="its outputs, held in the encoder cache through the decoder's profile")
@@ -190,8 +192,13 @@ class EncoderProfile(BaseModel):
         return (f"vision encoder profiled on {self.items} {self.modality} item{'s' * (self.items > 1)} of "
                 f"{self.item_tokens:,} tokens ({self.patches:,} patches)")
 
+    def peak_with(self, decoder_peak: int) -> int:
+        """The profile run's activation peak: the tower's own, or the decoder's on top of the encoder outputs the
+        cache holds until the sampler returns."""
+        return max(self.peak_bytes, self.output_bytes + decoder_peak)
 
-def encoder_profile(tower: QwenVisionTower | SiglipVisionTower, *, max_model_len: int,
+
+def encoder_profile(tower: _Tower, *, max_model_len: int,
                     max_num_batched_tokens: int, max_num_seqs: int, dtype_bytes: int, tp: int = 1,
                     limits: dict[str, int] | None = None) -> EncoderProfile | None:
     """What vLLM 0.32's profile run feeds the tower (``MultiModalBudget``, ``compute_mm_encoder_budget``): the
@@ -210,7 +217,7 @@ def encoder_profile(tower: QwenVisionTower | SiglipVisionTower, *, max_model_len
     per_prompt = max(1, min(limits.get(modality, 999), max_model_len // item))
     items = max(1, min(budget // item, max_num_seqs * per_prompt))
     patches = items * tower.patches(item)
-    return EncoderProfile(modality=modality, items=items, item_tokens=item, patches=patches,
+    return EncoderProfile(modality=modality, items=items, item_tokens=item, budget_tokens=budget, patches=patches,
                           peak_bytes=patches * tower.peak_bytes_per_patch(dtype_bytes, tp),
                           output_bytes=items * tower.output_bytes(item, dtype_bytes))
 

@@ -204,8 +204,8 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
             dtype_bytes=arch.weight_dtype_bytes, tp=tp)
         if enc is not None:
             out["encoder_profile"] = (f"{enc.items} {enc.modality} item{'s' * (enc.items != 1)}, encoder budget "
-                                      f"{max(enc.items * enc.item_tokens, record.get('max_num_batched_tokens') or 0):,}"
-                                      f" tokens; peak {enc.peak_bytes / 2**30:.2f} GiB over {enc.patches:,} patches")
+                                      f"{enc.budget_tokens:,} tokens; peak {enc.peak_bytes / 2**30:.2f} GiB over "
+                                      f"{enc.patches:,} patches")
     budget = record.get("available_kv_cache_bytes")
     if budget is not None and mml:
         mnbt = record.get("max_num_batched_tokens") or mml

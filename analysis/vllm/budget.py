@@ -60,7 +60,7 @@ def default_reserve(a: Architecture, *, max_num_batched_tokens: int, max_num_seq
     act, forward, _ = _activation_bytes(a, rules, max_num_batched_tokens=max_num_batched_tokens,
                                         max_num_seqs=max_num_seqs, tp=tp, flashinfer=flashinfer, encoder=encoder)
     if not samples:  # every rank runs the encoder's profile (vLLM builds the tower on each pipeline stage)
-        act = forward if encoder is None else max(encoder.peak_bytes, encoder.output_bytes + forward)
+        act = forward if encoder is None else encoder.peak_with(forward)
     graphs = rules.cuda_graph_estimate_bytes if rules.cuda_graphs_deducted and not enforce_eager else 0
     return Reserve(
         activation_bytes=act,

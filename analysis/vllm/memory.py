@@ -405,9 +405,7 @@ def activation_bytes(a: Architecture, rules: AccountingRules, *, max_num_batched
     if rules.moe_workspace_held:
         held += moe_workspace_bytes(a, max_num_batched_tokens, tp)
     decoder = max(forward, held + sampler)
-    if encoder is None:
-        return decoder, forward, sampler
-    return max(encoder.peak_bytes, encoder.output_bytes + decoder), forward, sampler
+    return (decoder if encoder is None else encoder.peak_with(decoder)), forward, sampler
 
 
 def encoder_profile(a: Architecture, rules: AccountingRules, *, max_model_len: int | None,

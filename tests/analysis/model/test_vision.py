@@ -121,6 +121,12 @@ def test_a_checkpoint_preprocessor_config_sets_the_largest_image(tmp_path):
     (tmp_path / "preprocessor_config.json").write_text(json.dumps({"max_pixels": -1}))
     with pytest.raises(ValueError, match="max_pixels must be a positive integer"):
         Architecture.from_config(tmp_path)
+    (tmp_path / "preprocessor_config.json").write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ValueError, match="is not a readable JSON preprocessor config"):
+        Architecture.from_config(tmp_path)
+    (tmp_path / "preprocessor_config.json").write_bytes(b" " * (16 * 2**20 + 1))
+    with pytest.raises(ValueError, match="a preprocessor config is at most 16,777,216 bytes"):
+        Architecture.from_config(tmp_path)
 
 
 def test_the_plan_charges_the_profile_and_limit_mm_per_prompt_sizes_it(qwen25vl):
