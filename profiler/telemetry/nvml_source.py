@@ -26,6 +26,13 @@ SIGNALS = (
 )
 GPM_SIGNALS = ("gpm_dram_bw_pct", "gpm_sm_pct", "gpm_tensor_pct")
 GPM_MIN_WINDOW_S = 0.1  # GPM metrics need samples at least 100 ms apart
+# NVML's total-energy counter costs microseconds a read on most drivers but milliseconds of CPU on some: 3.2 ms on
+# an H200 in a Firecracker VM (driver 580.159.04), 5 % of a core at 10 Hz, the sampler's whole cost there
+# (benchmarks/telemetry_overhead.py --calls). The counter is cumulative, so reading it less often loses only the
+# sharpness of a point's ends (interpolated between reads): it is read once its last read's CPU time over
+# ENERGY_CPU_SHARE has passed (at most that share of one core), and at least every ENERGY_MAX_INTERVAL_S.
+ENERGY_CPU_SHARE = 0.005
+ENERGY_MAX_INTERVAL_S = 1.0
 
 # Clock-event reasons that mean the GPU was held below its clocks (idle and
 # application-clock settings are not throttling).
@@ -51,6 +58,7 @@ class Device:
     gpm: tuple[Any, Any] | None = None  # two GPM samples, swapped each window (freed on close)
     gpm_t: float = 0.0
     gpm_on: bool = False  # GPM was set up; describe() says so after close too
+    energy_next_t: float = float("-inf")  # when the energy counter is next read (its cost sets the interval)
 
     def describe(self) -> dict[str, Any]:
         return {"label": self.label, "uuid": self.uuid, "name": self.name, "pci_bus_id": self.pci_bus_id,
@@ -139,9 +147,11 @@ class NvmlSource:
     unavailable: dict[str, str] = field(default_factory=dict)
     driver: str | None = None
     clock: Any = time.monotonic  # injectable so tests can step GPM windows
+    cpu_clock: Any = time.thread_time  # what a read costs the sampler's thread (injectable, like clock)
     notes: set[str] = field(default_factory=set)
     _transient: dict[str, int] = field(default_factory=dict)
     _legacy: set[str] = field(default_factory=set)  # signals read through an older NVML entry point
+    _energy_slowest: float = 0.0  # the dearest energy read that was spaced out (CPU seconds), for the note
 
     def __post_init__(self) -> None:
         if self.nvml is None:
@@ -317,12 +327,7 @@ class NvmlSource:
             row.update(self._gpm(dev))
             power = self._read("power_w", nv.nvmlDeviceGetPowerUsage, h)
             row["power_w"] = None if power is None else power / 1000.0
-            # The board's energy since the driver loaded (Volta on): a point's energy is its rise over the point.
-            # Stamped at its own call: the row's t is the whole source's read (every device, every signal).
-            t0 = time.time()
-            energy = self._read("energy_j", nv.nvmlDeviceGetTotalEnergyConsumption, h)
-            row["energy_j"] = None if energy is None else energy / 1000.0
-            row["energy_t"] = None if energy is None else (t0 + time.time()) / 2
+            row.update(self._energy(dev))
             row["clock_sm_mhz"] = self._read("clock_sm_mhz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
             row["clock_mem_mhz"] = self._read("clock_mem_mhz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM)
             reasons = self._read_compat(
@@ -337,6 +342,32 @@ class NvmlSource:
             rows.append(row)
         return rows
 
+    def _energy(self, dev: Device) -> dict[str, float | None]:
+        """The board's energy since the driver loaded (Volta on): a point's energy is its rise over the point.
+        Stamped at its own call (the row's t is the whole source's read: every device, every signal). Where a
+        read costs more than ENERGY_CPU_SHARE of a core at 10 Hz, read only that often (module note); a row
+        between reads has none."""
+        now = self.clock()
+        if now < dev.energy_next_t:
+            return {"energy_j": None, "energy_t": None}
+        t0, c0 = time.time(), self.cpu_clock()
+        energy = self._read("energy_j", self.nvml.nvmlDeviceGetTotalEnergyConsumption, dev.handle)
+        t1, cost = time.time(), self.cpu_clock() - c0
+        interval = min(cost / ENERGY_CPU_SHARE, ENERGY_MAX_INTERVAL_S)
+        # A read cheap enough for every sample at 10 Hz is taken every sample (the counter's ends as sharp as
+        # the sampler's); a dearer one waits out its interval.
+        dev.energy_next_t = now + interval if interval > GPM_MIN_WINDOW_S else float("-inf")
+        if interval > GPM_MIN_WINDOW_S:
+            self._energy_slowest = max(self._energy_slowest, cost)
+        if energy is None:
+            return {"energy_j": None, "energy_t": None}
+        return {"energy_j": energy / 1000.0, "energy_t": (t0 + t1) / 2}
+
+    def read_counters_next(self) -> None:
+        """Read the energy counter at the next sample whatever its cost (the baseline's and the last samples)."""
+        for dev in self.devices:
+            dev.energy_next_t = float("-inf")
+
     def _engine_memory(self, h: Any, pids: set[int]) -> int | None:
         procs = self._read("engine_mem_bytes", self.nvml.nvmlDeviceGetComputeRunningProcesses, h)
         if procs is None or not pids:
@@ -349,9 +380,15 @@ class NvmlSource:
         return sum(known) if known else None
 
     def describe(self) -> dict[str, Any]:
+        notes = set(self.notes)
+        if self._energy_slowest:
+            c = self._energy_slowest
+            notes.add(f"energy_j: NVML's energy counter took up to {1e3 * c:.1f} ms of CPU a read here, so it was "
+                      f"read about every {min(c / ENERGY_CPU_SHARE, ENERGY_MAX_INTERVAL_S):.2f} s, not every "
+                      f"sample (at most {100 * ENERGY_CPU_SHARE:g} % of a core)")
         return {"backend": self.kind, "driver": self.driver, "devices": [d.describe() for d in self.devices],
                 "unavailable": dict(self.unavailable), "transient_errors": dict(self._transient),
-                "notes": sorted(self.notes)}
+                "notes": sorted(notes)}
 
     def close(self) -> None:
         nv = self.nvml

@@ -80,15 +80,19 @@ class Sampler:
     def start(self) -> Sampler:
         # The baseline before the engine starts: two samples a short interval apart, so an energy counter gives
         # the idle draw as a rate (profiler.telemetry.energy.idle_power).
-        self.sample_once()
+        self.sample_once(counters=True)
         time.sleep(BASELINE_S)
-        self.sample_once()
+        self.sample_once(counters=True)
         self._thread.start()
         return self
 
-    def sample_once(self) -> None:
+    def sample_once(self, counters: bool = False) -> None:
+        """One read of every source; ``counters``: a source's cumulative counters too, even where it reads them
+        less often than it samples (NVML's energy counter on a driver where it is slow)."""
         batch = []
         for src in self.sources:
+            if counters and hasattr(src, "read_counters_next"):
+                src.read_counters_next()
             t = time.time()
             try:
                 rows = src.sample()
@@ -135,7 +139,7 @@ class Sampler:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-        self.sample_once()  # the state after the engine is gone
+        self.sample_once(counters=True)  # the state after the engine is gone
         for src in self.sources:
             with contextlib.suppress(Exception):
                 src.close()

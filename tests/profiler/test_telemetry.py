@@ -62,6 +62,52 @@ def test_hopper_device_every_signal_recorded():
     assert fake.freed == 2 and fake.shutdowns == 1
 
 
+class SlowEnergyNvml(FakeNvml):
+    """A driver whose energy-counter read costs 3.2 ms of CPU, as an H200's did in a Firecracker VM (driver
+    580.159.04, benchmarks/telemetry_overhead.py --calls: 3,186 µs against 3 µs for the power reading)."""
+
+    def __init__(self, devices, cpu):
+        super().__init__(devices)
+        self.cpu = cpu
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        self.cpu.t += 3.2e-3
+        return super().nvmlDeviceGetTotalEnergyConsumption(h)
+
+
+def test_a_dear_energy_counter_is_read_at_half_a_percent_of_a_core():
+    clock, cpu = Clock(), Clock()
+    src = NvmlSource(nvml=SlowEnergyNvml([h100()], cpu), clock=clock, cpu_clock=cpu)
+    rows = []
+    for _ in range(20):  # 10 Hz for 2 s
+        rows.append(src.sample()[0])
+        clock.t += 0.1
+    # 3.2 ms a read at 0.5 % of a core: a read every 3.2e-3 / 0.005 = 0.64 s, i.e. the first sample at or after
+    # each 0.64 s: samples 0, 7 (0.7 s) and 14 (1.4 s).
+    assert [i for i, r in enumerate(rows) if r["energy_j"] is not None] == [0, 7, 14]
+    assert all(r["energy_t"] is None for r in rows if r["energy_j"] is None)
+    assert rows[3]["power_w"] == 612.0  # every other signal is read every sample
+    assert any("3.2 ms of CPU" in n and "every 0.64 s" in n for n in src.describe()["notes"])
+    src.read_counters_next()  # the baseline's and the last samples read it whatever it costs
+    assert src.sample()[0]["energy_j"] == 8_765_432.101
+
+
+def test_the_samplers_baseline_reads_a_dear_energy_counter_twice():
+    clock, cpu = Clock(), Clock()
+    src = NvmlSource(nvml=SlowEnergyNvml([h100()], cpu), clock=clock, cpu_clock=cpu)
+    s = Sampler([src], interval_s=0.1)
+    s.sample_once(counters=True)
+    s.sample_once(counters=True)  # 0.25 s later in a real baseline: well inside 0.64 s
+    s.sample_once()
+    assert [r["energy_j"] is not None for r in s.snapshot()] == [True, True, False]
+
+
+def test_a_cheap_energy_counter_is_read_every_sample():
+    src, _, _ = source([h100()])  # the clock never moves: a read spaced out by its cost would be skipped
+    assert all(src.sample()[0]["energy_j"] == 8_765_432.101 for _ in range(5))
+    assert not any("energy" in n for n in src.describe()["notes"])
+
+
 def test_idle_clock_reason_is_not_throttling():
     src, _, _ = source([h100(reasons=pynvml.nvmlClocksEventReasonGpuIdle)])
     assert src.sample()[0]["throttled"] is False
