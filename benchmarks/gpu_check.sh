@@ -4,8 +4,12 @@
 #   1. the `gpu`-marked tests (memory rises by a torch allocation; GPM DRAM % × spec
 #      against a measured copy within 15 %; probe bandwidth physical),
 #   2. benchmarks/gpu_sampler.py (the sampler through idle/alloc/copy/matmul phases),
-#   3. `python -m profiler.probe` (the sweep's probe child, full size).
-# Results go to $OUT (default /tmp/kvprof-gpu-check): logs, probe.json, telemetry.parquet.
+#   3. `python -m profiler.probe` (the sweep's probe child, full size),
+#   4. benchmarks/telemetry_overhead.py --calls (the sampler's CPU cost, and each NVML call's),
+#   5. benchmarks/gpu_decode_kernels.py (a decode step's GEMMs, attention and graph floor beside the
+#      latency model's terms for them).
+# Results go to $OUT (default /tmp/kvprof-gpu-check): logs, probe.json, telemetry.parquet,
+# decode_kernels.json.
 #
 # Python packages the GPU box lacks (pydantic, for analysis.catalog) travel as wheels in
 # .whl/ (`make gpu-wheels` here fetches them); they are installed to /tmp/site first.
@@ -36,5 +40,7 @@ nvidia-smi --query-gpu=name,uuid,pci.bus_id,driver_version,memory.total,clocks.m
 step pytest-gpu "$PY" -m pytest -m gpu -v -s -p no:cacheprovider tests/profiler/test_gpu_telemetry.py
 step gpu-sampler "$PY" benchmarks/gpu_sampler.py --out "$OUT"
 step probe "$PY" -m profiler.probe --out "$OUT/probe.json"
+step telemetry-cost "$PY" benchmarks/telemetry_overhead.py --seconds 5 --skip-sweeps --calls
+step decode-kernels "$PY" benchmarks/gpu_decode_kernels.py --out "$OUT"
 echo "=== $failed step(s) failed; results in $OUT"
 exit "$failed"
