@@ -6,7 +6,9 @@ the KV it reads, its FLOPs and its all-reduces. Its time is
 
     weights_s        smooth-max(weight bytes / (BW · η_w[generation] · κ[kernel] (· κ_moe for experts))
                                 + experts called × t_expert[vLLM era]   (one GEMM per touched expert per MoE layer,
-                                                                          before vLLM 0.9),
+                                                                          before vLLM 0.9)
+                                + GEMM kernels × t_gemm                  (a fixed time each besides its bytes:
+                                                                          5.6 µs on a lent H200, gemm_kernels()),
                                 GEMM FLOPs / (peak · η_f[generation] · κ_f[weight-only kernel]) · (1 + m½ / rows),
                                 routed experts' grouped GEMMs at κ_moe_f)   a GEMM of few rows (tokens) runs below
                                 its large-M rate: half of it at m½ rows (rows counted from a 16-row MMA tile up)
@@ -167,6 +169,7 @@ class StepWork:
     expert_gemm_flops: float  # routed experts' grouped GEMMs
     attention_flops: float
     layers: int
+    gemms: float  # GEMM kernels a step launches on a rank (linear layers, fused as vLLM fuses them; the LM head)
     moe_layers: int
     expert_calls: float  # routed experts the step's tokens touch, summed over the MoE layers: each a GEMM of its own
     mla_layers: int  # latent-attention layers: absorbed up-projections and more kernels a layer
@@ -234,12 +237,13 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
     bf16 = gpu.peak_flops()
     gemm_peak = gpu.peak_flops(fp8=True) if kern in ("fp8", "int8", "fp4") else bf16
     moe_layers = sum(1 for i in range(a.num_layers) if a.is_moe_layer(i))
+    gemms = gemm_kernels(a)
     allreduces = 2 * a.num_layers if tp > 1 else 0
     ar_bytes = allreduces * tokens * a.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp if tp > 1 else 0.0
     return StepWork(
         decode_seqs=decode_seqs, prefill_tokens=prefill_tokens, dense_bytes=dense / tp, expert_bytes=experts / tp,
         experts_touched=touched, kv_bytes=kv, gemm_flops=gemm - expert_gemm, expert_gemm_flops=expert_gemm,
-        attention_flops=attn / tp, layers=a.num_layers,
+        attention_flops=attn / tp, layers=a.num_layers, gemms=gemms,
         moe_layers=moe_layers, expert_calls=(touched or 0.0) * moe_layers,
         mla_layers=sum(n for layer, n in a.attention_kinds if layer.kind == "mla"),
         allreduces=allreduces,
@@ -249,6 +253,25 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         attention=attention_kernel(gpu, vllm_version),
         link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
         peak_flops=bf16, link_Bps=(gpu.interconnect_gbs or 32) * 1e9)
+
+
+def gemm_kernels(a: Architecture) -> int:
+    """The GEMM kernels one forward pass launches, as vLLM fuses its linear layers: per layer the fused QKV and
+    O projections (latent attention, ``DeepseekV2MLAAttention``: two projections in (the fused q_a/kv_a
+    down-projection and q_b, or q and kv_a), the absorbed K and V up-projections and O), the fused gate/up and
+    down projections of a dense MLP, or an MoE layer's router, its two grouped expert GEMMs and its shared
+    experts' two (and their gate); and the LM head. Each costs a fixed time besides its bytes (on a lent H200,
+    5.6 µs + bytes / 4.48 TB/s from 0.5 to 512 MB: benchmarks/results/h200-2026-12-04)."""
+    attention = 5 if a.mla else 2
+    n = 1
+    for i in range(a.num_layers):
+        n += attention
+        if a.is_moe_layer(i):
+            m = a.moe
+            n += 3 + (2 + m.shared_expert_gate if m.shared_experts else 0)
+        else:
+            n += 2
+    return n
 
 
 # -- the constants ---------------------------------------------------------------------------------
@@ -263,7 +286,8 @@ def parameter_names() -> list[str]:
     names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel", "moe_flops"]
     names += [f"kernel_flops.{k}" for k in WEIGHT_ONLY]
     names += [f"expert_call_s.{e}" for e in EXPERT_CALL_ERAS]
-    names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "layer_s", "eager_layer_s", "moe_layer_s", "mla_layer_s"]
+    names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "gemm_call_s", "layer_s", "eager_layer_s", "moe_layer_s",
+                                              "mla_layer_s"]
     names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s", "gemm_half_rows", "host_overlap"]
     return names
 
@@ -284,7 +308,8 @@ PRIORS: dict[str, tuple[float, float]] = {
     "kernel.mxfp4": (0.55, 0.6), "kernel.nf4": (0.30, 0.6), "moe_kernel": (1.0, 2.0),
     "moe_flops": (0.6, 0.5), "kernel_flops": (0.7, 0.5), "expert_call_s": (2e-6, 1.0),
     "host_s.0.5": (3e-3, 1.0), "host_s.0.6": (1e-3, 1.0), "host_s.0.9": (4e-4, 1.0),
-    "seq_s": (8e-6, 1.0), "layer_s": (8e-6, 0.8), "eager_layer_s": (6e-5, 0.8), "moe_layer_s": (1.5e-5, 2.0),
+    "seq_s": (8e-6, 1.0), "gemm_call_s": (5.6e-6, 0.3), "layer_s": (8e-6, 0.8), "eager_layer_s": (6e-5, 0.8),
+    "moe_layer_s": (1.5e-5, 2.0),
     "mla_layer_s": (3e-5, 1.5),
     "allreduce_s.nvlink": (1.2e-5, 0.7), "allreduce_s.pcie": (3e-5, 0.7), "allreduce_s.nccl": (3e-5, 0.7),
     "api_s": (3e-3, 1.0),
@@ -357,16 +382,17 @@ class Overrides:
 
 
 def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm_flops, attention_flops, allreduces,
-                 allreduce_hops, allreduce_bytes, decode_seqs, tokens, gemm_half_rows, layers, moe_layers,
+                 allreduce_hops, allreduce_bytes, decode_seqs, tokens, gemm_half_rows, layers, gemms, moe_layers,
                  expert_calls, mla_layers,
                  bandwidth_Bps, gemm_peak_flops, peak_flops, link_Bps, eta_weights, kernel, kernel_flops, moe_kernel,
-                 moe_flops,
+                 moe_flops, gemm_call_s,
                  expert_call_s, eta_kv, kv_era, kv_kernel, eta_flops, allreduce_s, host_s, seq_s, layer_s, moe_layer_s,
                  mla_layer_s, host_overlap):
     """The step-time formula (module docstring), term by term. Every argument may be a number or a numpy array
     of steps (the fit evaluates the whole corpus at once), so there is one formula for the plan and the fit."""
     bw_w = bandwidth_Bps * eta_weights * kernel
-    stream = dense_bytes / bw_w + expert_bytes / (bw_w * moe_kernel) + expert_calls * expert_call_s
+    stream = dense_bytes / bw_w + expert_bytes / (bw_w * moe_kernel) + expert_calls * expert_call_s \
+        + gemms * gemm_call_s
     ramp = 1 + gemm_half_rows / np.maximum(tokens, MMA_ROWS)  # below its large-M rate at few rows
     gemm = (gemm_flops + expert_gemm_flops / moe_flops) / (gemm_peak_flops * eta_flops * kernel_flops) * ramp
     p = SMOOTH_MAX_POWER
@@ -392,7 +418,7 @@ def step_seconds(*, dense_bytes, expert_bytes, kv_bytes, gemm_flops, expert_gemm
 
 
 FEATURES = ("dense_bytes", "expert_bytes", "kv_bytes", "gemm_flops", "expert_gemm_flops", "attention_flops",
-            "allreduces", "allreduce_hops", "allreduce_bytes", "decode_seqs", "tokens", "layers", "moe_layers",
+            "allreduces", "allreduce_hops", "allreduce_bytes", "decode_seqs", "tokens", "layers", "gemms", "moe_layers",
             "expert_calls", "mla_layers", "bandwidth_Bps", "gemm_peak_flops", "peak_flops", "link_Bps")
 
 
@@ -414,6 +440,7 @@ def step_constants(w: StepWork) -> dict[str, str | float]:
             "kv_kernel": f"kv_kernel.{w.attention}" if w.attention != "fa2" else 1.0,
             "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
             "host_s": f"host_s.{w.era}", "gemm_half_rows": "gemm_half_rows", "seq_s": "seq_s",
+            "gemm_call_s": "gemm_call_s",
             "layer_s": "eager_layer_s" if w.eager else "layer_s",
             "moe_layer_s": "moe_layer_s" if w.moe_layers else 0.0,
             "mla_layer_s": "mla_layer_s" if w.mla_layers else 0.0,
@@ -429,7 +456,7 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
     coef = {k: v if isinstance(v, float) else c.value(v) for k, v in step_constants(w).items()}
     if o.bandwidth_Bps:  # one measured bandwidth for every byte, MoE kernels' share kept
         features["bandwidth_Bps"] = o.bandwidth_Bps
-        coef.update(eta_weights=1.0, kernel=1.0, eta_kv=1.0, kv_era=1.0, kv_kernel=1.0)
+        coef.update(eta_weights=1.0, kernel=1.0, eta_kv=1.0, kv_era=1.0, kv_kernel=1.0, gemm_call_s=0.0)
     if o.flops:
         features.update(gemm_peak_flops=o.flops, peak_flops=o.flops)
         coef.update(eta_flops=1.0, gemm_half_rows=0.0)  # a measured rate at the sweep's batches; MoE share kept

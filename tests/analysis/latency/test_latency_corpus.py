@@ -50,9 +50,6 @@ EXPLAINED = {
     "vllmblogfp8kv_gpt-oss-20b_b200": "gpt-oss-20b at concurrency 1 on a B200 (vLLM 0.19, FlashInfer): "
                                       "Blackwell's only decode source, held out with its B200 figures, so its "
                                       "efficiencies are the pooled ones: 1.28x (the post's H100 is within 6 %)",
-    "vllmblogfp8kv_llama-3.1-8b_b200": "Llama-3.1-8B at concurrency 1 on a B200 (vLLM 0.19, FlashInfer): "
-                                       "Blackwell's only decode source, held out with its B200 figures, so its "
-                                       "efficiencies are the pooled ones: 1.28x (the post's H100 is within 6 %)",
     "pr3240_mixtral-8x7b_a100_tp2_b64": "Mixtral at batch 64 on A100 at tp 2 (vLLM 0.3.3), 1,000-token prompts and 50 "
                                         "outputs: the step is the latency less a predicted prefill of 64,000 tokens, "
                                         "over half the run, so the prefill's error lands in the step (its batch 1-32 "
@@ -74,15 +71,14 @@ EXPLAINED = {
                                   "layer are touched, and their MXFP4 bytes, streamed at the efficiency the other "
                                   "MXFP4 sources set (gpt-oss at concurrency 1 on B200, bursts of 500 on H100), "
                                   "cost up to twice what Marlin's do at tp 2-8",
-    "r1llama8bcard_llama-3.1-8b-w4a16_h100": "W4A16 (Marlin) Llama-3.1-8B at batch 1 on H100 through GuideLLM over "
-                                             "HTTP (vLLM 0.7.2): the int4 kernel efficiency is shared with the A100 "
-                                             "AWQ/GPTQ runs (Qwen2.5's speed tables, 0.83-0.89), which stream faster; "
-                                             "the same card's A100 W4A16 run is within 5 %",
     "mlcperf_codellama-34b-awq_rtx-4090": "CodeLlama-34B AWQ on 2x RTX 4090 (vLLM 0.2.0): barely faster than the "
                                           "70B on the same GPUs in the same table; the source does not explain it",
     "pr2542_mixtral-8x7b_h100_tp8_b64": "the first fused-MoE Triton kernel (vLLM 0.2.7, untuned) at tp 8 on H100 at "
                                         "batch 64, whose per-GPU expert GEMMs are 1,792 wide: 1.7x slower than the "
                                         "tuned kernels of the other MoE sources (its batches 1-16 are within 25 %)",
+    "pr3692_dbrx_h100-sxm_tp8_b64": "DBRX at tp 8 on H100 at batch 64 (vLLM 0.4, PR 3692's fused-MoE kernel): 1.25x, "
+                                    "the same era's batch-64 slowdown as PR 2542's Mixtral; its batches 8-32 and "
+                                    "its tp 4 runs are within 13 %",
     "qwen25speed_qwen2.5-0.5b": "a 0.5B model at batch 1 (1 GB of weights): the step is the host floor of vLLM "
                                 "0.6.3's offline generate, 1.5x the floor fitted on the other sources",
     "r1llama8bcard_llama-3.1-8b_h100_tp1_b1_10240x1536": "a 10,240-token prompt at batch 1: the step is 1.3x the "

@@ -62,6 +62,26 @@ def test_a_dense_decode_step_is_its_terms_written_out():
     assert s.time(c) == pytest.approx(sum(t[k] for k in latency.TERMS), rel=1e-12)
 
 
+def test_each_gemm_kernel_pays_a_fixed_time_besides_its_bytes():
+    # vLLM launches per Llama layer the fused QKV, O, fused gate/up and down GEMMs, and the LM head once:
+    # 32 × 4 + 1 = 129 kernels. At 5 µs each, besides the 15 GB stream at half of 3.35 TB/s.
+    assert latency.gemm_kernels(LLAMA8B) == 129
+    c = constants(**{"eta_weights.hopper": 0.5}, gemm_call_s=5e-6)
+    w = Engine(LLAMA8B, H100).step(decode_seqs=1, decode_context=100)
+    assert step_terms(w, c)["weights_s"] == pytest.approx(LLAMA8B_WEIGHTS_READ / (3.35e12 * 0.5) + 129 * 5e-6,
+                                                          rel=1e-6)
+    # A tensor-parallel rank launches the same kernels on a quarter of the bytes.
+    w4 = Engine(LLAMA8B, H100, tp=4).step(decode_seqs=1, decode_context=100)
+    assert step_terms(w4, c)["weights_s"] == pytest.approx(
+        LLAMA8B_WEIGHTS_READ / 4 / (3.35e12 * 0.5) + 129 * 5e-6, rel=1e-6)
+    # Mixtral-8x7B: per layer QKV, O, the router and the two grouped expert GEMMs: 32 × 5 + 1.
+    assert latency.gemm_kernels(catalog.resolve_model("mixtral-8x7b")[0]) == 161
+    # DeepSeek-V3: 61 latent-attention layers of five GEMMs (the fused q_a/kv_a down-projection, q_b, the
+    # absorbed K and V up-projections, O); 3 dense MLPs of two; 58 MoE layers: router, two grouped GEMMs and the
+    # shared expert's two; and the LM head: 61 × 5 + 3 × 2 + 58 × 5 + 1.
+    assert latency.gemm_kernels(catalog.resolve_model("deepseek-v3")[0]) == 61 * 5 + 3 * 2 + 58 * 5 + 1
+
+
 def test_gemm_arithmetic_binds_a_large_batch():
     # 4,096 tokens in one step: 2 × (8,030,261,248 − 2 × 525,336,576) FLOPs per token through the body and the
     # LM head once per sequence; the weight stream is 15 GB. At η_f 0.5: 4,096 × 13.96e9 / 494.5e12 = 0.116 s,
