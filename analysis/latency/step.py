@@ -293,16 +293,19 @@ def parameter_names() -> list[str]:
 
 
 # Priors: physically plausible values the fit starts from and is drawn towards (log-normal, sigma in log units).
-# Efficiencies: decode GEMMs stream weights at 70-90 % of peak, attention's KV reads at 40-80 %, prefill GEMMs
-# reach about half the dense tensor peak. Floors: a few microseconds per kernel, ~10 kernels a layer under
-# CUDA-graph replay; eager launches cost tens of microseconds a layer; NVLink all-reduces of a few KiB take
+# Efficiencies: decode GEMMs stream weights at 70-90 % of peak, attention's KV reads at 40-80 %; prefill GEMMs
+# reach two thirds of the dense tensor peak (cuBLAS on a lent H200: 585-667 TFLOP/s of 989 from 1k to 8k rows,
+# benchmarks/results/h200-2026-12-04; Argonne's offline prefills 62 % on H100 and 76 % on A100), a quarter either
+# way for other GPUs and kernels. A GEMM kernel costs a fixed 5.6 µs besides its bytes (the same H200).
+# Floors: a few microseconds per kernel, ~10 kernels a layer under CUDA-graph replay; eager launches cost tens
+# of microseconds a layer; NVLink all-reduces of a few KiB take
 # ~10 µs (vLLM's custom all-reduce), PCIe ones ~30 µs (NCCL). Where no such belief is worth holding, the prior is
 # flat (sigma 2: a factor of 7 either way) and the corpus decides: FlashAttention 3's KV read against FA2's, and the
 # fused-MoE kernels' cost per MoE layer and per expert byte (fitted, an expert byte costs less than a dense weight
 # byte: benchmark batches route to fewer distinct experts than uniform routing touches, so this is an effective
 # factor, not a kernel's bandwidth; the 0.6 prior it had held MoE steps at batch 16–64 up to twice too slow).
 PRIORS: dict[str, tuple[float, float]] = {
-    "eta_weights": (0.80, 0.3), "eta_kv": (0.60, 0.5), "eta_flops": (0.55, 0.4),
+    "eta_weights": (0.80, 0.3), "eta_kv": (0.60, 0.5), "eta_flops": (0.66, 0.25),
     "kv_era.0.5": (1.0, 0.4), "kv_era.0.6": (1.0, 0.4), "kv_kernel.fa3": (1.0, 2.0),
     "kernel.fp8": (0.90, 0.4), "kernel.int8": (0.85, 0.4), "kernel.int4": (0.70, 0.5), "kernel.fp4": (0.70, 0.5),
     "kernel.mxfp4": (0.55, 0.6), "kernel.nf4": (0.30, 0.6), "moe_kernel": (1.0, 2.0),

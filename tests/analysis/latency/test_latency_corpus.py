@@ -33,9 +33,10 @@ EXPLAINED = {
     "argonne_mistral-7b-v0.1_h100_tp1_b64_1024x1024": "Mistral-7B on one H100 at batch 64: 31 s where the same table's "
                                                       "Llama-3-8B takes 19 s at the same point (and the two agree at "
                                                       "batch 16 and on A100); the source's own outlier",
-    "argonnettft_": "offline prefills of 16 x 1,024 tokens (--output-len 1, vLLM 0.5.4) at 62 % (H100) and 76 % (A100) "
-                    "of the fp16 tensor peak, where the one prefill efficiency the model fits (0.4-0.5) also carries "
-                    "served TTFTs and whole latencies of other sources; held out, the prediction is 1.4-1.7x slow",
+    "argonne_mistral-7b-v0.1_a100-40gb_tp4_b1_128x128": "Argonne's vLLM 0.5.4 steps at batch 1 come back 0.77-0.89 "
+                                                        "held out, whatever the model (the campaign's batch-1 and "
+                                                        "batch-32 steps want different host costs than any era's); "
+                                                        "at tp 4 on an A100-40GB with 128-token prompts, 0.74",
     "argonnefp8kv_llama-3-8b-fp8_h100_tp1_b64_1024x1024": "FP8 weights and FP8 KV at batch 64 (vLLM 0.5.4): the "
                                                           "FP8 KV cache's attention kernel of that version runs "
                                                           "slower than the bf16 one the KV efficiency is fitted on",
@@ -50,10 +51,6 @@ EXPLAINED = {
     "vllmblogfp8kv_gpt-oss-20b_b200": "gpt-oss-20b at concurrency 1 on a B200 (vLLM 0.19, FlashInfer): "
                                       "Blackwell's only decode source, held out with its B200 figures, so its "
                                       "efficiencies are the pooled ones: 1.28x (the post's H100 is within 6 %)",
-    "pr3240_mixtral-8x7b_a100_tp2_b64": "Mixtral at batch 64 on A100 at tp 2 (vLLM 0.3.3), 1,000-token prompts and 50 "
-                                        "outputs: the step is the latency less a predicted prefill of 64,000 tokens, "
-                                        "over half the run, so the prefill's error lands in the step (its batch 1-32 "
-                                        "are within 25 %)",
     "gpustackopt_gpt-oss": "bursts of 500 gpt-oss requests sent at once (no max concurrency) with GPUStack's "
                            "recommended settings (async scheduling, tp 2): the waves vLLM runs them in depend on its "
                            "KV cache for sliding-window layers and on the prompts' chunking; no --ignore-eos",
@@ -76,9 +73,6 @@ EXPLAINED = {
     "pr2542_mixtral-8x7b_h100_tp8_b64": "the first fused-MoE Triton kernel (vLLM 0.2.7, untuned) at tp 8 on H100 at "
                                         "batch 64, whose per-GPU expert GEMMs are 1,792 wide: 1.7x slower than the "
                                         "tuned kernels of the other MoE sources (its batches 1-16 are within 25 %)",
-    "pr3692_dbrx_h100-sxm_tp8_b64": "DBRX at tp 8 on H100 at batch 64 (vLLM 0.4, PR 3692's fused-MoE kernel): 1.25x, "
-                                    "the same era's batch-64 slowdown as PR 2542's Mixtral; its batches 8-32 and "
-                                    "its tp 4 runs are within 13 %",
     "qwen25speed_qwen2.5-0.5b": "a 0.5B model at batch 1 (1 GB of weights): the step is the host floor of vLLM "
                                 "0.6.3's offline generate, 1.5x the floor fitted on the other sources",
     "r1llama8bcard_llama-3.1-8b_h100_tp1_b1_10240x1536": "a 10,240-token prompt at batch 1: the step is 1.3x the "
