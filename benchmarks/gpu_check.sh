@@ -7,7 +7,9 @@
 #   3. `python -m profiler.probe` (the sweep's probe child, full size),
 #   4. benchmarks/telemetry_overhead.py --calls (the sampler's CPU cost, and each NVML call's),
 #   5. benchmarks/gpu_decode_kernels.py (a decode step's GEMMs, attention and graph floor beside the
-#      latency model's terms for them).
+#      latency model's terms for them),
+#   6. benchmarks/gpu_moe_kernel.py (vLLM's fused-MoE Triton kernel; needs its source, copied here by
+#      `python benchmarks/gpu_moe_kernel.py --vendor .device/moe` and carried along).
 # Results go to $OUT (default /tmp/kvprof-gpu-check): logs, probe.json, telemetry.parquet,
 # decode_kernels.json.
 #
@@ -42,5 +44,10 @@ step gpu-sampler "$PY" benchmarks/gpu_sampler.py --out "$OUT"
 step probe "$PY" -m profiler.probe --out "$OUT/probe.json"
 step telemetry-cost "$PY" benchmarks/telemetry_overhead.py --seconds 5 --skip-sweeps --calls
 step decode-kernels "$PY" benchmarks/gpu_decode_kernels.py --out "$OUT"
+if [ -f .device/moe/vllm_fused_moe_kernel.py ]; then
+  step moe-kernel "$PY" benchmarks/gpu_moe_kernel.py --kernel .device/moe --out "$OUT"
+else
+  echo "=== moe-kernel skipped: no .device/moe (run benchmarks/gpu_moe_kernel.py --vendor .device/moe where vLLM is)"
+fi
 echo "=== $failed step(s) failed; results in $OUT"
 exit "$failed"

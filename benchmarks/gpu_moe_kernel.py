@@ -1,0 +1,273 @@
+"""vLLM's fused-MoE Triton kernel, timed on a real NVIDIA GPU, beside the latency model's MoE terms.
+
+    python benchmarks/gpu_moe_kernel.py --vendor DIR          # here, where vLLM is installed: copy the kernel
+    python benchmarks/gpu_moe_kernel.py --kernel DIR [--out OUT] [--json]   # there, with torch and Triton
+
+vLLM runs a bf16 MoE layer's experts on NVIDIA GPUs as two launches of one Triton kernel
+(``fused_moe_kernel`` in ``model_executor/layers/fused_moe/fused_moe.py``): the fused gate/up projection of
+every (token, expert) pair, grouped by expert in blocks of BLOCK_SIZE_M rows, then the down projection
+weighted by the router. A GPU machine without vLLM can still run that kernel: ``--vendor`` copies its
+source (two ``@triton.jit`` functions) and vLLM's tuned configurations for the GPU into DIR, and the run
+launches it the way ``invoke_fused_moe_triton_kernel`` does, with the token-to-expert alignment
+(``moe_align_block_size``, a CUDA op in vLLM) written in torch. Each case is checked against a torch
+reference before it is timed.
+
+Timed: one MoE layer's two expert GEMMs inside a CUDA graph, for Mixtral-8x7B (8 experts, top 2) and
+Qwen3-30B-A3B (128 experts, top 8) at 1 to 4,096 tokens, routed uniformly at random. Printed beside each:
+the distinct experts the tokens touched, the bytes those experts hold, the bandwidth that implies, and the
+latency model's time for the same experts (``analysis.latency.step``: the experts' bytes at the weight
+efficiency × κ_moe, two GEMM kernels' fixed time, or their FLOPs at κ_moe_flops where those bind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+KERNEL_FILE = "vllm_fused_moe_kernel.py"
+# (catalog model, experts, top-k, hidden, expert intermediate): a tp-1 rank of each.
+CASES = (("mixtral-8x7b", 8, 2, 4096, 14336), ("qwen3-30b-a3b", 128, 8, 2048, 768))
+TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096)
+
+
+# -- here: vendor the kernel ------------------------------------------------------------------------------
+
+def vendor(directory: Path) -> None:
+    """Copy vLLM's fused-MoE Triton kernel and its H100/H200 configurations for CASES into ``directory``."""
+    import vllm
+    from vllm.model_executor.layers.fused_moe import fused_moe as fm
+
+    src = Path(fm.__file__).read_text()
+    parts = []
+    for name in ("write_zeros_to_output", "fused_moe_kernel"):
+        m = re.search(rf"@triton\.jit\ndef {name}\(.*?(?=\n\n\n|\n# NOTE)", src, re.S)
+        if not m:
+            raise SystemExit(f"{name} not found in {fm.__file__}: vLLM's layout changed")
+        parts.append(m.group(0))
+    directory.mkdir(parents=True, exist_ok=True)
+    header = (f'"""Copied by benchmarks/gpu_moe_kernel.py --vendor from vLLM {vllm.__version__}\n'
+              f"({Path(fm.__file__).relative_to(Path(vllm.__file__).parents[1])}), Apache-2.0, the vLLM project.\n"
+              '"""\n\nimport triton\nimport triton.language as tl\n\n\n')
+    (directory / KERNEL_FILE).write_text(header + "\n\n\n".join(parts) + "\n")
+    configs = Path(fm.__file__).parent / "configs"
+    (directory / "configs").mkdir(exist_ok=True)
+    for _, experts, _, _, inter in CASES:
+        for f in configs.glob(f"E={experts},N={inter},device_name=*.json"):
+            if "dtype" not in f.name:
+                shutil.copy(f, directory / "configs" / f.name)
+    (directory / "VERSION").write_text(vllm.__version__ + "\n")
+    print(f"vLLM {vllm.__version__}'s fused_moe_kernel and {len(list((directory / 'configs').iterdir()))} "
+          f"configurations written to {directory}")
+
+
+# -- there: run it -------------------------------------------------------------------------------------------
+
+def default_config(m: int, experts: int) -> dict[str, int]:
+    """vLLM's get_default_config for bf16 on CUDA (fused_moe.py), where no tuned file matches."""
+    return {"BLOCK_SIZE_M": 16 if m <= 32 else 32 if m <= 96 else 64 if m <= 512 else 128,
+            "BLOCK_SIZE_N": 64 if m <= 64 else 128, "BLOCK_SIZE_K": 128 if m <= 64 else 64,
+            "GROUP_SIZE_M": 16 if m // max(experts, 1) > 128 else 1, "num_warps": 4 if m <= 128 else 8,
+            "num_stages": 4 if m <= 32 else 3}
+
+
+def tuned_config(directory: Path, device: str, experts: int, inter: int, m: int) -> tuple[dict[str, int], str]:
+    """vLLM's try_get_optimal_moe_config: the tuned file's entry nearest to M, else the default."""
+    path = directory / "configs" / f"E={experts},N={inter},device_name={device.replace(' ', '_')}.json"
+    if path.exists():
+        table = {int(k): v for k, v in json.loads(path.read_text()).items()}
+        return dict(table[min(table, key=lambda k: abs(k - m))]), path.name
+    return default_config(m, experts), "default"
+
+
+def align(torch: Any, topk_ids: Any, block_m: int, experts: int) -> tuple[Any, Any, Any]:
+    """moe_align_block_size in torch: the (token, expert) pairs sorted by expert, each expert's run padded
+    to a multiple of block_m with the invalid index numel; the expert of each block; the padded length.
+    Sized as vLLM sizes it (numel + experts × (block_m − 1)), so the kernel's grid is the same."""
+    flat = topk_ids.flatten().to(torch.int64)
+    n = flat.numel()
+    counts = torch.bincount(flat, minlength=experts)
+    padded = (counts + block_m - 1) // block_m * block_m
+    starts = torch.cumsum(padded, 0) - padded
+    order = torch.argsort(flat, stable=True)
+    ranked = flat[order]
+    rank = torch.arange(n, device=flat.device) - (torch.cumsum(counts, 0) - counts)[ranked]
+    size = n + experts * (block_m - 1)
+    sorted_ids = torch.full((size,), n, dtype=torch.int32, device=flat.device)
+    sorted_ids[starts[ranked] + rank] = order.to(torch.int32)
+    expert_ids = torch.full((size // block_m + 1,), -1, dtype=torch.int32, device=flat.device)
+    blocks = torch.repeat_interleave(torch.arange(experts, device=flat.device), padded // block_m)
+    expert_ids[: blocks.numel()] = blocks.to(torch.int32)
+    total = torch.tensor([int(padded.sum())], dtype=torch.int32, device=flat.device)
+    return sorted_ids, expert_ids, total
+
+
+def launch(kernel_mod: Any, torch: Any, a: Any, b: Any, c: Any, weights: Any, sorted_ids: Any, expert_ids: Any,
+           total: Any, routed: bool, top_k: int, config: dict[str, int]) -> None:
+    """One launch as invoke_fused_moe_triton_kernel makes it for bf16 weights (no scales, no bias)."""
+    import triton
+    import triton.language as tl
+
+    m = a.size(0)
+    num_tokens = m * top_k
+    if sorted_ids is not None:
+        em = sorted_ids.size(0)
+        if m < config["BLOCK_SIZE_M"]:
+            em = min(em, m * top_k * config["BLOCK_SIZE_M"])
+    else:
+        em = num_tokens * config["BLOCK_SIZE_M"]
+    cfg = dict(config)
+    block_k = cfg.pop("BLOCK_SIZE_K")
+    cfg["SPLIT_K"] = 1
+    grid = (triton.cdiv(em, cfg["BLOCK_SIZE_M"]) * triton.cdiv(b.size(1), cfg["BLOCK_SIZE_N"]),)
+    kernel_mod.fused_moe_kernel[grid](
+        a, b, c, None, None, None, weights, sorted_ids, expert_ids, total,
+        b.size(1), b.size(2), em, num_tokens,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(2), b.stride(1), c.stride(1), c.stride(2),
+        0, 0, 0, 0, 0, 0, 0, 0, 0,
+        MUL_ROUTED_WEIGHT=routed, top_k=top_k, compute_type=tl.bfloat16, use_fp8_w8a8=False,
+        use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False,
+        naive_block_assignment=sorted_ids is None, HAS_BIAS=False, BLOCK_SIZE_K=block_k, SWAP_AB=False,
+        USE_TD=False, **cfg)
+
+
+def model_layer_s(name: str, m: int, touched: int) -> dict[str, float]:
+    """The latency model's time for one MoE layer's expert GEMMs at m tokens touching ``touched`` experts: the
+    weight-stream and GEMM terms of step_seconds restricted to the experts, with two GEMM kernels' fixed time."""
+    from analysis.catalog import resolve_gpu, resolve_model
+    from analysis.latency.step import MMA_ROWS, SMOOTH_MAX_POWER, shipped_constants
+    from analysis.model.params import weight_breakdown
+
+    a = resolve_model(name)[0]
+    gpu = resolve_gpu("h200")[0]
+    c = shipped_constants()
+    layers = sum(1 for i in range(a.num_layers) if a.is_moe_layer(i))
+    per_expert = weight_breakdown(a, 1).experts / layers / a.moe.num_experts
+    stream = touched * per_expert / (gpu.bandwidth_Bps * c.value("eta_weights.hopper") * c.value("moe_kernel")) \
+        + 2 * c.value("gemm_call_s")
+    flops = 2 * m * a.moe.experts_per_token * per_expert / 2  # bf16: 2 bytes a weight
+    gemm = flops / (gpu.peak_flops() * c.value("eta_flops.hopper") * c.value("moe_flops")) \
+        * (1 + c.value("gemm_half_rows") / max(m, MMA_ROWS))
+    p = SMOOTH_MAX_POWER
+    return {"model_s": (stream ** p + gemm ** p) ** (1 / p), "model_stream_s": stream, "model_gemm_s": gemm,
+            "expert_bytes": per_expert}
+
+
+def run(directory: Path, quick: bool = False) -> dict[str, Any]:
+    import torch
+    from gpu_decode_kernels import graph_of, replays_for, timed
+
+    spec = importlib.util.spec_from_file_location("vllm_fused_moe_kernel", directory / KERNEL_FILE)
+    if spec is None or spec.loader is None or not (directory / KERNEL_FILE).exists():
+        raise SystemExit(f"no {KERNEL_FILE} in {directory}: run --vendor there first, where vLLM is installed")
+    kernel_mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kernel_mod)
+    device = torch.cuda.get_device_name()
+    report: dict[str, Any] = {"device": device, "torch": torch.__version__,
+                              "vllm": (directory / "VERSION").read_text().strip(), "date": time.strftime("%Y-%m-%d"),
+                              "cases": [], "errors": {}}
+    torch.manual_seed(0)
+    for name, experts, top_k, hidden, inter in CASES:
+        w13 = torch.randn(experts, 2 * inter, hidden, dtype=torch.bfloat16, device="cuda") * 0.02
+        w2 = torch.randn(experts, hidden, inter, dtype=torch.bfloat16, device="cuda") * 0.02
+        for m in TOKENS[:6] if quick else TOKENS:
+            try:
+                config, source = tuned_config(directory, device, experts, inter, m)
+                x = torch.randn(m, hidden, dtype=torch.bfloat16, device="cuda")
+                topk_w, topk_ids = torch.rand(m, experts, device="cuda").topk(top_k, dim=1)
+                topk_w = (topk_w / topk_w.sum(1, keepdim=True)).float()
+                topk_ids = topk_ids.to(torch.int32)
+                if m * top_k * 4 <= experts:  # vLLM's naive block assignment for a sparse few tokens
+                    sorted_ids, expert_ids = None, topk_ids.view(-1)
+                    total = torch.tensor([topk_ids.numel() * config["BLOCK_SIZE_M"]], dtype=torch.int32,
+                                         device="cuda")
+                else:
+                    sorted_ids, expert_ids, total = align(torch, topk_ids, config["BLOCK_SIZE_M"], experts)
+                c1 = torch.empty(m, top_k, 2 * inter, dtype=torch.bfloat16, device="cuda")
+                act = torch.randn(m * top_k, inter, dtype=torch.bfloat16, device="cuda")
+                c2 = torch.empty(m, top_k, hidden, dtype=torch.bfloat16, device="cuda")
+
+                def body(x=x, c1=c1, act=act, c2=c2, s=sorted_ids, e=expert_ids, t=total, w=topk_w,
+                         config=config, w13=w13, w2=w2, top_k=top_k) -> None:
+                    launch(kernel_mod, torch, x, w13, c1, w, s, e, t, False, top_k, config)
+                    launch(kernel_mod, torch, act, w2, c2, w, s, e, t, True, 1, config)
+
+                body()
+                torch.cuda.synchronize()
+                # Against torch, for the first tokens (each token's rows are its own): every (token, expert)
+                # pair's gate/up projection, and its down projection weighted by the router.
+                err = 0.0
+                a3 = act.view(m, top_k, inter)
+                for t in range(min(m, 4)):
+                    for j in range(top_k):
+                        e = int(topk_ids[t, j])
+                        ref1 = x[t].float() @ w13[e].float().T
+                        ref2 = (a3[t, j].float() @ w2[e].float().T) * topk_w[t, j]
+                        err = max(err, float((c1[t, j].float() - ref1).abs().max() / ref1.abs().max()),
+                                  float((c2[t, j].float() - ref2).abs().max() / ref2.abs().max()))
+                if err > 2e-2:
+                    raise RuntimeError(f"kernel output differs from torch's by {err:.3g} (relative)")
+                touched = int(torch.unique(topk_ids).numel())
+                per_expert = 3 * inter * hidden * 2
+                s = timed(torch, graph_of(torch, body), replays_for(touched * per_expert / 3e12))
+                row = {"model": name, "experts": experts, "top_k": top_k, "tokens": m, "config": config,
+                       "config_source": source, "max_rel_error": err, "touched": touched, "layer_s": s,
+                       "touched_bytes": touched * per_expert, "achieved_Bps": touched * per_expert / s,
+                       "achieved_flops": 2 * m * top_k * per_expert / 2 / s}
+                row.update(model_layer_s(name, m, touched))
+                row["model_over_measured"] = row["model_s"] / s
+                report["cases"].append(row)
+                del x, c1, act, c2
+            except Exception as e:  # one case failing must not lose the others
+                report["errors"][f"{name} m={m}"] = f"{type(e).__name__}: {e}"
+        del w13, w2
+        torch.cuda.empty_cache()
+    return report  # the activation between the GEMMs is not timed (vLLM's silu_and_mul is a CUDA op)
+
+
+def show(r: dict[str, Any]) -> None:
+    print(f"{r['device']}, torch {r['torch']}, vLLM {r['vllm']}'s fused_moe_kernel")
+    print(f"{'model':<14} {'tok':>5} {'exp':>4} {'MB':>7} {'µs':>8} {'TB/s':>6} {'TFLOP/s':>8} {'model µs':>9} "
+          f"{'model/meas':>10} {'config':<10}")
+    for c in r["cases"]:
+        print(f"{c['model']:<14} {c['tokens']:>5} {c['touched']:>4} {c['touched_bytes'] / 1e6:7.0f} "
+              f"{c['layer_s'] * 1e6:8.1f} {c['achieved_Bps'] / 1e12:6.2f} {c['achieved_flops'] / 1e12:8.1f} "
+              f"{c['model_s'] * 1e6:9.1f} {c['model_over_measured']:10.3f} {c['config_source'][:10]:<10}")
+    if r["cases"]:
+        print("median model/measured:", round(statistics.median(c["model_over_measured"] for c in r["cases"]), 3))
+    for k, e in r["errors"].items():
+        print(f"ERROR {k}: {e}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--vendor", type=Path, help="copy vLLM's kernel and configurations here (needs vLLM)")
+    p.add_argument("--kernel", type=Path, default=ROOT / ".device" / "moe", help="a --vendor directory")
+    p.add_argument("--out", type=Path, help="write moe_kernel.json here")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--quick", action="store_true", help="fewer token counts")
+    args = p.parse_args()
+    if args.vendor:
+        vendor(args.vendor)
+        return 0
+    sys.path.insert(0, str(Path(__file__).parent))
+    r = run(args.kernel, args.quick)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "moe_kernel.json").write_text(json.dumps(r, indent=1))
+    print(json.dumps(r, indent=1)) if args.json else show(r)
+    return 1 if r["errors"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
