@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from analysis.model.layers import AttentionLayer, FullAttention, MultiHeadLatentAttention, SlidingWindowAttention
 from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
-from analysis.model.vision import Qwen2VisionTower, Qwen25VisionTower, SiglipVisionTower, VisionTower
+from analysis.model.vision import Qwen2VisionTower, Qwen3VisionTower, Qwen25VisionTower, SiglipVisionTower, VisionTower
 
 LayerType = Literal["full_attention", "sliding_attention"]
 
@@ -293,7 +293,8 @@ class Architecture(BaseModel):
             raise UnsupportedArchitecture(f"{path}: nested too deeply to be a model's config.json") from None
         if not isinstance(cfg, dict):
             raise UnsupportedArchitecture(f"{path} does not hold a JSON object")
-        return _from_dict(cfg, name or path.parent.name, _max_pixels(path.parent / "preprocessor_config.json"))
+        return _from_dict(cfg, name or path.parent.name, _max_pixels(path.parent / "preprocessor_config.json"),
+                          _max_pixels(path.parent / "video_preprocessor_config.json"))
 
 
 def _first(cfg: dict[str, Any], keys: tuple[str, ...], what: str, name: str) -> Any:
@@ -418,6 +419,9 @@ def _rope_cache_positions(cfg: dict[str, Any], model_type: str) -> tuple[int, ..
     return tuple(out)
 
 
+# Qwen3-VL's model types (dense and MoE decoders; the same tower).
+QWEN3_VL = ("qwen3_vl", "qwen3_vl_moe")
+
 # A SigLIP vision tower (Gemma 3, PaliGemma): patch and position embeddings, pre-norm encoder layers with biased
 # attention and a two-matrix MLP, a final norm; Gemma 3's projector maps it to the decoder's width (a weight and an
 # RMSNorm of the vision width, Gemma3MultiModalProjector).
@@ -478,6 +482,28 @@ def _qwen_vl_params(v: dict[str, Any], model_type: str, text_hidden: int) -> int
     return c * t * patch * patch * d + depth * block + merger
 
 
+def _qwen3_vl_params(v: dict[str, Any], text_hidden: int) -> int | None:
+    """Qwen3-VL's vision tower, as vLLM's ``qwen3_vl.py`` builds it: a biased Conv3d patch embedding, learned
+    position embeddings (num_position_embeddings × width), ``depth`` blocks of two LayerNorms, a biased fused QKV
+    and output projection and a biased two-matrix MLP of ``intermediate_size``; the patch merger (a LayerNorm of
+    the width, two biased linears over the spatial_merge_size² patches it merges, the second to
+    ``out_hidden_size``) and one more such merger per ``deepstack_visual_indexes`` entry, whose LayerNorm is of
+    the merged width (``use_postshuffle_norm``)."""
+    got = _ints(v, "hidden_size", "depth", "patch_size", "intermediate_size")
+    extra = _ints({"c": v.get("in_channels", 3), "t": v.get("temporal_patch_size", 2),
+                   "m": v.get("spatial_merge_size", 2), "o": v.get("out_hidden_size", text_hidden),
+                   "n": v.get("num_position_embeddings", 2304)}, "c", "t", "m", "o", "n")
+    levels = v.get("deepstack_visual_indexes", [])
+    if got is None or extra is None or not isinstance(levels, list):
+        return None
+    (d, depth, patch, inter), (c, t, m, out, positions) = got, extra
+    block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (d * inter + inter) + (inter * d + d)
+    merged = d * m * m
+    linears = (merged * merged + merged) + (merged * out + out)
+    mergers = (2 * d + linears) + len(levels) * (2 * merged + linears)
+    return c * t * patch * patch * d + d + positions * d + depth * block + mergers
+
+
 def _max_pixels(path: Path) -> int | None:
     """The largest image a checkpoint's preprocessor_config.json lets through (``max_pixels``, or the newer
     ``size.longest_edge``), None where the file is absent or names none."""
@@ -500,7 +526,8 @@ def _max_pixels(path: Path) -> int | None:
     return value
 
 
-def _vision_tower(raw: dict[str, Any], text_hidden: int, max_pixels: int | None) -> VisionTower | None:
+def _vision_tower(raw: dict[str, Any], text_hidden: int, max_pixels: int | None,
+                  video_max_pixels: int | None = None) -> VisionTower | None:
     """The tower whose profile run kvprof plans: Gemma 3's SigLIP (256 tokens an image), Qwen2-VL's and
     Qwen2.5-VL's (the same fields ``_qwen_vl_params`` counts, sized for the largest image ``max_pixels``;
     default: Qwen's published one)."""
@@ -514,6 +541,19 @@ def _vision_tower(raw: dict[str, Any], text_hidden: int, max_pixels: int | None)
         (width, inter, image, patch), (per_image, channels) = got, tokens
         return SiglipVisionTower(width=width, intermediate=inter, out_width=text_hidden, image_size=image,
                                  patch_size=patch, in_channels=channels, tokens_per_image=per_image)
+    if model_type in QWEN3_VL and isinstance(v, dict) and v.get("model_type") in (None, *QWEN3_VL):
+        if _qwen3_vl_params(v, text_hidden) is None:
+            return None
+        shapes = dict(width=int(v["hidden_size"]), intermediate=int(v["intermediate_size"]),
+                      out_width=int(v.get("out_hidden_size", text_hidden)), patch_size=int(v["patch_size"]),
+                      temporal_patch_size=int(v.get("temporal_patch_size", 2)),
+                      in_channels=int(v.get("in_channels", 3)), spatial_merge_size=int(v.get("spatial_merge_size", 2)),
+                      deepstack_levels=len(v.get("deepstack_visual_indexes", [])))
+        if max_pixels is not None:
+            shapes["max_pixels"] = max_pixels
+        if video_max_pixels is not None:
+            shapes["video_max_pixels"] = video_max_pixels
+        return Qwen3VisionTower(**shapes)
     if (model_type not in ("qwen2_vl", "qwen2_5_vl") or not isinstance(v, dict)
             or v.get("model_type") not in (None, model_type) or _qwen_vl_params(v, model_type, text_hidden) is None):
         return None
@@ -545,6 +585,8 @@ def _encoder_params(raw: dict[str, Any], text_hidden: int) -> tuple[int, str | N
             counted = _siglip_params(v, project, text_hidden)
         elif model_type in ("qwen2_vl", "qwen2_5_vl") and kind in (None, model_type):
             counted = _qwen_vl_params(v, model_type, text_hidden)
+        elif model_type in QWEN3_VL and kind in (None, *QWEN3_VL):
+            counted = _qwen3_vl_params(v, text_hidden)
     notes = []
     if v is not None and counted is None:
         what = v.get("model_type") if isinstance(v, dict) else None
@@ -554,8 +596,8 @@ def _encoder_params(raw: dict[str, Any], text_hidden: int) -> tuple[int, str | N
     note = None
     if notes:
         note = ("; ".join(notes) + ": vLLM loads that encoder beside the decoder, so the weights here are short by "
-                "its size (kvprof counts SigLIP towers with Gemma 3's projector and the Qwen2-VL and Qwen2.5-VL "
-                "towers)")
+                "its size (kvprof counts SigLIP towers with Gemma 3's projector and the Qwen2-VL, Qwen2.5-VL and "
+                "Qwen3-VL towers)")
     return counted or 0, note
 
 
@@ -641,7 +683,8 @@ def _dbrx_keys(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**cfg, **{k: v for k, v in flat.items() if v is not None}}
 
 
-def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None) -> Architecture:
+def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
+               video_max_pixels: int | None = None) -> Architecture:
     cfg = dict(raw)
     text = cfg.get("text_config")
     if isinstance(text, dict):
@@ -739,7 +782,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None) ->
         mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
         draft_vocab_size=cfg.get("draft_vocab_size"),
         rope_cache_positions=_rope_cache_positions(cfg, model_type),
-        encoder_params=encoder[0], encoder_note=encoder[1], vision=_vision_tower(raw, hidden, max_pixels),
+        encoder_params=encoder[0], encoder_note=encoder[1],
+        vision=_vision_tower(raw, hidden, max_pixels, video_max_pixels),
     )
     try:
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")))

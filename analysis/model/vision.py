@@ -1,5 +1,5 @@
 """Vision towers whose start-up profile vLLM runs: one class per tower kind, each owning its formulas
-(Qwen2-VL, Qwen2.5-VL, Gemma 3's SigLIP).
+(Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Gemma 3's SigLIP).
 
 vLLM's V1 profile run (vllm/v1/worker/gpu_model_runner.py ``profile_run``, 0.32) first runs the multimodal
 encoder on a dummy batch of the modality with the most tokens per item (``MultiModalBudget``,
@@ -32,6 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field
 QWEN_VL_MAX_PIXELS = 12845056
 # vllm/model_executor/models/qwen2_vl.py _MAX_FRAMES_PER_VIDEO (0.32): the frames of the largest profiled video.
 QWEN_VL_MAX_FRAMES = 14
+# Qwen3-VL's published preprocessor_config.json and video_preprocessor_config.json (Qwen/Qwen3-VL-*-Instruct):
+# images "size": {"longest_edge": 16777216} = (16 × 2)² × 16,384 merged tokens; videos {"longest_edge": 25165824}
+# over the two frames of a temporal patch. A checkpoint directory's own files override them.
+QWEN3_VL_MAX_PIXELS = 16777216
+QWEN3_VL_VIDEO_MAX_PIXELS = 25165824
 
 
 def plain_mlp_block_elements(width: int, intermediate: int, tp: int = 1) -> int:
@@ -65,6 +70,10 @@ class _Tower(BaseModel):
 
     def output_bytes(self, tokens: int, dtype_bytes: int) -> int:
         return tokens * self.out_width * dtype_bytes
+
+    def decoder_buffer_bytes(self, max_num_batched_tokens: int, decoder_width: int, dtype_bytes: int) -> int:
+        """Buffers the decoder allocates for the tower's outputs when the model is built (none by default)."""
+        return 0
 
 
 class QwenVisionTower(_Tower):
@@ -145,6 +154,49 @@ class Qwen25VisionTower(QwenVisionTower):
         return 5 * self.width + 3 * self.intermediate // tp
 
 
+class Qwen3VisionTower(QwenVisionTower):
+    """Qwen3-VL (vllm/model_executor/models/qwen3_vl.py, 0.32): 16-pixel patches over 2 frames plus learned
+    position embeddings, blocks ``x = x + attn(norm1(x))`` then ``x = x + mlp(norm2(x))`` with the MLP
+    linear_fc1 → GELU(tanh) → linear_fc2, and DeepStack: after each block in ``deepstack_visual_indexes`` a merger
+    of its own maps the block's output to the decoder's width, and the tower returns the main merger's output
+    concatenated with those, [tokens, out_width × (1 + levels)].
+
+    Its peak a patch is a late block's MLP activation: the caller's block input, the post-attention sum and
+    norm2's output [P, width] with fc1's and the activation's [P, intermediate / tp] (as Qwen2-VL's), the
+    position embeddings the forward keeps in its metadata [P, width], the DeepStack features made so far
+    (levels × out_width a merged token, out_width × levels / 4 a patch), and the pixel values.
+
+    vLLM profiles the modality with the most tokens an item: an image of ``max_pixels`` (16,384 tokens by
+    default); a video item is two frames of ``video_max_pixels`` / 2 (``get_max_video_tokens``: 12,288). Checked
+    by hand (docs/plan.md), not in a test, on one vLLM 0.13 start-up of Qwen3-VL-30B-A3B on an H100 NVL."""
+
+    kind: Literal["qwen3_vl"] = "qwen3_vl"
+    patch_size: int = Field(16, gt=0)
+    max_pixels: int = Field(QWEN3_VL_MAX_PIXELS, gt=0)
+    video_max_pixels: int = Field(QWEN3_VL_VIDEO_MAX_PIXELS, gt=0)
+    deepstack_levels: int = Field(0, ge=0, le=64)
+
+    def max_item_tokens(self, modality: str, max_model_len: int) -> int:
+        if modality == "image":
+            return self.frame_tokens
+        if modality != "video":
+            raise ValueError(f"{self.kind} takes image and video inputs, not {modality!r}")
+        unit = self.patch_size * self.spatial_merge_size
+        return self.video_max_pixels // self.temporal_patch_size // (unit * unit)
+
+    def block_elements_per_patch(self, tp: int = 1) -> int:
+        return (plain_mlp_block_elements(self.width, self.intermediate, tp) + self.width
+                + self.deepstack_levels * self.out_width // self.merge_unit)
+
+    def output_bytes(self, tokens: int, dtype_bytes: int) -> int:
+        return tokens * self.out_width * (1 + self.deepstack_levels) * dtype_bytes
+
+    def decoder_buffer_bytes(self, max_num_batched_tokens: int, decoder_width: int, dtype_bytes: int) -> int:
+        """The decoder's DeepStack input buffers, allocated when the model is built (``deepstack_input_embeds``:
+        one [max_num_batched_tokens, hidden] a level), so "Model loading took" counts them."""
+        return self.deepstack_levels * max_num_batched_tokens * decoder_width * dtype_bytes
+
+
 class SiglipVisionTower(_Tower):
     """Gemma 3's SigLIP tower (vllm/model_executor/models/siglip.py and gemma3_mm.py, 0.32): one fixed-size
     image of (image_size / patch_size)² patches pooled to ``mm_tokens_per_image`` decoder tokens (256), images
@@ -171,7 +223,8 @@ class SiglipVisionTower(_Tower):
         return plain_mlp_block_elements(self.width, self.intermediate, tp)
 
 
-VisionTower = Annotated[Qwen2VisionTower | Qwen25VisionTower | SiglipVisionTower, Field(discriminator="kind")]
+VisionTower = Annotated[Qwen2VisionTower | Qwen25VisionTower | Qwen3VisionTower | SiglipVisionTower,
+                        Field(discriminator="kind")]
 
 
 class EncoderProfile(BaseModel):

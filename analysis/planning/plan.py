@@ -421,7 +421,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     if encoder_dp and inputs.pipeline_parallel_size > 1:
         raise PlanError("--mm-encoder-tp-mode data with pipeline parallelism is not planned yet: give --pp 1")
     # what "Model loading took" counts: weights, encoder (whole on every rank under data mode), RoPE caches
-    weights = model_loading_bytes(a, tp, encoder_tp=1 if encoder_dp else tp)
+    weights = model_loading_bytes(a, tp, encoder_tp=1 if encoder_dp else tp, max_num_batched_tokens=mnbt)
     lora = 0
     if inputs.max_loras is not None:
         if inputs.pipeline_parallel_size > 1:

@@ -193,7 +193,8 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
                max_num_batched_tokens=record.get("max_num_batched_tokens"), block_size=block,
                max_loras=record.get("max_loras"), max_lora_rank=record.get("max_lora_rank"),
                weights_bytes=parts[0].weight_bytes if parts else
-               model_loading_bytes(arch, tp) + (drafter.weight_bytes if drafter else 0) + _lora(record, arch, tp, out))
+               model_loading_bytes(arch, tp, max_num_batched_tokens=record.get("max_num_batched_tokens"))
+               + (drafter.weight_bytes if drafter else 0) + _lora(record, arch, tp, out))
     if draft_note:
         out["speculative_note"] = draft_note
     if arch.vision is not None and mml:

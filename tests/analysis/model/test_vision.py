@@ -209,3 +209,77 @@ def test_mm_encoder_tp_mode_data_keeps_the_whole_tower_on_every_rank(qwen25vl):
         (whole["weight_bytes"] - split["weight_bytes"]) + 65536 * (35672 - 2 * (5 * 1280 + 3 * 3420 // 2 + 1176))
     with pytest.raises(PlanError, match="--mm-encoder-tp-mode data with pipeline parallelism is not planned"):
         make_plan(qwen25vl, PlanInputs(pipeline_parallel_size=2, mm_encoder_tp_mode="data"), gpu("h100-sxm"))
+
+
+# Qwen/Qwen3-VL-4B-Instruct's config.json (transformers 4.57): the decoder is Qwen3-4B's; the tower 24 blocks of
+# width 1024, MLP 4096, 16-pixel patches, DeepStack after blocks 5, 11 and 17, outputs of the decoder's 2560.
+QWEN3_VL_4B = {
+    "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "tie_word_embeddings": True,
+    "image_token_id": 151655, "video_token_id": 151656,
+    "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 2560, "intermediate_size": 9728,
+                    "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                    "vocab_size": 151936, "max_position_embeddings": 262144, "rope_theta": 5000000,
+                    "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"},
+                    "tie_word_embeddings": True, "dtype": "bfloat16"},
+    "vision_config": {"model_type": "qwen3_vl", "depth": 24, "hidden_size": 1024, "intermediate_size": 4096,
+                      "num_heads": 16, "in_channels": 3, "patch_size": 16, "temporal_patch_size": 2,
+                      "spatial_merge_size": 2, "num_position_embeddings": 2304, "out_hidden_size": 2560,
+                      "deepstack_visual_indexes": [5, 11, 17], "hidden_act": "gelu_pytorch_tanh"},
+}
+
+
+def test_qwen3_vl_tower_parameters_are_transformers_own_count():
+    # transformers' Qwen3VLVisionModel built from the same vision_config on the meta device (patch embedding,
+    # position embeddings, 24 blocks, the merger and three DeepStack mergers): an implementation kvprof does not
+    # share, counted parameter by parameter.
+    a = Architecture.from_config(QWEN3_VL_4B, "qwen3-vl-4b")
+    assert a.encoder_note is None
+    torch = pytest.importorskip("torch")
+    qwen3_vl = pytest.importorskip("transformers.models.qwen3_vl.modeling_qwen3_vl")
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+
+    with torch.device("meta"):
+        tower = qwen3_vl.Qwen3VLVisionModel._from_config(Qwen3VLVisionConfig(**QWEN3_VL_4B["vision_config"]))
+    assert a.encoder_params == sum(p.numel() for p in tower.parameters()) == 415_347_712
+
+
+def test_qwen3_vl_profiles_its_largest_image_with_deepstack():
+    a = Architecture.from_config(QWEN3_VL_4B, "qwen3-vl-4b")
+    v = a.vision
+    assert (v.width, v.intermediate, v.out_width, v.patch_size, v.deepstack_levels) == (1024, 4096, 2560, 16, 3)
+    # Images: the published longest_edge 16,777,216 pixels over a merged 32 × 32 patch: 16,384 tokens.
+    assert v.max_item_tokens("image", 32768) == 16777216 // (32 * 32) == 16384
+    # Videos (qwen3_vl.py get_max_video_tokens): two frames of 25,165,824 / 2 pixels, one temporal patch: 12,288.
+    assert v.max_item_tokens("video", 32768) == 25165824 // 2 // (32 * 32) == 12288
+    p = encoder_profile(v, max_model_len=32768, max_num_batched_tokens=8192, max_num_seqs=256, dtype_bytes=2)
+    assert (p.modality, p.items, p.item_tokens, p.patches) == ("image", 1, 16384, 65536)
+    # A late block's MLP activation (block input, post-attention sum, norm2 [P, 1024]; fc1 and GELU [P, 4096]),
+    # the position embeddings the forward keeps [P, 1024], three DeepStack outputs of 2,560 a merged token (1,920
+    # a patch), the pixel values 3 × 2 × 16 × 16: in bf16 a patch costs 2 × 15,744 bytes.
+    per_patch = 3 * 1024 + 2 * 4096 + 1024 + 3 * 2560 // 4 + 3 * 2 * 16 * 16
+    assert v.peak_bytes_per_patch(2) == 2 * per_patch == 31_488
+    assert p.peak_bytes == 65536 * 31_488
+    # The encoder cache holds the main and the three DeepStack outputs: 16,384 × 2,560 × 4 × 2 bytes.
+    assert p.output_bytes == 16384 * 2560 * 4 * 2
+
+
+def test_qwen3_vl_model_loading_counts_the_tower_and_the_deepstack_buffers():
+    from analysis.model.params import model_loading_bytes, rotary_cache_bytes, weight_bytes
+
+    a = Architecture.from_config(QWEN3_VL_4B, "qwen3-vl-4b")
+    base = weight_bytes(a) + 415_347_712 * 2 + rotary_cache_bytes(a)
+    assert model_loading_bytes(a) == base
+    # Qwen3VLForConditionalGeneration.__init__ allocates one [max_num_batched_tokens, 2560] buffer a DeepStack
+    # level in the model dtype: 3 × 8,192 × 2,560 × 2 bytes.
+    assert model_loading_bytes(a, max_num_batched_tokens=8192) == base + 3 * 8192 * 2560 * 2
+
+
+def test_a_checkpoint_video_preprocessor_config_sets_the_largest_video(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_VL_4B))
+    (tmp_path / "video_preprocessor_config.json").write_text(json.dumps({"size": {"longest_edge": 2 * 1024 * 20000}}))
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"size": {"longest_edge": 1024 * 4096}}))
+    v = Architecture.from_config(tmp_path).vision
+    assert (v.max_item_tokens("image", 4096), v.max_item_tokens("video", 4096)) == (4096, 20000)
+    # the video now has the most tokens an item, so it is the profiled one
+    p = encoder_profile(v, max_model_len=32768, max_num_batched_tokens=8192, max_num_seqs=256, dtype_bytes=2)
+    assert (p.modality, p.item_tokens) == ("video", 20000)
