@@ -342,18 +342,23 @@ def show(r: dict[str, Any]) -> None:
         print(f"ERROR in {k}: {e}")
 
 
+def report_out(r: dict[str, Any], out: Path | None, name: str, as_json: bool, show_table: Any) -> int:
+    """Write the report to ``out/name`` (when given), print it as JSON or as tables; the exit status says whether
+    any section failed. Shared by the GPU benchmarks."""
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(json.dumps(r, indent=1))
+    print(json.dumps(r, indent=1)) if as_json else show_table(r)
+    return 1 if r["errors"] else 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, help="write decode_kernels.json here")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quick", action="store_true", help="two models, fewer rows and attention shapes")
     args = p.parse_args()
-    r = run(args.quick)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "decode_kernels.json").write_text(json.dumps(r, indent=1))
-    print(json.dumps(r, indent=1)) if args.json else show(r)
-    return 1 if r["errors"] else 0
+    return report_out(run(args.quick), args.out, "decode_kernels.json", args.json, show)
 
 
 if __name__ == "__main__":

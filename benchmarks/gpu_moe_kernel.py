@@ -261,12 +261,9 @@ def main() -> int:
         vendor(args.vendor)
         return 0
     sys.path.insert(0, str(Path(__file__).parent))
-    r = run(args.kernel, args.quick)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "moe_kernel.json").write_text(json.dumps(r, indent=1))
-    print(json.dumps(r, indent=1)) if args.json else show(r)
-    return 1 if r["errors"] else 0
+    from gpu_decode_kernels import report_out
+
+    return report_out(run(args.kernel, args.quick), args.out, "moe_kernel.json", args.json, show)
 
 
 if __name__ == "__main__":
