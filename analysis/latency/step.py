@@ -465,7 +465,7 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
         coef.update(eta_flops=1.0, gemm_half_rows=0.0)  # a measured rate at the sweep's batches; MoE share kept
     if o.step_overhead_s is not None:
         coef.update(host_s=o.step_overhead_s, seq_s=0.0, layer_s=0.0, moe_layer_s=0.0, mla_layer_s=0.0,
-                    host_overlap=0.0)  # a measured overhead is what the sweep's steps showed, overlap or not
+                    gemm_call_s=0.0, host_overlap=0.0)  # what the sweep's steps showed, kernels' fixed costs and all
     out = step_seconds(**features, **coef)
     bw_w = features["bandwidth_Bps"] * coef["eta_weights"] * coef["kernel"]
     out.update(effective_weight_bandwidth_Bps=bw_w,
