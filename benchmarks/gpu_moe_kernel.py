@@ -12,11 +12,14 @@ launches it the way ``invoke_fused_moe_triton_kernel`` does, with the token-to-e
 (``moe_align_block_size``, a CUDA op in vLLM) written in torch. Each case is checked against a torch
 reference before it is timed.
 
-Timed: one MoE layer's two expert GEMMs inside a CUDA graph, for Mixtral-8x7B (8 experts, top 2) and
-Qwen3-30B-A3B (128 experts, top 8) at 1 to 4,096 tokens, routed uniformly at random. Printed beside each:
-the distinct experts the tokens touched, the bytes those experts hold, the bandwidth that implies, and the
-latency model's time for the same experts (``analysis.latency.step``: the experts' bytes at the weight
-efficiency × κ_moe, two GEMM kernels' fixed time, or their FLOPs at κ_moe_flops where those bind).
+Timed: one MoE layer's two expert GEMMs inside a CUDA graph, for bf16 Mixtral-8x7B (8 experts, top 2) and
+Qwen3-30B-A3B (128 experts, top 8), and block-FP8 (128 × 128 weight scales, 128-wide activation groups, as
+vLLM runs DeepSeek's and Qwen's FP8 checkpoints) DeepSeek-V3 at a tp-8 rank (256 experts of 7168 × 256) and
+Qwen3-235B-A22B at a tp-2 rank (128 of 4096 × 768), at 1 to 4,096 tokens, routed uniformly at random.
+Printed beside each: the distinct experts the tokens touched, the bytes those experts hold, the bandwidth
+that implies, and the latency model's time for the same experts (``analysis.latency.step``: the experts'
+bytes at the weight efficiency × κ[kernel] × κ_moe, two GEMM kernels' fixed time, or their FLOPs at
+κ_moe_flops where those bind).
 """
 
 from __future__ import annotations
@@ -36,8 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 KERNEL_FILE = "vllm_fused_moe_kernel.py"
-# (catalog model, experts, top-k, hidden, expert intermediate): a tp-1 rank of each.
-CASES = (("mixtral-8x7b", 8, 2, 4096, 14336), ("qwen3-30b-a3b", 128, 8, 2048, 768))
+# (catalog model, tensor-parallel size, experts, top-k, hidden, a rank's expert intermediate, weights): bf16 experts
+# of Mixtral-8x7B and Qwen3-30B-A3B on one GPU, and block-FP8 experts (128 × 128 scales, as the checkpoints ship
+# them) of a tp-8 rank of DeepSeek-V3 and a tp-2 rank of Qwen3-235B-A22B-FP8.
+CASES = (("mixtral-8x7b", 1, 8, 2, 4096, 14336, "bf16"), ("qwen3-30b-a3b", 1, 128, 8, 2048, 768, "bf16"),
+         ("deepseek-v3", 8, 256, 8, 7168, 256, "fp8"), ("qwen3-235b-a22b-fp8", 2, 128, 8, 4096, 768, "fp8"))
+FP8_BLOCK = 128
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096)
 
 
@@ -62,9 +69,9 @@ def vendor(directory: Path) -> None:
     (directory / KERNEL_FILE).write_text(header + "\n\n\n".join(parts) + "\n")
     configs = Path(fm.__file__).parent / "configs"
     (directory / "configs").mkdir(exist_ok=True)
-    for _, experts, _, _, inter in CASES:
+    for _, _, experts, _, _, inter, weights in CASES:
         for f in configs.glob(f"E={experts},N={inter},device_name=*.json"):
-            if "dtype" not in f.name:
+            if ("dtype" not in f.name) == (weights == "bf16") and ("block_shape" in f.name) == (weights == "fp8"):
                 shutil.copy(f, directory / "configs" / f.name)
     (directory / "VERSION").write_text(vllm.__version__ + "\n")
     print(f"vLLM {vllm.__version__}'s fused_moe_kernel and {len(list((directory / 'configs').iterdir()))} "
@@ -81,9 +88,11 @@ def default_config(m: int, experts: int) -> dict[str, int]:
             "num_stages": 4 if m <= 32 else 3}
 
 
-def tuned_config(directory: Path, device: str, experts: int, inter: int, m: int) -> tuple[dict[str, int], str]:
+def tuned_config(directory: Path, device: str, experts: int, inter: int, m: int,
+                 weights: str = "bf16") -> tuple[dict[str, int], str]:
     """vLLM's try_get_optimal_moe_config: the tuned file's entry nearest to M, else the default."""
-    path = directory / "configs" / f"E={experts},N={inter},device_name={device.replace(' ', '_')}.json"
+    dtype = f",dtype=fp8_w8a8,block_shape=[{FP8_BLOCK},{FP8_BLOCK}]" if weights == "fp8" else ""
+    path = directory / "configs" / f"E={experts},N={inter},device_name={device.replace(' ', '_')}{dtype}.json"
     if path.exists():
         table = {int(k): v for k, v in json.loads(path.read_text()).items()}
         return dict(table[min(table, key=lambda k: abs(k - m))]), path.name
@@ -113,10 +122,17 @@ def align(torch: Any, topk_ids: Any, block_m: int, experts: int) -> tuple[Any, A
 
 
 def launch(kernel_mod: Any, torch: Any, a: Any, b: Any, c: Any, weights: Any, sorted_ids: Any, expert_ids: Any,
-           total: Any, routed: bool, top_k: int, config: dict[str, int]) -> None:
-    """One launch as invoke_fused_moe_triton_kernel makes it for bf16 weights (no scales, no bias)."""
+           total: Any, routed: bool, top_k: int, config: dict[str, int], a_scale: Any = None,
+           b_scale: Any = None) -> None:
+    """One launch as invoke_fused_moe_triton_kernel makes it: bf16 weights, or FP8 ones with 128 × 128 block
+    scales and 128-wide token-group scales of the activations (no bias)."""
     import triton
     import triton.language as tl
+
+    fp8 = b_scale is not None
+    # vLLM's enable_swap_ab: on compute capability 9.0, FP8 tiles of fewer than 64 rows and 64 or more columns
+    swap = fp8 and torch.cuda.get_device_capability() == (9, 0) and config["BLOCK_SIZE_M"] < 64 \
+        and config["BLOCK_SIZE_N"] >= 64
 
     m = a.size(0)
     num_tokens = m * top_k
@@ -128,39 +144,43 @@ def launch(kernel_mod: Any, torch: Any, a: Any, b: Any, c: Any, weights: Any, so
         em = num_tokens * config["BLOCK_SIZE_M"]
     cfg = dict(config)
     block_k = cfg.pop("BLOCK_SIZE_K")
+    if fp8:
+        block_k = min(block_k, FP8_BLOCK)
     cfg["SPLIT_K"] = 1
     grid = (triton.cdiv(em, cfg["BLOCK_SIZE_M"]) * triton.cdiv(b.size(1), cfg["BLOCK_SIZE_N"]),)
+    scales = (a_scale.stride(0), a_scale.stride(1), b_scale.stride(0), b_scale.stride(2), b_scale.stride(1)) \
+        if fp8 else (0, 0, 0, 0, 0)
     kernel_mod.fused_moe_kernel[grid](
-        a, b, c, None, None, None, weights, sorted_ids, expert_ids, total,
+        a, b, c, None, a_scale, b_scale, weights, sorted_ids, expert_ids, total,
         b.size(1), b.size(2), em, num_tokens,
         a.stride(0), a.stride(1), b.stride(0), b.stride(2), b.stride(1), c.stride(1), c.stride(2),
-        0, 0, 0, 0, 0, 0, 0, 0, 0,
-        MUL_ROUTED_WEIGHT=routed, top_k=top_k, compute_type=tl.bfloat16, use_fp8_w8a8=False,
+        *scales, 0, 0, FP8_BLOCK if fp8 else 0, FP8_BLOCK if fp8 else 0,
+        MUL_ROUTED_WEIGHT=routed, top_k=top_k, compute_type=tl.bfloat16, use_fp8_w8a8=fp8,
         use_int8_w8a8=False, use_int8_w8a16=False, per_channel_quant=False,
-        naive_block_assignment=sorted_ids is None, HAS_BIAS=False, BLOCK_SIZE_K=block_k, SWAP_AB=False,
+        naive_block_assignment=sorted_ids is None, HAS_BIAS=False, BLOCK_SIZE_K=block_k, SWAP_AB=swap,
         USE_TD=False, **cfg)
 
 
-def model_layer_s(name: str, m: int, touched: int) -> dict[str, float]:
-    """The latency model's time for one MoE layer's expert GEMMs at m tokens touching ``touched`` experts: the
-    weight-stream and GEMM terms of step_seconds restricted to the experts, with two GEMM kernels' fixed time."""
+def model_layer_s(name: str, tp: int, m: int, top_k: int, touched: int, touched_bytes: int,
+                  params_per_expert: int) -> dict[str, float]:
+    """The latency model's time for one MoE layer's expert GEMMs at m tokens touching ``touched`` experts: the step
+    formula (``step_seconds``) with the shipped constants and the catalog model's kernel coefficients on the H200,
+    fed those experts' bytes and FLOPs and two GEMM kernels, nothing else."""
     from analysis.catalog import resolve_gpu, resolve_model
-    from analysis.latency.step import MMA_ROWS, SMOOTH_MAX_POWER, shipped_constants
-    from analysis.model.params import weight_breakdown
+    from analysis.latency.step import FEATURES, shipped_constants, step_constants, step_seconds, step_work
 
     a = resolve_model(name)[0]
     gpu = resolve_gpu("h200")[0]
+    w = step_work(a, gpu, tp=tp, decode_seqs=m, decode_context=1)
     c = shipped_constants()
-    layers = sum(1 for i in range(a.num_layers) if a.is_moe_layer(i))
-    per_expert = weight_breakdown(a, 1).experts / layers / a.moe.num_experts
-    stream = touched * per_expert / (gpu.bandwidth_Bps * c.value("eta_weights.hopper") * c.value("moe_kernel")) \
-        + 2 * c.value("gemm_call_s")
-    flops = 2 * m * a.moe.experts_per_token * per_expert / 2  # bf16: 2 bytes a weight
-    gemm = flops / (gpu.peak_flops() * c.value("eta_flops.hopper") * c.value("moe_flops")) \
-        * (1 + c.value("gemm_half_rows") / max(m, MMA_ROWS))
-    p = SMOOTH_MAX_POWER
-    return {"model_s": (stream ** p + gemm ** p) ** (1 / p), "model_stream_s": stream, "model_gemm_s": gemm,
-            "expert_bytes": per_expert}
+    coef = {k: v if isinstance(v, float) else c.value(v) for k, v in step_constants(w).items()}
+    coef.update(host_s=0.0, seq_s=0.0)
+    features = dict.fromkeys(FEATURES, 0.0) | {
+        "expert_bytes": touched_bytes, "gemms": 2, "tokens": m, "bandwidth_Bps": gpu.bandwidth_Bps,
+        "expert_gemm_flops": 2 * m * top_k * params_per_expert,
+        "gemm_peak_flops": w.gemm_peak_flops, "peak_flops": w.peak_flops, "link_Bps": 1.0}
+    t = step_seconds(**features, **coef)
+    return {"model_s": t["weights_s"], "model_stream_s": t["weight_stream_s"], "model_gemm_s": t["gemm_compute_s"]}
 
 
 def run(directory: Path, quick: bool = False) -> dict[str, Any]:
@@ -177,13 +197,34 @@ def run(directory: Path, quick: bool = False) -> dict[str, Any]:
                               "vllm": (directory / "VERSION").read_text().strip(), "date": time.strftime("%Y-%m-%d"),
                               "cases": [], "errors": {}}
     torch.manual_seed(0)
-    for name, experts, top_k, hidden, inter in CASES:
-        w13 = torch.randn(experts, 2 * inter, hidden, dtype=torch.bfloat16, device="cuda") * 0.02
-        w2 = torch.randn(experts, hidden, inter, dtype=torch.bfloat16, device="cuda") * 0.02
+    fp8_dtype = torch.float8_e4m3fn
+    for name, tp, experts, top_k, hidden, inter, weights in CASES:
+        fp8 = weights == "fp8"
+
+        def make(*shape: int, fp8: bool = fp8) -> tuple[Any, Any]:
+            """A bf16 tensor, or an FP8 one with float32 scales of 128 × 128 blocks over its last two dimensions
+            (weights) or 128-wide groups of its last (activations, 2-D)."""
+            x = torch.randn(*shape, device="cuda") * (0.02 if len(shape) == 3 else 1.0)
+            if not fp8:
+                return x.to(torch.bfloat16), None
+            blocks = (*shape[:-2], shape[-2] // FP8_BLOCK, shape[-1] // FP8_BLOCK) if len(shape) == 3 else \
+                (shape[0], shape[1] // FP8_BLOCK)
+            return x.to(fp8_dtype), torch.rand(*blocks, device="cuda") * 1e-2 + 1e-3
+
+        def dequant(x: Any, scale: Any) -> Any:
+            if scale is None:
+                return x.float()
+            if x.dim() == 1:  # one activation row: its groups' scales
+                return x.float() * scale.repeat_interleave(FP8_BLOCK)
+            return x.float() * scale.repeat_interleave(FP8_BLOCK, 0).repeat_interleave(FP8_BLOCK, 1)
+
+        (w13, w13_s), (w2, w2_s) = make(experts, 2 * inter, hidden), make(experts, hidden, inter)
+        params = 3 * inter * hidden
+        per_expert = params * w13.element_size() + (0 if w13_s is None else 4 * (w13_s[0].numel() + w2_s[0].numel()))
         for m in TOKENS[:6] if quick else TOKENS:
             try:
-                config, source = tuned_config(directory, device, experts, inter, m)
-                x = torch.randn(m, hidden, dtype=torch.bfloat16, device="cuda")
+                config, source = tuned_config(directory, device, experts, inter, m, weights)
+                x, x_s = make(m, hidden)
                 topk_w, topk_ids = torch.rand(m, experts, device="cuda").topk(top_k, dim=1)
                 topk_w = (topk_w / topk_w.sum(1, keepdim=True)).float()
                 topk_ids = topk_ids.to(torch.int32)
@@ -194,53 +235,56 @@ def run(directory: Path, quick: bool = False) -> dict[str, Any]:
                 else:
                     sorted_ids, expert_ids, total = align(torch, topk_ids, config["BLOCK_SIZE_M"], experts)
                 c1 = torch.empty(m, top_k, 2 * inter, dtype=torch.bfloat16, device="cuda")
-                act = torch.randn(m * top_k, inter, dtype=torch.bfloat16, device="cuda")
+                act, act_s = make(m * top_k, inter)
                 c2 = torch.empty(m, top_k, hidden, dtype=torch.bfloat16, device="cuda")
 
-                def body(x=x, c1=c1, act=act, c2=c2, s=sorted_ids, e=expert_ids, t=total, w=topk_w,
-                         config=config, w13=w13, w2=w2, top_k=top_k) -> None:
-                    launch(kernel_mod, torch, x, w13, c1, w, s, e, t, False, top_k, config)
-                    launch(kernel_mod, torch, act, w2, c2, w, s, e, t, True, 1, config)
+                def body(x=x, x_s=x_s, c1=c1, act=act, act_s=act_s, c2=c2, s=sorted_ids, e=expert_ids, t=total,
+                         w=topk_w, config=config, w13=w13, w13_s=w13_s, w2=w2, w2_s=w2_s, top_k=top_k) -> None:
+                    launch(kernel_mod, torch, x, w13, c1, w, s, e, t, False, top_k, config, x_s, w13_s)
+                    launch(kernel_mod, torch, act, w2, c2, w, s, e, t, True, 1, config, act_s, w2_s)
 
                 body()
                 torch.cuda.synchronize()
                 # Against torch, for the first tokens (each token's rows are its own): every (token, expert)
-                # pair's gate/up projection, and its down projection weighted by the router.
+                # pair's gate/up projection, and its down projection weighted by the router, from the
+                # dequantized values where the weights are FP8.
                 err = 0.0
-                a3 = act.view(m, top_k, inter)
                 for t in range(min(m, 4)):
+                    xt = dequant(x[t], None if x_s is None else x_s[t])
                     for j in range(top_k):
-                        e = int(topk_ids[t, j])
-                        ref1 = x[t].float() @ w13[e].float().T
-                        ref2 = (a3[t, j].float() @ w2[e].float().T) * topk_w[t, j]
+                        e, row_ = int(topk_ids[t, j]), t * top_k + j
+                        ref1 = xt @ dequant(w13[e], None if w13_s is None else w13_s[e]).T
+                        at = dequant(act[row_], None if act_s is None else act_s[row_])
+                        ref2 = (at @ dequant(w2[e], None if w2_s is None else w2_s[e]).T) * topk_w[t, j]
                         err = max(err, float((c1[t, j].float() - ref1).abs().max() / ref1.abs().max()),
                                   float((c2[t, j].float() - ref2).abs().max() / ref2.abs().max()))
                 if err > 2e-2:
                     raise RuntimeError(f"kernel output differs from torch's by {err:.3g} (relative)")
                 touched = int(torch.unique(topk_ids).numel())
-                per_expert = 3 * inter * hidden * 2
                 s = timed(torch, graph_of(torch, body), replays_for(touched * per_expert / 3e12))
-                row = {"model": name, "experts": experts, "top_k": top_k, "tokens": m, "config": config,
-                       "config_source": source, "max_rel_error": err, "touched": touched, "layer_s": s,
+                row = {"model": name, "tp": tp, "weights": weights, "experts": experts, "top_k": top_k,
+                       "hidden": hidden, "inter": inter, "tokens": m, "config": config, "config_source": source,
+                       "max_rel_error": err, "touched": touched, "layer_s": s,
                        "touched_bytes": touched * per_expert, "achieved_Bps": touched * per_expert / s,
-                       "achieved_flops": 2 * m * top_k * per_expert / 2 / s}
-                row.update(model_layer_s(name, m, touched))
+                       "achieved_flops": 2 * m * top_k * params / s}
+                row.update(model_layer_s(name, tp, m, top_k, touched, touched * per_expert, params))
                 row["model_over_measured"] = row["model_s"] / s
                 report["cases"].append(row)
                 del x, c1, act, c2
             except Exception as e:  # one case failing must not lose the others
                 report["errors"][f"{name} m={m}"] = f"{type(e).__name__}: {e}"
-        del w13, w2
+        del w13, w2, w13_s, w2_s
         torch.cuda.empty_cache()
     return report  # the activation between the GEMMs is not timed (vLLM's silu_and_mul is a CUDA op)
 
 
 def show(r: dict[str, Any]) -> None:
     print(f"{r['device']}, torch {r['torch']}, vLLM {r['vllm']}'s fused_moe_kernel")
-    print(f"{'model':<14} {'tok':>5} {'exp':>4} {'MB':>7} {'µs':>8} {'TB/s':>6} {'TFLOP/s':>8} {'model µs':>9} "
+    print(f"{'model':<20} {'tok':>5} {'exp':>4} {'MB':>7} {'µs':>8} {'TB/s':>6} {'TFLOP/s':>8} {'model µs':>9} "
           f"{'model/meas':>10} {'config':<10}")
     for c in r["cases"]:
-        print(f"{c['model']:<14} {c['tokens']:>5} {c['touched']:>4} {c['touched_bytes'] / 1e6:7.0f} "
+        label = c["model"][:15] + " " + c["weights"]
+        print(f"{label:<20} {c['tokens']:>5} {c['touched']:>4} {c['touched_bytes'] / 1e6:7.0f} "
               f"{c['layer_s'] * 1e6:8.1f} {c['achieved_Bps'] / 1e12:6.2f} {c['achieved_flops'] / 1e12:8.1f} "
               f"{c['model_s'] * 1e6:9.1f} {c['model_over_measured']:10.3f} {c['config_source'][:10]:<10}")
     if r["cases"]:
