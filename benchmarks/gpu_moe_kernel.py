@@ -161,25 +161,14 @@ def launch(kernel_mod: Any, torch: Any, a: Any, b: Any, c: Any, weights: Any, so
         USE_TD=False, **cfg)
 
 
-def model_layer_s(name: str, tp: int, m: int, top_k: int, touched: int, touched_bytes: int,
+def model_layer_s(name: str, tp: int, m: int, top_k: int, touched_bytes: int,
                   params_per_expert: int) -> dict[str, float]:
-    """The latency model's time for one MoE layer's expert GEMMs at m tokens touching ``touched`` experts: the step
-    formula (``step_seconds``) with the shipped constants and the catalog model's kernel coefficients on the H200,
-    fed those experts' bytes and FLOPs and two GEMM kernels, nothing else."""
+    """The latency model's time for one MoE layer's expert GEMMs at m tokens (``expert_layer_terms`` on the H200)."""
     from analysis.catalog import resolve_gpu, resolve_model
-    from analysis.latency.step import FEATURES, shipped_constants, step_constants, step_seconds, step_work
+    from analysis.latency.step import expert_layer_terms
 
-    a = resolve_model(name)[0]
-    gpu = resolve_gpu("h200")[0]
-    w = step_work(a, gpu, tp=tp, decode_seqs=m, decode_context=1)
-    c = shipped_constants()
-    coef = {k: v if isinstance(v, float) else c.value(v) for k, v in step_constants(w).items()}
-    coef.update(host_s=0.0, seq_s=0.0)
-    features = dict.fromkeys(FEATURES, 0.0) | {
-        "expert_bytes": touched_bytes, "gemms": 2, "tokens": m, "bandwidth_Bps": gpu.bandwidth_Bps,
-        "expert_gemm_flops": 2 * m * top_k * params_per_expert,
-        "gemm_peak_flops": w.gemm_peak_flops, "peak_flops": w.peak_flops, "link_Bps": 1.0}
-    t = step_seconds(**features, **coef)
+    t = expert_layer_terms(resolve_model(name)[0], resolve_gpu("h200")[0], tp=tp, tokens=m,
+                           expert_bytes=touched_bytes, expert_flops=2 * m * top_k * params_per_expert)
     return {"model_s": t["weights_s"], "model_stream_s": t["weight_stream_s"], "model_gemm_s": t["gemm_compute_s"]}
 
 
@@ -267,7 +256,7 @@ def run(directory: Path, quick: bool = False) -> dict[str, Any]:
                        "max_rel_error": err, "touched": touched, "layer_s": s,
                        "touched_bytes": touched * per_expert, "achieved_Bps": touched * per_expert / s,
                        "achieved_flops": 2 * m * top_k * params / s}
-                row.update(model_layer_s(name, tp, m, top_k, touched, touched * per_expert, params))
+                row.update(model_layer_s(name, tp, m, top_k, touched * per_expert, params))
                 row["model_over_measured"] = row["model_s"] / s
                 report["cases"].append(row)
                 del x, c1, act, c2

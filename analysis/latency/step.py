@@ -302,8 +302,9 @@ def parameter_names() -> list[str]:
 # ~10 µs (vLLM's custom all-reduce), PCIe ones ~30 µs (NCCL). Where no such belief is worth holding, the prior is
 # flat (sigma 2: a factor of 7 either way) and the corpus decides: FlashAttention 3's KV read against FA2's, and the
 # fused-MoE kernels' cost per MoE layer and per expert byte (fitted, an expert byte costs less than a dense weight
-# byte: benchmark batches route to fewer distinct experts than uniform routing touches, so this is an effective
-# factor, not a kernel's bandwidth; the 0.6 prior it had held MoE steps at batch 16–64 up to twice too slow).
+# byte: on a lent H200 vLLM's fused-MoE kernel streamed experts at 83–93 % of spec where the whole-model dense GEMMs
+# reached 77 %, and benchmark batches that route to fewer distinct experts than uniform routing push it the same
+# way; the 0.6 prior it had held MoE steps at batch 16–64 up to twice too slow).
 PRIORS: dict[str, tuple[float, float]] = {
     "eta_weights": (0.80, 0.3), "eta_kv": (0.60, 0.5), "eta_flops": (0.66, 0.25),
     "kv_era.0.5": (1.0, 0.4), "kv_era.0.6": (1.0, 0.4), "kv_kernel.fa3": (1.0, 2.0),
@@ -473,6 +474,23 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
                * coef["kv_kernel"],
                effective_flops=features["gemm_peak_flops"] * coef["eta_flops"])
     return out
+
+
+def expert_layer_terms(a: Architecture, gpu: GPU, *, tp: int, tokens: int, expert_bytes: float, expert_flops: float,
+                       c: LatencyConstants | None = None) -> dict[str, float]:
+    """One MoE layer's two grouped expert GEMMs alone, as the step formula prices them: ``expert_bytes`` (the
+    experts the tokens touch, on one rank) at the weight efficiency × κ[kernel] × κ_moe, two GEMM kernels' fixed
+    time, or ``expert_flops`` at the MoE GEMM rate where they bind; the model's kernel coefficients, nothing else
+    of the step. What a timing of vLLM's fused-MoE kernel is held against (benchmarks/gpu_moe_kernel.py)."""
+    c = c or shipped_constants()
+    w = step_work(a, gpu, tp=tp, decode_seqs=tokens, decode_context=1)
+    coef = {k: v if isinstance(v, float) else c.value(v) for k, v in step_constants(w).items()}
+    coef.update(host_s=0.0, seq_s=0.0)
+    features = dict.fromkeys(FEATURES, 0.0) | {
+        "expert_bytes": expert_bytes, "expert_gemm_flops": expert_flops, "gemms": 2, "tokens": tokens,
+        "bandwidth_Bps": gpu.bandwidth_Bps, "gemm_peak_flops": w.gemm_peak_flops, "peak_flops": w.peak_flops,
+        "link_Bps": 1.0}
+    return step_seconds(**features, **coef)
 
 
 def step_time(w: StepWork, c: LatencyConstants | None = None, overrides: Overrides | None = None) -> float:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from analysis import catalog
-from analysis.latency.step import FEATURES, shipped_constants, step_constants, step_seconds, step_terms, step_work
+from analysis.latency.step import expert_layer_terms, shipped_constants, step_terms, step_work
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "h200-2026-12-04"
 RUNS = [json.loads((RESULTS / run / "decode_kernels.json").read_text()) for run in ("run1", "run2")]
@@ -129,22 +129,14 @@ MOE = MOE_RUNS["run3"]
 
 
 def moe_layer_model(case: dict) -> float:
-    """The model's time for one MoE layer's two grouped GEMMs over the experts the case's tokens touched: the
-    step formula (step_seconds) with the shipped constants and the catalog model's kernel coefficients (bf16, or
-    FP8 where the checkpoint is) on the H200, fed those experts' bytes and FLOPs, two GEMM kernels and nothing
-    else."""
+    """The model's time for one MoE layer's two grouped GEMMs over the experts the case's tokens touched
+    (``expert_layer_terms``: the shipped constants, the catalog model's kernel coefficients, bf16 or FP8 as its
+    checkpoint is, on the H200)."""
     a = catalog.resolve_model(case["model"])[0]
-    w = step_work(a, H200, tp=case.get("tp", 1), decode_seqs=case["tokens"], decode_context=1)
-    c = shipped_constants()
-    coef = {k: v if isinstance(v, float) else c.value(v) for k, v in step_constants(w).items()}
     params = 3 * case["hidden"] * case["inter"] if "hidden" in case else case["touched_bytes"] / case["touched"] / 2
-    features = {k: 0.0 for k in FEATURES} | {
-        "expert_bytes": case["touched_bytes"], "gemms": 2, "tokens": case["tokens"],
-        "expert_gemm_flops": 2 * case["tokens"] * case["top_k"] * params,
-        "bandwidth_Bps": H200.bandwidth_Bps, "gemm_peak_flops": w.gemm_peak_flops, "peak_flops": w.peak_flops,
-        "link_Bps": 1.0}
-    coef.update(host_s=0.0, seq_s=0.0)
-    return step_seconds(**features, **coef)["weights_s"]
+    return expert_layer_terms(a, H200, tp=case.get("tp", 1), tokens=case["tokens"],
+                              expert_bytes=case["touched_bytes"],
+                              expert_flops=2 * case["tokens"] * case["top_k"] * params)["weights_s"]
 
 
 def test_the_moe_run_timed_vllms_own_kernel_and_checked_its_output():
