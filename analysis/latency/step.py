@@ -335,9 +335,17 @@ class Interval(BaseModel):
     n: int
     sources: int
     median_ratio: float
-    low_ratio: float = Field(description="10th percentile of measured ÷ predicted")
-    high_ratio: float = Field(description="90th percentile of measured ÷ predicted")
+    low_ratio: float = Field(description="the interval's low end: the 10th percentile of measured ÷ predicted, "
+                                         "widened (``widening``) to hold unseen campaigns' figures")
+    high_ratio: float = Field(description="its high end: the 90th percentile, widened alike")
     median_abs_error: float = Field(description="median |measured ÷ predicted − 1|")
+    p10_ratio: float | None = Field(None, description="10th percentile of measured ÷ predicted")
+    p90_ratio: float | None = Field(None, description="90th percentile of measured ÷ predicted")
+    widening: float = Field(1.0, ge=1.0, description="how many times farther from the median (in log space) the "
+                                                      "ends sit than the 10th and 90th percentiles")
+    held_out_coverage: float | None = Field(
+        None, description="the share of the regime's figures inside the interval built, at that widening, "
+                          "without their own campaign (None: a single campaign, nothing to hold out)")
 
 
 class LatencyConstants(BaseModel):
@@ -796,7 +804,16 @@ def describe(time_s: float, r: str, c: LatencyConstants | None = None) -> dict[s
     return {"interval_s": [time_s * iv.low_ratio, time_s * iv.high_ratio],
             "checked_against": (f"{iv.n} published vLLM measurements from {iv.sources} sources ({r} regime), each "
                                 f"predicted without its source: median |error| {100 * iv.median_abs_error:.0f}%, "
-                                f"measured/predicted {iv.low_ratio:.2f}–{iv.high_ratio:.2f} (10th–90th pct)")}
+                                f"measured/predicted {iv.low_ratio:.2f}–{iv.high_ratio:.2f} ({_interval_words(iv)})")}
+
+
+def _interval_words(iv: Interval) -> str:
+    """How an interval's ends were set, in words."""
+    if iv.widening == 1.0 or iv.p10_ratio is None or iv.p90_ratio is None:
+        return "10th–90th pct"
+    held = ("" if iv.held_out_coverage is None else
+            f"; built without a source, it held {100 * iv.held_out_coverage:.0f}% of its figures")
+    return f"10th–90th pct {iv.p10_ratio:.2f}–{iv.p90_ratio:.2f} widened ×{iv.widening:g}{held}"
 
 
 def named_terms(s: Schedule, c: LatencyConstants | None = None, overrides: Overrides | None = None

@@ -576,7 +576,8 @@ def procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list[
     cap = table(f"{model}: {first.concurrency:,} sequences of {first.context:,} tokens" + (f", {slos}" if slos else "")
                 + (" (calibrated)" if cal else "") + "; GiB per GPU",
                 ["#", "GPU", tp_head, "weights", "KV/GPU", "N×T needs", "fit@T", "repl.", "GPUs", ""])
-    lat = table(f"predicted latency; range: the 10th–90th percentile of published measurements ÷ prediction; "
+    lat = table(f"predicted latency; range: published measurements ÷ prediction, 10th–90th percentile widened to "
+                f"hold 80 % of an unseen campaign's; "
                 f"TTFT of a {first.prompt_len or first.context:,}-token prompt (its range in --json)",
                 ["#", "GPU", tp_head, "batch", "TPOT ms" if first.served_tpot else "step ms", "range", "TTFT ms",
                  "tok/s/GPU", "bound"])

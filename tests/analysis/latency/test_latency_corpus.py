@@ -7,6 +7,7 @@ fitted on every other source, so the error quoted is the error on evidence the f
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from helpers import assert_reported_in_excerpt
 
@@ -170,8 +171,24 @@ def test_every_interval_holds_most_of_its_held_out_records(fitted):
             rs = [r for r in rows if r.regime == regime or (regime == "decode" and r.kind == "decode"
                                                             and r.regime != QUEUED)]
         inside = sum(iv.low_ratio <= r.loso_ratio <= iv.high_ratio for r in rs)
-        assert inside >= 0.7 * len(rs) - 1, regime  # a 10th-90th percentile range holds ~80 %
-        assert iv.low_ratio <= iv.median_ratio <= iv.high_ratio
+        assert inside >= 0.8 * len(rs) - 2, regime  # at least its 10th-90th percentiles (interpolated) do
+        assert iv.low_ratio <= iv.p10_ratio <= iv.median_ratio <= iv.p90_ratio <= iv.high_ratio
+        # What the interval promises a buyer: built without a campaign, it holds 80 % of that campaign's figures.
+        # Each campaign in turn: the others' 10th and 90th percentiles, each moved iv.widening times as far from
+        # their median in log space.
+        sources = {r.source for r in rs}
+        if len(sources) < 2:
+            assert iv.widening == 1 and iv.held_out_coverage is None
+            continue
+        held = 0
+        for source in sources:
+            others = np.array([r.loso_ratio for r in rs if r.source != source])
+            med = np.median(others)
+            lo = med * (np.percentile(others, 10) / med) ** iv.widening
+            hi = med * (np.percentile(others, 90) / med) ** iv.widening
+            held += sum(lo <= r.loso_ratio <= hi for r in rs if r.source == source)
+        assert held >= 0.8 * len(rs), (regime, held, len(rs))
+        assert iv.held_out_coverage == pytest.approx(held / len(rs))
 
 
 def test_a_calibration_from_several_points_of_a_setup_predicts_its_other_records(fitted):
