@@ -43,6 +43,7 @@ from analysis.latency.step import (
     burst_tpot_schedule,
     burst_ttft_schedule,
     decode_schedule,
+    held_out_interval,
     latency_schedule,
     parameter_names,
     prefill_schedule,
@@ -410,42 +411,9 @@ def evaluate(records: dict[str, LatencyRecord] | None = None) -> tuple[LatencyCo
     return full_c, rows
 
 
-HELD_OUT_COVERAGE = 0.8  # the share of an unseen campaign's figures an interval is widened to hold
-_WIDENINGS = np.round(np.arange(1.0, 4.0001, 0.05), 2)
-
-
-def _percentile_range(ratios: np.ndarray, widening: float = 1.0) -> tuple[float, float]:
-    """The 10th–90th percentiles of measured ÷ predicted, each moved ``widening`` times as far from the median
-    in log space (1: the percentiles themselves)."""
-    med, lo, hi = (float(np.percentile(ratios, q)) for q in (50, 10, 90))
-    return med * (lo / med) ** widening, med * (hi / med) ** widening
-
-
-def _held_out_coverage(rs: list[Row], widening: float) -> float | None:
-    """The share of ``rs`` inside the range built, at ``widening``, from the others' sources alone: how often the
-    interval would have held a figure of a campaign it was not built on. None with a single source."""
-    by_source: dict[str, list[Row]] = defaultdict(list)
-    for r in rs:
-        by_source[r.source].append(r)
-    if len(by_source) < 2:
-        return None
-    inside = 0
-    for source, own in by_source.items():
-        lo, hi = _percentile_range(np.array([r.loso_ratio for r in rs if r.source != source]), widening)
-        inside += sum(lo <= r.loso_ratio <= hi for r in own)
-    return inside / len(rs)
-
-
 def intervals(rows: list[Row]) -> dict[str, Interval]:
     """Per regime (and pooled over decode), the leave-one-source-out ratios' 10th–90th percentiles, widened until
-    they hold 80 % of the figures of campaigns they are not built on.
-
-    The ratios are already leave-one-source-out, but a campaign's figures share an offset (its vLLM build, host,
-    harness), so a range built on the campaigns at hand holds fewer of a new campaign's figures than the 80 % its
-    percentiles suggest: on the 2026-12-04 corpus the per-regime ranges held 61 % (tensor parallel) to 74 % (dense)
-    of the figures of the one campaign each was built without. Each range is therefore widened about its median in
-    log space by the smallest factor (steps of 0.05, at most 4) at which, built without each campaign in turn, it
-    holds ``HELD_OUT_COVERAGE`` of that campaign's figures; the factor and the coverage it reached are kept."""
+    they hold 80 % of the figures of campaigns they are not built on (``step.held_out_interval``)."""
     groups: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         if r.regime == QUEUED:  # reported apart: a queue's figure, not a step's
@@ -454,22 +422,8 @@ def intervals(rows: list[Row]) -> dict[str, Interval]:
         groups[r.regime].append(r)
         if r.kind == "decode":
             groups["decode"].append(r)
-    out = {}
-    for key, rs in sorted(groups.items()):
-        ratios = np.array([r.loso_ratio for r in rs])
-        widening, coverage = 1.0, _held_out_coverage(rs, 1.0)
-        if coverage is not None and coverage < HELD_OUT_COVERAGE:
-            for k in _WIDENINGS[1:]:
-                widening, coverage = float(k), _held_out_coverage(rs, float(k))
-                if coverage is not None and coverage >= HELD_OUT_COVERAGE:
-                    break
-        lo, hi = _percentile_range(ratios, widening)
-        out[key] = Interval(n=len(rs), sources=len({r.source for r in rs}),
-                            median_ratio=float(np.median(ratios)), low_ratio=lo, high_ratio=hi,
-                            median_abs_error=float(np.median(np.abs(ratios - 1))),
-                            p10_ratio=float(np.percentile(ratios, 10)), p90_ratio=float(np.percentile(ratios, 90)),
-                            widening=widening, held_out_coverage=coverage)
-    return out
+    return {key: held_out_interval([r.loso_ratio for r in rs], [r.source for r in rs])
+            for key, rs in sorted(groups.items())}
 
 
 def calibration_check(rows: list[Row], records: dict[str, LatencyRecord]) -> dict[str, Any]:

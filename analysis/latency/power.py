@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.catalog import CATALOG_DIR, GPU
-from analysis.latency.step import Interval, StepWork, step_terms
+from analysis.latency.step import Interval, StepWork, interval_words, step_terms
 
 CONSTANTS_FILE = CATALOG_DIR / "power.yaml"
 IDLE_SHARE = 0.12  # idle draw as a share of TDP where no measurement is catalogued (H100 SXM ~70 of 700 W)
@@ -105,7 +105,7 @@ def step_power(gpu: GPU, w: StepWork, c: PowerConstants | None = None) -> dict[s
         out["power_checked_against"] = (
             f"{iv.n} published power or energy measurements from {iv.sources} sources, each predicted without its "
             f"source: median |error| {100 * iv.median_abs_error:.0f}%, measured/predicted {iv.low_ratio:.2f}–"
-            f"{iv.high_ratio:.2f} (10th–90th pct)")
+            f"{iv.high_ratio:.2f} ({interval_words(iv)})")
     return out
 
 
@@ -118,4 +118,4 @@ def energy_interval(j_per_token: float, c: PowerConstants | None = None) -> tupl
     return [j_per_token * iv.low_ratio, j_per_token * iv.high_ratio], (
         f"{iv.n} published energy-per-token measurements from {iv.sources} groups (vLLM 0.9 on), each predicted "
         f"without its group: median |error| {100 * iv.median_abs_error:.0f}%, measured/predicted "
-        f"{iv.low_ratio:.2f}–{iv.high_ratio:.2f} (10th–90th pct)")
+        f"{iv.low_ratio:.2f}–{iv.high_ratio:.2f} ({interval_words(iv)})")

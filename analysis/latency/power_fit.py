@@ -27,7 +27,7 @@ from analysis import catalog
 from analysis.catalog import CATALOG_DIR
 from analysis.catalog.evidence import PublishedRecord
 from analysis.latency.power import ACTIVITIES, PRIORS, PowerConstants, board_power_w, fractions
-from analysis.latency.step import ERAS, Engine, Interval, era, served_step_schedule, step_time
+from analysis.latency.step import ERAS, Engine, era, held_out_interval, served_step_schedule, step_time
 
 POWER_DIR = CATALOG_DIR / "power"
 # Chat datasets (LMArena, ShareGPT) state no prompt length per configuration; their prompts average a few hundred
@@ -207,18 +207,12 @@ def evaluate(records: dict[str, PowerRecord] | None = None) -> tuple[PowerConsta
             itl = c.rec.reported.median_itl_ms
             rows.append(Row(c.name, g, c.rec.power_w_per_gpu, c.power(held), c.rec.reported.j_per_output_token,
                             c.j_per_token(held), None if itl is None else itl / 1e3, c.tpot_s))
-    ratios = np.array([r.ratio for r in rows])
-    iv = Interval(n=len(rows), sources=len({r.group for r in rows}), median_ratio=float(np.median(ratios)),
-                  low_ratio=float(np.percentile(ratios, 10)), high_ratio=float(np.percentile(ratios, 90)),
-                  median_abs_error=float(np.median(np.abs(ratios - 1))))
+    iv = held_out_interval([r.ratio for r in rows], [r.group for r in rows])
     fitted_on = (f"{len(rows)} published power measurements in {iv.sources} groups (analysis/catalog/power/), GPUs "
                  f"{', '.join(sorted({r.settings.gpu for r in records.values()}))}")
     # The energy per token a plan gives is for the vLLM it plans (the newest era): held against those records.
     newest = [r for r in rows if era(records[r.name].settings.version) == ERAS[-1]] or rows
-    j = np.array([r.measured_j / r.predicted_j for r in newest])
-    eiv = Interval(n=len(newest), sources=len({r.group for r in newest}), median_ratio=float(np.median(j)),
-                   low_ratio=float(np.percentile(j, 10)), high_ratio=float(np.percentile(j, 90)),
-                   median_abs_error=float(np.median(np.abs(j - 1))))
+    eiv = held_out_interval([r.measured_j / r.predicted_j for r in newest], [r.group for r in newest])
     return PowerConstants(params=params, fitted_on=fitted_on, interval=iv, energy_interval=eiv), rows
 
 
@@ -237,14 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     j = np.array([r.measured_j / r.predicted_j for r in rows])
     print(f"power, leave-one-group-out: median |measured/predicted - 1| = {100 * iv.median_abs_error:.1f}% over "
           f"{iv.n} records in {iv.sources} groups; measured/predicted {iv.low_ratio:.2f}-{iv.high_ratio:.2f} "
-          "(10th-90th pct)")
+          f"(10th-90th pct {iv.p10_ratio:.2f}-{iv.p90_ratio:.2f} x{iv.widening:g}: built without a group, it held "
+          f"{100 * (iv.held_out_coverage or 0):.0f}% of its records)")
     print(f"energy per output token (power x the latency model's step), leave-one-group-out: median |error| = "
           f"{100 * float(np.median(np.abs(j - 1))):.1f}%; measured/predicted {np.percentile(j, 10):.2f}-"
           f"{np.percentile(j, 90):.2f}")
     e = constants.energy_interval
     assert e is not None
     print(f"  of vLLM 0.9 on (what a plan predicts for; its interval): {e.n} records, median |error| "
-          f"{100 * e.median_abs_error:.1f}%, measured/predicted {e.low_ratio:.2f}-{e.high_ratio:.2f}")
+          f"{100 * e.median_abs_error:.1f}%, measured/predicted {e.low_ratio:.2f}-{e.high_ratio:.2f} (10th-90th pct "
+          f"{e.p10_ratio:.2f}-{e.p90_ratio:.2f} x{e.widening:g}: built without a group, it held "
+          f"{100 * (e.held_out_coverage or 0):.0f}% of its records)")
     print("constants: " + ", ".join(f"{k} {v:.3f}" for k, v in constants.params.items()))
     if args.write:
         constants.save()
