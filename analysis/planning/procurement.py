@@ -113,7 +113,8 @@ class ProcurementRow(BaseModel):
     decode_step_s: float | None = Field(
         description="the latency model's decode step at that batch (analysis.latency.step)")
     decode_step_interval_s: list[float] | None = Field(
-        None, description="the step's 10th–90th percentile range from the corpus (measured ÷ predicted, held out)")
+        None, description="the step's range from the corpus (measured ÷ predicted, held out): the 10th–90th "
+                          "percentiles widened to hold 80 % of an unseen campaign's figures")
     served_tpot: bool = Field(False, description="decode_step_s is the served TPOT of whole requests (--output-len: "
                                                  "arriving prompts mixed into the steps), not the bare decode step")
     roofline_decode_step_s: float | None = Field(None, description="the bare roofline's step, beside it")
