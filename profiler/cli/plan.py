@@ -125,6 +125,10 @@ def _plan_table(p: dict[str, Any]) -> Table:
     if p.get("accounting_rules"):
         t.caption = (f"accounting rules: {p['accounting_rules']}; {p['entry']} defaults: "
                      f"max_num_batched_tokens {p['max_num_batched_tokens']:,}, max_num_seqs {p['max_num_seqs']:,}")
+    if p.get("decode_step_interval_s"):
+        t.caption = ((t.caption + "\n") if t.caption else "") + (
+            "(ranges): published runs' measured ÷ predicted, 10th–90th pct widened to hold 80% of an unseen "
+            "campaign's (--json: *_checked_against)")
     return t
 
 
