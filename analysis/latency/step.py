@@ -349,6 +349,8 @@ class Interval(BaseModel):
 
 
 HELD_OUT_COVERAGE = 0.8  # the share of an unseen campaign's figures an interval is widened to hold
+# What a shipped range is, in the words the plan's tables print beside it.
+INTERVAL_MEANING = "published runs' measured ÷ predicted, 10th–90th pct widened to hold 80% of an unseen campaign's"
 _WIDENINGS = np.round(np.arange(1.0, 4.0001, 0.05), 2)
 
 
@@ -383,12 +385,10 @@ def held_out_interval(ratios: Any, sources: Any) -> Interval:
     at most 4) at which, built without each campaign in turn, it holds ``HELD_OUT_COVERAGE`` of that campaign's
     figures; the factor and the coverage it reached are kept."""
     r, src = np.asarray(ratios, dtype=float), np.asarray(sources)
-    widening, coverage = 1.0, _held_out_coverage(r, src, 1.0)
-    if coverage is not None and coverage < HELD_OUT_COVERAGE:
-        for k in _WIDENINGS[1:]:
-            widening, coverage = float(k), _held_out_coverage(r, src, float(k))
-            if coverage is not None and coverage >= HELD_OUT_COVERAGE:
-                break
+    for widening in map(float, _WIDENINGS):
+        coverage = _held_out_coverage(r, src, widening)
+        if coverage is None or coverage >= HELD_OUT_COVERAGE:
+            break
     lo, hi = _percentile_range(r, widening)
     return Interval(n=len(r), sources=len(set(src)), median_ratio=float(np.median(r)), low_ratio=lo, high_ratio=hi,
                     median_abs_error=float(np.median(np.abs(r - 1))), p10_ratio=float(np.percentile(r, 10)),

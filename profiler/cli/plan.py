@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from analysis import catalog
+from analysis.latency.step import INTERVAL_MEANING
 from analysis.model.architecture import UnsupportedArchitecture
 from analysis.model.vision import parse_mm_limits
 from analysis.planning.calibration_file import checked_calibration, load_calibration
@@ -127,8 +128,7 @@ def _plan_table(p: dict[str, Any]) -> Table:
                      f"max_num_batched_tokens {p['max_num_batched_tokens']:,}, max_num_seqs {p['max_num_seqs']:,}")
     if p.get("decode_step_interval_s"):
         t.caption = ((t.caption + "\n") if t.caption else "") + (
-            "(ranges): published runs' measured ÷ predicted, 10th–90th pct widened to hold 80% of an unseen "
-            "campaign's (--json: *_checked_against)")
+            f"(ranges): {INTERVAL_MEANING} (--json: *_checked_against)")
     return t
 
 
@@ -580,8 +580,7 @@ def procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list[
     cap = table(f"{model}: {first.concurrency:,} sequences of {first.context:,} tokens" + (f", {slos}" if slos else "")
                 + (" (calibrated)" if cal else "") + "; GiB per GPU",
                 ["#", "GPU", tp_head, "weights", "KV/GPU", "N×T needs", "fit@T", "repl.", "GPUs", ""])
-    lat = table(f"predicted latency; range: published measurements ÷ prediction, 10th–90th percentile widened to "
-                f"hold 80 % of an unseen campaign's; "
+    lat = table(f"predicted latency; range: {INTERVAL_MEANING}; "
                 f"TTFT of a {first.prompt_len or first.context:,}-token prompt (its range in --json)",
                 ["#", "GPU", tp_head, "batch", "TPOT ms" if first.served_tpot else "step ms", "range", "TTFT ms",
                  "tok/s/GPU", "bound"])

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fault_log import record
+from fault_log import Fault, record
 from helpers import KVPROF, ROOT
 from sweep_watch import Frozen, ok_points, records, started, stopped
 
@@ -180,7 +180,7 @@ class KilledAndResumed:
     plan: Plan
     out: Path
     frozen: Frozen
-    row: object
+    row: Fault
     stderr: list[str]
     after_crash: dict[str, dict]
     after_rerun: dict[str, dict]
