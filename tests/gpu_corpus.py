@@ -128,6 +128,13 @@ EXPLAINED: dict[str, str] = {
         "kvprof plans that peak from vLLM 0.32's ViT code (2.18 GiB, which a 0.23 log confirms within 1 %), and "
         "this older ViT kept about 0.18 GiB more: the plan's pool is 2.05 GiB (+13 %; 2.83 before the encoder was "
         "planned); weights within 0.4 %",
+    "sipeed_qwen3_vl_30b_a3b_tp4_rtx3090":
+        "not confirmed: vLLM 0.11.0 profiled Qwen3-VL's tower on one video item of 153,600 tokens (it logs so), where "
+        "kvprof follows 0.32's rule (a 16,384-token image; 0.32 sizes a video at 12,288). The run kept 3.99 GiB "
+        "beside weights and KV (0.9 × 23.41 GiB − 14.77 − 2.31) where kvprof charges 2.14 (1.64 GiB of activation "
+        "and 0.5 of non-torch memory), so its pool is planned at 4.19 GiB against the logged 2.31; 0.32's ViT "
+        "accounting of the logged item (614,400 patches, 11.3 GiB a rank) would not have fitted at all, so 0.11 "
+        "shaped that video otherwise; weights within 0.2 %",
     "unsloth_llama32_1b_fp8_lora_r32_l4":
         "not confirmed: Unsloth's patched vLLM 0.11.2 kept 0.52 GiB beside weights and KV (19.19 GiB requested "
         "− 1.47 − 17.20) where the 0.11.1–0.17 rules charge 1.47 GiB, most of it the sampler's sort-based warm-up "

@@ -36,7 +36,8 @@ _LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt"}
 # Families whose q/k/v projections have biases even though the config says nothing.
 _QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 # Families with q/k RMSNorm over head_dim (two small vectors per layer).
-_QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2"}
+_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3",
+            "gemma3_text", "olmo2"}
 # Families with four norms per layer (pre/post attention, pre/post MLP).
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 # HF PretrainedConfig defaults tie_word_embeddings to True; these families override it.

@@ -168,7 +168,8 @@ class Qwen3VisionTower(QwenVisionTower):
 
     vLLM profiles the modality with the most tokens an item: an image of ``max_pixels`` (16,384 tokens by
     default); a video item is two frames of ``video_max_pixels`` / 2 (``get_max_video_tokens``: 12,288). Checked
-    by hand (docs/plan.md), not in a test, on one vLLM 0.13 start-up of Qwen3-VL-30B-A3B on an H100 NVL."""
+    by hand (docs/plan.md) on a vLLM 0.13 start-up of Qwen3-VL-30B-A3B on an H100 NVL; a vLLM 0.11.0 start-up at
+    tp 4 (the start-up corpus) profiled a 153,600-token video item instead, which this rule does not reproduce."""
 
     kind: Literal["qwen3_vl"] = "qwen3_vl"
     patch_size: int = Field(16, gt=0)

@@ -283,3 +283,28 @@ def test_a_checkpoint_video_preprocessor_config_sets_the_largest_video(tmp_path)
     # the video now has the most tokens an item, so it is the profiled one
     p = encoder_profile(v, max_model_len=32768, max_num_batched_tokens=8192, max_num_seqs=256, dtype_bytes=2)
     assert (p.modality, p.item_tokens) == ("video", 20000)
+
+
+def test_qwen3_vl_30b_a3b_loads_as_vllm_0_11_logged_it_at_tp_4():
+    """The catalog's Qwen3-VL-30B-A3B-Instruct (an MoE decoder with the Qwen3-VL tower) against the Sipeed wiki's
+    vLLM 0.11.0 start-up on four RTX 3090s (tests/fixtures/gpu_corpus/sipeed_qwen3_vl_30b_a3b_tp4_rtx3090.yaml):
+    "Model loading took 14.7708 GiB" on every rank, max_num_batched_tokens 2048."""
+    from analysis.catalog import resolve_model
+    from analysis.model.params import count_params, model_loading_bytes, rotary_cache_bytes
+
+    a, _ = resolve_model("qwen3-vl-30b-a3b")
+    # The decoder from its text_config, by hand: 151,936 × 2,048 embedding and untied LM head; 48 layers of
+    # attention (q 2,048 → 32 × 128, k and v → 4 × 128, o back, two 128-wide norms, two 2,048-wide norms) and 128
+    # experts of gate, up and down (2,048 × 768 each) with a 2,048 × 128 router.
+    attention = 2048 * 4096 + 2 * 2048 * 512 + 4096 * 2048 + 2 * 128 + 2 * 2048
+    moe = 128 * 3 * 2048 * 768 + 2048 * 128
+    decoder = 2 * 151936 * 2048 + 48 * (attention + moe) + 2048
+    assert count_params(a).total == decoder == 30_532_122_624
+    # vLLM 0.11-0.13 build the multimodal RoPE's cos/sin cache for 4 × max_position_embeddings positions
+    # (MRotaryEmbedding's positions_factor): 4 × 262,144 × 128 × 2 bytes on every rank.
+    assert rotary_cache_bytes(a) == 4 * 262144 * 128 * 2
+    # Split four ways with the tower (its 27 blocks and four mergers), beside that cache and three [2048, 2048]
+    # DeepStack buffers: within 0.3 % of what vLLM 0.11 logged.
+    logged = 14.7708 * GiB
+    planned = model_loading_bytes(a, 4, max_num_batched_tokens=2048)
+    assert planned == pytest.approx(logged, rel=0.003)

@@ -269,6 +269,10 @@ EXPLAINED = {
     "openshiftai_qwen25_vl_7b_l4": "vLLM 0.9.0.1's ViT kept about 0.18 GiB more at its profile peak than vLLM "
                                    "0.32's code accounts for (2.18 GiB for the 65,536-patch item), 10 % of a "
                                    "1.81 GiB pool (tests/gpu_corpus.py EXPLAINED)",
+    "sipeed_qwen3_vl_30b_a3b_tp4_rtx3090": "not confirmed: vLLM 0.11.0 profiled Qwen3-VL's tower on one "
+                                           "153,600-token video item (it logs so) where the rules follow 0.32's "
+                                           "16,384-token image; the run kept 1.85 GiB more beside weights and KV "
+                                           "than they charge (tests/gpu_corpus.py EXPLAINED)",
     "unsloth_llama32_1b_fp8_lora_r32_l4": "not confirmed: Unsloth's patched vLLM 0.11.2 kept 0.52 GiB beside "
                                           "weights and KV where the 0.11.1-0.17 rules charge 1.47 GiB (tests/"
                                           "gpu_corpus.py EXPLAINED); the log prints no breakdown",
