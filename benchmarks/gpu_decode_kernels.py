@@ -259,8 +259,9 @@ def graph_floor_section(torch: Any) -> dict[str, Any]:
     s = timed(torch, graph_of(torch, body), 10)
     from analysis.latency.step import shipped_constants
 
+    c = shipped_constants()
     return {"nodes": GRAPH_NODES, "graph_s": s, "per_node_s": s / GRAPH_NODES,
-            "model_layer_s": shipped_constants().value("layer_s")}
+            "model_layer_s": c.value("layer_s"), "model_full_layer_s": c.value("full_layer_s")}
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -302,8 +303,10 @@ def show(r: dict[str, Any]) -> None:
           f"torch {r['torch']} CUDA {r['cuda']}, {r['sms']} SMs")
     if "graph_floor" in r:
         g = r["graph_floor"]
+        full = g.get("model_full_layer_s")
         print(f"graph replay: {g['per_node_s'] * 1e6:.2f} µs a kernel node ({g['nodes']} nodes); "
-              f"the model's per-layer floor is {g['model_layer_s'] * 1e6:.2f} µs")
+              f"the model's per-layer floor is {g['model_layer_s'] * 1e6:.2f} µs under piecewise graphs"
+              + (f", {full * 1e6:.2f} µs replaying a decode step's whole graph" if full else ""))
     if "gemm" in r:
         print(f"{'model':<14} {'tp':>2} {'rows':>5} {'body ms':>8} {'head ms':>8} {'TB/s':>6} {'%bw':>5} "
               f"{'TFLOP/s':>8} {'%pk':>5} {'model ms':>9} {'model/meas':>10}")

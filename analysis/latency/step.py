@@ -18,7 +18,8 @@ the KV it reads, its FLOPs and its all-reduces. Its time is
   + attention_s      attention FLOPs / (peak · η_f[generation])   prefill's quadratic term
   + communication_s  all-reduces × latency[link] · hops + their bytes / link bandwidth   (tp > 1: two a layer;
                                                                   hops: log2(tp) before vLLM 0.9, 1 from it on)
-  + floor_s          per-layer launch cost (CUDA-graph replay, or eager) (+ MoE and MLA layers' extras)
+  + floor_s          per-layer launch cost (piecewise CUDA graphs; a decode step's whole graph from vLLM 0.11;
+                     or eager) (+ MoE and MLA layers' extras)
                      + host[vLLM era] + per-sequence host cost × sequences; under async scheduling (vLLM 0.14 on)
                        a share host_overlap of the host's part hides behind the GPU's work (shows where it outlasts it)
 
@@ -149,6 +150,15 @@ def attention_kernel(gpu: GPU, vllm_version: str | None) -> str:
     return "fa3" if gpu.generation == "hopper" and (v is None or v >= (0, 7)) else "fa2"
 
 
+def full_cuda_graphs(vllm_version: str | None) -> bool:
+    """Whether a decode step replays one whole CUDA graph: vLLM 0.11.0's default cudagraph mode is FULL_AND_PIECEWISE
+    (its start-up logs print ``"cudagraph_mode":[2,1]`` and "Capturing CUDA graphs (decode, FULL)": the corpus's
+    sipeed_qwen3_vl_30b_a3b_tp4_rtx3090); before it the graph broke around every attention layer (PIECEWISE), as it
+    still does for steps that carry prompt tokens."""
+    v = _version(vllm_version)
+    return v is None or v >= (0, 11)
+
+
 def chunked_prefill_default(vllm_version: str | None) -> bool:
     """Whether prompts are chunked and mixed into decode steps by default: V1 (vLLM 0.8 on) always does."""
     v = _version(vllm_version)
@@ -177,6 +187,7 @@ class StepWork:
     allreduce_hops: float  # how the all-reduce latency grows with tp (allreduce_hops())
     allreduce_bytes: float  # bytes each GPU sends and receives in them (ring: 2(tp−1)/tp of the tensor)
     eager: bool
+    full_graphs: bool  # a pure decode step replays one whole CUDA graph (FULL_AND_PIECEWISE, vLLM 0.11 on)
     overlap: bool  # async scheduling: the host's work for the next step runs while this one is on the GPU
     generation: str
     kernel: str
@@ -248,7 +259,8 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         mla_layers=sum(n for layer, n in a.attention_kinds if layer.kind == "mla"),
         allreduces=allreduces,
         allreduce_hops=allreduce_hops(tp, vllm_version), allreduce_bytes=ar_bytes,
-        eager=enforce_eager, overlap=async_scheduling,
+        eager=enforce_eager, full_graphs=not enforce_eager and not prefill_tokens and full_cuda_graphs(vllm_version),
+        overlap=async_scheduling,
         generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
         attention=attention_kernel(gpu, vllm_version),
         link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
@@ -286,8 +298,8 @@ def parameter_names() -> list[str]:
     names += [f"kernel.{k}" for k in KERNELS if k != "bf16"] + ["moe_kernel", "moe_flops"]
     names += [f"kernel_flops.{k}" for k in WEIGHT_ONLY]
     names += [f"expert_call_s.{e}" for e in EXPERT_CALL_ERAS]
-    names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "gemm_call_s", "layer_s", "eager_layer_s", "moe_layer_s",
-                                              "mla_layer_s"]
+    names += [f"host_s.{e}" for e in ERAS] + ["seq_s", "gemm_call_s", "layer_s", "full_layer_s", "eager_layer_s",
+                                              "moe_layer_s", "mla_layer_s"]
     names += [f"allreduce_s.{link}" for link in LINKS] + ["api_s", "gemm_half_rows", "host_overlap"]
     return names
 
@@ -298,7 +310,10 @@ def parameter_names() -> list[str]:
 # benchmarks/results/h200-2026-12-04; Argonne's offline prefills 62 % on H100 and 76 % on A100), a quarter either
 # way for other GPUs and kernels. A GEMM kernel costs a fixed 5.6 µs besides its bytes (the same H200).
 # Floors: a few microseconds per kernel, ~10 kernels a layer under CUDA-graph replay; eager launches cost tens
-# of microseconds a layer; NVLink all-reduces of a few KiB take
+# of microseconds a layer. A decode step that replays one whole graph (vLLM 0.11 on) pays for a layer's non-GEMM
+# kernels their replay alone: six a Llama layer (two fused add-RMSNorms, rotary, the KV-cache write, attention,
+# SiLU-and-mul) at the 0.83 µs a graph node replayed in on the lent H200, 5 µs (the corpus does not pin it: its
+# modern records cannot tell this floor from the host's). NVLink all-reduces of a few KiB take
 # ~10 µs (vLLM's custom all-reduce), PCIe ones ~30 µs (NCCL). Where no such belief is worth holding, the prior is
 # flat (sigma 2: a factor of 7 either way) and the corpus decides: FlashAttention 3's KV read against FA2's, and the
 # fused-MoE kernels' cost per MoE layer and per expert byte (fitted, an expert byte costs less than a dense weight
@@ -312,7 +327,8 @@ PRIORS: dict[str, tuple[float, float]] = {
     "kernel.mxfp4": (0.55, 0.6), "kernel.nf4": (0.30, 0.6), "moe_kernel": (1.0, 2.0),
     "moe_flops": (0.6, 0.5), "kernel_flops": (0.7, 0.5), "expert_call_s": (2e-6, 1.0),
     "host_s.0.5": (3e-3, 1.0), "host_s.0.6": (1e-3, 1.0), "host_s.0.9": (4e-4, 1.0),
-    "seq_s": (8e-6, 1.0), "gemm_call_s": (5.6e-6, 0.3), "layer_s": (8e-6, 0.8), "eager_layer_s": (6e-5, 0.8),
+    "seq_s": (8e-6, 1.0), "gemm_call_s": (5.6e-6, 0.3), "layer_s": (8e-6, 0.8), "full_layer_s": (5e-6, 0.3),
+    "eager_layer_s": (6e-5, 0.8),
     "moe_layer_s": (1.5e-5, 2.0),
     "mla_layer_s": (3e-5, 1.5),
     "allreduce_s.nvlink": (1.2e-5, 0.7), "allreduce_s.pcie": (3e-5, 0.7), "allreduce_s.nccl": (3e-5, 0.7),
@@ -500,7 +516,7 @@ def step_constants(w: StepWork) -> dict[str, str | float]:
             "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
             "host_s": f"host_s.{w.era}", "gemm_half_rows": "gemm_half_rows", "seq_s": "seq_s",
             "gemm_call_s": "gemm_call_s",
-            "layer_s": "eager_layer_s" if w.eager else "layer_s",
+            "layer_s": "eager_layer_s" if w.eager else "full_layer_s" if w.full_graphs else "layer_s",
             "moe_layer_s": "moe_layer_s" if w.moe_layers else 0.0,
             "mla_layer_s": "mla_layer_s" if w.mla_layers else 0.0,
             "host_overlap": "host_overlap" if w.overlap else 0.0}

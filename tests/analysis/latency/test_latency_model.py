@@ -48,7 +48,7 @@ def constants(**over: float) -> LatencyConstants:
 
 def test_a_dense_decode_step_is_its_terms_written_out():
     c = constants(**{"eta_weights.hopper": 0.5, "eta_kv.hopper": 0.25, "eta_flops.hopper": 0.5,
-                     "host_s.0.9": 1e-3, "layer_s": 1e-5, "seq_s": 2e-5})
+                     "host_s.0.9": 1e-3, "full_layer_s": 1e-5, "seq_s": 2e-5})
     s = decode_schedule(Engine(LLAMA8B, H100), 4, 1024)
     t = s.terms(c)
     # the weight stream; the GEMM arithmetic (4 tokens × 2 × 7.5e9 FLOPs at 494.5 TFLOP/s = 0.12 ms) rounds the
@@ -138,7 +138,7 @@ def test_async_scheduling_hides_the_hosts_time_behind_the_gpus():
     # (its per-step cost and per-sequence cost) shows only where it outlasts the GPU's, by the smooth max
     # (gpu⁴ + host⁴)^¼ − gpu, and host_overlap is the share of it hidden so.
     c = constants(**{"eta_weights.hopper": 0.5, "eta_kv.hopper": 0.25, "eta_flops.hopper": 0.5,
-                     "host_s.0.9": 1e-3, "layer_s": 1e-5, "seq_s": 2e-5, "host_overlap": 0.5})
+                     "host_s.0.9": 1e-3, "full_layer_s": 1e-5, "seq_s": 2e-5, "host_overlap": 0.5})
     sync = Engine(LLAMA8B, H100, vllm_version="0.13.0").step(decode_seqs=4, decode_context=1024)
     ahead = Engine(LLAMA8B, H100, vllm_version="0.14.0").step(decode_seqs=4, decode_context=1024)
     assert (sync.overlap, ahead.overlap) == (False, True)
@@ -252,13 +252,30 @@ def test_latent_attention_layers_pay_their_own_per_layer_floor():
     # DeepSeek-V3: 61 layers, every one MLA (absorbed up-projections, more kernels a layer), 58 of them MoE
     # (first_k_dense_replace 3); a GQA model pays none of it.
     v3 = catalog.resolve_model("deepseek-v3")[0]
-    c = constants(**{"host_s.0.9": 1e-3, "layer_s": 1e-5, "moe_layer_s": 2e-5, "mla_layer_s": 4e-5})
+    c = constants(**{"host_s.0.9": 1e-3, "full_layer_s": 1e-5, "moe_layer_s": 2e-5, "mla_layer_s": 4e-5})
     w = Engine(v3, H100, tp=8).step(decode_seqs=1, decode_context=100)
     assert (w.layers, w.moe_layers, w.mla_layers) == (61, 58, 61)
     assert step_terms(w, c)["floor_s"] == pytest.approx(1e-3 + 61 * 1e-5 + 58 * 2e-5 + 61 * 4e-5)
     dense = Engine(LLAMA8B, H100).step(decode_seqs=1, decode_context=100)
     assert dense.mla_layers == 0
     assert step_terms(dense, c)["floor_s"] == pytest.approx(1e-3 + 32 * 1e-5)
+
+
+def test_a_decode_step_replays_one_whole_graph_from_vllm_0_11_and_mixed_steps_stay_piecewise():
+    # vLLM 0.11.0's default cudagraph mode is FULL_AND_PIECEWISE: a pure decode batch replays one graph, so a layer
+    # costs its kernels' replay (full_layer_s); before 0.11, and for a step that carries prompt tokens, the graph
+    # breaks around attention (layer_s); eager mode launches every kernel (eager_layer_s). 32 Llama layers each.
+    c = constants(**{"full_layer_s": 5e-6, "layer_s": 8e-6, "eager_layer_s": 6e-5})
+
+    def floor(version: str | None, eager: bool = False, prefill: float = 0) -> float:
+        w = Engine(LLAMA8B, H100, vllm_version=version, enforce_eager=eager).step(
+            decode_seqs=4, decode_context=1024, prefill_tokens=prefill, prefill_seqs=1 if prefill else None)
+        return step_terms(w, c)["floor_s"]
+
+    assert floor("0.10.2") == pytest.approx(32 * 8e-6)
+    assert floor("0.11.0") == floor(None) == pytest.approx(32 * 5e-6)
+    assert floor("0.11.0", prefill=512) == pytest.approx(32 * 8e-6)
+    assert floor("0.11.0", eager=True) == floor("0.10.2", eager=True) == pytest.approx(32 * 6e-5)
 
 
 def test_quantized_kernels_and_eras_are_named_from_the_checkpoint_and_version():
