@@ -150,13 +150,17 @@ def attention_kernel(gpu: GPU, vllm_version: str | None) -> str:
     return "fa3" if gpu.generation == "hopper" and (v is None or v >= (0, 7)) else "fa2"
 
 
-def full_cuda_graphs(vllm_version: str | None) -> bool:
-    """Whether a decode step replays one whole CUDA graph: vLLM 0.11.0's default cudagraph mode is FULL_AND_PIECEWISE
-    (its start-up logs print ``"cudagraph_mode":[2,1]`` and "Capturing CUDA graphs (decode, FULL)": the corpus's
-    sipeed_qwen3_vl_30b_a3b_tp4_rtx3090); before it the graph broke around every attention layer (PIECEWISE), as it
-    still does for steps that carry prompt tokens."""
+def graph_mode(vllm_version: str | None, *, enforce_eager: bool = False,
+               prompt_tokens: bool = False) -> Literal["eager", "piecewise", "full"]:
+    """How a step's kernels launch: one by one (``--enforce-eager``); from one whole CUDA graph, for a pure decode
+    step from vLLM 0.11.0 on, whose default cudagraph mode is FULL_AND_PIECEWISE (its start-up logs print
+    ``"cudagraph_mode":[2,1]`` and "Capturing CUDA graphs (decode, FULL)": the corpus's
+    sipeed_qwen3_vl_30b_a3b_tp4_rtx3090); or from graphs broken around every attention layer (PIECEWISE), before
+    0.11 and for a step that carries prompt tokens."""
+    if enforce_eager:
+        return "eager"
     v = _version(vllm_version)
-    return v is None or v >= (0, 11)
+    return "full" if not prompt_tokens and (v is None or v >= (0, 11)) else "piecewise"
 
 
 def chunked_prefill_default(vllm_version: str | None) -> bool:
@@ -186,8 +190,7 @@ class StepWork:
     allreduces: float
     allreduce_hops: float  # how the all-reduce latency grows with tp (allreduce_hops())
     allreduce_bytes: float  # bytes each GPU sends and receives in them (ring: 2(tp−1)/tp of the tensor)
-    eager: bool
-    full_graphs: bool  # a pure decode step replays one whole CUDA graph (FULL_AND_PIECEWISE, vLLM 0.11 on)
+    graphs: Literal["eager", "piecewise", "full"]  # how its kernels launch (graph_mode())
     overlap: bool  # async scheduling: the host's work for the next step runs while this one is on the GPU
     generation: str
     kernel: str
@@ -259,7 +262,7 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         mla_layers=sum(n for layer, n in a.attention_kinds if layer.kind == "mla"),
         allreduces=allreduces,
         allreduce_hops=allreduce_hops(tp, vllm_version), allreduce_bytes=ar_bytes,
-        eager=enforce_eager, full_graphs=not enforce_eager and not prefill_tokens and full_cuda_graphs(vllm_version),
+        graphs=graph_mode(vllm_version, enforce_eager=enforce_eager, prompt_tokens=prefill_tokens > 0),
         overlap=async_scheduling,
         generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
         attention=attention_kernel(gpu, vllm_version),
@@ -516,7 +519,7 @@ def step_constants(w: StepWork) -> dict[str, str | float]:
             "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
             "host_s": f"host_s.{w.era}", "gemm_half_rows": "gemm_half_rows", "seq_s": "seq_s",
             "gemm_call_s": "gemm_call_s",
-            "layer_s": "eager_layer_s" if w.eager else "full_layer_s" if w.full_graphs else "layer_s",
+            "layer_s": {"eager": "eager_layer_s", "full": "full_layer_s", "piecewise": "layer_s"}[w.graphs],
             "moe_layer_s": "moe_layer_s" if w.moe_layers else 0.0,
             "mla_layer_s": "mla_layer_s" if w.mla_layers else 0.0,
             "host_overlap": "host_overlap" if w.overlap else 0.0}
