@@ -269,6 +269,9 @@ class Problem:
         self.names = parameter_names()
         index = {n: i for i, n in enumerate(self.names)}
         steps = [(t_i, x, w) for t_i, t in enumerate(targets) for x, w in t.schedule.steps]
+        if any(w.drafter or w.decode_query != 1 or w.speculative_host_s for _, _, w in steps):
+            # the vectorised formula prices one forward pass of one token a sequence, as every corpus record runs
+            raise ValueError("the fit does not take speculative steps (their drafter passes are priced apart)")
         self.features = {k: np.array([float(getattr(w, k)) for _, _, w in steps]) for k in FEATURES}
         fixed: list[float] = []
         self.coef_index: dict[str, np.ndarray] = {}

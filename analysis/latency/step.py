@@ -50,6 +50,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.catalog import CATALOG_DIR, GENERATIONS, GPU
+from analysis.latency.speculative import Speculation, speculative_host_s
 from analysis.model.architecture import Architecture
 from analysis.model.kv import kv_bytes_per_sequence
 from analysis.model.params import count_params, expected_experts_touched, weight_breakdown
@@ -201,10 +202,14 @@ class StepWork:
     gemm_peak_flops: float  # the tensor rate the GEMMs run at (fp8/int8 where the kernel and part have it)
     peak_flops: float  # bf16 tensor rate (attention)
     link_Bps: float
+    decode_query: float = 1.0  # tokens each decoding sequence carries: 1, or 1 + k verifying k draft tokens
+    host: bool = True  # whether it is a scheduler iteration of its own (a drafter's pass is not: no host cost)
+    drafter: tuple[StepWork, ...] = ()  # a speculative drafter's forward passes in the same step (latency.speculative)
+    speculative_host_s: float = 0.0  # host work speculation adds to the step, outside any overlap (before vLLM 0.11)
 
     @property
     def tokens(self) -> float:
-        return self.decode_seqs + self.prefill_tokens
+        return self.decode_seqs * self.decode_query + self.prefill_tokens
 
 
 @lru_cache(maxsize=256)
@@ -217,13 +222,19 @@ def _weights(a: Architecture, tp: int) -> tuple[Any, Any]:
 def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0, decode_context: float = 0,
               prefill_tokens: float = 0, prefill_prefix: float = 0, prefill_seqs: float | None = None,
               kv_cache_dtype: str = "auto", enforce_eager: bool = False,
-              vllm_version: str | None = None, async_scheduling: bool = False) -> StepWork:
+              vllm_version: str | None = None, async_scheduling: bool = False, decode_query: float = 1) -> StepWork:
     """The work of one step: ``decode_seqs`` sequences each holding ``decode_context`` tokens generate one
     token each, and ``prefill_tokens`` prompt tokens (of ``prefill_seqs`` prompts, after ``prefill_prefix``
-    tokens already cached) are processed. Byte and FLOP counts are per GPU."""
+    tokens already cached) are processed. Byte and FLOP counts are per GPU.
+
+    ``decode_query``: the tokens each decoding sequence carries, 1 + k where the target verifies k draft tokens
+    (speculative decoding): every one runs through the GEMMs and the LM head (vLLM samples all 1 + k positions to
+    accept or reject them) and attends over the context, whose KV the step still reads once a sequence."""
     if decode_seqs < 0 or prefill_tokens < 0 or decode_seqs + prefill_tokens <= 0:
         raise ValueError("a step processes at least one token")
-    tokens = decode_seqs + prefill_tokens
+    if decode_query < 1:
+        raise ValueError("a decoding sequence carries at least one token a step")
+    tokens = decode_seqs * decode_query + prefill_tokens
     w, p = _weights(a, tp)
     dense = w.non_expert - (0 if a.tie_word_embeddings else w.embedding)
     experts, touched = 0.0, None
@@ -241,10 +252,10 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
     lm_head = p.lm_head or (p.embedding if a.tie_word_embeddings else 0)
     lookup = 0 if a.tie_word_embeddings else p.embedding
     body = p.active - lookup - lm_head
-    sampled = decode_seqs + (prefill_seqs if prefill_seqs is not None else (1 if prefill_tokens else 0))
+    sampled = decode_seqs * decode_query + (prefill_seqs if prefill_seqs is not None else (1 if prefill_tokens else 0))
     gemm = 2 * (body * tokens + lm_head * sampled) / tp
     expert_gemm = 2 * p.experts_active * tokens / tp  # the routed experts' share of it (grouped GEMMs)
-    attn = decode_seqs * attention_flops_per_token(a, round(decode_context))
+    attn = decode_seqs * decode_query * attention_flops_per_token(a, round(decode_context))
     if prefill_tokens:
         attn += prefill_tokens * attention_flops_per_token(a, round(prefill_prefix + per_prompt / 2))
     kern = kernel_family(a)
@@ -267,7 +278,7 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
         attention=attention_kernel(gpu, vllm_version),
         link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
-        peak_flops=bf16, link_Bps=(gpu.interconnect_gbs or 32) * 1e9)
+        peak_flops=bf16, link_Bps=(gpu.interconnect_gbs or 32) * 1e9, decode_query=decode_query)
 
 
 def gemm_kernels(a: Architecture) -> int:
@@ -287,6 +298,31 @@ def gemm_kernels(a: Architecture) -> int:
         else:
             n += 2
     return n
+
+
+def drafter_passes(e: Engine, s: Speculation, target_step: StepWork, **kw: float) -> tuple[StepWork, ...]:
+    """The drafter's k passes within a step whose target work is ``target_step`` (built from ``kw``, the
+    :meth:`Engine.step` arguments): the first over the same tokens, the others over one token a decoding request.
+    Each pass is a forward of the drafter's architecture, launched as the drafter launches (``s.graphs``), with no
+    host cost of its own."""
+    if s.drafter is None:
+        return ()
+    eager = e.enforce_eager or s.graphs == "eager"
+
+    def one(extra: float, **args: float) -> StepWork:
+        w = step_work(s.drafter, e.gpu, tp=e.tp, kv_cache_dtype=e.kv_cache_dtype, enforce_eager=eager,
+                      vllm_version=e.vllm_version, **args)
+        more = extra * s.drafter.weight_dtype_bytes / e.tp  # matrices beside the layers, split as theirs are
+        return replace(w, host=False, graphs="eager" if eager else "full",
+                       dense_bytes=w.dense_bytes + more,
+                       gemm_flops=w.gemm_flops + 2 * extra * w.tokens / e.tp)
+
+    first = one(s.extra_params + s.first_pass_extra_params, **kw)
+    seqs = target_step.decode_seqs
+    if s.k == 1 or seqs <= 0:
+        return (first,)
+    later = one(s.extra_params, decode_seqs=seqs, decode_context=kw.get("decode_context", 0))
+    return (first,) + (later,) * (s.k - 1)
 
 
 # -- the constants ---------------------------------------------------------------------------------
@@ -517,12 +553,13 @@ def step_constants(w: StepWork) -> dict[str, str | float]:
             "kv_era": 1.0 if w.era == ERAS[-1] else f"kv_era.{w.era}",
             "kv_kernel": f"kv_kernel.{w.attention}" if w.attention != "fa2" else 1.0,
             "eta_flops": f"eta_flops.{g}", "allreduce_s": f"allreduce_s.{w.link}" if w.allreduces else 0.0,
-            "host_s": f"host_s.{w.era}", "gemm_half_rows": "gemm_half_rows", "seq_s": "seq_s",
+            "host_s": f"host_s.{w.era}" if w.host else 0.0, "gemm_half_rows": "gemm_half_rows",
+            "seq_s": "seq_s" if w.host else 0.0,
             "gemm_call_s": "gemm_call_s",
             "layer_s": {"eager": "eager_layer_s", "full": "full_layer_s", "piecewise": "layer_s"}[w.graphs],
             "moe_layer_s": "moe_layer_s" if w.moe_layers else 0.0,
             "mla_layer_s": "mla_layer_s" if w.mla_layers else 0.0,
-            "host_overlap": "host_overlap" if w.overlap else 0.0}
+            "host_overlap": "host_overlap" if w.overlap and w.host else 0.0}
 
 
 def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overrides | None = None
@@ -542,6 +579,11 @@ def step_terms(w: StepWork, c: LatencyConstants | None = None, overrides: Overri
         coef.update(host_s=o.step_overhead_s, seq_s=0.0, layer_s=0.0, moe_layer_s=0.0, mla_layer_s=0.0,
                     gemm_call_s=0.0, host_overlap=0.0)  # what the sweep's steps showed, kernels' fixed costs and all
     out = step_seconds(**features, **coef)
+    out["floor_s"] = out["floor_s"] + w.speculative_host_s
+    for drafted in w.drafter:  # a speculative drafter's passes run on the GPU within the step, after the target's
+        for k, v in step_terms(drafted, c, overrides).items():
+            if k in TERMS or k in ("weight_stream_s", "gemm_compute_s"):
+                out[k] += v
     bw_w = features["bandwidth_Bps"] * coef["eta_weights"] * coef["kernel"]
     out.update(effective_weight_bandwidth_Bps=bw_w,
                effective_kv_bandwidth_Bps=features["bandwidth_Bps"] * coef["eta_kv"] * coef["kv_era"]
@@ -620,6 +662,7 @@ class Engine:
     max_num_batched_tokens: int | None = None  # None: no chunking (the whole prefill in one step)
     chunked_prefill: bool | None = None  # None: vLLM's default for the version
     async_scheduling: bool | None = None  # None: vLLM's default for the version (analysis.vllm.budget)
+    speculation: Speculation | None = None  # --speculative-config (analysis.latency.speculative)
 
     @property
     def overlapped(self) -> bool:
@@ -631,10 +674,25 @@ class Engine:
     def chunked(self) -> bool:
         return chunked_prefill_default(self.vllm_version) if self.chunked_prefill is None else self.chunked_prefill
 
+    @property
+    def tokens_per_step(self) -> float:
+        """Output tokens a decoding request gains a step: 1, or the acceptance length under speculative decoding."""
+        return self.speculation.tokens_per_step if self.speculation else 1.0
+
     def step(self, **kw: float) -> StepWork:
-        return step_work(self.a, self.gpu, tp=self.tp, kv_cache_dtype=self.kv_cache_dtype,
-                         enforce_eager=self.enforce_eager, vllm_version=self.vllm_version,
-                         async_scheduling=self.overlapped, **kw)
+        """One step's work; under speculative decoding every decoding request carries 1 + k tokens to verify and the
+        drafter's passes run within the step (analysis.latency.speculative)."""
+        s = self.speculation
+        if s is not None and kw.get("decode_seqs", 0) > 0:
+            kw["decode_query"] = 1 + s.k
+        w = step_work(self.a, self.gpu, tp=self.tp, kv_cache_dtype=self.kv_cache_dtype,
+                      enforce_eager=self.enforce_eager, vllm_version=self.vllm_version,
+                      async_scheduling=self.overlapped, **kw)
+        if s is not None:
+            passes = drafter_passes(self, s, w, **kw)
+            w = replace(w, drafter=passes, speculative_host_s=speculative_host_s(
+                _version(self.vllm_version), s, len(passes)))
+        return w
 
     def chunks(self, tokens: float) -> list[float]:
         """Prompt tokens split into steps of at most max_num_batched_tokens."""
@@ -676,14 +734,21 @@ def latency_schedule(e: Engine, batch: int, input_len: int, output_len: int) -> 
     """``vllm bench latency``: the batch's prompts prefilled together, then ``output_len − 1`` decode steps
     (the prefill's step samples the first token) at the mean context of the decode."""
     s = prefill_schedule(e, batch, input_len)
-    if output_len > 1:
-        s.extend(decode_schedule(e, batch, input_len + output_len / 2), output_len - 1)
+    if output_len > 1:  # under speculative decoding a step yields the acceptance length's tokens
+        s.extend(decode_schedule(e, batch, input_len + output_len / 2), (output_len - 1) / e.tokens_per_step)
     return s
 
 
 def served_step_schedule(e: Engine, concurrency: float, input_len: int, output_len: int,
                          steady: bool = True) -> Schedule:
-    """A served request's time per output token at ``concurrency`` requests in flight.
+    """A served request's time per output token at ``concurrency`` requests in flight: its steps' (below) over the
+    tokens a step yields it (1; the acceptance length under speculative decoding, whose decoding requests carry
+    1 + k tokens each into the token budget, and whose request finishes in output_len ÷ L steps)."""
+    return Schedule().extend(_served_step(e, concurrency, input_len, output_len, steady), 1 / e.tokens_per_step)
+
+
+def _served_step(e: Engine, concurrency: float, input_len: int, output_len: int, steady: bool) -> Schedule:
+    """A served request's mean step at ``concurrency`` requests in flight.
 
     Steady state (requests keep arriving as others finish): while one request decodes, each of the other
     ``concurrency − 1`` slots takes a new prompt every ``output_len`` steps (a request's own prompt runs before its
@@ -707,20 +772,22 @@ def served_step_schedule(e: Engine, concurrency: float, input_len: int, output_l
     decode = decode_schedule(e, concurrency, ctx)
     if not steady or output_len <= 1:
         return decode
-    arriving = (concurrency - 1) / output_len  # other requests' prompts per step
+    arriving = (concurrency - 1) * e.tokens_per_step / output_len  # other requests' prompts per step
+    per_seq = 1 + (e.speculation.k if e.speculation else 0)  # budget tokens a decoding request takes a step
     if not e.chunked:
         if arriving <= 1:
             return decode.extend(prefill_schedule(e, 1, input_len), arriving)
         return decode.extend(prefill_schedule(e, arriving, input_len))
-    room = None if e.max_num_batched_tokens is None else max(e.max_num_batched_tokens - concurrency, 1)
+    room = None if e.max_num_batched_tokens is None else max(e.max_num_batched_tokens - concurrency * per_seq, 1)
     if arriving > 1:
         tokens = arriving * input_len
         if room is None or tokens <= room:
             return Schedule().add(1, e.step(decode_seqs=concurrency, decode_context=ctx, prefill_tokens=tokens,
                                             prefill_prefix=0, prefill_seqs=arriving))
         budget = float(e.max_num_batched_tokens or 0)
-        decoding = max(min(concurrency, budget * output_len / (input_len + output_len)), 1.0)
-        prefill = budget - decoding
+        steps = output_len / e.tokens_per_step  # a request's decode steps
+        decoding = max(min(concurrency, budget * steps / (input_len + per_seq * steps)), 1.0)
+        prefill = max(budget - per_seq * decoding, 1.0)
         return Schedule().add(1, e.step(decode_seqs=decoding, decode_context=ctx, prefill_tokens=prefill,
                                         prefill_prefix=0, prefill_seqs=max(prefill / input_len, 1.0)))
     chunks = replace(e, max_num_batched_tokens=room).chunks(input_len)
@@ -785,7 +852,8 @@ def burst_ttft_schedule(e: Engine, requests: int, prompt_len: int, statistic: Li
     if waits:
         for w in chunk_steps:
             s.add(waits, w)
-        s.extend(decode_schedule(e, b, prompt_len + output_len / 2), waits * max(output_len - 1, 0))
+        s.extend(decode_schedule(e, b, prompt_len + output_len / 2),
+                 waits * max(output_len - 1, 0) / e.tokens_per_step)
     return s
 
 
@@ -822,7 +890,9 @@ def burst_tpot_schedule(e: Engine, requests: int, prompt_len: int, output_len: i
         decode_weight += max(n - len(later), 0) / (len(chosen) * n)
     for wt, w in zip(weights, chunk_steps, strict=True):
         s.add(wt, w)
-    return s.extend(decode, decode_weight)
+    s.extend(decode, decode_weight)
+    # Under speculative decoding a step yields a request the acceptance length's tokens, not one.
+    return s if e.speculation is None else Schedule().extend(s, 1 / e.tokens_per_step)
 
 
 def queued_ttft_schedule(e: Engine, concurrency: int, running: int, prompt_len: int, output_len: int) -> Schedule:

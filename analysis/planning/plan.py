@@ -23,6 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from analysis.catalog import GPU, UnknownName, resolve_gpu, resolve_model
 from analysis.latency import step as latency
 from analysis.latency.power import energy_interval, step_power
+from analysis.latency.speculative import Speculation
+from analysis.latency.speculative import speculation as speculative_step
+from analysis.latency.speculative_evidence import widened
 from analysis.model.architecture import Architecture, UnsupportedArchitecture
 from analysis.model.kv import (
     KV_DTYPES,
@@ -47,7 +50,13 @@ from analysis.vllm.lora import DEFAULT_MAX_LORA_RANK, LoraNotModelled, lora_byte
 from analysis.vllm.memory import ENTRY_ALIASES, rules_for
 from analysis.vllm.offload import offload_plan
 from analysis.vllm.pipeline import Stage, stage, stages
-from analysis.vllm.speculative import DrafterMemory, SpeculativeConfig, SpeculativeNotModelled, drafter_memory
+from analysis.vllm.speculative import (
+    MAX_SPECULATIVE_TOKENS,
+    DrafterMemory,
+    SpeculativeConfig,
+    SpeculativeNotModelled,
+    drafter_memory,
+)
 
 
 class PlanError(ValueError):
@@ -96,6 +105,9 @@ class PlanInputs(BaseModel):
     dtype: str = "auto"  # vLLM's --dtype: the weights' (and an auto KV cache's) dtype
     quantization: str | None = None  # vLLM's --quantization: overrides the checkpoint's quantization_config
     speculative_config: SpeculativeConfig | None = None  # vLLM's --speculative-config (analysis.vllm.speculative)
+    # Tokens a request gains per step under speculative decoding, as vLLM logs it ("Mean acceptance length": 1 +
+    # accepted ÷ drafts): a property of the text and the drafter, not of the hardware (None: 1, none accepted).
+    acceptance_length: float | None = Field(None, ge=1, le=1 + MAX_SPECULATIVE_TOKENS, allow_inf_nan=False)
     # vLLM's --limit-mm-per-prompt: items a prompt may carry per modality (a modality not named: vLLM's 999); sizes
     # a vision tower's profile run (analysis.model.vision). Nothing multimodal allowed: no encoder profile.
     limit_mm_per_prompt: dict[Literal["image", "video", "audio"], Annotated[int, Field(strict=True, ge=0)]] | None \
@@ -128,6 +140,16 @@ class PlanInputs(BaseModel):
     def _check(self) -> PlanInputs:
         if self.kv_cache_dtype.lower() not in KV_DTYPES:
             raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not one of {', '.join(KV_DTYPES)}")
+        if self.acceptance_length is not None:
+            spec = self.speculative_config
+            if spec is None:
+                raise ValueError("acceptance_length (--acceptance-length) goes with a speculative config "
+                                 "(--speculative-config): without one every step yields one token")
+            if self.acceptance_length > 1 + spec.num_speculative_tokens:
+                raise ValueError(f"acceptance_length {self.acceptance_length:g} is more than 1 + k = "
+                                 f"{1 + spec.num_speculative_tokens} (num_speculative_tokens "
+                                 f"{spec.num_speculative_tokens}; vLLM's mean acceptance length counts the bonus "
+                                 "token: 1 when no draft is accepted, 1 + k when all are)")
         return self
 
 
@@ -432,6 +454,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
             raise PlanError(str(exc)) from None
         weights += lora  # allocated inside model loading: vLLM's "Model loading took" counts them
     drafter: DrafterMemory | None = None
+    speculation: Speculation | None = None
     if inputs.speculative_config is not None:
         spec = inputs.speculative_config
         if inputs.pipeline_parallel_size > 1:
@@ -441,6 +464,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
             draft = resolve_model(spec.model)[0].with_dtype(a.torch_dtype) if spec.model else None
             drafter = drafter_memory(a, spec, draft, tp=tp, kv_cache_dtype=inputs.kv_cache_dtype,
                                      max_num_seqs=max_num_seqs, max_model_len=mml)
+            speculation = speculative_step(a, spec, draft, inputs.acceptance_length)
         except (SpeculativeNotModelled, UnknownName, UnsupportedArchitecture) as exc:
             raise PlanError(f"--speculative-config: {exc}") from None
         weights += drafter.weight_bytes  # loaded in the same profiling block: "Model loading took" counts it
@@ -557,7 +581,14 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
                               "draft_kv_bytes_per_token": drafter.kv_bytes_per_token,
                               "slots_beyond_context": drafter.slots_beyond_context,
                               "reserve_bytes": drafter.reserve_bytes, "shares": drafter.shared,
-                              "not_planned": "the drafter's CUDA graphs; its decode-step latency and acceptance"}
+                              "acceptance_length": inputs.acceptance_length,
+                              "latency": (f"each step verifies 1 + k tokens a request and runs the drafter's passes; "
+                                          f"it yields {inputs.acceptance_length:g} tokens a request (the acceptance "
+                                          "length given)" if inputs.acceptance_length else
+                                          "each step verifies 1 + k tokens a request and runs the drafter's passes; "
+                                          "no --acceptance-length given, so every figure counts one token a step "
+                                          "(none accepted): the floor of what speculation buys"),
+                              "not_planned": "the drafter's CUDA graphs' memory"}
     if inputs.batch:
         out["batch"] = inputs.batch
         out["batch_fits"] = inputs.batch <= out["kv_full_batch"] if known else None
@@ -577,7 +608,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
                                                                     pipeline[r]["num_blocks"] or 0))
         out["latency_note"] = "latency with pipeline parallelism is not modelled yet (issue #28)"
     elif gpu is not None:
-        out.update(_latency(a, inputs, gpu, context, calibration, mnbt))
+        out.update(_latency(a, inputs, gpu, context, calibration, mnbt, speculation))
     if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
         out["calibration_warnings"] = warnings
     return out
@@ -682,7 +713,7 @@ def _request_latency(engine: latency.Engine, inputs: PlanInputs, out: dict[str, 
     def figure(name: str, s: latency.Schedule, r: str) -> None:
         """A figure with its named terms, its regime's interval and what it was checked against."""
         t = s.time()
-        d = latency.describe(t, r)
+        d = _describe(engine, t, r)
         res.update({f"{name}_s": t, f"{name}_terms": latency.named_terms(s), f"{name}_interval_s": d["interval_s"],
                     f"{name}_checked_against": d["checked_against"]})
 
@@ -705,7 +736,7 @@ def _request_latency(engine: latency.Engine, inputs: PlanInputs, out: dict[str, 
 
 
 def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibration: Calibration | None,
-             max_num_batched_tokens: int | None = None) -> dict[str, Any]:
+             max_num_batched_tokens: int | None = None, speculation: Speculation | None = None) -> dict[str, Any]:
     """Latency figures: the bare roofline (``roofline_*``) and, on a GPU, the evidence-fitted latency model
     (``analysis.latency.step``: named terms, an interval from the corpus and what it was checked against), which
     ``decode_step_s``, ``tokens_per_s``, ``prefill_s`` and ``ttft_s`` are. A CPU has no fitted constants:
@@ -722,7 +753,7 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
     model = not gpu.cpu
     engine = latency.Engine(a, gpu, tp=tp, kv_cache_dtype=inputs.kv_cache_dtype, enforce_eager=inputs.enforce_eager,
                             vllm_version=inputs.vllm_version, max_num_batched_tokens=max_num_batched_tokens,
-                            async_scheduling=async_scheduling(inputs, not gpu.cpu))
+                            async_scheduling=async_scheduling(inputs, not gpu.cpu), speculation=speculation)
     out["latency_model"] = ("evidence-fitted step model (analysis/catalog/latency.yaml)" if model else
                             "roofline: no evidence-fitted constants for CPUs (calibrate with a sweep)")
     if inputs.prompt_len:
@@ -741,7 +772,7 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
                                        served=inputs.entry == "serve")
             out["ttft_s"] = ts.time()
             out["ttft_terms"] = latency.named_terms(ts)
-            d = latency.describe(out["ttft_s"], "ttft")
+            d = _describe(engine, out["ttft_s"], "ttft")
             out["ttft_interval_s"], out["ttft_checked_against"] = d["interval_s"], d["checked_against"]
             out["ttft_running_sequences"] = running
             if inputs.output_len:
@@ -766,8 +797,9 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
         terms = latency.named_terms(ds)
         t = ds.time()
         reg = latency.regime(a, tp)
-        d = latency.describe(t, reg)
+        d = _describe(engine, t, reg)
         work = ds.steps[0][1]
+        n = engine.tokens_per_step  # tokens a sequence gains a step: the acceptance length under speculation
         out.update({
             "decode_step_s": t,
             "decode_bound": latency.dominant_term(terms),
@@ -778,9 +810,12 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
             "decode_regime": reg,
             "decode_step_interval_s": d["interval_s"],
             "decode_checked_against": d["checked_against"],
-            "tokens_per_s": batch / t,
-            "tokens_per_s_interval": [batch / x for x in reversed(d["interval_s"])] if d["interval_s"] else None,
+            "tokens_per_s": batch * n / t,
+            "tokens_per_s_interval": [batch * n / x for x in reversed(d["interval_s"])] if d["interval_s"] else None,
         })
+        if engine.speculation is not None:
+            out.update({"decode_tokens_per_step": n, "tpot_s": t / n,
+                        "tpot_interval_s": [x / n for x in d["interval_s"]] if d["interval_s"] else None})
         # Board power while it decodes (analysis.latency.power) and the energy of an output token: every GPU of the
         # replica draws it while a step makes one token per sequence.
         pw = step_power(gpu, work)
@@ -788,12 +823,15 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
                     "decode_power_checked_against": pw["power_checked_against"], "tdp_w": pw["tdp_w"],
                     "idle_w": pw["idle_w"]})
         if pw["power_w"] is not None:
-            j = out["decode_j_per_output_token"] = pw["power_w"] * tp * t / batch
+            j = out["decode_j_per_output_token"] = pw["power_w"] * tp * t / (batch * n)
             out["decode_j_per_output_token_interval"], out["decode_energy_checked_against"] = energy_interval(j)
     else:
         out.update({"decode_step_s": step.time_s, "decode_bound": step.bound, "tokens_per_s": batch / step.time_s})
-    if calibration is not None and (calibration.effective_bandwidth_Bps or calibration.effective_flops
-                                    or calibration.step_overhead_s):
+    if calibration is not None and speculation is not None:
+        out["calibration_speculative_note"] = ("the calibration's decode fit is of steps without speculative "
+                                               "decoding: its figures are left out, the step model's stand")
+    elif calibration is not None and (calibration.effective_bandwidth_Bps or calibration.effective_flops
+                                      or calibration.step_overhead_s):
         # The fitted model (analysis.measured.decode_fit): overhead + bytes / BW_eff, plus FLOPs / F_eff where the
         # fit has a FLOP term; without one, the roofline's max(bytes / BW_eff, FLOPs / peak) keeps a batch past
         # the ridge point compute-bound. The device's bandwidth stands in where the fit could not identify one.
@@ -816,13 +854,24 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
         cp = calibration.power
         w = cp.at(batch)
         step_s = out.get("calibrated_decode_step_s", out["decode_step_s"])
-        out.update({"calibrated_decode_power_w": w, "calibrated_j_per_output_token": w * tp * step_s / batch,
+        out.update({"calibrated_decode_power_w": w, "calibrated_j_per_output_token":
+                    w * tp * step_s / (batch * out.get("decode_tokens_per_step", 1.0)),
                     "calibrated_power_source": f"measured at batch {', '.join(str(b) for b, _ in cp.power_w_by_batch)}"
                                                f" ({cp.points} decode points; {cp.counted}; {cp.method})"})
         if iv := _calibration_interval(calibration):
             out["calibrated_decode_step_interval_s"] = [t * iv[0], t * iv[1]]
             out["calibrated_checked_against"] = iv[2]
     return out
+
+
+def _describe(engine: latency.Engine, time_s: float, r: str) -> dict[str, Any]:
+    """A prediction's interval and what it was checked against (``latency.describe``); under speculative decoding
+    widened to hold the published speculative runs (analysis.latency.speculative.widened)."""
+    d = latency.describe(time_s, r)
+    if engine.speculation is not None:
+        d["interval_s"], words = widened(d["interval_s"], time_s)
+        d["checked_against"] = f"{d['checked_against']}; speculative decoding: {words}"
+    return d
 
 
 def _calibration_interval(calibration: Calibration) -> tuple[float, float, str] | None:

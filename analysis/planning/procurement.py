@@ -117,6 +117,9 @@ class ProcurementRow(BaseModel):
                           "percentiles widened to hold 80 % of an unseen campaign's figures")
     served_tpot: bool = Field(False, description="decode_step_s is the served TPOT of whole requests (--output-len: "
                                                  "arriving prompts mixed into the steps), not the bare decode step")
+    speculative_tokens_per_step: float | None = Field(
+        None, description="under speculative decoding, the acceptance length planned: decode_step_s is then the step "
+                          "over it, the time per output token")
     roofline_decode_step_s: float | None = Field(None, description="the bare roofline's step, beside it")
     decode_bound: str | None = Field(description="the step's largest term: weights, kv, attention, communication, "
                                                  "floor (a CPU: the roofline's memory or compute)")
@@ -168,6 +171,7 @@ class _Figures(BaseModel):
     decode_step_s: float | None = None
     decode_step_interval_s: list[float] | None = None
     served_tpot: bool = False
+    speculative_tokens_per_step: float | None = None
     roofline_decode_step_s: float | None = None
     decode_bound: str | None = None
     tokens_per_s_per_gpu: float | None = None
@@ -235,8 +239,9 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
 
     def step(p: dict) -> float:
         """The time per output token the SLO and the tokens/s are judged by: the calibrated step; else, for whole
-        requests (--output-len), the served TPOT with arriving prompts mixed in; else the decode step."""
-        return p.get("calibrated_decode_step_s", p.get("served_tpot_s", p["decode_step_s"]))
+        requests (--output-len), the served TPOT with arriving prompts mixed in; else the decode step (under
+        speculative decoding, over the tokens it yields: ``tpot_s``)."""
+        return p.get("calibrated_decode_step_s", p.get("served_tpot_s", p.get("tpot_s", p["decode_step_s"])))
 
     def misses(p: dict) -> Reason | None:
         if tpot_slo_s is not None and step(p) > tpot_slo_s:
@@ -285,9 +290,10 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
     f.decode_bound = p["calibrated_decode_bound"] if calibrated else p["decode_bound"]
     served = not calibrated and "served_tpot_s" in p
     iv = (p.get("calibrated_decode_step_interval_s") if calibrated else
-          p.get("served_tpot_interval_s") if served else p.get("decode_step_interval_s"))
+          p.get("served_tpot_interval_s") if served else p.get("tpot_interval_s", p.get("decode_step_interval_s")))
     f.decode_step_interval_s = iv
     f.served_tpot = served
+    f.speculative_tokens_per_step = None if calibrated else p.get("decode_tokens_per_step")
     f.roofline_decode_step_s = p.get("roofline_decode_step_s")
     f.tokens_per_s_per_gpu = f.batch / f.decode_step_s / tp
     f.tokens_per_s_per_gpu_interval = [f.batch / x / tp for x in reversed(iv)] if iv else None

@@ -88,6 +88,9 @@ def _plan_table(p: dict[str, Any]) -> Table:
         for k, v in (p.get("decode_terms") or {}).items():
             if v:
                 row(f"  {k.removesuffix('_s')}", "", fmt_seconds(v))
+        if "tpot_s" in p:
+            row(f"  time per output token ({p['decode_tokens_per_step']:g} tokens a step)", "",
+                with_range(p["tpot_s"], p.get("tpot_interval_s")))
         row("decode throughput", "", f"{p['tokens_per_s']:,.0f} tok/s")
         if p.get("decode_power_w") is not None:
             iv = p.get("decode_power_interval_w")
@@ -161,7 +164,12 @@ def plan_cmd(
     speculative_config: Annotated[str | None, typer.Option(
         help="vLLM's --speculative-config JSON: method ngram, eagle, eagle3, mtp or draft_model, the draft's model "
              "(a catalog name, directory or config.json) and num_speculative_tokens; the drafter's weights, its KV "
-             "layers in every block and each request's lookahead slots are planned.")] = None,
+             "layers in every block and each request's lookahead slots are planned, and each step's verify and "
+             "draft work.")] = None,
+    acceptance_length: Annotated[float | None, typer.Option(
+        help="With --speculative-config: the mean tokens a request gains a step (vLLM logs it as 'Mean acceptance "
+             "length', 1 to 1 + k; it depends on the text and the drafter). Without it the latency figures count "
+             "one a step, none accepted.")] = None,
     limit_mm_per_prompt: Annotated[str | None, typer.Option(
         help="vLLM's --limit-mm-per-prompt JSON ('{\"image\": 1, \"video\": 0}'): sizes a vision tower's start-up "
              "profile (Qwen2-VL, Qwen2.5-VL: a video of up to 14 frames where max_model_len allows it).")] = None,
@@ -269,7 +277,8 @@ def plan_cmd(
                     dtype=dtype, batch=batch, prompt_len=prompt_len, output_len=output_len,
                     pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition,
                     kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
-                    speculative_config=speculative_config, limit_mm_per_prompt=limit_mm_per_prompt,
+                    speculative_config=speculative_config, acceptance_length=acceptance_length,
+                    limit_mm_per_prompt=limit_mm_per_prompt,
                     mm_encoder_tp_mode=mm_encoder_tp_mode,
                     max_loras=max_loras, max_lora_rank=max_lora_rank)
     if recommend:
@@ -343,9 +352,11 @@ def plan_cmd(
     if gpu_note:
         err.print(f"note: {gpu_note}", highlight=False)
     console.print(_plan_table(result))
-    for key in ("weights_note", "latency_note"):
+    for key in ("weights_note", "latency_note", "calibration_speculative_note"):
         if result.get(key):
             console.print(f"note: {result[key]}", highlight=False)
+    if (sp := result.get("speculative")) is not None and "decode_step_s" in result:
+        console.print(f"note: speculative decoding: {sp['latency']}", highlight=False)
     if result["kv_budget_bytes"] is None:
         console.print("no KV budget: give --gpu (or --probe) or --kv-cache-memory-bytes for blocks, "
                       "concurrency and sequences that fit", highlight=False)
@@ -580,10 +591,13 @@ def procurement_tables(model: str, rows: list[Any]) -> tuple[Table, Table, list[
     cap = table(f"{model}: {first.concurrency:,} sequences of {first.context:,} tokens" + (f", {slos}" if slos else "")
                 + (" (calibrated)" if cal else "") + "; GiB per GPU",
                 ["#", "GPU", tp_head, "weights", "KV/GPU", "N×T needs", "fit@T", "repl.", "GPUs", ""])
+    spec = first.speculative_tokens_per_step
     lat = table(f"predicted latency; range: {INTERVAL_MEANING}; "
-                f"TTFT of a {first.prompt_len or first.context:,}-token prompt (its range in --json)",
-                ["#", "GPU", tp_head, "batch", "TPOT ms" if first.served_tpot else "step ms", "range", "TTFT ms",
-                 "tok/s/GPU", "bound"])
+                f"TTFT of a {first.prompt_len or first.context:,}-token prompt (its range in --json)"
+                + (f"; speculative decoding at {spec:g} tokens a step (ranges widened to its published runs)"
+                   if spec else ""),
+                ["#", "GPU", tp_head, "batch", "TPOT ms" if first.served_tpot or spec else "step ms", "range",
+                 "TTFT ms", "tok/s/GPU", "bound"])
 
     def num(v: float) -> str:
         return f"{v:,.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
