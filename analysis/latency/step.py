@@ -222,14 +222,17 @@ def _weights(a: Architecture, tp: int) -> tuple[Any, Any]:
 def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0, decode_context: float = 0,
               prefill_tokens: float = 0, prefill_prefix: float = 0, prefill_seqs: float | None = None,
               kv_cache_dtype: str = "auto", enforce_eager: bool = False,
-              vllm_version: str | None = None, async_scheduling: bool = False, decode_query: float = 1) -> StepWork:
+              vllm_version: str | None = None, async_scheduling: bool = False, decode_query: float = 1,
+              sampled_per_seq: float | None = None) -> StepWork:
     """The work of one step: ``decode_seqs`` sequences each holding ``decode_context`` tokens generate one
     token each, and ``prefill_tokens`` prompt tokens (of ``prefill_seqs`` prompts, after ``prefill_prefix``
     tokens already cached) are processed. Byte and FLOP counts are per GPU.
 
     ``decode_query``: the tokens each decoding sequence carries, 1 + k where the target verifies k draft tokens
     (speculative decoding): every one runs through the GEMMs and the LM head (vLLM samples all 1 + k positions to
-    accept or reject them) and attends over the context, whose KV the step still reads once a sequence."""
+    accept or reject them) and attends over the context, whose KV the step still reads once a sequence.
+    ``sampled_per_seq``: the LM head's rows a decoding sequence takes where fewer than its tokens (a drafter's
+    first pass runs over the target's 1 + k tokens a sequence and samples one)."""
     if decode_seqs < 0 or prefill_tokens < 0 or decode_seqs + prefill_tokens <= 0:
         raise ValueError("a step processes at least one token")
     if decode_query < 1:
@@ -252,7 +255,8 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
     lm_head = p.lm_head or (p.embedding if a.tie_word_embeddings else 0)
     lookup = 0 if a.tie_word_embeddings else p.embedding
     body = p.active - lookup - lm_head
-    sampled = decode_seqs * decode_query + (prefill_seqs if prefill_seqs is not None else (1 if prefill_tokens else 0))
+    per_seq = decode_query if sampled_per_seq is None else sampled_per_seq
+    sampled = decode_seqs * per_seq + (prefill_seqs if prefill_seqs is not None else (1 if prefill_tokens else 0))
     gemm = 2 * (body * tokens + lm_head * sampled) / tp
     expert_gemm = 2 * p.experts_active * tokens / tp  # the routed experts' share of it (grouped GEMMs)
     attn = decode_seqs * decode_query * attention_flops_per_token(a, round(decode_context))
@@ -317,7 +321,7 @@ def drafter_passes(e: Engine, s: Speculation, target_step: StepWork, **kw: float
                        dense_bytes=w.dense_bytes + more,
                        gemm_flops=w.gemm_flops + 2 * extra * w.tokens / e.tp)
 
-    first = one(s.extra_params + s.first_pass_extra_params, **kw)
+    first = one(s.extra_params + s.first_pass_extra_params, **kw, sampled_per_seq=1)
     seqs = target_step.decode_seqs
     if s.k == 1 or seqs <= 0:
         return (first,)

@@ -65,6 +65,9 @@ def test_an_eagle3_pass_streams_its_layer_and_its_draft_vocabulary_head_written_
     assert first.dense_bytes == 2 * (218_112_000 + 4_096 + 25_165_824 + 131_072_000 + 50_331_648) == 849_371_136
     assert later[0].dense_bytes == 2 * (218_112_000 + 4_096 + 25_165_824 + 131_072_000)
     assert first.tokens == 8 and later[0].tokens == 2  # the target's tokens, then one a request
+    # The first pass's GEMMs: the layer (and final norm) and both extra matrices over all 8 tokens, its LM head over
+    # the 2 rows it samples: 2 × (218,116,096 × 8 + 131,072,000 × 2 + (25,165,824 + 50,331,648) × 8).
+    assert first.gemm_flops == 2 * (218_116_096 * 8 + 131_072_000 * 2 + 75_497_472 * 8) == 5_222_105_088
     assert not first.host and first.graphs == "full"  # graph replays within the step, no scheduler iteration
     assert w.decode_query == 4
 
