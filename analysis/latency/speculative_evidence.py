@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from analysis.catalog import CATALOG_DIR
 from analysis.catalog.evidence import PublishedRecord
 from analysis.latency.speculative import V1_PASS_S, V1_STEP_S, speculation
-from analysis.latency.step import Engine, decode_schedule, prefill_schedule
+from analysis.latency.step import Engine, Schedule, decode_schedule, prefill_schedule, served_step_schedule
 from analysis.vllm.speculative import MAX_SPECULATIVE_TOKENS, Method, SpeculativeConfig
 
 EVIDENCE_DIR = CATALOG_DIR / "speculative_latency"
@@ -31,15 +31,20 @@ class SpeculativeSettings(BaseModel):
     gpu: str = Field(description="analysis/catalog/gpus.yaml name")
     tensor_parallel_size: int = Field(1, ge=1)
     vllm_version: str
-    drafter_model: str | None = Field(None, description="analysis/catalog/models/<name>: the drafter's config")
+    quantization: str | None = Field(None, description="how kvprof quantizes the target for it (a vLLM --quantization "
+                                                       "name): fp8 for an FP8-dynamic checkpoint")
+    drafter_model: str | None = Field(None, description="the drafter's config: a catalog name, or a folder under "
+                                                        "analysis/catalog/speculative_latency/")
 
 
 class SpeculativeWorkload(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    derive: Literal["tpot", "throughput"] = Field(
-        description="tpot: measured is the time per output token (ms) of `batch` requests decoding; throughput: "
-                    "output tokens/s of requests run `batch` at a time, each its prefill then its decode")
+    derive: Literal["tpot", "served_tpot", "throughput"] = Field(
+        description="tpot: measured is the time per output token (ms) of `batch` requests decoding together; "
+                    "served_tpot: vllm bench serve's mean TPOT (ms) at max_concurrency `batch`, requests arriving as "
+                    "others finish; throughput: output tokens/s of requests run `batch` at a time, each its prefill "
+                    "then its decode")
     batch: int = Field(ge=1)
     input_len: int = Field(ge=1)
     output_len: int = Field(ge=2)
@@ -57,14 +62,11 @@ class SpeculativePoint(BaseModel):
 class SpeculativeRecord(PublishedRecord):
     """Published runs of one model with speculative decoding at several settings, beside its run without."""
 
+    campaign: str = Field(min_length=1, description="who ran it, for holding out: one author's runs, one project's")
     settings: SpeculativeSettings
     workload: SpeculativeWorkload
     baseline: float = Field(gt=0, description="the same measure without speculative decoding")
     points: list[SpeculativePoint] = Field(min_length=1)
-
-    @property
-    def key(self) -> str:
-        return str(self.source)
 
 
 @cache
@@ -93,41 +95,51 @@ def _record_engine(r: SpeculativeRecord, point: SpeculativePoint | None) -> Engi
     from analysis.catalog import gpu as catalog_gpu
     from analysis.catalog import resolve_model
 
+    gpu = catalog_gpu(r.settings.gpu)
     target = resolve_model(r.settings.catalog_model)[0]
+    if r.settings.quantization:
+        target = target.with_quantization(r.settings.quantization, gpu.generation)
     spec = None
     if point is not None:
-        draft = resolve_model(r.settings.drafter_model)[0] if r.settings.drafter_model else None
+        draft = resolve_model(r.settings.drafter_model, base=EVIDENCE_DIR)[0] if r.settings.drafter_model else None
         config = SpeculativeConfig(method=point.method, model=r.settings.drafter_model, num_speculative_tokens=point.k)
         spec = speculation(target, config, draft, point.acceptance_length)
-    return Engine(target, catalog_gpu(r.settings.gpu), tp=r.settings.tensor_parallel_size,
+    return Engine(target, gpu, tp=r.settings.tensor_parallel_size,
                   vllm_version=r.settings.vllm_version, speculation=spec)
 
 
+def _split(s: Schedule) -> tuple[float, float, float]:
+    """A schedule's time without the pre-0.11 host costs, and the steps and later drafter passes that pay them: its
+    time is linear in the two costs."""
+    paying = [(x, w) for x, w in s.steps if w.speculative_host_s]
+    return (s.time() - sum(x * w.speculative_host_s for x, w in paying), sum(x for x, _ in paying),
+            sum(x * max(len(w.drafter) - 1, 0) for x, w in paying))
+
+
 def figures(r: SpeculativeRecord, baseline: bool = False) -> list[Figure]:
-    """The record's figures (its baseline alone with ``baseline``) with their predictions: a TPOT is a decode step
-    at the mean context over the acceptance length; a throughput figure is a request's time, its prefill and its
-    output_len − 1 tokens' steps (the figure's reciprocal times output_len)."""
+    """The record's figures (its baseline alone with ``baseline``) with their predictions: a ``tpot`` is a decode step
+    at the mean context over the acceptance length; a ``served_tpot`` the steady state's time per output token at
+    the concurrency (``served_step_schedule``, prompts arriving into the steps); a ``throughput`` figure a request's
+    time, its prefill and its output_len − 1 tokens' steps (the figure's reciprocal times output_len)."""
     wl = r.workload
     out = []
     for point in [None] if baseline else r.points:
         e = _record_engine(r, point)
-        decode = decode_schedule(e, wl.batch, wl.input_len + wl.output_len / 2)
-        w = decode.steps[0][1]
-        step = decode.time() - w.speculative_host_s
         label = "baseline" if point is None else f"{point.method} k={point.k}"
-        later = max(len(w.drafter) - 1, 0) if w.speculative_host_s else 0
-        on = 1.0 if w.speculative_host_s else 0.0
+        figure = r.baseline if point is None else point.measured
         if wl.derive == "tpot":
-            n = e.tokens_per_step
-            out.append(Figure(r.key, label, (r.baseline if point is None else point.measured) / 1e3, step / n,
-                              on / n, later / n))
+            s = Schedule().extend(decode_schedule(e, wl.batch, wl.input_len + wl.output_len / 2),
+                                  1 / e.tokens_per_step)
+            measured = figure / 1e3
+        elif wl.derive == "served_tpot":
+            s = served_step_schedule(e, wl.batch, wl.input_len, wl.output_len)
+            measured = figure / 1e3
         else:
-            steps = (wl.output_len - 1) / e.tokens_per_step
-            prefill = prefill_schedule(e, wl.batch, wl.input_len)
-            pre = prefill.time() - sum(x * v.speculative_host_s for x, v in prefill.steps)
-            measured = wl.output_len * wl.batch / (r.baseline if point is None else point.measured)
-            out.append(Figure(r.key, label, measured, pre + steps * step, on * (steps + len(prefill.steps)),
-                              later * steps))
+            s = prefill_schedule(e, wl.batch, wl.input_len).extend(
+                decode_schedule(e, wl.batch, wl.input_len + wl.output_len / 2),
+                (wl.output_len - 1) / e.tokens_per_step)
+            measured = wl.output_len * wl.batch / figure
+        out.append(Figure(r.campaign, label, measured, *_split(s)))
     return out
 
 
@@ -145,9 +157,11 @@ def fit_host_costs(figs: list[Figure]) -> tuple[float, float]:
 
 @cache
 def held_out_ratios() -> tuple[tuple[str, str, float], ...]:
-    """(source, figure, measured ÷ predicted) for every published speculative figure, the host costs fitted
-    without its source (with one source, the shipped costs)."""
-    by_source = {r.key: figures(r) for r in evidence()}
+    """(campaign, figure, measured ÷ predicted) for every published speculative figure, the host costs fitted
+    without its campaign (with one campaign, the shipped costs)."""
+    by_source: dict[str, list[Figure]] = {}
+    for r in evidence():
+        by_source.setdefault(r.campaign, []).extend(figures(r))
     out = []
     for source, figs in by_source.items():
         others = [f for s, fs in by_source.items() if s != source for f in fs]
@@ -163,8 +177,9 @@ def widened(interval_s: list[float] | None, time_s: float) -> tuple[list[float] 
     if not len(ratios) or interval_s is None:
         return interval_s, "no published speculative-decoding figure"
     lo, hi = float(ratios.min()), float(ratios.max())
-    words = (f"{len(ratios)} published speculative-decoding figures from {len(evidence())} sources (EAGLE and EAGLE-3 "
-             f"on an H100 at batch 1, vLLM 0.8–0.9), each predicted with host costs fitted without its source: "
-             f"measured/predicted {lo:.2f}–{hi:.2f} (all of them); from vLLM 0.11 on the step is priced from "
-             "vLLM's source, with no figure yet to check it")
+    campaigns = len({r.campaign for r in evidence()})
+    words = (f"{len(ratios)} published speculative-decoding figures of {campaigns} campaigns "
+             "(analysis/catalog/speculative_latency: EAGLE and EAGLE-3 on an H100 at 1 and 8 requests, vLLM 0.8–0.20), "
+             "each predicted with the pre-0.11 host costs fitted without its campaign: measured/predicted "
+             f"{lo:.2f}–{hi:.2f} (all of them)")
     return [min(interval_s[0], time_s * lo), max(interval_s[1], time_s * hi)], words
