@@ -257,7 +257,7 @@ def engine_plan_inputs(e: Any) -> PlanInputs:
         kv_cache_dtype=str(e.kv_cache_dtype), block_size=int(e.block_size), max_model_len=int(e.max_model_len),
         tensor_parallel_size=int(_value(e, "tensor_parallel_size") or 1),
         **({"pipeline_parallel_size": int(pp)} if (pp := _value(e, "pipeline_parallel_size")) else {}),
-        gpu_memory_utilization=float(util) if util is not None else 0.9,
+        gpu_memory_utilization=float(util) if util is not None else None,  # None: the version's default
         max_num_batched_tokens=int(e.max_num_batched_tokens), max_num_seqs=int(e.max_num_seqs),
         async_scheduling=bool(_value(e, "async_scheduling")), entry="offline",
         vllm_version=version if isinstance(version, str) and version else None)

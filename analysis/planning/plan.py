@@ -56,6 +56,7 @@ from analysis.vllm.speculative import (
     SpeculativeConfig,
     SpeculativeNotModelled,
     drafter_memory,
+    rejection_warmup_bytes,
 )
 
 
@@ -83,7 +84,8 @@ class PlanInputs(BaseModel):
     # GiB of CPU memory, all ranks together (bounded at a pebibyte: a larger host buffer is a typo)
     kv_offloading_size: float | None = Field(None, gt=0, le=2**20, allow_inf_nan=False)
     kv_offloading_backend: Literal["native", "lmcache"] = "native"
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, strict=True, allow_inf_nan=False)
+    # None: vLLM's default for the version (0.92 from 0.20, 0.9 before: AccountingRules.default_gpu_memory_utilization)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, strict=True, allow_inf_nan=False)
     kv_cache_memory_bytes: StrictCount | None = Field(None, ge=0)
     max_num_batched_tokens: StrictCount | None = Field(None, gt=0)
     max_num_seqs: StrictCount | None = Field(None, gt=0)
@@ -140,6 +142,8 @@ class PlanInputs(BaseModel):
     def _check(self) -> PlanInputs:
         if self.kv_cache_dtype.lower() not in KV_DTYPES:
             raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r} is not one of {', '.join(KV_DTYPES)}")
+        if self.gpu_memory_utilization is None:
+            self.gpu_memory_utilization = rules_for(self.vllm_version).default_gpu_memory_utilization
         if self.acceptance_length is not None:
             spec = self.speculative_config
             if spec is None:
@@ -501,6 +505,10 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
             if drafter is not None and drafter.reserve_bytes:
                 reserve = reserve.model_copy(update={"non_torch_bytes": reserve.non_torch_bytes + drafter.reserve_bytes,
                                                      "source": f"{reserve.source} + ngram's token history"})
+            if drafter is not None and (warmup := rejection_warmup_bytes(rules, a, max_num_seqs=max_num_seqs,
+                                                                         max_num_batched_tokens=mnbt)):
+                reserve = reserve.model_copy(update={"activation_bytes": reserve.activation_bytes + warmup,
+                                                     "source": f"{reserve.source} + the rejection sampler's warm-up"})
         assert total is not None
         budget = kv_budget(total, inputs.gpu_memory_utilization, weights, reserve)
         budget_source = "ceil(cudaMemGetInfo total × utilization) − weights − reserve"

@@ -4,7 +4,7 @@ The question users type is the inverse of the plan's: not "how many sequences fi
 should I set so that N users of T tokens fit?". The answer, for one GPU model:
 
 1. **Which tensor-parallel size and how many replicas**: the procurement table's first row (the fewest GPUs that
-   hold N sequences of T at the highest utilization allowed, ``--gpu-memory-utilization``, 0.9 by default), so
+   hold N sequences of T at the highest utilization allowed, ``--gpu-memory-utilization``, vLLM's default), so
    each replica holds ``b = ceil(N / replicas)`` sequences.
 2. **The smallest KV budget that holds them**: vLLM's pool must have ``b × blocks per sequence`` usable blocks
    plus its null block, so the budget is that many blocks of ``bytes_per_block`` (the plan's allocator, every

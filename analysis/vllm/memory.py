@@ -20,8 +20,9 @@ vLLM sizes the KV pool once, at start-up (vllm/v1/worker/gpu_worker.py
   snapshot (cuBLAS/cuBLASLt workspaces, NCCL buffers with tensor parallelism). Library- and
   driver-dependent: no source formula exists, so the figure is taken from published logs (cited).
 * CUDA graphs: captured after the KV cache is allocated; vLLM deducts an *estimate*
-  (``GPUModelRunner.profile_cudagraph_memory``) only from 0.21 (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
-  default on, "default since v0.21.0" in gpu_worker.py); before, graph memory came out of the
+  (``GPUModelRunner.profile_cudagraph_memory``) from 0.20 (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
+  default on; gpu_worker.py says "default since v0.21.0", but 0.20.0's start-ups deduct it already); before,
+  graph memory came out of the
   ``1 − gpu_memory_utilization`` headroom and never out of the KV budget.
 
 Each version range is one :class:`AccountingRules` object in :data:`RULE_SETS`; :func:`rules_for` picks
@@ -33,7 +34,8 @@ versions       sampler warm-up (bytes a logit beyond the logits)    non-torch   
 < 0.8 (V0)     36: float32 copy + sort of top-k/top-p               0.15 / 0.5   not deducted
 0.8–0.11.0     36: the same, V1 runner (8 with FlashInfer installed) 0.15 / 0.5   not deducted
 0.11.1–0.17    36: the same (FlashInfer's sampler off by default)   0.15 / 0.5   not deducted
-0.18–0.20      12: Triton top-k/top-p in place; MoE workspaces held 0.25 / 2.1   not deducted
+0.18–0.19      12: Triton top-k/top-p in place; MoE workspaces held 0.25 / 2.1   not deducted
+0.20           as 0.18 (+16 B a logit warming the rejection sampler) 0.25 / 2.1   estimate deducted
 0.21–0.24      as 0.18; Model Runner V2 (0) for Qwen3/Llama/Mistral 0.25 / 2.1   estimate deducted
 0.25–0.31      as 0.21; Model Runner V2 for every dense model       0.25 / 2.1   estimate deducted
 0.32 (pinned)  Model Runner V2 for every model: 0                   0.25 / 2.1   estimate deducted
@@ -114,6 +116,19 @@ class AccountingRules(BaseModel):
     cuda_graphs_deducted: bool
     cuda_graph_estimate_bytes: int = 0
     batching: Literal["v0", "v1", "v1_a100", "v1_160g"]
+    # vLLM's --gpu-memory-utilization where none is given: 0.9, and 0.92 from 0.20 (vllm PR #38284, merged 2026-04-21,
+    # "correspondingly increases the default `--gpu-memory-utilization` to 0.92" as it turned the CUDA-graph estimate
+    # on; config/cache.py "If unspecified, will use the default value of 0.92"; 0.20.0 start-ups without the flag
+    # print "The current --gpu-memory-utilization=0.9200": tests/analysis/vllm/test_speculative.py's H100 records).
+    default_gpu_memory_utilization: float = 0.9
+    # Bytes a logit of max_num_seqs × vocabulary the V1 runner's profile run adds beside its peak when a speculative
+    # config is set: after the sampler's warm-up, _dummy_sampler_run warms the rejection sampler on 2 × max_num_seqs
+    # rows of random logits (gpu_model_runner.py; the bonus rows sampled, the target rows in float32 and cloned).
+    # Taken from the published vLLM 0.20 H100 start-ups beside their own baselines: 2.30-2.33 GiB more in four
+    # setups (two heads, bf16 and FP8) with 1,024 × 151,936 logits, 16 B each (2.32 GiB); not derived from the
+    # source. Model Runner V2 (0.32's for speculation) has no such warm-up; 0.18 showed none (an n-gram start-up
+    # logs its baseline's pool).
+    spec_rejection_warmup_bytes: int = 0
     notes: str = ""
 
     def covers(self, version: Version) -> bool:
@@ -199,13 +214,24 @@ RULE_SETS: tuple[AccountingRules, ...] = (
         cuda_graphs_deducted=False, batching="v1",
     ),
     AccountingRules(
-        name="vLLM 0.18-0.20 (V1 engine)", since="0.18.0", until="0.21.0", engine="v1",
+        name="vLLM 0.18-0.19 (V1 engine)", since="0.18.0", until="0.20.0", engine="v1",
         # As 0.8-0.17, with the Triton top-k/top-p kernel (vllm PR #33538; in the v0.18.0 API docs — the
         # release it first shipped in is not pinned here). 0.19 logs "In v0.19, CUDA graph memory
         # profiling will be enabled by default": the estimate is printed, not deducted.
         sampler_extra_bytes_v1=TRITON_SAMPLER_EXTRA_BYTES, triton_top_k_top_p=True, moe_workspace_held=True,
         non_torch_bytes_tp1=_NON_TORCH_TP1_019, non_torch_bytes_tp=_NON_TORCH_TP_019,
         cuda_graphs_deducted=False, batching="v1_160g",
+    ),
+    AccountingRules(
+        name="vLLM 0.20 (V1 engine)", since="0.20.0", until="0.21.0", engine="v1",
+        # As 0.18, but deducting the CUDA-graph estimate: vllm PR #38284 (merged 2026-04-21, first in 0.20.0) turned
+        # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on, with a log line written for the 0.21 it was slated for: 0.20.0
+        # start-ups log "Estimated CUDA graph memory: 0.50 GiB total" and "CUDA graph memory profiling is enabled
+        # (default since v0.21.0)", and their pools are the budget less it (tests/analysis/vllm/test_speculative.py).
+        sampler_extra_bytes_v1=TRITON_SAMPLER_EXTRA_BYTES, triton_top_k_top_p=True, moe_workspace_held=True,
+        non_torch_bytes_tp1=_NON_TORCH_TP1_019, non_torch_bytes_tp=_NON_TORCH_TP_019,
+        cuda_graphs_deducted=True, cuda_graph_estimate_bytes=_CUDA_GRAPH_ESTIMATE, batching="v1_160g",
+        default_gpu_memory_utilization=0.92, spec_rejection_warmup_bytes=16,
     ),
     AccountingRules(
         name="vLLM 0.21-0.24", since="0.21.0", until="0.25.0", engine="v1",
@@ -217,6 +243,7 @@ RULE_SETS: tuple[AccountingRules, ...] = (
         sampler_extra_bytes_v1=TRITON_SAMPLER_EXTRA_BYTES, triton_top_k_top_p=True, moe_workspace_held=True,
         non_torch_bytes_tp1=_NON_TORCH_TP1_019, non_torch_bytes_tp=_NON_TORCH_TP_019,
         cuda_graphs_deducted=True, cuda_graph_estimate_bytes=_CUDA_GRAPH_ESTIMATE, batching="v1_160g",
+        default_gpu_memory_utilization=0.92,
     ),
     AccountingRules(
         name="vLLM 0.25-0.31", since="0.25.0", until="0.32.0", engine="v1",
@@ -226,6 +253,7 @@ RULE_SETS: tuple[AccountingRules, ...] = (
         sampler_extra_bytes_v1=TRITON_SAMPLER_EXTRA_BYTES, triton_top_k_top_p=True, moe_workspace_held=True,
         non_torch_bytes_tp1=_NON_TORCH_TP1_019, non_torch_bytes_tp=_NON_TORCH_TP_019,
         cuda_graphs_deducted=True, cuda_graph_estimate_bytes=_CUDA_GRAPH_ESTIMATE, batching="v1_160g",
+        default_gpu_memory_utilization=0.92,
     ),
     AccountingRules(
         name="vLLM 0.32", since="0.32.0", until=None, engine="v1",
@@ -240,6 +268,7 @@ RULE_SETS: tuple[AccountingRules, ...] = (
         sampler_extra_bytes_v2=0,
         non_torch_bytes_tp1=_NON_TORCH_TP1_019, non_torch_bytes_tp=_NON_TORCH_TP_019,
         cuda_graphs_deducted=True, cuda_graph_estimate_bytes=_CUDA_GRAPH_ESTIMATE, batching="v1_160g",
+        default_gpu_memory_utilization=0.92,
     ),
 )
 
@@ -424,7 +453,7 @@ def encoder_profile(a: Architecture, rules: AccountingRules, *, max_model_len: i
                          tp=1 if encoder_data_parallel else tp, limits=mm_limits)
 
 
-def predict(a: Architecture, *, total_bytes: int, gpu_memory_utilization: float = 0.9,
+def predict(a: Architecture, *, total_bytes: int, gpu_memory_utilization: float | None = None,
             max_num_batched_tokens: int, max_num_seqs: int, tp: int = 1, enforce_eager: bool = False,
             rules: AccountingRules | None = None, weights: int | None = None,
             flashinfer: bool = False, max_model_len: int | None = None,
@@ -433,11 +462,14 @@ def predict(a: Architecture, *, total_bytes: int, gpu_memory_utilization: float 
 
     ``weights`` defaults to :func:`analysis.model.params.model_loading_bytes` (pass the logged figure where known);
     ``flashinfer``: FlashInfer is installed (matters only where that version's sampler then uses it);
-    ``max_model_len`` and ``mm_limits`` size a vision tower's profile (:func:`encoder_profile`).
+    ``max_model_len`` and ``mm_limits`` size a vision tower's profile (:func:`encoder_profile`);
+    ``gpu_memory_utilization`` None: that version's default.
     """
+    rules = rules or rules_for()
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = rules.default_gpu_memory_utilization
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    rules = rules or rules_for()
     w = model_loading_bytes(a, tp) if weights is None else weights
     # 0.32 v1/worker/utils.py request_memory: math.ceil(total × utilization); V0 and early V1 multiply
     # without rounding (a byte at most).

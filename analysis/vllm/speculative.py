@@ -11,7 +11,8 @@ What a drafter costs, read from vLLM 0.32's source (paths under ``vllm/``):
   for MTP). ``eagle`` (``llama_eagle.py``): the draft config's layers and an ``fc`` of 2h → h; ``eagle3``
   (``llama_eagle3.py``): the first layer's qkv takes 2h (embedding and hidden state), a ``hidden_norm``, an
   ``fc`` of 3 target hidden states → h, its own LM head of ``draft_vocab_size`` rows and the draft→target
-  id map (int64) where that vocabulary is smaller. An EAGLE head shares the target's embedding (and EAGLE-1
+  id map (int64) where that vocabulary is smaller (a head over the target's whole vocabulary is taken as the
+  target's copy, which vLLM shares: ``eagle3_shares_lm_head``). An EAGLE head shares the target's embedding (and EAGLE-1
   its LM head) when the checkpoint holds none or an identical one (``_should_share``), as published heads
   do. ``draft_model`` is a whole second model with nothing shared (``v1/spec_decode/draft_model.py``).
 * **KV cache.** The drafter's attention layers join the target's in one KV-cache group (all full attention,
@@ -40,6 +41,7 @@ from analysis.model.architecture import Architecture
 from analysis.model.kv import kv_bytes_per_token, kv_dtype_bytes, layer_kv_bytes_per_token
 from analysis.model.layers import kv_heads_per_rank
 from analysis.model.params import weight_bytes
+from analysis.vllm.memory import AccountingRules
 
 Method = Literal["ngram", "eagle", "eagle3", "mtp", "draft_model"]
 METHODS: tuple[str, ...] = ("ngram", "eagle", "eagle3", "mtp", "draft_model")
@@ -129,6 +131,16 @@ class DrafterMemory:
     shared: str  # what it shares with the target, in words
 
 
+def eagle3_shares_lm_head(d: Architecture, target: Architecture) -> bool:
+    """Whether vLLM gives an EAGLE-3 head the target's LM head: it shares unless the checkpoint holds a head of
+    its own that differs (``v1/worker/gpu/spec_decode/eagle/utils.py`` ``_should_share``; the V1 runner logs
+    "Detected EAGLE model with lm_head identical to the target model. Sharing target model lm_head weights").
+    A reduced draft vocabulary is a head of its own; one of the target's whole vocabulary is taken as the
+    target's copy, as vLLM's speculators trains it (the published H100 start-up in tests/analysis/vllm/
+    test_speculative.py logs exactly that, 0.50 GiB of head beside the target's 15.27)."""
+    return (d.draft_vocab_size or d.vocab_size) == target.vocab_size
+
+
 def _linear(n_in: int, n_out: int) -> int:
     return n_in * n_out
 
@@ -146,7 +158,8 @@ def _eagle_head_params(d: Architecture, target: Architecture, tp: int, eagle3: b
     if eagle3:
         fc = _linear(EAGLE3_AUX_HIDDEN_STATES * target.hidden_size, h)
         vocab = d.draft_vocab_size or d.vocab_size
-        split += _linear(h, vocab)  # its own LM head (ParallelLMHead over the draft vocabulary)
+        if not eagle3_shares_lm_head(d, target):
+            split += _linear(h, vocab)  # its own LM head (ParallelLMHead over the draft vocabulary)
     else:
         fc = _linear(2 * h, h)
     return split / tp, float(fc + norms)
@@ -202,7 +215,19 @@ def drafter_memory(target: Architecture, spec: SpeculativeConfig, draft: Archite
         id_map = vocab * 8  # draft_id_to_target_id, int64
     per_token = (draft.num_layers * 2 * kv_heads_per_rank(draft.num_kv_heads, tp) * draft.head_dim
                  * kv_dtype_bytes(kv_cache_dtype, target.torch_dtype))
-    shared = ("the target's embedding (its own LM head of the draft vocabulary)" if m == "eagle3"
+    shared = ("the target's embedding and LM head (a draft vocabulary of the target's: vLLM shares an identical "
+              "copy)" if m == "eagle3" and eagle3_shares_lm_head(draft, target) else
+              "the target's embedding (its own LM head of the draft vocabulary)" if m == "eagle3"
               else "the target's embedding and LM head")
     return DrafterMemory(m, round((split + replicated) * d) + id_map, per_token, draft.num_layers,
                          spec.slots_beyond_context, 0, shared)
+
+
+def rejection_warmup_bytes(rules: AccountingRules, target: Architecture, *, max_num_seqs: int,
+                           max_num_batched_tokens: int) -> int:
+    """What the profile run of ``rules``' vLLM adds beside its peak for a speculative config: the V1 runner's
+    rejection-sampler warm-up, ``spec_rejection_warmup_bytes`` a logit of min(max_num_seqs, max_num_batched_tokens)
+    rows × the vocabulary (analysis.vllm.memory); none under Model Runner V2."""
+    if not rules.spec_rejection_warmup_bytes or rules.uses_v2_runner(target):
+        return 0
+    return rules.spec_rejection_warmup_bytes * min(max_num_seqs, max_num_batched_tokens) * target.vocab_size

@@ -142,7 +142,9 @@ def plan_cmd(
              "procurement table.")] = None,
     kv_cache_memory_bytes: Annotated[str | None, typer.Option(
         help="Fix the KV budget per GPU exactly (e.g. 8GiB), as vLLM's kv_cache_memory_bytes.")] = None,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="Fraction of GPU memory vLLM may use.")] = 0.9,
+    gpu_memory_utilization: Annotated[float | None, typer.Option(
+        help="Fraction of GPU memory vLLM may use (default: vLLM's for the version, 0.92 from 0.20 and 0.9 "
+             "before).")] = None,
     max_num_batched_tokens: Annotated[int | None, typer.Option(
         help="vLLM scheduler token budget per step (default: vLLM's for the device).")] = None,
     max_num_seqs: Annotated[int | None, typer.Option(help="vLLM max_num_seqs (default: vLLM's).")] = None,

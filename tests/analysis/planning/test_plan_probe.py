@@ -59,8 +59,8 @@ def test_cpu_probe_plans_with_the_host_ram_it_recorded(tmp_path):
     p = plan("--probe", path, "--entry", "offline")
     # vLLM's CPU defaults for the LLM class: no async scheduling, max_num_batched_tokens 4096, max_num_seqs 256.
     assert (p["async_scheduling"], p["max_num_batched_tokens"], p["max_num_seqs"]) == (False, 4096, 256)
-    # ceil(64 GiB × 0.9) = ceil(61,847,529,062.4) = 61,847,529,063
-    assert p["kv_budget_bytes"] == 61_847_529_063 - TINY_WEIGHTS - 1_073_741_824
+    # ceil(64 GiB × 0.92) = ceil(63,221,918,597.12) = 63,221,918,598 (vLLM 0.32's default utilization)
+    assert p["kv_budget_bytes"] == 63_221_918_598 - TINY_WEIGHTS - 1_073_741_824
 
 
 @pytest.mark.parametrize("fields, message", [

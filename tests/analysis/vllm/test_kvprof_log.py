@@ -163,7 +163,8 @@ def test_the_model_named_in_the_log_is_predicted(tmp_path):
 # --- a log as `kvprof plan --calibration` --------------------------------------------------------
 
 def test_log_as_plan_calibration_reproduces_the_logged_kv_budget(tmp_path):
-    """Plan Llama-2-7B on the log's GPU (an 80 GB H100: total_gpu_memory 79.19 GiB) with the log's reserve.
+    """Plan Llama-2-7B on the log's GPU (an 80 GB H100: total_gpu_memory 79.19 GiB) with the log's reserve, at the
+    log's gpu_memory_utilization (0.9; vLLM 0.32's default is 0.92).
 
     kvprof's budget = catalog CUDA total 81,091 MiB × 0.9 − predicted weights 13,477,879,808 B (13,476,831,232 B of
     parameters and the 1 MiB RoPE cache, 4,096 positions × 128 × 2) − reserve, where
@@ -174,7 +175,7 @@ def test_log_as_plan_calibration_reproduces_the_logged_kv_budget(tmp_path):
     result = runner.invoke(app, ["log", str(FIXTURES / "llama2_7b_k8s_boxed.log"), "--json"])
     saved.write_text(result.stdout)
     plan = runner.invoke(app, ["plan", "--model", "llama-2-7b", "--gpu", "h100", "--calibration", str(saved),
-                               "--max-model-len", "4096", "--json"])
+                               "--max-model-len", "4096", "--gpu-memory-utilization", "0.9", "--json"])
     assert plan.exit_code == 0, plan.output
     p = json.loads(plan.stdout)
     assert abs(p["kv_budget_bytes"] - int(56.18 * G)) <= 0.01 * G

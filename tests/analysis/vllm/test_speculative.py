@@ -4,6 +4,8 @@ published n-gram start-up planned exactly."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -74,6 +76,55 @@ def test_a_published_ngram_start_up_is_planned_exactly():
         p = plan("qwen3-8b", spec=spec, max_model_len=4096, kv_cache_memory_bytes=budget, block_size=16)
         assert p["kv_bytes_per_token"] == 147_456 and p["num_blocks"] == 8992
         assert p["kv_cache_tokens"] == 143_872 and f"{p['max_concurrency']:.2f}x" == "35.12x"
+
+
+def test_published_eagle3_start_ups_on_an_h100_are_planned_within_1_percent():
+    """vLLM 0.20.0 on one H100 80GB, Qwen/Qwen3-8B, EAGLE-3 heads trained with vLLM's speculators, each beside the
+    same server without speculation:
+
+    * dishantghai/ai-perf-hw3-spec-decode-quant@d1c3b59 logs/c1_server.log and c2_n2_server.log (max_model_len
+      40,960, gpu_memory_utilization unset: "The current --gpu-memory-utilization=0.9200"; a full-vocabulary head,
+      "Detected EAGLE model with lm_head identical to the target model. Sharing target model lm_head weights"):
+          Model loading took 15.27 GiB / 15.78 GiB; Available KV cache memory: 54.63 GiB / 51.73 GiB;
+          GPU KV cache size: 397,808 tokens / 366,480 tokens; Maximum concurrency for 40,960 tokens: 9.71x / 8.95x
+    * ana-alekseeva/speculative-decoding@e5608b1 results_task4/1_baseline.server.log and 2_spec_n2.server.log
+      (max_model_len 4,096, gpu_memory_utilization 0.85; a head of 32,000 draft tokens):
+          Model loading took 15.27 GiB / 16.02 GiB; Available KV cache memory: 49.09 GiB / 45.94 GiB
+
+    The full-vocabulary head, written out: its layer's qkv 8,192 × 6,144 = 50,331,648 (embedding and hidden state
+    in), o 4,096² = 16,777,216, MLP 3 × 4,096 × 12,288 = 150,994,944, fc 3 × 4,096 × 4,096 = 50,331,648, four norms
+    16,384: 268,451,840 parameters, 536,903,680 B in bf16 (0.50 GiB: the logged 15.78 − 15.27); the 32,000-token
+    head adds its LM head 32,000 × 4,096 × 2 B = 262,144,000 B and the int64 id map 256,000 B (0.74 GiB: 16.02 −
+    15.27). A block of 16 holds 37 layers' 4,096 B a token: 22,905 blocks of 2,424,832 B are 51.7275 GiB, the logged
+    51.73, and 366,480 tokens, 8.95 × 40,960."""
+    from analysis.latency.speculative_evidence import EVIDENCE_DIR
+
+    full = str(EVIDENCE_DIR / "drafters/qwen3-8b-eagle3-full-vocab")
+    small = str(EVIDENCE_DIR / "drafters/qwen3-8b-eagle3-draft-vocab-32000")
+
+    def eagle3(head):
+        return json.dumps({"method": "eagle3", "model": head, "num_speculative_tokens": 2})
+
+    kw = dict(vllm_version="0.20.0", max_model_len=40960)
+    base, spec = plan("qwen3-8b", **kw), plan("qwen3-8b", spec=eagle3(full), **kw)
+    assert spec["weight_bytes"] - base["weight_bytes"] == 536_903_680
+    assert "LM head" in spec["speculative"]["shares"]
+    assert spec["kv_bytes_per_token"] == 37 * 4096 == 151_552
+    budget = 22_905 * 16 * 151_552
+    assert round(budget / GiB, 2) == 51.73
+    logged = plan("qwen3-8b", spec=eagle3(full), kv_cache_memory_bytes=budget, block_size=16, **kw)
+    assert logged["kv_cache_tokens"] == 366_480 and f"{logged['max_concurrency']:.2f}x" == "8.95x"
+    # From the spec sheet (0.92 of the H100's 79.19 GiB, vLLM 0.20's rules): both pools within 1 %.
+    assert base["kv_budget_bytes"] / GiB == pytest.approx(54.63, rel=0.01)
+    assert spec["kv_budget_bytes"] / GiB == pytest.approx(51.73, rel=0.01)
+    kw = dict(vllm_version="0.20.0", max_model_len=4096, gpu_memory_utilization=0.85)
+    base, spec = plan("qwen3-8b", **kw), plan("qwen3-8b", spec=eagle3(small), **kw)
+    assert spec["weight_bytes"] - base["weight_bytes"] == 536_903_680 + 262_144_000 + 256_000
+    assert base["kv_budget_bytes"] / GiB == pytest.approx(49.09, rel=0.01)
+    assert spec["kv_budget_bytes"] / GiB == pytest.approx(45.94, rel=0.01)
+    # The pinned vLLM runs speculation in Model Runner V2, whose profile run warms no rejection sampler.
+    pinned = plan("qwen3-8b", spec=eagle3(full), max_model_len=40960)
+    assert "rejection" not in pinned["reserve"]["source"]
 
 
 def test_mtp_loads_the_checkpoints_own_layer_and_its_kv():

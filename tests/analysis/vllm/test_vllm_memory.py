@@ -36,8 +36,10 @@ runner = CliRunner()
     ("0.8.3", "vLLM 0.8-0.11.0 (V1 engine)", False),
     ("v0.10.1", "vLLM 0.8-0.11.0 (V1 engine)", False),
     ("0.11.1", "vLLM 0.11.1-0.17 (V1 engine)", False),  # vllm PR #26859: FlashInfer's sampler off by default
-    ("0.19.0", "vLLM 0.18-0.20 (V1 engine)", False),  # "In v0.19, CUDA graph memory profiling will be enabled"
-    ("0.20.1", "vLLM 0.18-0.20 (V1 engine)", False),  # the estimate exists but is opt-in (vllm PR #30515)
+    ("0.19.0", "vLLM 0.18-0.19 (V1 engine)", False),  # "In v0.19, CUDA graph memory profiling will be enabled"
+    # vllm PR #38284 (merged 2026-04-21, in 0.20.0) turned the estimate on, though its log line says "default since
+    # v0.21.0"; 0.20.0 start-ups deduct it (tests/analysis/vllm/test_speculative.py)
+    ("0.20.1", "vLLM 0.20 (V1 engine)", True),
     ("0.21.0", "vLLM 0.21-0.24", True),  # "CUDA graph memory profiling is enabled (default since v0.21.0)"
     ("0.25.0", "vLLM 0.25-0.31", True),
     ("0.32.0", "vLLM 0.32", True),
@@ -213,8 +215,8 @@ def test_gpt_oss_120b_that_did_not_fit_on_an_h100():
 def test_cuda_graphs_are_deducted_only_where_vllm_deducts_them():
     a, _ = resolve_model("llama-3.1-8b")
     kw = dict(total_bytes=80 * GiB, max_num_batched_tokens=8192, max_num_seqs=256, weights=0)
-    assert predict(a, rules=rules_for("0.20.0"), **kw).cuda_graph_bytes == 0
-    assert predict(a, rules=rules_for("0.21.0"), **kw).cuda_graph_bytes > 0
+    assert predict(a, rules=rules_for("0.19.0"), **kw).cuda_graph_bytes == 0
+    assert predict(a, rules=rules_for("0.20.0"), **kw).cuda_graph_bytes > 0
     assert predict(a, rules=rules_for("0.32.0"), enforce_eager=True, **kw).cuda_graph_bytes == 0
 
 
@@ -373,3 +375,14 @@ if __name__ == "__main__":  # print the per-record table: predicted / logged GiB
         print(f"{stem:42s} {p.rules[:22]:22s} {cell(p.activation_bytes, rec.logged.activation_peak_gib):24s} "
               f"{cell(p.non_torch_bytes, rec.logged.non_torch_gib):24s} {cell(p.kv_budget_bytes, logged):24s} "
               f"{cell(spec[stem].kv_budget_bytes, logged) if not rec.settings.quantization else 'quantized'}")
+
+
+@pytest.mark.parametrize("version, default", [("0.19.0", 0.9), ("0.20.0", 0.92), ("0.32.0", 0.92), (None, 0.92)])
+def test_the_default_gpu_memory_utilization_by_version(version, default):
+    # vllm PR #38284 (0.20.0) "correspondingly increases the default `--gpu-memory-utilization` to 0.92"; the pinned
+    # vLLM's config/cache.py: "If unspecified, will use the default value of 0.92".
+    assert rules_for(version).default_gpu_memory_utilization == default
+    from analysis.planning.plan import PlanInputs
+
+    assert PlanInputs(vllm_version=version).gpu_memory_utilization == default
+    assert PlanInputs(vllm_version=version, gpu_memory_utilization=0.5).gpu_memory_utilization == 0.5
