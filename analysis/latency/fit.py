@@ -141,7 +141,8 @@ def running_cap(rec: LatencyRecord, e: Engine) -> int:
     _, seqs = vllm_default_batching(e.gpu.cuda_total_bytes, e.gpu.name, entry, world_size=e.tp,
                                     vllm_version=version, max_model_len=length)
     seqs = s.max_num_seqs or min(seqs, mnbt)  # vLLM lowers a default max_num_seqs to the token budget
-    util = float(args_of(s).get("gpu-memory-utilization", 0.9))
+    stated = args_of(s).get("gpu-memory-utilization")
+    util = float(stated) if stated is not None else None  # None: the version's default (0.92 from 0.20)
     per_seq = kv_bytes_per_sequence(e.a, length, e.kv_cache_dtype, e.tp)
     budget = 0
     for flashinfer in (False, True):
