@@ -55,6 +55,9 @@ class CorpusSettings(BaseModel):
     enable_prefix_caching: bool | None = None
     max_loras: int | None = Field(None, gt=0, description="LoRA slots (enable_lora; vLLM's default 1 where unstated)")
     max_lora_rank: int | None = Field(None, gt=0)
+    speculative_config: dict[str, str | int] | None = Field(
+        None, description="the logged --speculative-config, its draft model as kvprof reads it (a catalog name, or a "
+                          "config folder relative to the repository root: the log's own path is the author's disk)")
     other_args: dict[str, str] = Field({}, description="any other argument the log states, as written")
 
 
@@ -80,6 +83,20 @@ class CorpusRecord(PublishedRecord):
 
     settings: CorpusSettings
     logged: CorpusLogged
+
+
+def speculative_config(rec: CorpusRecord):
+    """The record's speculative config for a plan (analysis.vllm.speculative.SpeculativeConfig), its draft's config
+    folder taken against the repository root; None without one."""
+    from analysis.vllm.speculative import SpeculativeConfig
+
+    spec = rec.settings.speculative_config
+    if spec is None:
+        return None
+    model = spec.get("model")
+    if isinstance(model, str) and "/" in model:
+        model = str(Path(__file__).resolve().parents[1] / model)
+    return SpeculativeConfig.model_validate({**spec, "model": model})
 
 
 def vllm_version(settings: CorpusSettings) -> str | None:

@@ -14,7 +14,16 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from gpu_corpus import EXPLAINED, FLASHINFER, CorpusRecord, load_corpus, plan_quantization, unplannable, vllm_version
+from gpu_corpus import (
+    EXPLAINED,
+    FLASHINFER,
+    CorpusRecord,
+    load_corpus,
+    plan_quantization,
+    speculative_config,
+    unplannable,
+    vllm_version,
+)
 
 from analysis import catalog
 from analysis.model.params import model_loading_bytes
@@ -45,8 +54,10 @@ def _plan(name: str, *, kv_budget_bytes: int | None = None) -> dict:
         quantization=plan_quantization(rec, arch), dtype=s.dtype or "auto",
         kv_cache_memory_bytes=kv_budget_bytes, flashinfer=name in FLASHINFER, max_loras=s.max_loras,
         **({"max_lora_rank": s.max_lora_rank} if s.max_lora_rank else {}),
+        speculative_config=speculative_config(rec),
     )
     return make_plan(arch, inputs, gpu)
+
 
 
 def _error(predicted: float, logged: float) -> float:
@@ -90,7 +101,9 @@ def test_weights_as_vllm_loads_them(name):
     # A pipeline's rank 0 logs its own stage: the first layers and the input embedding.
     planned = (model_loading_bytes(arch, s.tensor_parallel_size) if s.pipeline_parallel_size == 1
                else stages(arch, s.tensor_parallel_size, s.pipeline_parallel_size, "")[0].weight_bytes)
-    if s.max_loras:  # the LoRA slots' buffers are allocated while the model loads: "Model loading took" counts them
+    if s.speculative_config:  # the drafter loads with the target: "Model loading took" counts it
+        planned = _plan(name)["weight_bytes"]
+    elif s.max_loras:  # the LoRA slots' buffers are allocated while the model loads: "Model loading took" counts them
         planned += lora_bytes(arch, max_loras=s.max_loras, max_lora_rank=s.max_lora_rank or DEFAULT_MAX_LORA_RANK,
                               tp=s.tensor_parallel_size)
     _check(name, "weights", planned, rec.logged.weights_gib * GiB)

@@ -11,7 +11,7 @@ import json
 import math
 
 import pytest
-from gpu_corpus import EXPLAINED, load_corpus, plan_quantization, unplannable, vllm_version
+from gpu_corpus import EXPLAINED, load_corpus, plan_quantization, speculative_config, unplannable, vllm_version
 from typer.testing import CliRunner
 
 from analysis import catalog
@@ -125,7 +125,8 @@ def test_the_inverse_of_a_published_start_up_is_the_utilization_its_author_set(n
                       gpu_memory_utilization=min(1.0, s.gpu_memory_utilization + 0.05),
                       max_num_batched_tokens=s.max_num_batched_tokens, max_num_seqs=s.max_num_seqs,
                       enforce_eager=s.enforce_eager, entry=s.entry, vllm_version=vllm_version(s),
-                      quantization=plan_quantization(r, a), dtype=s.dtype or "auto")
+                      quantization=plan_quantization(r, a), dtype=s.dtype or "auto",
+                      speculative_config=speculative_config(r))
     c, t = _logged_concurrency(name)
     n = math.floor(c) - 1
     rec = recommend(a, base, gpu, [s.tensor_parallel_size], concurrency=n, context=t,

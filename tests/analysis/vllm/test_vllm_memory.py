@@ -317,6 +317,8 @@ def corpus_predictions(spec_sheet: bool = False):
         s, L = rec.settings, rec.logged
         if not (MODELS_DIR / s.catalog_model / "config.json").is_file():
             continue
+        if s.speculative_config:  # the drafter's weights and warm-up are the plan's (test_plan_vs_gpu_corpus)
+            continue
         a, _ = resolve_model(s.catalog_model)
         if s.dtype and s.dtype != "auto":  # --dtype float32 runs a bf16 checkpoint's activations in float32
             a = a.model_copy(update={"torch_dtype": s.dtype})
