@@ -111,9 +111,11 @@ EXPECTED: dict[str, dict] = {
     "tp2_worker_ranks_cuda_graph_estimate_differ.log": {
         "cuda_graph_estimate_bytes": int(4.38 * G),  # Worker_TP0's
         "available_kv_bytes": int(25.46 * G),
+        "gpu_memory_utilization": 0.9,  # "The current --gpu-memory-utilization=0.9000 is equivalent to ..."
     },
     "docker_timestamps_cuda_graph_estimate.log": {
         "cuda_graph_estimate_bytes": int(0.44 * G), "available_kv_bytes": int(37.99 * G),
+        "gpu_memory_utilization": 0.9,  # "The current --gpu-memory-utilization=0.9000 is equivalent to ..."
     },
     "v0.18.0_docker_compose_logo_qwen3_8b_gguf.log": {
         "vllm_version": "0.18.0", "model": "/models/unsloth/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf",

@@ -338,6 +338,12 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
     # compile_or_warm_up_model (0.10 … 0.32)
     ("free_memory", re.compile(rf"Free memory on device \({_NUM}/{_NUM}\s*GiB\) on startup"),
      lambda m: {"initial_free_memory_bytes": _b(m.group(1)), "total_gpu_memory_bytes": _b(m.group(2))}),
+    # 0.20–0.32 (gpu_worker.py, INFO, with the CUDA-graph estimate deducted): "CUDA graph memory profiling is enabled
+    # (...). The current --gpu-memory-utilization=0.9200 is equivalent to ..."; 0.19 (estimate not deducted): "... and
+    # increase --gpu-memory-utilization from 0.9000 to 0.9051 ...". The utilization the engine ran, stated or default.
+    ("current_utilization", re.compile(
+        rf"(?:The current --gpu-memory-utilization=|increase --gpu-memory-utilization from ){_NUM}"),
+     lambda m: {"gpu_memory_utilization": _f(m.group(1))}),
     ("desired_utilization", re.compile(rf"Desired GPU memory utilization is \({_NUM}, {_NUM}\s*GiB\)"),
      lambda m: {"gpu_memory_utilization": _f(m.group(1)), "requested_memory_bytes": _b(m.group(2))}),
     ("actual_consumed", re.compile(rf"Actual usage is {_NUM}\s*GiB for consumed memory"), _gib("consumed_bytes")),

@@ -398,3 +398,23 @@ def test_a_vllm_cpu_engine_log_from_this_machine():
     # "CPU KV cache size: 16,384 tokens, Maximum concurrency for 1,024 tokens per request: 16.00x"
     assert (p["log_kv_cache_tokens"], p["log_max_concurrency_len"], p["log_max_concurrency"]) == (16384, 1024, 16.0)
     StartupLog(**p)  # as the runner stores it
+
+
+def test_the_utilization_the_engine_ran_is_read_where_the_args_do_not_state_it():
+    # vLLM 0.20.0 started without --gpu-memory-utilization (dishantghai/ai-perf-hw3-spec-decode-quant@d1c3b59,
+    # logs/c1_server.log): its non-default args name none, the CUDA-graph line prints the default it ran, 0.92.
+    text = (
+        "(APIServer pid=91614) INFO 06-30 22:54:52 [utils.py:233] non-default args: {'model_tag': "
+        "'/data/hw3/Qwen3-8B', 'model': '/data/hw3/Qwen3-8B', 'enable_prefix_caching': False}\n"
+        "(EngineCore pid=91801) INFO 06-30 22:55:18 [gpu_worker.py:455] CUDA graph memory profiling is enabled "
+        "(default since v0.21.0). The current --gpu-memory-utilization=0.9200 is equivalent to "
+        "--gpu-memory-utilization=0.9137 without CUDA graph memory profiling.\n")
+    assert parse_startup(text)["gpu_memory_utilization"] == 0.92
+    # vLLM 0.19.0 prints the utilization it ran in the line announcing the estimate (GPU corpus
+    # llmdplanner_qwen25_7b_h100 states 0.95 in its args as well)
+    v019 = ("(EngineCore pid=242) INFO 04-22 01:00:50 [v1/worker/gpu_worker.py:470] In v0.19, CUDA graph memory "
+            "profiling will be enabled by default (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1), which more accurately "
+            "accounts for CUDA graph memory during KV cache allocation. To try it now, set "
+            "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 and increase --gpu-memory-utilization from 0.9500 to 0.9577 to "
+            "maintain the same effective KV cache size.\n")
+    assert parse_startup(v019)["gpu_memory_utilization"] == 0.95
