@@ -35,6 +35,9 @@ class SpeculativeSettings(BaseModel):
                                                        "name): fp8 for an FP8-dynamic checkpoint")
     drafter_model: str | None = Field(None, description="the drafter's config: a catalog name, or a folder under "
                                                         "analysis/catalog/speculative_latency/")
+    speculative_async_scheduling: bool | None = Field(
+        None, description="async scheduling in the speculative runs where their log says it differed from the "
+                          "baseline's (None: the version's default for each)")
 
 
 class SpeculativeWorkload(BaseModel):
@@ -105,6 +108,7 @@ def _record_engine(r: SpeculativeRecord, point: SpeculativePoint | None) -> Engi
         config = SpeculativeConfig(method=point.method, model=r.settings.drafter_model, num_speculative_tokens=point.k)
         spec = speculation(target, config, draft, point.acceptance_length)
     return Engine(target, gpu, tp=r.settings.tensor_parallel_size,
+                  async_scheduling=r.settings.speculative_async_scheduling if point is not None else None,
                   vllm_version=r.settings.vllm_version, speculation=spec)
 
 
@@ -179,7 +183,8 @@ def widened(interval_s: list[float] | None, time_s: float) -> tuple[list[float] 
     lo, hi = float(ratios.min()), float(ratios.max())
     campaigns = len({r.campaign for r in evidence()})
     words = (f"{len(ratios)} published speculative-decoding figures of {campaigns} campaigns "
-             "(analysis/catalog/speculative_latency: EAGLE and EAGLE-3 on an H100 at 1 and 8 requests, vLLM 0.8–0.20), "
+             "(analysis/catalog/speculative_latency: EAGLE, EAGLE-3 and a draft model on H100s at 1 and 8 requests, "
+             "vLLM 0.8–0.20), "
              "each predicted with the pre-0.11 host costs fitted without its campaign: measured/predicted "
              f"{lo:.2f}–{hi:.2f} (all of them)")
     return [min(interval_s[0], time_s * lo), max(interval_s[1], time_s * hi)], words
