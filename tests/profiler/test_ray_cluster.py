@@ -47,8 +47,11 @@ DOUBLE = textwrap.dedent(f"""
     for p in job.points:
         print(f"KVPROF_POINT_START {{p.id}}", flush=True)
         if (job.engine.block_size, p.concurrency) in hang:
-            (here / f"inflight-{{job.engine_id}}.json").write_text(json.dumps(
+            # written whole and renamed into place, so the test never reads a file half written
+            part = here / f".inflight-{{job.engine_id}}.part"
+            part.write_text(json.dumps(
                 {{"pid": os.getpid(), "ppid": os.getppid(), "point": p.id, "results_dir": job.results_dir}}))
+            os.replace(part, here / f"inflight-{{job.engine_id}}.json")
             while True:
                 time.sleep(1)
         m = DecodeMeasurements(ttft_s=0.01, tpot_s=0.002, decode_step_s=0.002, output_tokens_per_s=500.0,
