@@ -417,7 +417,8 @@ def _percentile_range(ratios: np.ndarray, widening: float = 1.0) -> tuple[float,
     """The 10th–90th percentiles of measured ÷ predicted, each moved ``widening`` times as far from the median
     in log space (1: the percentiles themselves)."""
     med, lo, hi = (float(np.percentile(ratios, q)) for q in (50, 10, 90))
-    return med * (lo / med) ** widening, med * (hi / med) ** widening
+    # min/max: at a widening of 1 the power can round a last bit inside the percentile it starts from
+    return min(lo, med * (lo / med) ** widening), max(hi, med * (hi / med) ** widening)
 
 
 def _held_out_coverage(ratios: np.ndarray, sources: np.ndarray, widening: float) -> float | None:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from analysis.model import config_keys
 from analysis.model.layers import AttentionLayer, FullAttention, MultiHeadLatentAttention, SlidingWindowAttention
 from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
 from analysis.model.vision import Qwen2VisionTower, Qwen3VisionTower, Qwen25VisionTower, SiglipVisionTower, VisionTower
@@ -294,8 +295,33 @@ class Architecture(BaseModel):
             raise UnsupportedArchitecture(f"{path}: nested too deeply to be a model's config.json") from None
         if not isinstance(cfg, dict):
             raise UnsupportedArchitecture(f"{path} does not hold a JSON object")
+        _refuse_modelopt_sidecar(path.parent / "hf_quant_config.json", cfg, name or path.parent.name)
         return _from_dict(cfg, name or path.parent.name, _max_pixels(path.parent / "preprocessor_config.json"),
                           _max_pixels(path.parent / "video_preprocessor_config.json"))
+
+
+def _check_keys(raw: dict[str, Any], cfg: dict[str, Any], model_type: str, name: str) -> None:
+    """Refuse a config whose family has no reader, or that has a key its reader does not understand or a read key
+    of another type than published configs give it (analysis.model.config_keys), naming each."""
+    checks = [(cfg, model_type)]
+    if cfg is not raw:  # a multimodal wrapper: its own keys against its family, the decoder's against the decoder's
+        checks.insert(0, (raw, str(raw.get("model_type") or model_type)))
+    for keys, family in checks:
+        if not config_keys.has_reader(family):
+            raise UnsupportedArchitecture(
+                f"{name}: model_type {family!r} has no reader in kvprof, so its layer mix and weights are unknown "
+                f"(read: {', '.join(config_keys.families())})")
+        unread = config_keys.unread_keys(keys, family)
+        if unread:
+            raise UnsupportedArchitecture(
+                f"{name}: config.json {'key' if len(unread) == 1 else 'keys'} {', '.join(unread)} "
+                f"{'is' if len(unread) == 1 else 'are'} not read by kvprof's {family} reader; such a key may change "
+                "the layer mix, the weights or the KV cache, so the model is refused rather than planned as "
+                "something else")
+        mistyped = config_keys.mistyped_keys(keys, family)
+        if mistyped:
+            raise UnsupportedArchitecture(f"{name}: config.json {'; '.join(mistyped)} (as every published "
+                                          f"{family} config has it)")
 
 
 def _first(cfg: dict[str, Any], keys: tuple[str, ...], what: str, name: str) -> Any:
@@ -505,6 +531,25 @@ def _qwen3_vl_params(v: dict[str, Any], text_hidden: int) -> int | None:
     return c * t * patch * patch * d + d + positions * d + depth * block + mergers
 
 
+def _refuse_modelopt_sidecar(path: Path, cfg: dict[str, Any], name: str) -> None:
+    """A ModelOpt checkpoint (NVIDIA's FP8, NVFP4 and mixed-precision builds) may state its quantization in
+    ``hf_quant_config.json`` beside config.json rather than in config.json's ``quantization_config``; vLLM 0.32 reads
+    it there (``ModelOptQuantConfigBase``). Planned from config.json alone it would be planned in the model dtype,
+    three to four times its size, so it is refused by name until kvprof models ModelOpt's schemes."""
+    if not path.is_file():
+        return
+    algo = "?"
+    try:
+        if path.stat().st_size <= MAX_CONFIG_BYTES:
+            quant = json.loads(path.read_text(encoding="utf-8")).get("quantization")
+            algo = str(quant.get("quant_algo")) if isinstance(quant, dict) else "?"
+    except (OSError, ValueError, AttributeError, RecursionError):
+        pass
+    raise UnsupportedArchitecture(
+        f"{name}: {path.name} (ModelOpt, quant_algo {algo}) states the checkpoint's quantization, which kvprof does "
+        f"not model; planned from config.json alone it would be planned at {cfg.get('torch_dtype', 'its dtype')}")
+
+
 def _max_pixels(path: Path) -> int | None:
     """The largest image a checkpoint's preprocessor_config.json lets through (``max_pixels``, or the newer
     ``size.longest_edge``), None where the file is absent or names none."""
@@ -654,10 +699,14 @@ def _moe(cfg: dict[str, Any], model_type: str, n_layers: int, intermediate: int,
         shared, shared_inter, shared_gate = 1, int(cfg["shared_expert_intermediate_size"]), True
     dense: set[int] = set(range(int(cfg.get("first_k_dense_replace") or 0)))
     dense.update(cfg.get("mlp_only_layers") or [])
-    step = cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1
-    if step > 1:
-        dense.update(i for i in range(n_layers) if (i + 1) % step != 0)
-    return MoE(
+    # Qwen's MoE layer is every decoder_sparse_step-th, counted from 1 (qwen3_moe.py: (i + 1) % step == 0);
+    # DeepSeek's every moe_layer_freq-th counted from 0 (deepseek_v2.py: i % freq == 0)
+    step = cfg.get("decoder_sparse_step") or 1
+    dense.update(i for i in range(n_layers) if (i + 1) % step != 0)
+    freq = cfg.get("moe_layer_freq") or 1
+    dense.update(i for i in range(n_layers) if i % freq != 0)
+    return _validated(
+        MoE, name,
         num_experts=n_experts,
         experts_per_token=top_k,
         expert_intermediate_size=expert_inter,
@@ -696,13 +745,12 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
                 merged[k] = cfg[k]
         cfg = merged
     model_type = str(cfg.get("model_type") or raw.get("model_type") or "custom")
-    if model_type == "dbrx":
-        cfg = _dbrx_keys(cfg)
     if model_type in _ENCODER_DECODER or cfg.get("is_encoder_decoder"):
         raise UnsupportedArchitecture(f"{name}: encoder-decoder models ({model_type}) are not supported")
-    if cfg.get("ssm_cfg") or cfg.get("mamba_d_state") or cfg.get("attn_layer_period"):
-        raise UnsupportedArchitecture(f"{name}: state-space (Mamba) layers are not supported")
     _check_bounds(cfg, name)
+    _check_keys(raw, cfg, model_type, name)
+    if model_type == "dbrx":
+        cfg = _dbrx_keys(cfg)
 
     n_layers = _positive_int(
         _first(cfg, ("num_hidden_layers", "n_layer", "num_layers"), "layer count", name), "layer count", name
@@ -735,7 +783,7 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
 
     mla = None
     if cfg.get("kv_lora_rank"):
-        mla = MLA(
+        mla = _validated(MLA, name,
             kv_lora_rank=cfg["kv_lora_rank"],
             qk_rope_head_dim=_first(cfg, ("qk_rope_head_dim",), "qk_rope_head_dim", name),
             qk_nope_head_dim=_first(cfg, ("qk_nope_head_dim",), "qk_nope_head_dim", name),
@@ -790,15 +838,20 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")))
     except QuantizationError as exc:
         raise UnsupportedArchitecture(f"{name}: {exc}") from None
+    return _validated(Architecture, name, **fields, moe=_moe(cfg, model_type, n_layers, intermediate, name), mla=mla,
+                      quantization=quantization)
+
+
+def _validated(model: type[BaseModel], label: str, /, **fields: Any) -> Any:
+    """``model(**fields)``, its validation errors refused as an :class:`UnsupportedArchitecture` naming each field."""
     try:
-        return Architecture(**fields, moe=_moe(cfg, model_type, n_layers, intermediate, name), mla=mla,
-                            quantization=quantization)
+        return model(**fields)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc']))}: {e['msg']}".removeprefix(": ").replace("Value error, ", "")
             for e in exc.errors()
         )
-        raise UnsupportedArchitecture(f"{name}: {problems}") from None
+        raise UnsupportedArchitecture(f"{label}: {problems}") from None
 
 
 @lru_cache(maxsize=256)

@@ -59,7 +59,10 @@ def test_the_shipped_power_constants_are_the_fit(fitted):
     for k in ACTIVITIES:
         assert shipped.params[k] == pytest.approx(constants.params[k], rel=1e-6), \
             "rerun python -m analysis.latency.power_fit --write"
-    assert shipped.interval == constants.interval and shipped.energy_interval == constants.energy_interval
+    # as the constants: a fit's last digits differ between BLAS builds
+    for got, fitted_now in ((shipped.interval, constants.interval),
+                            (shipped.energy_interval, constants.energy_interval)):
+        assert got.model_dump() == pytest.approx(fitted_now.model_dump(), rel=1e-6)
 
 
 def test_the_plans_energy_per_token_is_its_power_over_its_tokens():

@@ -310,9 +310,10 @@ def test_qwen2_vl_counts_its_layernorm_tower_and_says_what_it_cannot_count():
     a = Architecture.from_config(cfg, "qwen2-vl-7b")
     assert a.encoder_params == 3 * 2 * 14 * 14 * 1280 + 32 * block + merger == 675_759_104
     # A CLIP tower (LLaVA) is not counted, and the architecture says so rather than planning short in silence
-    cfg["model_type"] = "llava"
-    cfg["vision_config"] = {"model_type": "clip_vision_model", "hidden_size": 1024}
-    clip = Architecture.from_config(cfg, "llava")
+    llama = json.loads((resolve_model("llama-3-8b")[1] / "config.json").read_text())
+    llava = {"model_type": "llava", "text_config": llama, "image_token_index": 128_256,
+             "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024}}
+    clip = Architecture.from_config(llava, "llava")
     assert clip.encoder_params == 0
     assert clip.encoder_note.startswith("vision_config (clip_vision_model) is not counted")
     # and the plan carries the note beside its weights

@@ -1,0 +1,171 @@
+"""The config.json keys kvprof reads, family by family, and the refusal of every other one.
+
+A key that kvprof does not read may change the layer mix, the weights or the cache (Llama 4's
+``interleave_moe_layer_step``, DeepSeek-V3.2's ``index_topk``, Nemotron-H's ``hybrid_override_pattern``). Planned
+without it, the model would be planned as something else: a silently wrong answer. So each family (a
+``model_type``) lists the keys its reading understands, a config.json with any other key is refused with that key's
+name, and a ``model_type`` without a family here is refused the same way.
+
+What a family lists is of three kinds, kept apart so that a reader of this file can tell them:
+
+* keys the reading turns into the architecture (:data:`DECODER`, the family's own blocks);
+* keys that change nothing kvprof plans, for that family: an activation vLLM's model file fixes anyway, a router's
+  loss or scoring (the weights are the same), a norm's epsilon (:data:`INERT` holds those every family shares);
+* Hugging Face's generic ``PretrainedConfig`` keys (token ids, generation defaults, dropout): :data:`INERT`.
+
+A new family is one entry of :data:`FAMILIES` (and its reading in ``analysis.model.architecture`` where its keys
+are new). Keys nested in a ``text_config`` are checked against the decoder's family, the wrapper's own keys
+against the wrapper's.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# Hugging Face PretrainedConfig's generic attributes (transformers 4.x and 5.x to_dict()) and generation defaults:
+# ids, labels, beam-search settings. None changes a layer, a weight or the KV cache.
+INERT = frozenset({
+    "_name_or_path", "_commit_hash", "_attn_implementation_autoset", "_note", "architectures", "auto_map",
+    "transformers_version", "model_type", "add_cross_attention", "bad_words_ids", "begin_suppress_tokens",
+    "chunk_size_feed_forward", "cross_attention_hidden_size", "decoder_start_token_id", "diversity_penalty",
+    "do_sample", "early_stopping", "encoder_no_repeat_ngram_size", "exponential_decay_length_penalty",
+    "finetuning_task", "forced_bos_token_id", "forced_eos_token_id", "id2label", "is_decoder", "label2id",
+    "length_penalty", "max_length", "min_length", "no_repeat_ngram_size", "num_beam_groups", "num_beams",
+    "num_return_sequences", "output_attentions", "output_hidden_states", "output_scores", "prefix", "problem_type",
+    "pruned_heads", "remove_invalid_values", "repetition_penalty", "return_dict", "return_dict_in_generate",
+    "suppress_tokens", "task_specific_params", "temperature", "tf_legacy_loss", "tie_encoder_decoder",
+    "tokenizer_class", "top_k", "top_p", "torchscript", "typical_p", "use_bfloat16", "use_cache",
+    "initializer_range", "pretraining_tp", "gradient_checkpointing", "torch_dtype", "dtype",
+})
+# Token ids (bos_token_id, image_token_id …), dropout rates and norm epsilons, by name.
+INERT_PATTERNS = (re.compile(r".*_token_ids?$"), re.compile(r".*_token_index$"), re.compile(r".*dropout.*"),
+                  re.compile(r".*_pdrop$"), re.compile(r".*_eps$"), re.compile(r".*_epsilon$"))
+
+# What every decoder's reading turns into the architecture (analysis.model.architecture._from_dict), and the
+# RoPE and activation keys a vLLM model file of these families reads without changing a weight's shape.
+DECODER = frozenset({
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "vocab_size", "tie_word_embeddings", "max_position_embeddings", "rope_theta",
+    "rope_scaling", "rope_parameters", "hidden_act", "attention_bias", "quantization_config",
+    # vLLM's length keys (architecture._MAX_LEN_KEYS): the smallest one present is the longest max_model_len
+    "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_target_positions", "max_sequence_length",
+    "max_seq_length", "seq_len",
+})
+# Qwen2's sliding window: layers from max_window_layers on, when use_sliding_window is true.
+QWEN_WINDOW = frozenset({"sliding_window", "use_sliding_window", "max_window_layers", "layer_types"})
+# Mixtral-style routed experts (a router and num_local_experts gated experts a layer).
+MIXTRAL_MOE = frozenset({"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
+                         "output_router_logits", "router_jitter_noise"})
+# Qwen's MoE: num_experts of moe_intermediate_size, a MoE layer every decoder_sparse_step, mlp_only_layers dense,
+# Qwen2-MoE's gated shared expert.
+QWEN_MOE = frozenset({"num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
+                      "mlp_only_layers", "norm_topk_prob", "router_aux_loss_coef", "output_router_logits",
+                      "shared_expert_intermediate_size"})
+# DeepSeek's multi-head latent attention and its MoE (routed and shared experts, the first k layers dense, a MoE
+# layer every moe_layer_freq), its grouped routing (same weights) and the MTP layers past the decoder.
+DEEPSEEK = frozenset({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+                      "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
+                      "first_k_dense_replace", "moe_layer_freq", "n_group", "topk_group", "topk_method",
+                      "routed_scaling_factor", "scoring_func", "norm_topk_prob", "aux_loss_alpha", "seq_aux",
+                      "num_nextn_predict_layers", "ep_size"})
+# A multimodal wrapper: the decoder in text_config, the towers beside it (analysis.model.vision).
+WRAPPER = frozenset({"text_config", "vision_config", "audio_config", "mm_tokens_per_image", "vision_feature_layer",
+                     "vision_feature_select_strategy", "projector_hidden_act", "multimodal_projector_bias",
+                     "image_seq_length", "boi_token_index", "eoi_token_index"})
+# GPT-2 lineage names (non-gated MLP, biases, learned positions where the family has them).
+GPT2 = frozenset({"n_layer", "n_embd", "n_head", "n_inner", "n_positions", "n_ctx", "activation_function",
+                  "vocab_size", "tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+                  "reorder_and_upcast_attn", "summary_type", "summary_use_proj", "summary_activation",
+                  "summary_proj_to_labels", "summary_first_dropout", "quantization_config"})
+
+FAMILIES: dict[str, frozenset[str]] = {
+    "llama": DECODER | {"mlp_bias", "draft_vocab_size", "layer_types", "sliding_window"},
+    "llava": DECODER | WRAPPER,
+    "mistral": DECODER | {"sliding_window"},
+    "mixtral": DECODER | MIXTRAL_MOE | {"sliding_window"},
+    "qwen2": DECODER | QWEN_WINDOW | {"use_mrope"},
+    "qwen2_moe": DECODER | QWEN_WINDOW | QWEN_MOE,
+    "qwen3": DECODER | QWEN_WINDOW,
+    "qwen3_moe": DECODER | QWEN_WINDOW | QWEN_MOE,
+    "qwen2_vl": DECODER | QWEN_WINDOW | WRAPPER | {"use_mrope", "vision_start_token_id", "vision_end_token_id"},
+    "qwen2_5_vl": DECODER | QWEN_WINDOW | WRAPPER | {"use_mrope"},
+    "qwen3_vl": WRAPPER | {"tie_word_embeddings"},
+    "qwen3_vl_moe": WRAPPER | {"tie_word_embeddings"},
+    "qwen3_vl_text": DECODER,
+    "qwen3_vl_moe_text": DECODER | QWEN_MOE,
+    "gemma2": DECODER | {"sliding_window", "hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping",
+                         "final_logit_softcapping", "cache_implementation"},
+    "gemma3": WRAPPER | {"tie_word_embeddings", "initializer_range"},
+    "gemma3_text": DECODER | {"sliding_window", "sliding_window_pattern", "layer_types", "hidden_activation",
+                              "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+                              "rope_local_base_freq", "cache_implementation"},
+    "deepseek_v2": DECODER | DEEPSEEK,
+    "deepseek_v3": DECODER | DEEPSEEK,
+    "gpt_oss": DECODER | {"num_local_experts", "num_experts_per_tok", "sliding_window", "layer_types",
+                          "swiglu_limit", "router_aux_loss_coef", "output_router_logits", "experts_per_token"},
+    "phi3": DECODER | {"sliding_window", "original_max_position_embeddings", "partial_rotary_factor"},
+    "olmo2": DECODER,
+    "dbrx": frozenset({"d_model", "n_heads", "n_layers", "max_seq_len", "vocab_size", "attn_config", "ffn_config",
+                       "tie_word_embeddings", "quantization_config", "output_router_logits", "router_aux_loss_coef"}),
+    "gpt2": GPT2,
+    "gpt_bigcode": GPT2 | {"multi_query", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"},
+}
+
+_KIND = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",
+         dict: "an object"}
+# The type each read key has in every published config (None is allowed for each: "not set").
+KEY_TYPES: dict[str, type | tuple[type, ...]] = {
+    **dict.fromkeys(("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                     "intermediate_size", "vocab_size", "max_position_embeddings", "num_local_experts",
+                     "num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
+                     "max_window_layers", "sliding_window", "sliding_window_pattern", "kv_lora_rank", "q_lora_rank",
+                     "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts", "n_shared_experts",
+                     "first_k_dense_replace", "moe_layer_freq", "num_nextn_predict_layers",
+                     "shared_expert_intermediate_size", "draft_vocab_size", "n_layer", "n_embd", "n_head", "n_inner",
+                     "n_positions", "d_model", "n_heads", "n_layers", "max_seq_len"), int),
+    **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "multi_query"), bool),
+    **dict.fromkeys(("layer_types", "mlp_only_layers"), list),
+    **dict.fromkeys(("text_config", "attn_config", "ffn_config", "quantization_config"), dict),
+}
+
+
+# What each element of a list key is.
+LIST_ELEMENTS: dict[str, type] = {"layer_types": str, "mlp_only_layers": int}
+
+
+def _inert(key: str) -> bool:
+    return key in INERT or any(p.fullmatch(key) for p in INERT_PATTERNS)
+
+
+def has_reader(model_type: str) -> bool:
+    return model_type in FAMILIES
+
+
+def families() -> list[str]:
+    return sorted(FAMILIES)
+
+
+def unread_keys(cfg: dict[str, Any], model_type: str) -> list[str]:
+    """The keys of ``cfg`` that ``model_type``'s reading does not understand (its family has a reader)."""
+    known = FAMILIES[model_type]
+    return sorted(k for k in cfg if k not in known and not _inert(k))
+
+
+def mistyped_keys(cfg: dict[str, Any], model_type: str) -> list[str]:
+    """``key is <kind>, not <expected kind>`` for each read key whose value has another type than every published
+    config gives it (a list where an integer belongs: MiMo-V2-Flash's per-layer ``moe_layer_freq``)."""
+    out = []
+    for key in sorted(FAMILIES[model_type] & KEY_TYPES.keys()):
+        v, want = cfg.get(key), KEY_TYPES[key]
+        if v is None:
+            continue
+        ok = isinstance(v, want) and not (want is int and isinstance(v, bool))
+        if not ok:
+            got = next((name for t, name in _KIND.items() if type(v) is t), type(v).__name__)
+            out.append(f"{key} is {got}, not {_KIND[want]}" if isinstance(want, type) else f"{key} is {got}")
+        elif key in LIST_ELEMENTS:
+            each = LIST_ELEMENTS[key]
+            if not all(isinstance(e, each) and not (each is int and isinstance(e, bool)) for e in v):
+                out.append(f"{key} holds something other than {_KIND[each].split(' ', 1)[1]}s")
+    return out
