@@ -40,6 +40,8 @@ def read_capacity(llm: Any) -> dict[str, Any]:
         "enable_chunked_prefill": bool(getattr(sc, "enable_chunked_prefill", True)),
         "tensor_parallel_size": cfg.parallel_config.tensor_parallel_size,
         "model_dtype": str(cfg.model_config.dtype).removeprefix("torch."),
+        "enable_prefix_caching": bool(getattr(cc, "enable_prefix_caching", False)),
+        "mamba_cache_mode": getattr(cc, "mamba_cache_mode", None),
     }
 
 

@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from analysis.catalog import CATALOG_DIR, GENERATIONS, GPU
 from analysis.latency.speculative import Speculation, speculative_host_s
 from analysis.model.architecture import Architecture
-from analysis.model.kv import kv_bytes_per_sequence
+from analysis.model.kv import kv_bytes_per_sequence, state_bytes_per_sequence
 from analysis.model.params import count_params, expected_experts_touched, weight_breakdown
 from analysis.model.quantization import Awq, BitsAndBytes, CompressedTensors, Fp8, Gptq, Mxfp4
 from analysis.model.roofline import attention_flops_per_token
@@ -244,7 +244,9 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
     if a.moe:
         touched = expected_experts_touched(a.moe.num_experts, a.moe.experts_per_token, max(tokens, 1e-9))
         experts = w.experts * touched / a.moe.num_experts
-    kv = decode_seqs * kv_bytes_per_sequence(a, round(decode_context), kv_cache_dtype, tp)
+    # the KV read once a sequence; a recurrent layer's state is read and written back (held bytes, then once more)
+    kv = decode_seqs * (kv_bytes_per_sequence(a, round(decode_context), kv_cache_dtype, tp)
+                        + state_bytes_per_sequence(a, tp))
     # A step's prompt tokens belong to prefill_seqs prompts of per_prompt tokens each: the KV they write and the
     # context their attention spans are each prompt's, not one sequence's of all the step's tokens.
     per_prompt = prefill_tokens / max(prefill_seqs or 1.0, 1.0)
@@ -267,7 +269,7 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
     gemm_peak = gpu.peak_flops(fp8=True) if kern in ("fp8", "int8", "fp4") else bf16
     moe_layers = sum(1 for i in range(a.num_layers) if a.is_moe_layer(i))
     gemms = gemm_kernels(a)
-    allreduces = 2 * a.num_layers if tp > 1 else 0
+    allreduces = a.sublayers if tp > 1 else 0
     ar_bytes = allreduces * tokens * a.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp if tp > 1 else 0.0
     return StepWork(
         decode_seqs=decode_seqs, prefill_tokens=prefill_tokens, dense_bytes=dense / tp, expert_bytes=experts / tp,
@@ -295,7 +297,10 @@ def gemm_kernels(a: Architecture) -> int:
     attention = 5 if a.mla else 2
     n = 1
     for i in range(a.num_layers):
-        n += attention
+        # a Mamba2 mixer's in_proj and out_proj, as attention's QKV and O
+        n += attention if a.layer_types[i] != "mlp" else 0
+        if not a.has_mlp(i):
+            continue
         if a.is_moe_layer(i):
             m = a.moe
             n += 3 + (2 + m.shared_expert_gate if m.shared_experts else 0)

@@ -125,6 +125,11 @@ class Ceilings:
 
 # --- capacity ------------------------------------------------------------------------
 
+def _prefix_caching(setting: object) -> bool:
+    """The prefix cache as an engine ran it: vLLM's default (on) unless the setting turned it off."""
+    return not (setting is not None and pd.notna(setting) and not bool(setting))
+
+
 def capacity_table(res: Results) -> pd.DataFrame:
     """Per engine: KV budget, blocks, KV tokens, max concurrency and the saturation ceiling."""
     rows = []
@@ -150,7 +155,8 @@ def capacity_table(res: Results) -> pd.DataFrame:
         try:
             cap = paged_capacity(a, budget, block_size=int(e.block_size), max_model_len=int(e.max_model_len),
                                  max_num_batched_tokens=int(e.max_num_batched_tokens),
-                                 kv_cache_dtype=e.kv_cache_dtype, tp=tp, async_scheduling=bool(e.async_scheduling))
+                                 kv_cache_dtype=e.kv_cache_dtype, tp=tp, async_scheduling=bool(e.async_scheduling),
+                                 prefix_caching=_prefix_caching(getattr(e, "enable_prefix_caching", None)))
         except NotModelled as exc:
             row["note"] = str(exc)
             rows.append(row)

@@ -19,11 +19,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from analysis.model import config_keys
-from analysis.model.layers import AttentionLayer, FullAttention, MultiHeadLatentAttention, SlidingWindowAttention
+from analysis.model.layers import (
+    AttentionLayer,
+    FullAttention,
+    Mamba2State,
+    MultiHeadLatentAttention,
+    SlidingWindowAttention,
+)
 from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
 from analysis.model.vision import Qwen2VisionTower, Qwen3VisionTower, Qwen25VisionTower, SiglipVisionTower, VisionTower
 
-LayerType = Literal["full_attention", "sliding_attention"]
+# A layer's sequence mixer: attention over every token or a window, a Mamba2 mixer's recurrent state, or none (an
+# MLP-only layer of a hybrid: Nemotron-H's "-" and "E").
+LayerType = Literal["full_attention", "sliding_attention", "mamba", "mlp"]
 
 
 class UnsupportedArchitecture(ValueError):
@@ -44,7 +52,7 @@ _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 # HF PretrainedConfig defaults tie_word_embeddings to True; these families override it.
 _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2", "phi3",
+    "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2", "phi3", "nemotron_h",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -117,6 +125,27 @@ class MLA(BaseModel):
     q_lora_rank: int | None = Field(None, le=MAX_HIDDEN_SIZE)
 
 
+class Mamba2(BaseModel):
+    """A Mamba2 mixer's shapes (vLLM's ``MambaMixer2``): ``num_heads`` heads of ``head_dim`` (its inner width H·P),
+    ``n_groups`` groups of B and C of ``state_size``, a causal convolution of ``conv_kernel`` taps, and the dtype of
+    its SSM state in the cache."""
+
+    model_config = ConfigDict(frozen=True)
+
+    num_heads: int = Field(gt=0, le=MAX_HEADS)
+    head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    n_groups: int = Field(gt=0, le=MAX_HEADS)
+    state_size: int = Field(gt=0, le=MAX_HEAD_DIM)
+    conv_kernel: int = Field(gt=1, le=64)
+    conv_bias: bool = True
+    proj_bias: bool = False
+    ssm_cache_dtype: str = "float32"
+
+    @property
+    def inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+
 class Architecture(BaseModel):
     """Decoder-only transformer hyperparameters the KV and roofline arithmetic use."""
 
@@ -150,6 +179,10 @@ class Architecture(BaseModel):
     layer_types: tuple[LayerType, ...] = ()
     moe: MoE | None = None
     mla: MLA | None = None
+    # A hybrid's Mamba2 mixers (the layers of type "mamba"), and the layers that have an MLP where not every one does
+    # (None: every layer; Nemotron-H's mixer layers have none).
+    mamba: Mamba2 | None = None
+    mlp_layers: tuple[int, ...] | None = None
     # The checkpoint's weight quantization (config.json quantization_config), or an override.
     quantization: AnyScheme | None = None
     # Speculative decoding's shapes (analysis.vllm.speculative): the multi-token-prediction layers a checkpoint
@@ -177,6 +210,8 @@ class Architecture(BaseModel):
                 f"{self.name}: layer_types has {len(self.layer_types)} entries "
                 f"but the model has {self.num_layers} layers"
             )
+        if "mamba" in self.layer_types and self.mamba is None:
+            raise UnsupportedArchitecture(f"{self.name}: layers of type mamba but no Mamba2 mixer shapes")
         if "sliding_attention" in self.layer_types and not self.sliding_window:
             raise UnsupportedArchitecture(
                 f"{self.name}: sliding-attention layers but no sliding_window size"
@@ -207,7 +242,7 @@ class Architecture(BaseModel):
     def attention_layers(self) -> tuple[AttentionLayer, ...]:
         """Every layer's attention kind (analysis.model.layers), which owns its KV-cache and attention formulas."""
         return _attention_layers(self.num_heads, self.num_kv_heads, self.head_dim, self.sliding_window,
-                                 self.layer_types, self.mla)
+                                 self.layer_types, self.mla, self.mamba, dtype_bytes(self.torch_dtype))
 
     @property
     def attention_kinds(self) -> tuple[tuple[AttentionLayer, int], ...]:
@@ -269,7 +304,26 @@ class Architecture(BaseModel):
         return self.model_copy(update={"quantization": scheme})
 
     def is_moe_layer(self, index: int) -> bool:
-        return self.moe is not None and index not in self.moe.dense_layers
+        return self.has_mlp(index) and self.moe is not None and index not in self.moe.dense_layers
+
+    def has_mlp(self, index: int) -> bool:
+        return self.mlp_layers is None or index in self.mlp_layers
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with attention (a hybrid's Mamba and MLP-only layers have none)."""
+        return sum(t in ("full_attention", "sliding_attention") for t in self.layer_types)
+
+    @property
+    def num_mamba_layers(self) -> int:
+        return sum(t == "mamba" for t in self.layer_types)
+
+    @property
+    def sublayers(self) -> int:
+        """Mixers and MLPs over every layer: each ends in a row-parallel projection (an all-reduce under tensor
+        parallelism). Two a layer in a plain decoder, one in Nemotron-H's."""
+        mixers = sum(t != "mlp" for t in self.layer_types)
+        return mixers + sum(self.has_mlp(i) for i in range(self.num_layers))
 
     # -- construction ---------------------------------------------------------
     @classmethod
@@ -733,6 +787,63 @@ def _dbrx_keys(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**cfg, **{k: v for k, v in flat.items() if v is not None}}
 
 
+# Nemotron-H's layer pattern (hybrid_override_pattern; transformers' NemotronHConfig._pattern_to_list names the
+# same kinds in layers_block_type): a Mamba2 mixer, attention, an MLP, a MoE MLP; each layer is one of them.
+_NEMOTRON_H_CHARS = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
+_NEMOTRON_H_NAMES = {"mamba": "mamba", "linear_attention": "mamba", "attention": "full_attention",
+                     "full_attention": "full_attention", "mlp": "mlp", "moe": "moe"}
+
+
+def _nemotron_h(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Nemotron-H (vLLM's ``models/nemotron_h.py``): one norm and one block a layer, as its pattern says: a Mamba2
+    mixer (M), attention without RoPE (*), a relu² MLP without a gate (-), or a MoE MLP (E, not read yet). The
+    layer count is the pattern's length; head_dim defaults to 128 (transformers' NemotronHConfig), the SSM state's
+    cache dtype to float32 (vLLM's NemotronHForCausalLMConfig). Returns the config with the generic keys the rest
+    of the reading uses, and the architecture's hybrid fields."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern and set(pattern) <= _NEMOTRON_H_CHARS.keys():
+        kinds = [_NEMOTRON_H_CHARS[c] for c in pattern]
+    elif (isinstance(cfg.get("layers_block_type"), list) and cfg["layers_block_type"]
+          and all(isinstance(t, str) and t in _NEMOTRON_H_NAMES for t in cfg["layers_block_type"])):
+        kinds = [_NEMOTRON_H_NAMES[t] for t in cfg["layers_block_type"]]
+    else:
+        raise UnsupportedArchitecture(
+            f"{name}: nemotron_h needs hybrid_override_pattern (a string of M, *, - and E) or layers_block_type "
+            f"(a list of {', '.join(sorted(_NEMOTRON_H_NAMES))}); got {pattern!r}")
+    if "moe" in kinds:
+        raise UnsupportedArchitecture(f"{name}: Nemotron-H's MoE layers (E in hybrid_override_pattern) are not read "
+                                      "by kvprof yet")
+    if "full_attention" not in kinds or "mamba" not in kinds:
+        raise UnsupportedArchitecture(f"{name}: kvprof plans Nemotron-H patterns with both Mamba2 (M) and attention "
+                                      "(*) layers; vLLM sizes the cache of the others differently")
+    if cfg.get("sliding_window") is not None:
+        raise UnsupportedArchitecture(f"{name}: a Nemotron-H sliding window is not modelled (sliding_window "
+                                      f"{cfg['sliding_window']!r})")
+    head_dim = cfg.get("head_dim", 128)
+    if cfg.get("attention_head_dim") not in (None, head_dim):
+        raise UnsupportedArchitecture(
+            f"{name}: attention_head_dim {cfg['attention_head_dim']!r} differs from head_dim {head_dim!r}, the one "
+            "transformers and vLLM read")
+    if cfg.get("mlp_hidden_act", "relu2") != "relu2":
+        raise UnsupportedArchitecture(f"{name}: mlp_hidden_act {cfg['mlp_hidden_act']!r}: kvprof reads Nemotron-H's "
+                                      "relu2 MLP (two matrices, no gate)")
+    n = len(kinds)
+    mamba = _validated(
+        Mamba2, name, num_heads=cfg.get("mamba_num_heads", 128), head_dim=cfg.get("mamba_head_dim", 64),
+        n_groups=cfg.get("n_groups", 8), state_size=cfg.get("ssm_state_size", 128),
+        conv_kernel=cfg.get("conv_kernel", 4), conv_bias=bool(cfg.get("use_conv_bias", True)),
+        proj_bias=bool(cfg.get("use_bias", False)), ssm_cache_dtype=str(cfg.get("mamba_ssm_cache_dtype", "float32")))
+    try:
+        dtype_bytes(mamba.ssm_cache_dtype)
+    except ValueError as exc:
+        raise UnsupportedArchitecture(f"{name}: mamba_ssm_cache_dtype: {exc}") from None
+    hybrid = dict(num_layers=n, layer_types=tuple(kinds), mamba=mamba,
+                  mlp_layers=tuple(i for i, k in enumerate(kinds) if k == "mlp"), mlp_gated=False,
+                  qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")),
+                  mlp_bias=bool(cfg.get("mlp_bias")), norms_per_layer=1, head_dim=head_dim)
+    return {**cfg, "num_hidden_layers": n, "head_dim": head_dim}, hybrid
+
+
 def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
                video_max_pixels: int | None = None) -> Architecture:
     cfg = dict(raw)
@@ -751,6 +862,9 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
     _check_keys(raw, cfg, model_type, name)
     if model_type == "dbrx":
         cfg = _dbrx_keys(cfg)
+    hybrid: dict[str, Any] = {}
+    if model_type == "nemotron_h":
+        cfg, hybrid = _nemotron_h(cfg, name)
 
     n_layers = _positive_int(
         _first(cfg, ("num_hidden_layers", "n_layer", "num_layers"), "layer count", name), "layer count", name
@@ -838,6 +952,7 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")))
     except QuantizationError as exc:
         raise UnsupportedArchitecture(f"{name}: {exc}") from None
+    fields.update(hybrid)
     return _validated(Architecture, name, **fields, moe=_moe(cfg, model_type, n_layers, intermediate, name), mla=mla,
                       quantization=quantization)
 
@@ -856,7 +971,15 @@ def _validated(model: type[BaseModel], label: str, /, **fields: Any) -> Any:
 
 @lru_cache(maxsize=256)
 def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None,
-                      layer_types: tuple[str, ...], mla: MLA | None) -> tuple[AttentionLayer, ...]:
+                      layer_types: tuple[str, ...], mla: MLA | None, mamba: Mamba2 | None = None,
+                      model_dtype_bytes: int = 2) -> tuple[AttentionLayer, ...]:
+    """Every layer with a cache, in order: its attention kind or its recurrent state (MLP-only layers have none)."""
+    if mamba is not None:
+        state = Mamba2State(num_heads=mamba.num_heads, head_dim=mamba.head_dim, n_groups=mamba.n_groups,
+                            state_size=mamba.state_size, conv_kernel=mamba.conv_kernel, conv_bytes=model_dtype_bytes,
+                            ssm_bytes=dtype_bytes(mamba.ssm_cache_dtype))
+        full = FullAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+        return tuple(state if t == "mamba" else full for t in layer_types if t != "mlp")
     if mla is not None:  # every layer; vLLM's allocator refuses MLA with windows (analysis.vllm.allocator)
         return (MultiHeadLatentAttention(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
                                          qk_rope_head_dim=mla.qk_rope_head_dim),) * len(layer_types)

@@ -108,6 +108,15 @@ FAMILIES: dict[str, frozenset[str]] = {
     "olmo2": DECODER,
     "dbrx": frozenset({"d_model", "n_heads", "n_layers", "max_seq_len", "vocab_size", "attn_config", "ffn_config",
                        "tie_word_embeddings", "quantization_config", "output_router_logits", "router_aux_loss_coef"}),
+    # Nemotron-H: the layer pattern, Mamba2 mixers, relu² MLPs (architecture._nemotron_h); the mixers' time-step
+    # initialisation and kernel choice change no shape. MoE (E) layers are refused by the reading.
+    "nemotron_h": DECODER | {"hybrid_override_pattern", "layers_block_type", "attention_head_dim", "mamba_num_heads",
+                             "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel", "expand",
+                             "use_conv_bias", "use_bias", "mamba_proj_bias", "mamba_hidden_act",
+                             "mamba_ssm_cache_dtype", "chunk_size", "time_step_min", "time_step_max",
+                             "time_step_limit", "time_step_floor", "time_step_rank", "use_mamba_kernels",
+                             "mlp_hidden_act", "mlp_bias", "residual_in_fp32", "rescale_prenorm_residual",
+                             "num_logits_to_keep", "sliding_window", "num_hidden_layers"},
     "gpt2": GPT2,
     "gpt_bigcode": GPT2 | {"multi_query", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"},
 }
@@ -123,8 +132,11 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "n_routed_experts", "n_shared_experts",
                      "first_k_dense_replace", "moe_layer_freq", "num_nextn_predict_layers",
                      "shared_expert_intermediate_size", "draft_vocab_size", "n_layer", "n_embd", "n_head", "n_inner",
-                     "n_positions", "d_model", "n_heads", "n_layers", "max_seq_len"), int),
-    **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "multi_query"), bool),
+                     "n_positions", "d_model", "n_heads", "n_layers", "max_seq_len", "mamba_num_heads",
+                     "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel"), int),
+    **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "multi_query",
+                     "use_conv_bias", "use_bias"), bool),
+    "mamba_ssm_cache_dtype": str,
     **dict.fromkeys(("layer_types", "mlp_only_layers"), list),
     **dict.fromkeys(("text_config", "attn_config", "ffn_config", "quantization_config"), dict),
 }

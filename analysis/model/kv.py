@@ -47,7 +47,12 @@ def layer_kv_bytes_per_token(a: Architecture, kv_cache_dtype: str = "auto", tp: 
     """Bytes one attention layer caches per token on one rank (every layer of a model caches the same: vLLM's
     one page size, which the allocator needs)."""
     s = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
-    return a.attention_layers[0].kv_elements_per_token(tp) * s
+    return _first_attention(a).kv_elements_per_token(tp) * s
+
+
+def _first_attention(a: Architecture) -> layers.AttentionLayer:
+    """The first layer that caches tokens (a hybrid's recurrent layers cache none)."""
+    return next((k for k in a.attention_layers if k.kv_elements_per_token()), a.attention_layers[0])
 
 
 def kv_bytes_per_token(a: Architecture, kv_cache_dtype: str = "auto", tp: int = 1) -> int:
@@ -59,14 +64,21 @@ def kv_bytes_per_token(a: Architecture, kv_cache_dtype: str = "auto", tp: int = 
 
 def kv_bytes_per_sequence(a: Architecture, context: int, kv_cache_dtype: str = "auto",
                           tp: int = 1) -> int:
-    """Bytes one sequence of `context` tokens occupies, windows capping windowed layers."""
+    """Bytes one sequence of `context` tokens occupies, windows capping windowed layers, recurrent layers' state
+    whatever the length."""
     s = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
-    return sum(n * layer.tokens_held(context) * layer.kv_elements_per_token(tp) * s for layer, n in a.attention_kinds)
+    return sum(n * (layer.tokens_held(context) * layer.kv_elements_per_token(tp) * s + layer.state_bytes(tp))
+               for layer, n in a.attention_kinds)
+
+
+def state_bytes_per_sequence(a: Architecture, tp: int = 1) -> int:
+    """Bytes of recurrent state a sequence holds whatever its length (a hybrid's Mamba layers), per rank."""
+    return sum(n * layer.state_bytes(tp) for layer, n in a.attention_kinds)
 
 
 def mha_reduction(a: Architecture) -> float:
     """How much smaller the cache is than full multi-head attention (h / g; MLA vs MHA)."""
-    return 2 * a.num_heads * a.head_dim / a.attention_layers[0].kv_elements_per_token()
+    return 2 * a.num_heads * a.head_dim / _first_attention(a).kv_elements_per_token()
 
 
 @dataclass(frozen=True)

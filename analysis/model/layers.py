@@ -17,8 +17,8 @@ over those layers and never branch on the kind. A new kind is a class here and t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
 
 
 def cdiv(a: int, b: int) -> int:
@@ -52,6 +52,10 @@ class AttentionLayer:
 
     def kv_elements_per_token(self, tp: int = 1) -> int:
         raise NotImplementedError
+
+    def state_bytes(self, tp: int = 1) -> int:
+        """Bytes a request holds whatever its length (a recurrent layer's state; attention: none)."""
+        return 0
 
     def tokens_held(self, context: int) -> int:
         return context if self.window is None else min(context, self.window)
@@ -127,3 +131,56 @@ class MultiHeadLatentAttention(AttentionLayer):
     def flops_per_held_token(self) -> float:
         # Absorbed MLA: scores over latent + rope, output over the latent, per head.
         return 2 * self.num_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+
+
+@dataclass(frozen=True)
+class Mamba2State(AttentionLayer):
+    """A Mamba2 mixer's recurrent state (Nemotron-H's ``M`` layers): bytes a request, not a token. vLLM 0.32's
+    ``MambaStateShapeCalculator.mamba2_state_shape`` (model_executor/layers/mamba/mamba_utils.py): a convolution
+    state of ``conv_kernel − 1`` rows of ``H·P + 2·G′·N`` channels, split over the ranks, in the model dtype, and an
+    SSM state of ``H/tp × P × N`` in ``mamba_ssm_cache_dtype`` (Nemotron-H: float32), where G′ is ``n_groups``
+    raised to ``tp`` when the groups cannot be split (``extra_groups_for_head_shards``). ``num_heads``: the mixer's
+    heads (H), ``head_dim`` P, ``state_size`` N.
+
+    Its blocks a request (``MambaSpec.max_memory_usage_bytes``, v1/kv_cache_interface.py): one with
+    ``mamba_cache_mode`` none; with prefix caching on (align, vLLM's default for hybrid models) two, plus the prefill
+    checkpoint block ``MambaMixer2.get_kv_cache_spec`` adds: three."""
+
+    kind: ClassVar[str] = "mamba"
+    head_dim: int
+    n_groups: int
+    state_size: int
+    conv_kernel: int
+    conv_bytes: int
+    ssm_bytes: int
+    cache_mode: Literal["none", "align"] = "none"
+
+    def kv_elements_per_token(self, tp: int = 1) -> int:
+        return 0
+
+    def tokens_held(self, context: int) -> int:
+        return 0
+
+    def state_bytes(self, tp: int = 1) -> int:
+        if self.num_heads % tp:
+            raise ValueError(f"{self.num_heads} Mamba heads cannot be split evenly over {tp} ranks")
+        groups = self.n_groups + (0 if self.n_groups % tp == 0 else tp - self.n_groups)
+        conv_dim = self.num_heads * self.head_dim + 2 * groups * self.state_size
+        conv = (self.conv_kernel - 1) * (conv_dim // tp) * self.conv_bytes
+        return conv + self.num_heads // tp * self.head_dim * self.state_size * self.ssm_bytes
+
+    def blocks_per_request(self, block_size: int, max_model_len: int, in_flight_tokens: int) -> int:
+        return 1 if self.cache_mode == "none" else 3
+
+    def flops_per_held_token(self) -> float:
+        return 0.0
+
+    def attention_flops(self, context: int) -> float:
+        """A decode token's mixer work beside its projections: the causal convolution over ``conv_kernel`` taps of
+        every channel, and the state update ``h ← exp(dt·A)·h + dt·x⊗B`` with its read-out ``C·h``: about five FLOPs
+        a state element."""
+        conv_dim = self.num_heads * self.head_dim + 2 * self.n_groups * self.state_size
+        return 2 * self.conv_kernel * conv_dim + 5 * self.num_heads * self.head_dim * self.state_size
+
+    def in_cache_mode(self, mode: Literal["none", "align"]) -> Mamba2State:
+        return replace(self, cache_mode=mode)

@@ -20,11 +20,13 @@ class ParamCount:
     experts_total: int
     experts_active: int
     norms: int
+    recurrent: int = 0  # a hybrid's Mamba2 mixers
+
 
     @property
     def non_expert(self) -> int:
         return (self.embedding + self.lm_head + self.attention + self.dense_mlp
-                + self.router_and_shared + self.norms)
+                + self.router_and_shared + self.norms + self.recurrent)
 
     @property
     def total(self) -> int:
@@ -62,6 +64,22 @@ def _attention_params(a: Architecture) -> int:
     return n
 
 
+def _mamba2_params(a: Architecture) -> int:
+    """One Mamba2 mixer (vLLM's ``MambaMixer2``): in_proj to z, x, B, C and dt (2·I + 2·G·N + H rows), the
+    depthwise convolution over x, B and C (I + 2·G·N channels × conv_kernel, and its bias), dt_bias, A and D (H each),
+    the gated RMSNorm over I, and out_proj back to the hidden size (biases on both projections with use_bias)."""
+    m, h = a.mamba, a.hidden_size
+    assert m is not None
+    conv_dim = m.inner + 2 * m.n_groups * m.state_size
+    in_rows = m.inner + conv_dim + m.num_heads
+    n = in_rows * h + conv_dim * m.conv_kernel + 3 * m.num_heads + m.inner + h * m.inner
+    if m.conv_bias:
+        n += conv_dim
+    if m.proj_bias:
+        n += in_rows + h
+    return n
+
+
 def _mlp_params(hidden: int, inter: int, gated: bool, bias: bool) -> int:
     mats = 3 if gated else 2
     n = mats * hidden * inter
@@ -75,11 +93,14 @@ def count_params(a: Architecture) -> ParamCount:
     h = a.hidden_size
     embedding = a.vocab_size * h + a.learned_position_embeddings * h
     lm_head = 0 if a.tie_word_embeddings else a.vocab_size * h
-    attention = a.num_layers * _attention_params(a)
+    attention = a.num_attention_layers * _attention_params(a)
+    recurrent = a.num_mamba_layers * _mamba2_params(a) if a.mamba else 0
     # Final norm too, unless the model is the seeds' idealised one with no norm weights.
     norms = a.num_layers * a.norms_per_layer * h + (h if a.norms_per_layer else 0)
     dense_mlp = router_shared = experts_total = experts_active = 0
     for i in range(a.num_layers):
+        if not a.has_mlp(i):
+            continue
         if not a.is_moe_layer(i):
             dense_mlp += _mlp_params(h, a.intermediate_size, a.mlp_gated, a.mlp_bias)
             continue
@@ -102,6 +123,7 @@ def count_params(a: Architecture) -> ParamCount:
         experts_total=experts_total,
         experts_active=experts_active,
         norms=norms,
+        recurrent=recurrent,
     )
 
 
@@ -135,7 +157,16 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
         out.append(Matrix("lm_head", "lm_head", a.vocab_size, h))
     for i in range(a.num_layers):
         attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
-        if a.mla:
+        kind = a.layer_types[i]
+        if kind == "mamba":
+            m = a.mamba
+            assert m is not None
+            mixer = f"model.layers.{i}.mixer"
+            rows = 2 * m.inner + 2 * m.n_groups * m.state_size + m.num_heads
+            out += [Matrix(f"{mixer}.in_proj", "linear", rows, h), Matrix(f"{mixer}.out_proj", "linear", h, m.inner)]
+        elif kind == "mlp":
+            pass
+        elif a.mla:
             m, qk = a.mla, a.mla.qk_nope_head_dim + a.mla.qk_rope_head_dim
             if m.q_lora_rank:
                 out += [Matrix(f"{attn}.q_a_proj", "linear", m.q_lora_rank, h),
@@ -150,6 +181,8 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
             q, kv = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
             out += [Matrix(f"{attn}.q_proj", "linear", q, h), Matrix(f"{attn}.k_proj", "linear", kv, h),
                     Matrix(f"{attn}.v_proj", "linear", kv, h), Matrix(f"{attn}.o_proj", "linear", h, q)]
+        if not a.has_mlp(i):
+            continue
         if not a.is_moe_layer(i):
             out += _mlp_matrices(mlp, h, a.intermediate_size, a.mlp_gated)
             continue

@@ -409,7 +409,8 @@ OPTION_FLAGS = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp"
 # tests/analysis/planning/test_plan_inputs.py holds both, so a new engine axis cannot be silently unplannable.
 ENGINE_SETTINGS_NOT_PLANNED = {
     "enable_prefix_caching": "the prefix cache shares blocks between requests with a common prefix; the plan's "
-                             "sequences share none, so it changes neither their capacity nor their step",
+                             "sequences share none, so it changes neither their capacity nor their step (a hybrid "
+                             "Mamba model's blocks a request excepted: planned at vLLM's default, on)",
 }
 
 
@@ -567,6 +568,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         "device_total_bytes": total if gpu is not None else None,
         "reserve": reserve.model_dump() if reserve else None,
         "bytes_per_block": paged.bytes_per_block,
+        # the block vLLM allocates: the configured one, raised on a hybrid Mamba model until a page holds a state
+        "kv_block_size": paged.block_size,
         "num_blocks": paged.num_blocks if known else None,
         "kv_cache_groups": [
             {"kind": g.kind, "layers": len(g.layers), "window": g.window,

@@ -315,7 +315,8 @@ def engine_cost(a: Architecture, gpu: GPU, engine: EngineSettings, points: list[
     mnbt, seqs, async_sched = plan["max_num_batched_tokens"], plan["max_num_seqs"], plan["async_scheduling"]
     budget = plan["kv_budget_bytes"]
     cap = paged_capacity(a, budget, block_size=engine.block_size, max_model_len=engine.max_model_len,
-                         max_num_batched_tokens=mnbt, kv_cache_dtype=kv, tp=tp, async_scheduling=async_sched)
+                         max_num_batched_tokens=mnbt, kv_cache_dtype=kv, tp=tp, async_scheduling=async_sched,
+                         prefix_caching=engine.enable_prefix_caching is not False)
     capacity_s = 0.0
     if "capacity" in phases:
         bs, mml = engine.block_size, engine.max_model_len

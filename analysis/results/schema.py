@@ -416,6 +416,10 @@ class CapacityFacts(BaseModel):
     enable_chunked_prefill: bool = True
     tensor_parallel_size: int = Field(1, gt=0)
     model_dtype: str
+    enable_prefix_caching: bool | None = Field(None, description="the prefix cache on (a hybrid Mamba model then "
+                                                                 "holds more blocks a request)")
+    mamba_cache_mode: str | None = Field(None, description="vLLM's mamba_cache_mode: 'none', or 'align' with the "
+                                                           "prefix cache on a hybrid model")
 
 
 class EngineMode(BaseModel):

