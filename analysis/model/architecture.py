@@ -810,9 +810,9 @@ def _nemotron_h(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[st
         raise UnsupportedArchitecture(
             f"{name}: nemotron_h needs hybrid_override_pattern (a string of M, *, - and E) or layers_block_type "
             f"(a list of {', '.join(sorted(_NEMOTRON_H_NAMES))}); got {pattern!r}")
+    moe = None
     if "moe" in kinds:
-        raise UnsupportedArchitecture(f"{name}: Nemotron-H's MoE layers (E in hybrid_override_pattern) are not read "
-                                      "by kvprof yet")
+        moe = _nemotron_h_moe(cfg, kinds, name)
     if "full_attention" not in kinds or "mamba" not in kinds:
         raise UnsupportedArchitecture(f"{name}: kvprof plans Nemotron-H patterns with both Mamba2 (M) and attention "
                                       "(*) layers; vLLM sizes the cache of the others differently")
@@ -837,11 +837,30 @@ def _nemotron_h(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[st
         dtype_bytes(mamba.ssm_cache_dtype)
     except ValueError as exc:
         raise UnsupportedArchitecture(f"{name}: mamba_ssm_cache_dtype: {exc}") from None
-    hybrid = dict(num_layers=n, layer_types=tuple(kinds), mamba=mamba,
-                  mlp_layers=tuple(i for i, k in enumerate(kinds) if k == "mlp"), mlp_gated=False,
+    hybrid = dict(num_layers=n, layer_types=tuple("mlp" if k == "moe" else k for k in kinds), mamba=mamba, moe=moe,
+                  mlp_layers=tuple(i for i, k in enumerate(kinds) if k in ("mlp", "moe")), mlp_gated=False,
                   qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")),
                   mlp_bias=bool(cfg.get("mlp_bias")), norms_per_layer=1, head_dim=head_dim)
     return {**cfg, "num_hidden_layers": n, "head_dim": head_dim}, hybrid
+
+
+def _nemotron_h_moe(cfg: dict[str, Any], kinds: list[str], name: str) -> MoE:
+    """Nemotron-H's MoE layers (E; vLLM's ``NemotronHMoE``): a router of ``n_routed_experts`` with its fp32
+    score-correction bias, ``n_routed_experts`` relu² experts of ``moe_intermediate_size`` (two matrices, no gate) of
+    which ``num_experts_per_tok`` run a token, and ``n_shared_experts`` shared experts fused into one relu² MLP of
+    ``n_shared_experts × moe_shared_expert_intermediate_size``. A latent MoE (``moe_latent_size``: the experts run on
+    a projection of the hidden state) is not modelled."""
+    if cfg.get("moe_latent_size") is not None:
+        raise UnsupportedArchitecture(f"{name}: Nemotron-H's latent MoE (moe_latent_size {cfg['moe_latent_size']!r}) "
+                                      "is not modelled")
+    if not cfg.get("n_routed_experts"):
+        raise UnsupportedArchitecture(f"{name}: MoE layers (E in hybrid_override_pattern) but no n_routed_experts")
+    shared = int(cfg.get("n_shared_experts") or 0)
+    return _validated(
+        MoE, name, num_experts=cfg["n_routed_experts"], experts_per_token=cfg.get("num_experts_per_tok", 2),
+        expert_intermediate_size=cfg.get("moe_intermediate_size", 7688), shared_experts=shared,
+        shared_expert_intermediate_size=shared * cfg.get("moe_shared_expert_intermediate_size", 7688),
+        dense_layers=tuple(i for i, k in enumerate(kinds) if k == "mlp"), router_bias=True)
 
 
 def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
@@ -952,9 +971,9 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")))
     except QuantizationError as exc:
         raise UnsupportedArchitecture(f"{name}: {exc}") from None
+    moe = hybrid.pop("moe") if "moe" in hybrid else _moe(cfg, model_type, n_layers, intermediate, name)
     fields.update(hybrid)
-    return _validated(Architecture, name, **fields, moe=_moe(cfg, model_type, n_layers, intermediate, name), mla=mla,
-                      quantization=quantization)
+    return _validated(Architecture, name, **fields, moe=moe, mla=mla, quantization=quantization)
 
 
 def _validated(model: type[BaseModel], label: str, /, **fields: Any) -> Any:

@@ -109,14 +109,18 @@ FAMILIES: dict[str, frozenset[str]] = {
     "dbrx": frozenset({"d_model", "n_heads", "n_layers", "max_seq_len", "vocab_size", "attn_config", "ffn_config",
                        "tie_word_embeddings", "quantization_config", "output_router_logits", "router_aux_loss_coef"}),
     # Nemotron-H: the layer pattern, Mamba2 mixers, relu² MLPs (architecture._nemotron_h); the mixers' time-step
-    # initialisation and kernel choice change no shape. MoE (E) layers are refused by the reading.
+    # initialisation and kernel choice change no shape; MoE (E) layers' routing neither (a latent MoE is refused).
     "nemotron_h": DECODER | {"hybrid_override_pattern", "layers_block_type", "attention_head_dim", "mamba_num_heads",
                              "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel", "expand",
                              "use_conv_bias", "use_bias", "mamba_proj_bias", "mamba_hidden_act",
                              "mamba_ssm_cache_dtype", "chunk_size", "time_step_min", "time_step_max",
                              "time_step_limit", "time_step_floor", "time_step_rank", "use_mamba_kernels",
                              "mlp_hidden_act", "mlp_bias", "residual_in_fp32", "rescale_prenorm_residual",
-                             "num_logits_to_keep", "sliding_window", "num_hidden_layers"},
+                             "num_logits_to_keep", "sliding_window", "num_hidden_layers", "n_routed_experts",
+                             "n_shared_experts", "moe_intermediate_size", "moe_shared_expert_intermediate_size",
+                             "num_experts_per_tok", "routed_scaling_factor", "n_group", "topk_group",
+                             "norm_topk_prob", "moe_latent_size", "moe_shared_expert_overlap", "output_router_logits",
+                             "partial_rotary_factor"},
     "gpt2": GPT2,
     "gpt_bigcode": GPT2 | {"multi_query", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"},
 }
@@ -133,7 +137,8 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "first_k_dense_replace", "moe_layer_freq", "num_nextn_predict_layers",
                      "shared_expert_intermediate_size", "draft_vocab_size", "n_layer", "n_embd", "n_head", "n_inner",
                      "n_positions", "d_model", "n_heads", "n_layers", "max_seq_len", "mamba_num_heads",
-                     "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel"), int),
+                     "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel",
+                     "moe_shared_expert_intermediate_size"), int),
     **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "multi_query",
                      "use_conv_bias", "use_bias"), bool),
     "mamba_ssm_cache_dtype": str,

@@ -90,6 +90,9 @@ class PlanInputs(BaseModel):
     max_num_batched_tokens: StrictCount | None = Field(None, gt=0)
     max_num_seqs: StrictCount | None = Field(None, gt=0)
     async_scheduling: bool | None = None
+    # The prefix cache (None: vLLM's default, on). The plan's sequences share no prefix, so it changes nothing but a
+    # hybrid Mamba model's blocks a request: three a Mamba group with it (vLLM's align mode), one without.
+    enable_prefix_caching: bool | None = None
     # FlashInfer installed (vLLM's Docker images ship it; its pip wheels before 0.11.1 do not): vLLM 0.9-0.11.0's
     # sampler warm-up then takes 8 B a logit, not the sort's 36 (analysis.vllm.memory).
     flashinfer: bool = False
@@ -407,11 +410,7 @@ OPTION_FLAGS = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp"
 # Engine settings a sweep can sweep (analysis.results.schema.EngineSettings' SweepAxis fields) that a plan does not
 # take, and why. Every other one is a PlanInputs field with a `kvprof plan` option of its name (or OPTION_FLAGS'):
 # tests/analysis/planning/test_plan_inputs.py holds both, so a new engine axis cannot be silently unplannable.
-ENGINE_SETTINGS_NOT_PLANNED = {
-    "enable_prefix_caching": "the prefix cache shares blocks between requests with a common prefix; the plan's "
-                             "sequences share none, so it changes neither their capacity nor their step (a hybrid "
-                             "Mamba model's blocks a request excepted: planned at vLLM's default, on)",
-}
+ENGINE_SETTINGS_NOT_PLANNED: dict[str, str] = {}
 
 
 def problems_line(problems: list[Problem]) -> str:
@@ -525,6 +524,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     paged = paged_capacity(a, budget or 0, block_size=inputs.block_size, max_model_len=mml,
                            max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype,
                            tp=tp, async_scheduling=async_sched,
+                           prefix_caching=inputs.enable_prefix_caching is not False,
                            extra_bytes_per_block=inputs.block_size * drafter.kv_bytes_per_token if drafter else 0)
     pipeline: list[dict[str, Any]] | None = None
     if pp_stages is not None:
@@ -620,6 +620,11 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         out["latency_note"] = "latency with pipeline parallelism is not modelled yet (issue #28)"
     elif gpu is not None:
         out.update(_latency(a, inputs, gpu, context, calibration, mnbt, speculation))
+        if a.mamba is not None and "decode_step_s" in out:
+            out["latency_note"] = (
+                f"{a.num_mamba_layers} Mamba2 layers: their state read and written each step and their mixer FLOPs are "
+                "priced from vLLM's state shapes; no published hybrid-model latency has been held against them yet, "
+                "so the intervals are the attention models'")
     if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
         out["calibration_warnings"] = warnings
     return out
@@ -679,7 +684,8 @@ def _pipeline(a: Architecture, inputs: PlanInputs, gpu: GPU | None, total: int |
                                 f"{inputs.gpu_memory_utilization:.2f} × {total / 2**30:.2f} GiB")
         cap = paged_capacity(stage(a, s.start, s.start + s.layers), budget or 0, block_size=inputs.block_size,
                              max_model_len=mml, max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype,
-                             tp=tp, async_scheduling=async_sched)
+                             tp=tp, async_scheduling=async_sched,
+                             prefix_caching=inputs.enable_prefix_caching is not False)
         pools.append(cap)
         rows.append({"stage": s.rank, "first_layer": s.start, "layers": s.layers, "weight_bytes": s.weight_bytes,
                      "activation_bytes": reserve.activation_bytes if reserve else None,

@@ -195,6 +195,10 @@ def plan_cmd(
         "--async-scheduling/--no-async-scheduling",
         help="Default: vLLM's: on for GPUs from vLLM 0.14 (not with pipeline parallelism or an n-gram "
              "speculator), off for CPU.")] = None,
+    enable_prefix_caching: Annotated[bool | None, typer.Option(
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="Default: vLLM's, on. Changes only a hybrid Mamba model's capacity: each Mamba group then holds three "
+             "blocks a request, not one.")] = None,
     enforce_eager: Annotated[bool, typer.Option(help="No CUDA graphs (no graph memory reserved).")] = False,
     flashinfer: Annotated[bool, typer.Option(
         "--flashinfer", help="FlashInfer is installed (vLLM's Docker images ship it; its pip wheels before 0.11.1 "
@@ -274,7 +278,8 @@ def plan_cmd(
     settings = dict(kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
                     gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_memory_bytes,
                     reserve_bytes=reserve_bytes, max_num_batched_tokens=max_num_batched_tokens,
-                    max_num_seqs=max_num_seqs, async_scheduling=async_scheduling, enforce_eager=enforce_eager,
+                    max_num_seqs=max_num_seqs, async_scheduling=async_scheduling,
+                    enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
                     flashinfer=flashinfer, entry=entry, vllm_version=vllm_version, quantization=quantization,
                     dtype=dtype, batch=batch, prompt_len=prompt_len, output_len=output_len,
                     pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition,

@@ -6,7 +6,6 @@ allocator functions (``_align_hybrid_block_size``, ``_get_kv_cache_groups_unifor
 ``get_max_concurrency_for_kv_cache_config``) run on the same layer specs.
 """
 
-import json
 
 import pytest
 
@@ -97,14 +96,15 @@ def test_a_decode_step_reads_and_writes_each_sequences_state():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"hybrid_override_pattern": "ME*-"}, "MoE layers"),
+    ({"hybrid_override_pattern": "ME*-"}, "no n_routed_experts"),
+    ({"hybrid_override_pattern": "ME*-", "n_routed_experts": 8, "moe_latent_size": 1024}, "latent MoE"),
     ({"hybrid_override_pattern": "MMMX"}, "needs hybrid_override_pattern"),
     ({"hybrid_override_pattern": "MM--"}, "both Mamba2"),
     ({"mlp_hidden_act": "silu"}, "relu2"),
     ({"sliding_window": 4096}, "sliding window"),
     ({"attention_head_dim": 96}, "attention_head_dim"),
     ({"mamba_ssm_cache_dtype": "float64"}, "mamba_ssm_cache_dtype"),
-    ({"n_routed_experts": 128}, "key n_routed_experts is not read"),
+    ({"num_nextn_predict_layers": 1}, "key num_nextn_predict_layers is not read"),  # MTP layers
     ({"mamba_num_heads": [128]}, "mamba_num_heads is a list"),
 ])
 def test_what_the_nemotron_h_reader_does_not_model_is_refused_by_name(change, message):
@@ -112,9 +112,39 @@ def test_what_the_nemotron_h_reader_does_not_model_is_refused_by_name(change, me
         Architecture.from_config(NEMOTRON_8B_LIKE | change)
 
 
-def test_the_published_nemotron_3_nano_is_refused_for_its_moe_layers():
-    # NVIDIA-Nemotron-3-Nano-30B-A3B: Mamba2, attention and MoE (E) layers; its experts are not read yet
-    cfg = json.loads((resolve_model("nemotron-h-56b")[1] / "config.json").read_text())
-    cfg |= {"hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"}
-    with pytest.raises(UnsupportedArchitecture, match="MoE layers"):
-        Architecture.from_config(cfg)
+def test_nemotron_3_nano_counts_its_relu2_experts():
+    a, _ = resolve_model("nemotron-3-nano-30b-a3b")
+    assert (a.num_layers, a.num_attention_layers, a.num_mamba_layers) == (52, 6, 23)
+    assert sum(a.is_moe_layer(i) for i in range(a.num_layers)) == 23
+    p = count_params(a)
+    # 23 MoE layers: 128 experts of up and down (2688 × 1856 each, no gate), the router and its score-correction
+    # bias, one shared relu² expert of 3712
+    assert p.experts_total == 23 * 128 * 2 * 2688 * 1856
+    assert p.router_and_shared == 23 * (2688 * 128 + 128 + 2 * 2688 * 3712)
+    # the model's listing: 31.6B parameters; its card: 3.5B active (6 of 128 experts and the shared one)
+    assert p.total / 31.6e9 == pytest.approx(1, abs=0.01)
+    assert p.active / 3.5e9 == pytest.approx(1, abs=0.03)
+
+
+def test_a_mixed_pattern_has_dense_and_moe_mlps_where_its_letters_say():
+    a = Architecture.from_config(NEMOTRON_8B_LIKE | {"hybrid_override_pattern": "M-*E", "n_routed_experts": 8,
+                                                     "num_experts_per_tok": 2, "moe_intermediate_size": 1024})
+    assert [a.has_mlp(i) for i in range(4)] == [False, True, False, True]
+    assert [a.is_moe_layer(i) for i in range(4)] == [False, False, False, True]
+
+
+@pytest.mark.parametrize("prefix_caching, per_request", [(None, 4 + 4 * 3), (True, 4 + 4 * 3), (False, 4 + 4)])
+def test_the_plan_takes_the_prefix_cache_a_hybrid_model_runs_with(prefix_caching, per_request):
+    from analysis.catalog import resolve_gpu
+    from analysis.planning.plan import PlanInputs, make_plan
+
+    a, _ = resolve_model("nemotron-3-nano-30b-a3b")
+    h100, _ = resolve_gpu("h100-sxm")
+    p = make_plan(a, PlanInputs(max_model_len=8192, enable_prefix_caching=prefix_caching), h100)
+    # 2 KV heads × 128 × 2 × 2 B = 1,024 B a token; a Mamba2 state: 3 × (64·64 + 2·8·128) × 2 B + 64·64·128 × 4 B
+    # = 2,134,016 B; CUDA's 16-token unit: 16 × cdiv(2,134,016, 16 × 1,024) = 2,096 tokens
+    assert p["kv_block_size"] == 2096 and p["block_size"] == 16
+    # six attention layers make the group width: 23 Mamba layers in four groups; cdiv(8,192, 2,096) = 4 attention
+    # blocks a request, and one (three with the prefix cache) a Mamba group
+    assert p["bytes_per_block"] == 6 * 2096 * 1024
+    assert p["blocks_per_request"] == per_request
