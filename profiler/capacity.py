@@ -42,6 +42,7 @@ def read_capacity(llm: Any) -> dict[str, Any]:
         "model_dtype": str(cfg.model_config.dtype).removeprefix("torch."),
         "enable_prefix_caching": bool(getattr(cc, "enable_prefix_caching", False)),
         "mamba_cache_mode": getattr(cc, "mamba_cache_mode", None),
+        "mamba_ssm_cache_dtype": getattr(cc, "mamba_ssm_cache_dtype", None),
     }
 
 

@@ -297,7 +297,7 @@ def gemm_kernels(a: Architecture) -> int:
     attention = 5 if a.mla else 2
     n = 1
     for i in range(a.num_layers):
-        # a Mamba2 mixer's in_proj and out_proj, as attention's QKV and O
+        # a recurrent mixer's input and output projections, as attention's QKV and O
         n += attention if a.layer_types[i] != "mlp" else 0
         if not a.has_mlp(i):
             continue

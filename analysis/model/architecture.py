@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -22,6 +22,7 @@ from analysis.model import config_keys
 from analysis.model.layers import (
     AttentionLayer,
     FullAttention,
+    GatedDeltaNetState,
     Mamba2State,
     MultiHeadLatentAttention,
     SlidingWindowAttention,
@@ -29,9 +30,9 @@ from analysis.model.layers import (
 from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
 from analysis.model.vision import Qwen2VisionTower, Qwen3VisionTower, Qwen25VisionTower, SiglipVisionTower, VisionTower
 
-# A layer's sequence mixer: attention over every token or a window, a Mamba2 mixer's recurrent state, or none (an
-# MLP-only layer of a hybrid: Nemotron-H's "-" and "E").
-LayerType = Literal["full_attention", "sliding_attention", "mamba", "mlp"]
+# A layer's sequence mixer: attention over every token or a window, a recurrent mixer (Mamba2, gated DeltaNet) that
+# keeps a state, or none (an MLP-only layer of a hybrid: Nemotron-H's "-" and "E").
+LayerType = Literal["full_attention", "sliding_attention", "recurrent", "mlp"]
 
 
 class UnsupportedArchitecture(ValueError):
@@ -45,14 +46,14 @@ _LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt"}
 # Families whose q/k/v projections have biases even though the config says nothing.
 _QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 # Families with q/k RMSNorm over head_dim (two small vectors per layer).
-_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3",
-            "gemma3_text", "olmo2"}
+_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_text", "qwen3_vl_moe_text",
+            "gemma3", "gemma3_text", "olmo2"}
 # Families with four norms per layer (pre/post attention, pre/post MLP).
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 # HF PretrainedConfig defaults tie_word_embeddings to True; these families override it.
 _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2", "phi3", "nemotron_h",
+    "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -126,12 +127,13 @@ class MLA(BaseModel):
 
 
 class Mamba2(BaseModel):
-    """A Mamba2 mixer's shapes (vLLM's ``MambaMixer2``): ``num_heads`` heads of ``head_dim`` (its inner width H·P),
-    ``n_groups`` groups of B and C of ``state_size``, a causal convolution of ``conv_kernel`` taps, and the dtype of
+    """A Mamba2 mixer (vLLM's ``MambaMixer2``): ``num_heads`` heads of ``head_dim`` (its inner width I = H·P),
+    ``n_groups`` groups of B and C of ``state_size`` N, a causal convolution of ``conv_kernel`` taps, and the dtype of
     its SSM state in the cache."""
 
     model_config = ConfigDict(frozen=True)
 
+    kind: Literal["mamba2"] = "mamba2"
     num_heads: int = Field(gt=0, le=MAX_HEADS)
     head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
     n_groups: int = Field(gt=0, le=MAX_HEADS)
@@ -144,6 +146,70 @@ class Mamba2(BaseModel):
     @property
     def inner(self) -> int:
         return self.num_heads * self.head_dim
+
+    def state(self, model_dtype_bytes: int) -> Mamba2State:
+        return Mamba2State(num_heads=self.num_heads, head_dim=self.head_dim, n_groups=self.n_groups,
+                           state_size=self.state_size, conv_kernel=self.conv_kernel, conv_bytes=model_dtype_bytes,
+                           ssm_bytes=_ssm_bytes(self.ssm_cache_dtype, model_dtype_bytes))
+
+    def matrices(self, hidden: int) -> list[tuple[str, int, int]]:
+        """(name, out, in) of its projections: in_proj to z, x, B, C and dt (2·I + 2·G·N + H rows), out_proj."""
+        rows = 2 * self.inner + 2 * self.n_groups * self.state_size + self.num_heads
+        return [("in_proj", rows, hidden), ("out_proj", hidden, self.inner)]
+
+    def params(self, hidden: int) -> int:
+        """The projections, the depthwise convolution over x, B and C (I + 2·G·N channels × conv_kernel, and its
+        bias), dt_bias, A and D (H each), the gated RMSNorm over I, and the projections' biases with use_bias."""
+        conv_dim = self.inner + 2 * self.n_groups * self.state_size
+        n = sum(o * i for _, o, i in self.matrices(hidden)) + conv_dim * self.conv_kernel + 3 * self.num_heads
+        n += self.inner + (conv_dim if self.conv_bias else 0)
+        if self.proj_bias:
+            n += self.matrices(hidden)[0][1] + hidden
+        return n
+
+
+class GatedDeltaNet(BaseModel):
+    """A gated DeltaNet layer (Qwen3-Next's and Qwen3.5's ``linear_attention``; vLLM's
+    ``QwenGatedDeltaNetAttention``): ``num_k_heads`` query/key heads of ``head_k_dim`` and ``num_v_heads`` value heads
+    of ``head_v_dim``, a causal convolution of ``conv_kernel`` taps over q, k and v, and its SSM state's dtype in the
+    cache ("auto": the model dtype)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["gated_deltanet"] = "gated_deltanet"
+    num_k_heads: int = Field(gt=0, le=MAX_HEADS)
+    num_v_heads: int = Field(gt=0, le=MAX_HEADS)
+    head_k_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    head_v_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    conv_kernel: int = Field(gt=1, le=64)
+    ssm_cache_dtype: str = "auto"
+
+    def state(self, model_dtype_bytes: int) -> GatedDeltaNetState:
+        return GatedDeltaNetState(num_heads=self.num_v_heads, num_k_heads=self.num_k_heads,
+                                  head_k_dim=self.head_k_dim, head_v_dim=self.head_v_dim,
+                                  conv_kernel=self.conv_kernel, conv_bytes=model_dtype_bytes,
+                                  ssm_bytes=_ssm_bytes(self.ssm_cache_dtype, model_dtype_bytes))
+
+    def matrices(self, hidden: int) -> list[tuple[str, int, int]]:
+        """in_proj_qkvz (q and k of Hk·dk, v and the output gate z of Hv·dv), in_proj_ba (β and the decay's a, one
+        a value head), out_proj."""
+        key, value = self.num_k_heads * self.head_k_dim, self.num_v_heads * self.head_v_dim
+        return [("in_proj_qkvz", 2 * key + 2 * value, hidden), ("in_proj_ba", 2 * self.num_v_heads, hidden),
+                ("out_proj", hidden, value)]
+
+    def params(self, hidden: int) -> int:
+        """The projections, the bias-free convolution over q, k and v (2·Hk·dk + Hv·dv channels × conv_kernel),
+        dt_bias and A_log (Hv each), and the gated RMSNorm over dv."""
+        conv_dim = 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+        return (sum(o * i for _, o, i in self.matrices(hidden)) + conv_dim * self.conv_kernel
+                + 2 * self.num_v_heads + self.head_v_dim)
+
+
+RecurrentMixer = Annotated[Mamba2 | GatedDeltaNet, Field(discriminator="kind")]
+
+
+def _ssm_bytes(dtype: str, model_dtype_bytes: int) -> int:
+    return model_dtype_bytes if dtype == "auto" else dtype_bytes(dtype)
 
 
 class Architecture(BaseModel):
@@ -167,6 +233,10 @@ class Architecture(BaseModel):
     o_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
+    # The attention output gate (Qwen3-Next: q_proj also gives a sigmoid gate of the heads' width)
+    attention_output_gate: bool = False
+    # The share of a head RoPE rotates (partial_rotary_factor): the RoPE cache's width
+    rotary_fraction: float = Field(1.0, gt=0, le=1)
     attention_sinks: bool = False
     norms_per_layer: int = 2
     learned_position_embeddings: int = 0
@@ -179,9 +249,9 @@ class Architecture(BaseModel):
     layer_types: tuple[LayerType, ...] = ()
     moe: MoE | None = None
     mla: MLA | None = None
-    # A hybrid's Mamba2 mixers (the layers of type "mamba"), and the layers that have an MLP where not every one does
-    # (None: every layer; Nemotron-H's mixer layers have none).
-    mamba: Mamba2 | None = None
+    # A hybrid's recurrent mixer (the layers of type "recurrent"), and the layers that have an MLP where not every one
+    # does (None: every layer; Nemotron-H's mixer layers have none).
+    recurrent: RecurrentMixer | None = None
     mlp_layers: tuple[int, ...] | None = None
     # The checkpoint's weight quantization (config.json quantization_config), or an override.
     quantization: AnyScheme | None = None
@@ -210,8 +280,8 @@ class Architecture(BaseModel):
                 f"{self.name}: layer_types has {len(self.layer_types)} entries "
                 f"but the model has {self.num_layers} layers"
             )
-        if "mamba" in self.layer_types and self.mamba is None:
-            raise UnsupportedArchitecture(f"{self.name}: layers of type mamba but no Mamba2 mixer shapes")
+        if "recurrent" in self.layer_types and self.recurrent is None:
+            raise UnsupportedArchitecture(f"{self.name}: recurrent layers but no recurrent mixer's shapes")
         if "sliding_attention" in self.layer_types and not self.sliding_window:
             raise UnsupportedArchitecture(
                 f"{self.name}: sliding-attention layers but no sliding_window size"
@@ -242,7 +312,7 @@ class Architecture(BaseModel):
     def attention_layers(self) -> tuple[AttentionLayer, ...]:
         """Every layer's attention kind (analysis.model.layers), which owns its KV-cache and attention formulas."""
         return _attention_layers(self.num_heads, self.num_kv_heads, self.head_dim, self.sliding_window,
-                                 self.layer_types, self.mla, self.mamba, dtype_bytes(self.torch_dtype))
+                                 self.layer_types, self.mla, self.recurrent, dtype_bytes(self.torch_dtype))
 
     @property
     def attention_kinds(self) -> tuple[tuple[AttentionLayer, int], ...]:
@@ -311,12 +381,12 @@ class Architecture(BaseModel):
 
     @property
     def num_attention_layers(self) -> int:
-        """Layers with attention (a hybrid's Mamba and MLP-only layers have none)."""
+        """Layers with attention (a hybrid's recurrent and MLP-only layers have none)."""
         return sum(t in ("full_attention", "sliding_attention") for t in self.layer_types)
 
     @property
-    def num_mamba_layers(self) -> int:
-        return sum(t == "mamba" for t in self.layer_types)
+    def num_recurrent_layers(self) -> int:
+        return sum(t == "recurrent" for t in self.layer_types)
 
     @property
     def sublayers(self) -> int:
@@ -789,8 +859,8 @@ def _dbrx_keys(cfg: dict[str, Any]) -> dict[str, Any]:
 
 # Nemotron-H's layer pattern (hybrid_override_pattern; transformers' NemotronHConfig._pattern_to_list names the
 # same kinds in layers_block_type): a Mamba2 mixer, attention, an MLP, a MoE MLP; each layer is one of them.
-_NEMOTRON_H_CHARS = {"M": "mamba", "*": "full_attention", "-": "mlp", "E": "moe"}
-_NEMOTRON_H_NAMES = {"mamba": "mamba", "linear_attention": "mamba", "attention": "full_attention",
+_NEMOTRON_H_CHARS = {"M": "recurrent", "*": "full_attention", "-": "mlp", "E": "moe"}
+_NEMOTRON_H_NAMES = {"mamba": "recurrent", "linear_attention": "recurrent", "attention": "full_attention",
                      "full_attention": "full_attention", "mlp": "mlp", "moe": "moe"}
 
 
@@ -813,7 +883,7 @@ def _nemotron_h(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[st
     moe = None
     if "moe" in kinds:
         moe = _nemotron_h_moe(cfg, kinds, name)
-    if "full_attention" not in kinds or "mamba" not in kinds:
+    if "full_attention" not in kinds or "recurrent" not in kinds:
         raise UnsupportedArchitecture(f"{name}: kvprof plans Nemotron-H patterns with both Mamba2 (M) and attention "
                                       "(*) layers; vLLM sizes the cache of the others differently")
     if cfg.get("sliding_window") is not None:
@@ -837,11 +907,44 @@ def _nemotron_h(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[st
         dtype_bytes(mamba.ssm_cache_dtype)
     except ValueError as exc:
         raise UnsupportedArchitecture(f"{name}: mamba_ssm_cache_dtype: {exc}") from None
-    hybrid = dict(num_layers=n, layer_types=tuple("mlp" if k == "moe" else k for k in kinds), mamba=mamba, moe=moe,
+    hybrid = dict(num_layers=n, layer_types=tuple("mlp" if k == "moe" else k for k in kinds), recurrent=mamba,
+                  moe=moe,
                   mlp_layers=tuple(i for i, k in enumerate(kinds) if k in ("mlp", "moe")), mlp_gated=False,
                   qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")),
                   mlp_bias=bool(cfg.get("mlp_bias")), norms_per_layer=1, head_dim=head_dim)
     return {**cfg, "num_hidden_layers": n, "head_dim": head_dim}, hybrid
+
+
+_QWEN3_NEXT_LAYERS = {"linear_attention": "recurrent", "full_attention": "full_attention"}
+
+
+def _qwen3_next(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """Qwen3-Next (vLLM's ``models/qwen3_next.py``): each layer is gated DeltaNet (``linear_attention``) or gated
+    attention (``full_attention``; q_proj also gives the output gate, q/k norms, RoPE over ``partial_rotary_factor``
+    of a head), then a Qwen MoE block (a gated shared expert) or, in ``mlp_only_layers``, a dense MLP. The layer kinds
+    come from ``layer_types`` or every ``full_attention_interval``-th layer (transformers' Qwen3NextConfig: default 4).
+    The SSM state is cached in the model dtype (vLLM's mamba_ssm_cache_dtype auto). Returns the hybrid fields."""
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    explicit = cfg.get("layer_types")
+    if explicit is not None:
+        if len(explicit) != n or not set(explicit) <= _QWEN3_NEXT_LAYERS.keys():
+            raise UnsupportedArchitecture(f"{name}: layer_types must be {n} of linear_attention and full_attention")
+        kinds = [_QWEN3_NEXT_LAYERS[t] for t in explicit]
+    else:
+        interval = _positive_int(cfg.get("full_attention_interval", 4), "full_attention_interval", name)
+        kinds = ["full_attention" if (i + 1) % interval == 0 else "recurrent" for i in range(n)]
+    if "full_attention" not in kinds or "recurrent" not in kinds:
+        raise UnsupportedArchitecture(f"{name}: kvprof plans Qwen3-Next with both gated DeltaNet and attention layers")
+    if cfg.get("use_sliding_window"):
+        raise UnsupportedArchitecture(f"{name}: a Qwen3-Next sliding window (use_sliding_window) is not modelled")
+    fraction = cfg.get("partial_rotary_factor", 0.25)
+    if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction <= 1:
+        raise UnsupportedArchitecture(f"{name}: partial_rotary_factor must be in (0, 1], got {fraction!r}")
+    gdn = _validated(GatedDeltaNet, name, num_k_heads=cfg.get("linear_num_key_heads", 16),
+                     num_v_heads=cfg.get("linear_num_value_heads", 32), head_k_dim=cfg.get("linear_key_head_dim", 128),
+                     head_v_dim=cfg.get("linear_value_head_dim", 128), conv_kernel=cfg.get("linear_conv_kernel_dim", 4))
+    return dict(layer_types=tuple(kinds), recurrent=gdn, attention_output_gate=bool(cfg.get("attn_output_gate", True)),
+                rotary_fraction=float(fraction))
 
 
 def _nemotron_h_moe(cfg: dict[str, Any], kinds: list[str], name: str) -> MoE:
@@ -856,10 +959,12 @@ def _nemotron_h_moe(cfg: dict[str, Any], kinds: list[str], name: str) -> MoE:
     if not cfg.get("n_routed_experts"):
         raise UnsupportedArchitecture(f"{name}: MoE layers (E in hybrid_override_pattern) but no n_routed_experts")
     shared = int(cfg.get("n_shared_experts") or 0)
+    shared_size = _positive_int(cfg.get("moe_shared_expert_intermediate_size", 7688),
+                                "moe_shared_expert_intermediate_size", name) if shared else 0
     return _validated(
         MoE, name, num_experts=cfg["n_routed_experts"], experts_per_token=cfg.get("num_experts_per_tok", 2),
         expert_intermediate_size=cfg.get("moe_intermediate_size", 7688), shared_experts=shared,
-        shared_expert_intermediate_size=shared * cfg.get("moe_shared_expert_intermediate_size", 7688),
+        shared_expert_intermediate_size=shared * shared_size,
         dense_layers=tuple(i for i, k in enumerate(kinds) if k == "mlp"), router_bias=True)
 
 
@@ -884,6 +989,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
     hybrid: dict[str, Any] = {}
     if model_type == "nemotron_h":
         cfg, hybrid = _nemotron_h(cfg, name)
+    elif model_type == "qwen3_next":
+        hybrid = _qwen3_next(cfg, name)
 
     n_layers = _positive_int(
         _first(cfg, ("num_hidden_layers", "n_layer", "num_layers"), "layer count", name), "layer count", name
@@ -925,7 +1032,7 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         )
         head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
 
-    layer_types = _layer_types(cfg, model_type, n_layers, name)
+    layer_types = hybrid.get("layer_types") or _layer_types(cfg, model_type, n_layers, name)
     derived_len, derived_from = _derived_max_len(cfg, model_type)
     window = cfg.get("sliding_window") if "sliding_attention" in layer_types else None
     learned_pos = cfg.get("n_positions") or cfg.get("max_position_embeddings") or 0
@@ -990,15 +1097,13 @@ def _validated(model: type[BaseModel], label: str, /, **fields: Any) -> Any:
 
 @lru_cache(maxsize=256)
 def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None,
-                      layer_types: tuple[str, ...], mla: MLA | None, mamba: Mamba2 | None = None,
+                      layer_types: tuple[str, ...], mla: MLA | None, recurrent: Mamba2 | GatedDeltaNet | None = None,
                       model_dtype_bytes: int = 2) -> tuple[AttentionLayer, ...]:
     """Every layer with a cache, in order: its attention kind or its recurrent state (MLP-only layers have none)."""
-    if mamba is not None:
-        state = Mamba2State(num_heads=mamba.num_heads, head_dim=mamba.head_dim, n_groups=mamba.n_groups,
-                            state_size=mamba.state_size, conv_kernel=mamba.conv_kernel, conv_bytes=model_dtype_bytes,
-                            ssm_bytes=dtype_bytes(mamba.ssm_cache_dtype))
+    if recurrent is not None:
+        state = recurrent.state(model_dtype_bytes)
         full = FullAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
-        return tuple(state if t == "mamba" else full for t in layer_types if t != "mlp")
+        return tuple(state if t == "recurrent" else full for t in layer_types if t != "mlp")
     if mla is not None:  # every layer; vLLM's allocator refuses MLA with windows (analysis.vllm.allocator)
         return (MultiHeadLatentAttention(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
                                          qk_rope_head_dim=mla.qk_rope_head_dim),) * len(layer_types)

@@ -121,6 +121,12 @@ FAMILIES: dict[str, frozenset[str]] = {
                              "num_experts_per_tok", "routed_scaling_factor", "n_group", "topk_group",
                              "norm_topk_prob", "moe_latent_size", "moe_shared_expert_overlap", "output_router_logits",
                              "partial_rotary_factor"},
+    # Qwen3-Next: gated DeltaNet and gated attention layers (architecture._qwen3_next), Qwen's MoE with a gated
+    # shared expert.
+    "qwen3_next": DECODER | QWEN_MOE | {"layer_types", "full_attention_interval", "linear_conv_kernel_dim",
+                                        "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+                                        "linear_num_value_heads", "partial_rotary_factor", "attn_output_gate",
+                                        "use_sliding_window"},
     "gpt2": GPT2,
     "gpt_bigcode": GPT2 | {"multi_query", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"},
 }
@@ -138,7 +144,9 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "shared_expert_intermediate_size", "draft_vocab_size", "n_layer", "n_embd", "n_head", "n_inner",
                      "n_positions", "d_model", "n_heads", "n_layers", "max_seq_len", "mamba_num_heads",
                      "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel",
-                     "moe_shared_expert_intermediate_size"), int),
+                     "moe_shared_expert_intermediate_size", "full_attention_interval", "linear_conv_kernel_dim",
+                     "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+                     "linear_num_value_heads"), int),
     **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "multi_query",
                      "use_conv_bias", "use_bias"), bool),
     "mamba_ssm_cache_dtype": str,

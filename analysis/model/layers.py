@@ -133,33 +133,50 @@ class MultiHeadLatentAttention(AttentionLayer):
         return 2 * self.num_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
 
 
-@dataclass(frozen=True)
-class Mamba2State(AttentionLayer):
-    """A Mamba2 mixer's recurrent state (Nemotron-H's ``M`` layers): bytes a request, not a token. vLLM 0.32's
-    ``MambaStateShapeCalculator.mamba2_state_shape`` (model_executor/layers/mamba/mamba_utils.py): a convolution
-    state of ``conv_kernel − 1`` rows of ``H·P + 2·G′·N`` channels, split over the ranks, in the model dtype, and an
-    SSM state of ``H/tp × P × N`` in ``mamba_ssm_cache_dtype`` (Nemotron-H: float32), where G′ is ``n_groups``
-    raised to ``tp`` when the groups cannot be split (``extra_groups_for_head_shards``). ``num_heads``: the mixer's
-    heads (H), ``head_dim`` P, ``state_size`` N.
+@dataclass(frozen=True, kw_only=True)
+class RecurrentState(AttentionLayer):
+    """A recurrent layer's state (vLLM's ``MambaSpec``): bytes a request, not a token, in a convolution state (the
+    model dtype) and an SSM state (``mamba_ssm_cache_dtype``). ``num_heads``: the heads its state is split by.
 
     Its blocks a request (``MambaSpec.max_memory_usage_bytes``, v1/kv_cache_interface.py): one with
-    ``mamba_cache_mode`` none; with prefix caching on (align, vLLM's default for hybrid models) two, plus the prefill
-    checkpoint block ``MambaMixer2.get_kv_cache_spec`` adds: three."""
+    ``mamba_cache_mode`` none; with the prefix cache on (align, vLLM's default for hybrid models) two, plus the prefill
+    checkpoint blocks its kind adds."""
 
-    kind: ClassVar[str] = "mamba"
-    head_dim: int
-    n_groups: int
-    state_size: int
-    conv_kernel: int
     conv_bytes: int
     ssm_bytes: int
     cache_mode: Literal["none", "align"] = "none"
+    prefill_checkpoint_blocks: ClassVar[int] = 0
 
     def kv_elements_per_token(self, tp: int = 1) -> int:
         return 0
 
     def tokens_held(self, context: int) -> int:
         return 0
+
+    def blocks_per_request(self, block_size: int, max_model_len: int, in_flight_tokens: int) -> int:
+        return 1 if self.cache_mode == "none" else 2 + self.prefill_checkpoint_blocks
+
+    def flops_per_held_token(self) -> float:
+        return 0.0
+
+    def in_cache_mode(self, mode: Literal["none", "align"]) -> RecurrentState:
+        return replace(self, cache_mode=mode)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mamba2State(RecurrentState):
+    """A Mamba2 mixer's state (Nemotron-H's ``M`` layers). vLLM 0.32's ``MambaStateShapeCalculator.mamba2_state_shape``
+    (model_executor/layers/mamba/mamba_utils.py): a convolution state of ``conv_kernel − 1`` rows of ``H·P + 2·G′·N``
+    channels split over the ranks, and an SSM state of ``H/tp × P × N``, where G′ is ``n_groups`` raised to ``tp``
+    when the groups cannot be split (``extra_groups_for_head_shards``). ``num_heads`` H, ``head_dim`` P,
+    ``state_size`` N. ``MambaMixer2.get_kv_cache_spec`` adds one prefill checkpoint block."""
+
+    kind: ClassVar[str] = "mamba"
+    prefill_checkpoint_blocks: ClassVar[int] = 1
+    head_dim: int
+    n_groups: int
+    state_size: int
+    conv_kernel: int
 
     def state_bytes(self, tp: int = 1) -> int:
         if self.num_heads % tp:
@@ -169,12 +186,6 @@ class Mamba2State(AttentionLayer):
         conv = (self.conv_kernel - 1) * (conv_dim // tp) * self.conv_bytes
         return conv + self.num_heads // tp * self.head_dim * self.state_size * self.ssm_bytes
 
-    def blocks_per_request(self, block_size: int, max_model_len: int, in_flight_tokens: int) -> int:
-        return 1 if self.cache_mode == "none" else 3
-
-    def flops_per_held_token(self) -> float:
-        return 0.0
-
     def attention_flops(self, context: int) -> float:
         """A decode token's mixer work beside its projections: the causal convolution over ``conv_kernel`` taps of
         every channel, and the state update ``h ← exp(dt·A)·h + dt·x⊗B`` with its read-out ``C·h``: about five FLOPs
@@ -182,5 +193,31 @@ class Mamba2State(AttentionLayer):
         conv_dim = self.num_heads * self.head_dim + 2 * self.n_groups * self.state_size
         return 2 * self.conv_kernel * conv_dim + 5 * self.num_heads * self.head_dim * self.state_size
 
-    def in_cache_mode(self, mode: Literal["none", "align"]) -> Mamba2State:
-        return replace(self, cache_mode=mode)
+
+@dataclass(frozen=True, kw_only=True)
+class GatedDeltaNetState(RecurrentState):
+    """A gated DeltaNet layer's state (Qwen3-Next's and Qwen3.5's ``linear_attention`` layers). vLLM 0.32's
+    ``gated_delta_net_state_shape``: a convolution state of ``conv_kernel − 1`` rows of ``2·Hk·dk + Hv·dv`` channels
+    split over the ranks, and an SSM state of ``Hv/tp × dv × dk``. ``num_heads``: the value heads Hv."""
+
+    kind: ClassVar[str] = "gated_deltanet"
+    num_k_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    conv_kernel: int
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.num_k_heads * self.head_k_dim + self.num_heads * self.head_v_dim
+
+    def state_bytes(self, tp: int = 1) -> int:
+        if self.num_heads % tp or self.conv_dim % tp:
+            raise ValueError(f"{self.num_heads} DeltaNet value heads cannot be split evenly over {tp} ranks")
+        conv = (self.conv_kernel - 1) * (self.conv_dim // tp) * self.conv_bytes
+        return conv + self.num_heads // tp * self.head_v_dim * self.head_k_dim * self.ssm_bytes
+
+    def attention_flops(self, context: int) -> float:
+        """A decode token's mixer work beside its projections: the causal convolution, and the delta rule on each
+        value head's dv × dk state (decay, the key's read-out, the rank-one update and the query's read-out): about
+        seven FLOPs a state element."""
+        return 2 * self.conv_kernel * self.conv_dim + 7 * self.num_heads * self.head_v_dim * self.head_k_dim

@@ -20,7 +20,7 @@ class ParamCount:
     experts_total: int
     experts_active: int
     norms: int
-    recurrent: int = 0  # a hybrid's Mamba2 mixers
+    recurrent: int = 0  # a hybrid's recurrent mixers (Mamba2, gated DeltaNet)
 
 
     @property
@@ -52,7 +52,7 @@ def _attention_params(a: Architecture) -> int:
         o = a.num_heads * m.v_head_dim * h
         return q + kv_a + kv_b + o
     q_out, kv_out = a.num_heads * hd, a.num_kv_heads * hd
-    n = h * q_out + 2 * h * kv_out + q_out * h
+    n = h * q_out * (2 if a.attention_output_gate else 1) + 2 * h * kv_out + q_out * h
     if a.qkv_bias:
         n += q_out + 2 * kv_out
     if a.o_bias:
@@ -61,22 +61,6 @@ def _attention_params(a: Architecture) -> int:
         n += 2 * hd
     if a.attention_sinks:
         n += a.num_heads
-    return n
-
-
-def _mamba2_params(a: Architecture) -> int:
-    """One Mamba2 mixer (vLLM's ``MambaMixer2``): in_proj to z, x, B, C and dt (2·I + 2·G·N + H rows), the
-    depthwise convolution over x, B and C (I + 2·G·N channels × conv_kernel, and its bias), dt_bias, A and D (H each),
-    the gated RMSNorm over I, and out_proj back to the hidden size (biases on both projections with use_bias)."""
-    m, h = a.mamba, a.hidden_size
-    assert m is not None
-    conv_dim = m.inner + 2 * m.n_groups * m.state_size
-    in_rows = m.inner + conv_dim + m.num_heads
-    n = in_rows * h + conv_dim * m.conv_kernel + 3 * m.num_heads + m.inner + h * m.inner
-    if m.conv_bias:
-        n += conv_dim
-    if m.proj_bias:
-        n += in_rows + h
     return n
 
 
@@ -94,7 +78,7 @@ def count_params(a: Architecture) -> ParamCount:
     embedding = a.vocab_size * h + a.learned_position_embeddings * h
     lm_head = 0 if a.tie_word_embeddings else a.vocab_size * h
     attention = a.num_attention_layers * _attention_params(a)
-    recurrent = a.num_mamba_layers * _mamba2_params(a) if a.mamba else 0
+    recurrent = a.num_recurrent_layers * a.recurrent.params(h) if a.recurrent else 0
     # Final norm too, unless the model is the seeds' idealised one with no norm weights.
     norms = a.num_layers * a.norms_per_layer * h + (h if a.norms_per_layer else 0)
     dense_mlp = router_shared = experts_total = experts_active = 0
@@ -158,12 +142,9 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
     for i in range(a.num_layers):
         attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
         kind = a.layer_types[i]
-        if kind == "mamba":
-            m = a.mamba
-            assert m is not None
-            mixer = f"model.layers.{i}.mixer"
-            rows = 2 * m.inner + 2 * m.n_groups * m.state_size + m.num_heads
-            out += [Matrix(f"{mixer}.in_proj", "linear", rows, h), Matrix(f"{mixer}.out_proj", "linear", h, m.inner)]
+        if kind == "recurrent":
+            assert a.recurrent is not None
+            out += [Matrix(f"model.layers.{i}.mixer.{n}", "linear", o, k) for n, o, k in a.recurrent.matrices(h)]
         elif kind == "mlp":
             pass
         elif a.mla:
@@ -179,7 +160,8 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
                     Matrix(f"{attn}.o_proj", "linear", h, a.num_heads * m.v_head_dim)]
         else:
             q, kv = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
-            out += [Matrix(f"{attn}.q_proj", "linear", q, h), Matrix(f"{attn}.k_proj", "linear", kv, h),
+            q_rows = q * (2 if a.attention_output_gate else 1)  # the output gate's rows beside the queries
+            out += [Matrix(f"{attn}.q_proj", "linear", q_rows, h), Matrix(f"{attn}.k_proj", "linear", kv, h),
                     Matrix(f"{attn}.v_proj", "linear", kv, h), Matrix(f"{attn}.o_proj", "linear", h, q)]
         if not a.has_mlp(i):
             continue
@@ -274,7 +256,7 @@ def rotary_cache_bytes(a: Architecture) -> int:
     """
     if not a.max_position_embeddings or a.learned_position_embeddings:
         return 0
-    rotary_dim = a.mla.qk_rope_head_dim if a.mla else a.head_dim
+    rotary_dim = a.mla.qk_rope_head_dim if a.mla else int(a.head_dim * a.rotary_fraction)
     positions = sum(a.rope_cache_positions) if a.rope_cache_positions else a.max_position_embeddings
     return positions * rotary_dim * a.weight_dtype_bytes
 

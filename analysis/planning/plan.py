@@ -620,11 +620,11 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         out["latency_note"] = "latency with pipeline parallelism is not modelled yet (issue #28)"
     elif gpu is not None:
         out.update(_latency(a, inputs, gpu, context, calibration, mnbt, speculation))
-        if a.mamba is not None and "decode_step_s" in out:
+        if a.recurrent is not None and "decode_step_s" in out:
             out["latency_note"] = (
-                f"{a.num_mamba_layers} Mamba2 layers: their state read and written each step and their mixer FLOPs are "
-                "priced from vLLM's state shapes; no published hybrid-model latency has been held against them yet, "
-                "so the intervals are the attention models'")
+                f"{a.num_recurrent_layers} recurrent layers: their state read and written each step and their mixer "
+                "FLOPs are priced from vLLM's state shapes; no published hybrid-model latency has been held against "
+                "them yet, so the intervals are the attention models'")
     if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
         out["calibration_warnings"] = warnings
     return out

@@ -23,6 +23,7 @@ from typing import Any
 
 from analysis.results.inputs import InputFileError, read_input
 from analysis.vllm.lora import DEFAULT_MAX_LORA_RANK
+from analysis.vllm.memory import rules_for
 from analysis.vllm.startup_log import parse_startup
 
 LOG_KIND = "kvprof log"
@@ -233,7 +234,8 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
                                 budget + parts[0].weight_bytes - st.weight_bytes + first - act(st.last))
                        for st in parts), key=lambda c: c.num_blocks)
         out.update(available_kv_cache_bytes=budget, num_gpu_blocks=cap.num_blocks,
-                   kv_cache_tokens=cap.kv_cache_tokens, max_concurrency=round(cap.max_concurrency, 2),
+                   kv_cache_tokens=cap.logged_tokens(rules_for(record.get("vllm_version")).kv_tokens_logged),
+                   max_concurrency=round(cap.max_concurrency, 2),
                    bytes_per_block=cap.bytes_per_block)
     out["assumed"] = [k for k, v in (("block_size", record.get("block_size")),
                                      ("tensor_parallel_size", record.get("tensor_parallel_size")),

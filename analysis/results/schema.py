@@ -420,6 +420,8 @@ class CapacityFacts(BaseModel):
                                                                  "holds more blocks a request)")
     mamba_cache_mode: str | None = Field(None, description="vLLM's mamba_cache_mode: 'none', or 'align' with the "
                                                            "prefix cache on a hybrid model")
+    mamba_ssm_cache_dtype: str | None = Field(None, description="the dtype a recurrent layer's SSM state is cached in "
+                                                                "('auto': the model's)")
 
 
 class EngineMode(BaseModel):

@@ -19,16 +19,17 @@ for decoder models whose attention layers share one page size:
   so sequences that really fit together are counted from ``num_blocks − 1``
   (:func:`sequences_that_fit`, the only place that division is done).
 
-Hybrid attention + Mamba2 models (Nemotron-H) share that one pool as vLLM 0.32 does
+Hybrid attention + recurrent models (Nemotron-H's Mamba2, Qwen3-Next's gated DeltaNet) share that one pool as
+vLLM 0.32 does
 (``Platform._align_hybrid_block_size``, platforms/interface.py; ``_get_kv_cache_groups_uniform_page_size``):
 
-* the attention block is raised until its page holds a Mamba layer's state:
+* the attention block is raised until its page holds a recurrent layer's state:
   ``block = unit · cdiv(state_bytes, unit · attention_bytes_per_token)`` with
   ``unit = max(kernel alignment, block_size)`` (16 on CUDA's attention backends, 32 on CPU), and the
   Mamba page is padded to the attention page;
-* Mamba layers form groups of the same width as the attention groups; a request holds one block of
-  each Mamba group (``mamba_cache_mode`` none), or three with prefix caching (align: two, plus the
-  prefill checkpoint a Mamba2 mixer adds);
+* recurrent layers form groups of the same width as the attention groups; a request holds one block
+  of each such group (``mamba_cache_mode`` none), or with prefix caching (align) two, three for a
+  Mamba2 mixer (its prefill checkpoint);
 * the logged token capacity is still ``int(max_concurrency × max_model_len)``.
 
 Other layouts vLLM builds for mixed page sizes (packed groups) are not modelled and raise
@@ -42,7 +43,7 @@ from math import ceil
 
 from analysis.model.architecture import Architecture
 from analysis.model.kv import layer_kv_bytes_per_token
-from analysis.model.layers import AttentionLayer, Mamba2State, cdiv
+from analysis.model.layers import AttentionLayer, RecurrentState, cdiv
 
 NULL_BLOCKS = 1  # BlockPool pops one block off the free queue as its null block at start-up
 
@@ -89,6 +90,14 @@ class PagedCapacity:
     def kv_cache_tokens(self) -> int:
         return int(self.max_concurrency * self.max_model_len)
 
+    def logged_tokens(self, formula: str = "concurrency") -> int:
+        """The token count vLLM's "GPU KV cache size" line prints, by the version's formula
+        (``AccountingRules.kv_tokens_logged``): :attr:`kv_cache_tokens`, or before 0.20 the pool split evenly over
+        the groups."""
+        if formula == "pool_over_groups":
+            return self.num_blocks // len(self.groups) * self.block_size
+        return self.kv_cache_tokens
+
     @property
     def padding_layers(self) -> int:
         width = max(len(g.layers) for g in self.groups)
@@ -99,11 +108,11 @@ def _layer_kinds(a: Architecture, hybrid_manager: bool, prefix_caching: bool) ->
     if a.mla and a.num_sliding_layers:
         raise NotModelled(f"{a.name}: MLA with sliding-window layers")
     kinds = list(a.attention_layers)
-    if a.mamba is not None:
+    if a.recurrent is not None:
         if not hybrid_manager:
-            raise NotModelled(f"{a.name}: Mamba layers with the hybrid KV-cache manager off")
+            raise NotModelled(f"{a.name}: recurrent layers with the hybrid KV-cache manager off")
         mode = "align" if prefix_caching else "none"  # MambaModelConfig.verify_and_update_config
-        return [k.in_cache_mode(mode) if isinstance(k, Mamba2State) else k for k in kinds]
+        return [k.in_cache_mode(mode) if isinstance(k, RecurrentState) else k for k in kinds]
     if len(set(kinds)) > 1 and not hybrid_manager:
         # --disable-hybrid-kv-cache-manager: windowed layers allocate like full ones.
         return [k.as_full() for k in kinds]

@@ -129,6 +129,13 @@ class AccountingRules(BaseModel):
     # source. Model Runner V2 (0.32's for speculation) has no such warm-up; 0.18 showed none (an n-gram start-up
     # logs its baseline's pool).
     spec_rejection_warmup_bytes: int = 0
+    # What "GPU KV cache size: N tokens" counts. Before 0.20 the pool split evenly over the KV-cache groups,
+    # num_blocks // groups × the block (kv_cache_utils: "num_blocks // len(kv_cache_config.kv_cache_groups) *
+    # min_block_size"); from 0.20 int(max concurrency × max_model_len) (vLLM issue 40691, "The KV cache size log is
+    # wrong for Qwen3.5", and its fix). Within a block of each other for one group; a hybrid's differ several-fold:
+    # published Nemotron-3 start-ups log 4,819,104 = 5,773 // 5 groups × 4,176 on 0.19.1 and
+    # 1,206,303 = int(311 / 66 × 256,000) on 0.20.1 (tests/fixtures/hybrid_startups).
+    kv_tokens_logged: Literal["pool_over_groups", "concurrency"] = "concurrency"
     notes: str = ""
 
     def covers(self, version: Version) -> bool:
@@ -185,6 +192,7 @@ _CUDA_GRAPH_ESTIMATE = round(0.84 * GiB)
 RULE_SETS: tuple[AccountingRules, ...] = (
     AccountingRules(
         name="vLLM 0.6-0.7 (V0 engine)", since=None, until="0.8.0", engine="v0",
+        kv_tokens_logged="pool_over_groups",
         # vllm/worker/worker.py determine_num_available_blocks (0.6.4+: memory_profiling):
         # available = total × util − (weights + torch peak increase + non-torch increase);
         # CUDA graphs are captured afterwards (worker.py capture_model) and not deducted.
@@ -196,6 +204,7 @@ RULE_SETS: tuple[AccountingRules, ...] = (
     ),
     AccountingRules(
         name="vLLM 0.8-0.11.0 (V1 engine)", since="0.8.0", until="0.11.1", engine="v1",
+        kv_tokens_logged="pool_over_groups",
         # vllm/v1/worker/gpu_worker.py determine_available_memory: requested − non_kv_cache_memory;
         # CUDA graphs captured in compile_or_warm_up_model after the KV cache, not deducted.
         # gpu_model_runner.py _dummy_sampler_run warms the sampler with top_k = vocab − 1, top_p = 0.9:
@@ -207,6 +216,7 @@ RULE_SETS: tuple[AccountingRules, ...] = (
     ),
     AccountingRules(
         name="vLLM 0.11.1-0.17 (V1 engine)", since="0.11.1", until="0.18.0", engine="v1",
+        kv_tokens_logged="pool_over_groups",
         # As 0.8-0.11.0 with FlashInfer's sampler off by default (vllm PR #26859): the sort-based path.
         # The CUDA-graph estimate of vllm PR #30515 exists from about 0.14 but is off by default.
         sampler_extra_bytes_v1=SORTING_SAMPLER_EXTRA_BYTES,
@@ -215,6 +225,7 @@ RULE_SETS: tuple[AccountingRules, ...] = (
     ),
     AccountingRules(
         name="vLLM 0.18-0.19 (V1 engine)", since="0.18.0", until="0.20.0", engine="v1",
+        kv_tokens_logged="pool_over_groups",
         # As 0.8-0.17, with the Triton top-k/top-p kernel (vllm PR #33538; in the v0.18.0 API docs — the
         # release it first shipped in is not pinned here). 0.19 logs "In v0.19, CUDA graph memory
         # profiling will be enabled by default": the estimate is printed, not deducted.

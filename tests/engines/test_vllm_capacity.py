@@ -72,32 +72,52 @@ def test_capacity_matches_vllm_exactly(measured):
         assert (facts["num_gpu_blocks"], round(facts["kv_cache_max_concurrency"], 2)) == KNOWN[model]
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["prefix-caching", "no-prefix-caching"])
+HYBRIDS = [
+    # (catalog model, prefix cache, {SSM state dtype vLLM chose: (the block it raises to, blocks, blocks a request)})
+    ("tiny-nemotron-h", True, {"float32": (160, 102, 19)}),
+    ("tiny-nemotron-h", False, {"float32": (160, 102, 15)}),
+    ("tiny-qwen3-next", True, {"float32": (64, 512, 38), "auto": (32, 1024, 70)}),
+]
+
+
+@pytest.fixture(scope="module", params=HYBRIDS, ids=[f"{m}-{'prefix' if p else 'no-prefix'}" for m, p, *_ in HYBRIDS])
 def hybrid(request):
-    facts = _engine_facts("tiny-nemotron-h", 32, 2048, 16 * MiB, enable_prefix_caching=request.param)
-    return request.param, facts
+    model, prefix_caching, expected = request.param
+    facts = _engine_facts(model, 32, 2048, 16 * MiB, enable_prefix_caching=prefix_caching)
+    return model, prefix_caching, expected[facts["mamba_ssm_cache_dtype"]], facts
 
 
-def test_a_hybrid_mamba2_model_has_vllms_exact_capacity(hybrid):
-    """Nemotron-H, truncated (analysis/catalog/models/tiny-nemotron-h): three Mamba2 mixers, two attention layers
-    and three relu² MLPs (issue #47). vLLM
-    raises the attention block until its page holds a Mamba layer's state and pads that state to the page: the
-    attention page per token is 2 KV heads × 64 × 2 (K, V) × 2 B = 512 B; a Mamba2 state is a conv state of 3 rows
-    × (8 × 32 + 2 × 2 groups × 64) channels in bf16 (3,072 B) and an SSM state of 8 × 32 × 64 in float32
-    (65,536 B): 68,608 B, so the block is 32 × cdiv(68,608, 32 × 512) = 160 tokens and a page 81,920 B. The two
-    attention layers set the group width (three Mamba layers < 1.5 × 2): one attention group and two Mamba groups,
-    2 × 81,920 B a block, 16 MiB ÷ 163,840 = 102 blocks. A request holds cdiv(2048, 160) = 13 attention blocks and
-    one block a Mamba group, three with the prefix cache (its align mode): 15 or 19."""
-    prefix_caching, facts = hybrid
-    arch, _ = resolve_model("tiny-nemotron-h")
+def test_a_hybrid_recurrent_model_has_vllms_exact_capacity(hybrid):
+    """Hybrid models whose recurrent layers keep a state a request (issue #47). vLLM raises the attention block
+    until its page holds a recurrent layer's state and pads that state to the page.
+
+    Nemotron-H, truncated (analysis/catalog/models/tiny-nemotron-h): three Mamba2 mixers, two attention layers and
+    three relu² MLPs. The attention page per token is 2 KV heads × 64 × 2 (K, V) × 2 B = 512 B; a Mamba2 state is a
+    conv state of 3 rows × (8 × 32 + 2 × 2 groups × 64) channels in bf16 (3,072 B) and an SSM state of 8 × 32 × 64
+    in float32 (65,536 B): 68,608 B, so the block is 32 × cdiv(68,608, 32 × 512) = 160 tokens and a page 81,920 B.
+    The two attention layers set the group width (three Mamba layers < 1.5 × 2): one attention group and two Mamba
+    groups, 2 × 81,920 B a block, 16 MiB ÷ 163,840 = 102 blocks. A request holds cdiv(2048, 160) = 13 attention
+    blocks and one block a Mamba group, three with the prefix cache (align mode: two and a prefill checkpoint).
+
+    Qwen3-Next, truncated (tiny-qwen3-next): three gated DeltaNet layers, one attention layer (512 B a token). A
+    DeltaNet state: a conv state of 3 × (2 × 2 × 32 + 4 × 32) channels in bf16 (1,536 B) and an SSM state of
+    4 × 32 × 32 in float32 (16,384 B; vLLM's CPU platform stores it so on a CPU with AVX-512 BF16,
+    platforms/cpu.py): 17,920 B, so the block is 32 × cdiv(17,920, 16,384) = 64 tokens, 32,768 B a page and a block
+    (one layer a group), 512 blocks; a request holds 32 attention blocks and two a DeltaNet group (align, no
+    checkpoint block): 38. Elsewhere the state stays in bf16 (8,192 B): 9,728 B, a 32-token block, 1,024 blocks,
+    64 + 3 × 2 = 70 a request."""
+    model, prefix_caching, (block, blocks, per_request), facts = hybrid
+    arch, _ = resolve_model(model)
+    arch = arch.model_copy(update={"recurrent": arch.recurrent.model_copy(
+        update={"ssm_cache_dtype": facts["mamba_ssm_cache_dtype"]})})
     assert facts["enable_prefix_caching"] is prefix_caching
     assert facts["mamba_cache_mode"] == ("align" if prefix_caching else "none")
     predicted = paged_capacity(arch, 16 * MiB, block_size=32, max_model_len=facts["max_model_len"],
                                max_num_batched_tokens=facts["max_num_batched_tokens"],
                                async_scheduling=facts["async_scheduling"], prefix_caching=prefix_caching,
                                kernel_block_alignment=32)
-    assert facts["block_size"] == predicted.block_size == 160
-    assert facts["num_gpu_blocks"] == predicted.num_blocks == 102
-    assert predicted.blocks_per_request == (19 if prefix_caching else 15)
+    assert facts["block_size"] == predicted.block_size == block
+    assert facts["num_gpu_blocks"] == predicted.num_blocks == blocks
+    assert predicted.blocks_per_request == per_request
     assert facts["kv_cache_max_concurrency"] == pytest.approx(predicted.max_concurrency, rel=1e-12)
-    assert facts["kv_cache_size_tokens"] == predicted.kv_cache_tokens == int(102 / predicted.blocks_per_request * 2048)
+    assert facts["kv_cache_size_tokens"] == predicted.kv_cache_tokens == int(blocks / per_request * 2048)

@@ -31,7 +31,7 @@ def test_a_key_that_changes_the_model_and_is_not_read_is_refused_by_name(model, 
         Architecture.from_config(cfg, model)
 
 
-@pytest.mark.parametrize("model_type", ["llama4_text", "deepseek_v32", "qwen3_next", "minimax_m2", "jamba", "t5gemma",
+@pytest.mark.parametrize("model_type", ["llama4_text", "deepseek_v32", "qwen3_5", "minimax_m2", "jamba", "t5gemma",
                                         ""])
 def test_a_family_without_a_reader_is_refused_by_name(model_type):
     cfg = _catalog_config("llama-3.1-8b") | {"model_type": model_type}
@@ -72,7 +72,7 @@ ODD_VALUES = [None, -1, 0, 0.5, 1e30, True, "x", [], [1, "a"], {}, {"a": [None]}
 
 
 @pytest.mark.parametrize("model", ["llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3", "gemma-3-27b", "gpt-oss-20b",
-                                   "dbrx", "qwen2.5-vl-7b"])
+                                   "dbrx", "qwen2.5-vl-7b", "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-thinking"])
 def test_no_config_value_however_odd_gives_a_traceback(model):
     """Every key of a published config, set to each odd value in turn: the config is read or refused with an
     UnsupportedArchitecture; any other exception is a traceback for the user."""

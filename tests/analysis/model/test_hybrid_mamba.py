@@ -7,6 +7,8 @@ allocator functions (``_align_hybrid_block_size``, ``_get_kv_cache_groups_unifor
 """
 
 
+import json
+
 import pytest
 
 from analysis.catalog import resolve_model
@@ -32,7 +34,7 @@ NEMOTRON_8B_LIKE = {
 
 def test_a_nemotron_h_layer_counts_its_mixer_or_its_mlp():
     a = Architecture.from_config(NEMOTRON_8B_LIKE | {"hybrid_override_pattern": "M*-"})
-    assert a.layer_types == ("mamba", "full_attention", "mlp")
+    assert a.layer_types == ("recurrent", "full_attention", "mlp")
     p = count_params(a)
     # Mamba2 mixer: in_proj 4096 × (2·8192 + 2·8·128 + 128), conv 10,240 channels × 4 taps + bias, dt_bias, A, D,
     # the gated norm over 8192, out_proj 8192 × 4096
@@ -47,7 +49,7 @@ def test_a_nemotron_h_layer_counts_its_mixer_or_its_mlp():
 
 def test_nemotron_h_56b_is_its_published_size():
     a, _ = resolve_model("nemotron-h-56b")
-    assert (a.num_layers, a.num_attention_layers, a.num_mamba_layers) == (118, 10, 54)
+    assert (a.num_layers, a.num_attention_layers, a.num_recurrent_layers) == (118, 10, 54)
     # the model card: "This model has 56B model parameters"
     assert count_params(a).total / 56e9 == pytest.approx(1, abs=0.01)
     assert weight_bytes(a, tp=8) == pytest.approx(count_params(a).total * 2 / 8, rel=1e-9)
@@ -114,7 +116,7 @@ def test_what_the_nemotron_h_reader_does_not_model_is_refused_by_name(change, me
 
 def test_nemotron_3_nano_counts_its_relu2_experts():
     a, _ = resolve_model("nemotron-3-nano-30b-a3b")
-    assert (a.num_layers, a.num_attention_layers, a.num_mamba_layers) == (52, 6, 23)
+    assert (a.num_layers, a.num_attention_layers, a.num_recurrent_layers) == (52, 6, 23)
     assert sum(a.is_moe_layer(i) for i in range(a.num_layers)) == 23
     p = count_params(a)
     # 23 MoE layers: 128 experts of up and down (2688 × 1856 each, no gate), the router and its score-correction
@@ -148,3 +150,48 @@ def test_the_plan_takes_the_prefix_cache_a_hybrid_model_runs_with(prefix_caching
     # blocks a request, and one (three with the prefix cache) a Mamba group
     assert p["bytes_per_block"] == 6 * 2096 * 1024
     assert p["blocks_per_request"] == per_request
+
+
+def test_qwen3_next_counts_its_gated_deltanet_and_gated_attention():
+    a, _ = resolve_model("qwen3-next-80b-a3b-thinking")
+    # every fourth layer attention (full_attention_interval 4), the rest gated DeltaNet
+    assert (a.num_layers, a.num_attention_layers, a.num_recurrent_layers) == (48, 12, 36)
+    h = 2048
+    p = count_params(a)
+    # gated DeltaNet (vLLM's QwenGatedDeltaNetAttention): in_proj_qkvz to q, k (16 × 128 each), v and z (32 × 128
+    # each), in_proj_ba (32 each), the bias-free conv over q, k, v (8,192 channels × 4), dt_bias and A_log (32 each),
+    # the gated norm over 128, out_proj 4,096 → 2,048
+    assert p.recurrent == 36 * (h * (2 * 2048 + 2 * 4096) + h * 64 + 8192 * 4 + 64 + 128 + 4096 * h)
+    # gated attention: q_proj gives the queries and the output gate (2 × 16 × 256), k and v 2 × 256 each, o_proj,
+    # the q and k norms over 256
+    assert p.attention == 12 * (h * 2 * 4096 + 2 * h * 512 + 4096 * h + 2 * 256)
+    # its name: 80B parameters
+    assert p.total / 80e9 == pytest.approx(1, abs=0.01)
+    # RoPE turns a quarter of each head: vLLM's cos/sin cache is 262,144 positions × 64 in bf16
+    from analysis.model.params import rotary_cache_bytes
+
+    assert rotary_cache_bytes(a) == 262_144 * 64 * 2
+
+
+def test_a_gated_deltanet_state_is_bytes_a_request():
+    a, _ = resolve_model("qwen3-next-80b-a3b-thinking")
+    (state, n), _ = a.attention_kinds
+    assert (state.kind, n) == ("gated_deltanet", 36)
+    # conv: 3 × (2 × 16 × 128 + 32 × 128) channels; SSM: 32 value heads × 128 × 128; both in the model dtype (bf16)
+    assert state.state_bytes() == 3 * 8192 * 2 + 32 * 128 * 128 * 2 == 1_097_728
+    assert state.state_bytes(tp=2) == 3 * 4096 * 2 + 16 * 128 * 128 * 2
+    # with the prefix cache a DeltaNet group holds two blocks a request (no prefill checkpoint, unlike Mamba2)
+    assert state.in_cache_mode("align").blocks_per_request(16, 2048, 2048) == 2
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"layer_types": ["linear_attention"] * 47 + ["sliding_attention"]}, "layer_types must be"),
+    ({"full_attention_interval": 100}, "both gated DeltaNet and attention"),
+    ({"use_sliding_window": True}, "sliding window"),
+    ({"layer_scale": True}, "key layer_scale is not read"),
+    ({"linear_num_value_heads": "32"}, "linear_num_value_heads is a string"),
+])
+def test_what_the_qwen3_next_reader_does_not_model_is_refused_by_name(change, message):
+    cfg = json.loads((resolve_model("qwen3-next-80b-a3b-thinking")[1] / "config.json").read_text())
+    with pytest.raises(UnsupportedArchitecture, match=message):
+        Architecture.from_config(cfg | change)

@@ -1,0 +1,104 @@
+"""Published vLLM start-ups of hybrid recurrent models on CUDA GPUs, held against kvprof's allocator (issue #47).
+
+Each record in tests/fixtures/hybrid_startups/ keeps its source URL, the settings the log states and its verbatim lines.
+From the logged KV budget (rounded to 0.01 GiB), the model's layer shapes and the settings, kvprof must give the block
+vLLM raised the attention block to ("Setting attention block size to N tokens"), the Mamba page's padding, the
+padding layers, the concurrency and the logged token count by its version's formula. Nothing here is fitted: every
+record is held out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from analysis.catalog import resolve_model
+from analysis.vllm.allocator import paged_capacity
+from analysis.vllm.memory import rules_for
+
+RECORDS = Path(__file__).parents[2] / "fixtures" / "hybrid_startups"
+GiB = 2**30
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tensor_parallel_size: int
+    kv_cache_dtype: str
+    max_model_len: int
+    enable_prefix_caching: bool
+    mamba_ssm_cache_dtype: str
+
+
+class Logged(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    block_size: int
+    padding_pct: float | None  # None: no "Padding mamba page size" line (the pages are equal)
+    padding_layers: int
+    available_kv_gib: float
+    kv_cache_tokens: int
+    max_concurrency: float
+
+
+class HybridStartup(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source: str
+    campaign: str
+    vllm_version: str
+    gpu: str
+    model: str
+    model_note: str
+    settings: Settings
+    logged: Logged
+    excerpt: str
+    excerpt_note: str
+
+
+def _records() -> dict[str, HybridStartup]:
+    return {p.stem: HybridStartup(**yaml.safe_load(p.read_text())) for p in sorted(RECORDS.glob("*.yaml"))}
+
+
+@pytest.mark.parametrize("name", list(_records()))
+def test_the_record_says_what_it_holds(name):
+    rec = _records()[name]
+    assert rec.source.startswith("https://github.com/")
+    lines = rec.excerpt
+    assert f"Setting attention block size to {rec.logged.block_size} tokens" in lines
+    assert f"Available KV cache memory: {rec.logged.available_kv_gib:.2f} GiB" in lines
+    assert f"GPU KV cache size: {rec.logged.kv_cache_tokens:,} tokens" in lines
+    assert f"{rec.settings.max_model_len:,} tokens per request: {rec.logged.max_concurrency:.2f}x" in lines
+    if rec.logged.padding_pct is not None:
+        assert f"Padding mamba page size by {rec.logged.padding_pct:.2f}%" in lines
+    if rec.logged.padding_layers:
+        assert f"Add {rec.logged.padding_layers} padding layers" in lines
+
+
+@pytest.mark.parametrize("name", list(_records()))
+def test_kvprof_gives_the_logged_block_pool_and_capacity(name):
+    rec = _records()[name]
+    s, logged = rec.settings, rec.logged
+    arch, _ = resolve_model(rec.model)
+    arch = arch.model_copy(update={"recurrent": arch.recurrent.model_copy(
+        update={"ssm_cache_dtype": s.mamba_ssm_cache_dtype})})
+
+    def pool(budget: float):
+        # CUDA: vLLM's default block of 16 tokens, the attention backends' 16-token kernel blocks
+        return paged_capacity(arch, int(budget), block_size=16, max_model_len=s.max_model_len,
+                              max_num_batched_tokens=8192, kv_cache_dtype=s.kv_cache_dtype,
+                              tp=s.tensor_parallel_size, prefix_caching=s.enable_prefix_caching,
+                              kernel_block_alignment=16)
+
+    lo, hi = pool((logged.available_kv_gib - 0.005) * GiB), pool((logged.available_kv_gib + 0.005) * GiB)
+    assert lo.block_size == logged.block_size
+    (state, _), = [(k, n) for k, n in arch.attention_kinds if k.state_bytes()]
+    padding = lo.page_bytes / state.state_bytes(s.tensor_parallel_size) - 1
+    assert (round(100 * padding, 2) if padding else None) == logged.padding_pct
+    assert lo.padding_layers == logged.padding_layers
+    # the pool a budget within the log's rounding gives, and the two numbers vLLM printed from it
+    formula = rules_for(rec.vllm_version).kv_tokens_logged
+    printed = {(round(c.max_concurrency, 2), c.logged_tokens(formula))
+               for c in (replace(lo, num_blocks=n) for n in range(lo.num_blocks, hi.num_blocks + 1))}
+    assert (logged.max_concurrency, logged.kv_cache_tokens) in printed, printed
