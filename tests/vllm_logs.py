@@ -13,6 +13,7 @@ M = 2**20  # ... and bytes / 2**20 as "MB" (0.5.x)
 # fixture → {StartupLog field: value as the log states it}
 EXPECTED: dict[str, dict] = {
     "v0.5.3_qwen7b_mb_units.log": {
+        "enable_prefix_caching": False,  # the engine config line (or the non-default args) states it
         "vllm_version": "0.5.3.post1", "model": "./models/Qwen-7B-Chat", "dtype": "bfloat16",
         "max_model_len": 32768, "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "kv_cache_dtype": "auto",
         "model_loading_bytes": int(14737.2578 * M),  # "Loading model weights took 14737.2578 MB"
@@ -55,6 +56,7 @@ EXPECTED: dict[str, dict] = {
         "model_loading_bytes": int(7.5122 * G), "log_num_gpu_blocks": 61913,
     },
     "v0.6.3.post1_phi35_vision_hard_wrapped.log": {
+        "enable_prefix_caching": False,  # the engine config line (or the non-default args) states it
         "vllm_version": "0.6.3.post1", "model": "microsoft/Phi-3.5-vision-instruct", "dtype": "bfloat16",
         "max_model_len": 4096, "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "kv_cache_dtype": "auto",
         "model_loading_bytes": int(7.9324 * G), "log_num_gpu_blocks": 2153,
@@ -122,6 +124,7 @@ EXPECTED: dict[str, dict] = {
         "max_model_len": 16384, "gpu_memory_utilization": 0.79, "kv_cache_dtype": "fp8", "max_num_seqs": 16,
     },
     "v0.24.0_qwen36_35b_rtx5090.log": {
+        "enable_prefix_caching": True,  # the engine config line (or the non-default args) states it
         "available_kv_bytes": int(5.98 * G), "log_kv_cache_tokens": 567978,
         "log_max_concurrency_len": 131072, "log_max_concurrency": 4.33,
         "vllm_version": "0.24.0", "model": "~/.cache/huggingface/qwen3.6-35b-a3b-nvfp4", "dtype": "bfloat16",
@@ -131,6 +134,7 @@ EXPECTED: dict[str, dict] = {
         "cuda_graph_bytes": int(-0.19 * G), "cuda_graph_estimate_bytes": int(2.43 * G),
     },
     "v0.19.0_llama31_8b_pp2_h100_debug_profile.log": {  # the headline is pipeline stage 0 (Worker_PP0)
+        "enable_prefix_caching": False,  # the engine config line (or the non-default args) states it
         "vllm_version": "0.19.0", "model": "meta-llama/Llama-3.1-8B-Instruct", "dtype": "bfloat16",
         "max_model_len": 8192, "tensor_parallel_size": 1, "pipeline_parallel_size": 2, "kv_cache_dtype": "auto",
         "gpu_memory_utilization": 0.95, "max_num_batched_tokens": 8192,

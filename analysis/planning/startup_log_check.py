@@ -114,6 +114,10 @@ def summarize(text: str, source: str = "log") -> dict[str, Any]:
                             f"{p['encoder_budget_tokens']:,} tokens") if p.get("encoder_profile_items") else None,
         "dtype": p.get("dtype"),
         "kv_cache_dtype": p.get("kv_cache_dtype"),
+        # a hybrid recurrent model: the prefix cache and SSM state dtype it ran, the block vLLM raised attention's to
+        "enable_prefix_caching": p.get("enable_prefix_caching"),
+        "mamba_ssm_cache_dtype": p.get("mamba_ssm_cache_dtype"),
+        "attention_block_size": p.get("log_attention_block_size"),
         "cuda_graph_estimate_bytes": p.get("cuda_graph_estimate_bytes"),
         "consumed_bytes": p.get("consumed_bytes"),
         "total_gpu_memory_bytes": p.get("total_gpu_memory_bytes"),
@@ -175,6 +179,9 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
             return None
         ref = catalog.CATALOG_PREFIX + matched  # the catalog's entry, whatever folder the cwd holds
     arch, _ = catalog.resolve_model(ref)
+    if arch.recurrent is not None and record.get("mamba_ssm_cache_dtype") not in (None, "auto"):
+        arch = arch.model_copy(update={"recurrent": arch.recurrent.model_copy(
+            update={"ssm_cache_dtype": record["mamba_ssm_cache_dtype"]})})
     try:  # the dtype vLLM ran (auto downcasts a float32 checkpoint to 16 bits, as vLLM does)
         arch = arch.with_dtype(record.get("dtype") or "auto")
     except ValueError:
@@ -215,6 +222,7 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
         def capacity(a: Any, kv: int) -> Any:
             return paged_capacity(a, max(kv, 0), block_size=block, max_model_len=mml, max_num_batched_tokens=mnbt,
                                   kv_cache_dtype=kv_dtype, tp=tp,
+                                  prefix_caching=record.get("enable_prefix_caching") is not False,
                                   extra_bytes_per_block=block * drafter.kv_bytes_per_token if drafter else 0)
 
         if parts is None:

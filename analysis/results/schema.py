@@ -484,6 +484,11 @@ class StartupLog(BaseModel):
     speculative_model: str | None = Field(None, description="its draft model (None: ngram, mtp)")
     num_speculative_tokens: int | None = None
     enable_lora: bool | None = Field(None, description="--enable-lora (its slots' buffers load with the weights)")
+    enable_prefix_caching: bool | None = Field(None, description="the prefix cache as the engine ran (a hybrid "
+                                                                 "recurrent model then holds more blocks a request)")
+    mamba_ssm_cache_dtype: str | None = Field(None, description="the dtype of a recurrent layer's SSM state")
+    log_attention_block_size: int | None = Field(None, description="'Setting attention block size to N tokens': the "
+                                                                    "block vLLM raised a hybrid model's to")
     max_loras: int | None = None
     max_lora_rank: int | None = None
     encoder_budget_tokens: int | None = Field(

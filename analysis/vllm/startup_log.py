@@ -148,6 +148,7 @@ _CONFIG_KEYS = {
     "max_num_batched_tokens": "max_num_batched_tokens", "max_num_seqs": "max_num_seqs",
     "block_size": "block_size", "dtype": "dtype", "kv_cache_dtype": "kv_cache_dtype",
     "enable_lora": "enable_lora", "max_loras": "max_loras", "max_lora_rank": "max_lora_rank",
+    "enable_prefix_caching": "enable_prefix_caching", "mamba_ssm_cache_dtype": "mamba_ssm_cache_dtype",
 }
 _INT_KEYS = {"tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_num_batched_tokens",
              "max_num_seqs", "block_size", "max_loras", "max_lora_rank"}
@@ -168,7 +169,7 @@ def _config_value(field: str, raw: str) -> Any:
             return None
     if field == "dtype":
         return raw.removeprefix("torch.")
-    if field == "enable_lora":
+    if field in ("enable_lora", "enable_prefix_caching"):
         return {"true": True, "false": False}.get(raw.lower())
     return raw
 
@@ -261,6 +262,14 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
     ("namespace_args", re.compile(r"\bargs: Namespace\((.*)\)?"), lambda m: _config_pairs(m.group(1))),
     ("non_default_args", re.compile(r"non-default args: (\{.*)"), lambda m: _dict_args(m.group(1))),
     ("max_model_len", re.compile(r"Using max model len (\d+)"), lambda m: {"max_model_len": int(m.group(1))}),
+    # a hybrid recurrent model (Nemotron-H, Qwen3-Next): its state's dtype, the block vLLM raised attention's to,
+    # and vLLM versions that turn its prefix cache off
+    ("mamba_ssm_dtype", re.compile(r"Updating mamba_ssm_cache_dtype to '(\w+)'"),
+     lambda m: {"mamba_ssm_cache_dtype": m.group(1)}),
+    ("attention_block", re.compile(r"Setting attention block size to (\d+) tokens"),
+     lambda m: {"log_attention_block_size": int(m.group(1))}),
+    ("hybrid_no_prefix", re.compile(r"model detected without support for prefix caching: disabling"),
+     lambda m: {"enable_prefix_caching": False}),
     ("encoder_cache", re.compile(r"Encoder cache will be initialized with a budget of (\d+) tokens, and profiled "
                                  r"with (\d+) (\w+) items"),
      lambda m: {"encoder_budget_tokens": int(m.group(1)), "encoder_profile_items": int(m.group(2)),
@@ -377,14 +386,20 @@ _ANY = re.compile("|".join(re.escape(w) for w in (
     "total_gpu_memory", "gpu_memory_utilization", "the current vLLM instance", "available_kv_cache_memory",
     "weights take", "non_torch_memory", "activation peak", "Memory profiling", "CUDA graph", "Free memory on device",
     "Desired GPU memory", "GiB for", "kv cache memory in use", "Explicitly set", "Initial free memory", "█",
-    "num_gpu_blocks is", "memory snapshot", "requested memory", "Encoder cache")))
+    "num_gpu_blocks is", "memory snapshot", "requested memory", "Encoder cache", "mamba_ssm_cache_dtype",
+    "attention block size", "prefix caching")))
 
 # Fields that a value from the engine configuration describes (kept once, never per rank).
 _SETTINGS = {"vllm_version", "model", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
              "max_model_len", "speculative_method", "speculative_model", "num_speculative_tokens",
              "max_num_batched_tokens", "max_num_seqs", "block_size", "dtype", "kv_cache_dtype", "enable_lora",
              "max_loras", "max_lora_rank", "encoder_budget_tokens", "encoder_profile_items",
-             "encoder_profile_modality"}
+             "encoder_profile_modality", "enable_prefix_caching", "mamba_ssm_cache_dtype"}
+
+
+# Settings vLLM may change after the arguments ask for them: the last line that states one is what the engine ran
+# (a hybrid model's prefix cache turned off, Nemotron-H's SSM state dtype set from its config).
+_SETTLED_LATER = {"enable_prefix_caching", "mamba_ssm_cache_dtype"}
 
 
 def parse_startup(text: str) -> dict[str, Any]:
@@ -406,7 +421,9 @@ def parse_startup(text: str) -> dict[str, Any]:
     raw_lines: dict[str, str] = {}
     rank_values: dict[str, dict[str, float]] = {}
     for field, obs in seen.items():
-        chosen = next((o for o in obs if _is_rank0(o[0])), obs[0])
+        ranked0 = [o for o in obs if _is_rank0(o[0])] or obs
+        # what the engine settled on is logged after what was asked for (the non-default args)
+        chosen = ranked0[-1] if field in _SETTLED_LATER else ranked0[0]
         found[field] = chosen[1]
         raw_lines[field] = chosen[2]
         if field in _SETTINGS or field == "model_loading_seconds" or not isinstance(chosen[1], int | float):

@@ -102,3 +102,22 @@ def test_kvprof_gives_the_logged_block_pool_and_capacity(name):
     printed = {(round(c.max_concurrency, 2), c.logged_tokens(formula))
                for c in (replace(lo, num_blocks=n) for n in range(lo.num_blocks, hi.num_blocks + 1))}
     assert (logged.max_concurrency, logged.kv_cache_tokens) in printed, printed
+
+
+@pytest.mark.parametrize("name", list(_records()))
+def test_kvprof_log_reads_a_hybrid_start_up_and_plans_what_it_ran(name):
+    """`kvprof log` on the record's lines: the prefix cache as the engine ran it (off in each: stated in the engine's
+    config line, or turned off by vLLM 0.13 for Qwen3-Next), then the pool from the logged budget."""
+    from analysis.planning.startup_log_check import predict, summarize
+
+    rec = _records()[name]
+    logged = summarize(rec.excerpt, name)
+    assert logged["enable_prefix_caching"] is False
+    assert logged["attention_block_size"] == rec.logged.block_size
+    ssm = logged["mamba_ssm_cache_dtype"] or rec.settings.mamba_ssm_cache_dtype  # else its config's
+    p = predict(logged | {"mamba_ssm_cache_dtype": ssm, "kv_cache_dtype": rec.settings.kv_cache_dtype,
+                          "tensor_parallel_size": rec.settings.tensor_parallel_size}, "catalog:" + rec.model)
+    # from a budget rounded to 0.01 GiB: within a block of the logged pool (one block is concurrency ÷ blocks)
+    one_block = p["max_concurrency"] / p["num_gpu_blocks"]
+    assert p["max_concurrency"] == pytest.approx(rec.logged.max_concurrency, abs=one_block + 0.005)
+    assert p["kv_cache_tokens"] == pytest.approx(rec.logged.kv_cache_tokens, rel=0.005)
