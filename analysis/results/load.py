@@ -205,8 +205,11 @@ def _engine_row(rec: EngineRecord) -> dict[str, Any]:
             else json.dumps(value, sort_keys=True)
     cap = rec.capacity.model_dump() if rec.capacity else {}
     for key in ("num_gpu_blocks", "block_size", "kv_cache_size_tokens", "kv_cache_max_concurrency", "max_model_len",
-                "max_num_batched_tokens", "max_num_seqs", "async_scheduling", "cache_dtype", "model_dtype"):
+                "max_num_batched_tokens", "max_num_seqs", "async_scheduling", "cache_dtype", "model_dtype",
+                "enable_prefix_caching", "mamba_ssm_cache_dtype"):
         row[key] = cap.get(key)
+    if row["enable_prefix_caching"] is None:  # records before kvprof read it back: what the sweep asked for
+        row["enable_prefix_caching"] = eng.enable_prefix_caching
     log = rec.startup_log.model_dump(exclude={"raw_lines"}) if rec.startup_log else {}
     for key in ("available_kv_bytes", "model_loading_bytes", "cuda_graph_bytes", "cuda_graph_estimate_bytes",
                 "peak_activation_bytes", "non_torch_bytes", "weights_bytes_logged", "log_kv_cache_tokens",

@@ -75,8 +75,8 @@ def test_capacity_matches_vllm_exactly(measured):
 HYBRIDS = [
     # (catalog model, prefix cache, {SSM state dtype vLLM chose: (the block it raises to, blocks, blocks a request)})
     ("tiny-nemotron-h", True, {"float32": (160, 102, 19)}),
-    ("tiny-nemotron-h", False, {"float32": (160, 102, 15)}),
-    ("tiny-qwen3-next", True, {"float32": (64, 512, 38), "auto": (32, 1024, 70)}),
+    # (without the prefix cache: tests/engines/test_hybrid_sweep.py, through a sweep)
+    ("tiny-qwen3-next", True, {"float32": (544, 60, 10), "auto": (288, 113, 14)}),
 ]
 
 
@@ -100,12 +100,12 @@ def test_a_hybrid_recurrent_model_has_vllms_exact_capacity(hybrid):
     blocks and one block a Mamba group, three with the prefix cache (align mode: two and a prefill checkpoint).
 
     Qwen3-Next, truncated (tiny-qwen3-next): three gated DeltaNet layers, one attention layer (512 B a token). A
-    DeltaNet state: a conv state of 3 × (2 × 2 × 32 + 4 × 32) channels in bf16 (1,536 B) and an SSM state of
-    4 × 32 × 32 in float32 (16,384 B; vLLM's CPU platform stores it so on a CPU with AVX-512 BF16,
-    platforms/cpu.py): 17,920 B, so the block is 32 × cdiv(17,920, 16,384) = 64 tokens, 32,768 B a page and a block
-    (one layer a group), 512 blocks; a request holds 32 attention blocks and two a DeltaNet group (align, no
-    checkpoint block): 38. Elsewhere the state stays in bf16 (8,192 B): 9,728 B, a 32-token block, 1,024 blocks,
-    64 + 3 × 2 = 70 a request."""
+    DeltaNet state: a conv state of 3 × (2 × 2 × 128 + 4 × 128) channels in bf16 (6,144 B) and an SSM state of
+    4 × 128 × 128 in float32 (262,144 B; vLLM's CPU platform stores it so on a CPU with AVX-512 BF16,
+    platforms/cpu.py): 268,288 B, so the block is 32 × cdiv(268,288, 16,384) = 544 tokens, 278,528 B a page and a
+    block (one layer a group), 60 blocks; a request holds cdiv(2048, 544) = 4 attention blocks and two a DeltaNet
+    group (align, no checkpoint block): 10. Elsewhere the state stays in bf16 (131,072 B): 137,216 B, a 288-token
+    block, 113 blocks, 8 + 3 × 2 = 14 a request."""
     model, prefix_caching, (block, blocks, per_request), facts = hybrid
     arch, _ = resolve_model(model)
     arch = arch.model_copy(update={"recurrent": arch.recurrent.model_copy(
