@@ -671,7 +671,8 @@ def _refuse_modelopt_sidecar(path: Path, cfg: dict[str, Any], name: str) -> None
         pass
     raise UnsupportedArchitecture(
         f"{name}: {path.name} (ModelOpt, quant_algo {algo}) states the checkpoint's quantization, which kvprof does "
-        f"not model; planned from config.json alone it would be planned at {cfg.get('torch_dtype', 'its dtype')}")
+        f"not model; planned from config.json alone it would be planned at "
+        f"{cfg.get('torch_dtype') or cfg.get('dtype') or 'its dtype'}")
 
 
 def _max_pixels(path: Path) -> int | None:

@@ -87,7 +87,9 @@ FAMILIES: dict[str, frozenset[str]] = {
     "qwen2": DECODER | QWEN_WINDOW | {"use_mrope"},
     "qwen2_moe": DECODER | QWEN_WINDOW | QWEN_MOE,
     "qwen3": DECODER | QWEN_WINDOW,
-    "qwen3_moe": DECODER | QWEN_WINDOW | QWEN_MOE,
+    # Qwen3-Coder's qkv_bias and use_qk_norm: vLLM's qwen3_moe.py reads neither (its q/k norms always, the QKV bias
+    # from attention_bias)
+    "qwen3_moe": DECODER | QWEN_WINDOW | QWEN_MOE | {"qkv_bias", "use_qk_norm"},
     "qwen2_vl": DECODER | QWEN_WINDOW | WRAPPER | {"use_mrope", "vision_start_token_id", "vision_end_token_id"},
     "qwen2_5_vl": DECODER | QWEN_WINDOW | WRAPPER | {"use_mrope"},
     "qwen3_vl": WRAPPER | {"tie_word_embeddings"},
@@ -102,8 +104,10 @@ FAMILIES: dict[str, frozenset[str]] = {
                               "rope_local_base_freq", "cache_implementation"},
     "deepseek_v2": DECODER | DEEPSEEK,
     "deepseek_v3": DECODER | DEEPSEEK,
+    # initial_context_length: the pre-YaRN length, which vLLM's gpt_oss.py takes from rope_scaling instead
     "gpt_oss": DECODER | {"num_local_experts", "num_experts_per_tok", "sliding_window", "layer_types",
-                          "swiglu_limit", "router_aux_loss_coef", "output_router_logits", "experts_per_token"},
+                          "swiglu_limit", "router_aux_loss_coef", "output_router_logits", "experts_per_token",
+                          "initial_context_length"},
     "phi3": DECODER | {"sliding_window", "original_max_position_embeddings", "partial_rotary_factor"},
     "olmo2": DECODER,
     "dbrx": frozenset({"d_model", "n_heads", "n_layers", "max_seq_len", "vocab_size", "attn_config", "ffn_config",

@@ -1,0 +1,44 @@
+"""Current open checkpoints' published config.json files, each planned or refused by name: never a traceback, never
+planned as something else (issue #47). The table of what kvprof does with each is docs/model-support.md."""
+
+import pytest
+from published_configs import DOC, outcomes, table
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {name: (model_type, result, why) for name, model_type, result, why in outcomes()}
+
+
+def test_every_published_config_is_planned_or_refused_with_a_reason(results):
+    assert len(results) == 84
+    assert all(r in ("planned", "refused") for _, r, _ in results.values())
+    assert all(why for _, r, why in results.values() if r == "refused")
+
+
+@pytest.mark.parametrize("name, reason", [
+    # the issue's silently wrong answers: Maverick's dense and MoE layers interleaved, read as all MoE (181 GiB a GPU)
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "model_type 'llama4' has no reader"),
+    # NVFP4 stated in hf_quant_config.json, planned in bf16 at 3.5 times its size
+    ("nvidia/Qwen3-235B-A22B-NVFP4", "hf_quant_config.json (ModelOpt, quant_algo NVFP4)"),
+    # DeepSeek-V3.2 planned as V3, its indexer's cache uncounted
+    ("deepseek-ai/DeepSeek-V3.2", "model_type 'deepseek_v32' has no reader"),
+    # the two tracebacks (a list where an integer was compared)
+    ("MiniMaxAI/MiniMax-M3", "model_type 'minimax_m3' has no reader"),
+    ("XiaomiMiMo/MiMo-V2-Flash", "model_type 'mimo_v2_flash' has no reader"),
+    # MTP layers past the decoder, not read for Nemotron-H
+    ("nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", "keys mtp_layers_block_type, num_nextn_predict_layers"),
+])
+def test_what_the_issue_found_silently_wrong_is_refused_by_name(results, name, reason):
+    _, result, why = results[name]
+    assert result == "refused" and reason in why
+
+
+def test_the_hybrids_are_planned_with_their_recurrent_layers(results):
+    # Nemotron-3-Nano-30B-A3B: 23 Mamba2 layers and 6 attention layers, 31.58B parameters (its listing: 31.6B)
+    assert results["nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"][1:] == ("planned", "31.58 · 7.4 · 23 mamba, 6 full")
+    assert results["nvidia/Nemotron-H-56B-Base-8K"][1] == "planned"
+
+
+def test_the_docs_table_is_what_kvprof_does():
+    assert DOC.read_text() == table(), "rerun python tests/published_configs.py --write"

@@ -1,0 +1,63 @@
+"""What kvprof does with each published config.json of tests/fixtures/published_configs/: planned (on 8 B200s), or
+refused with the reason. docs/model-support.md holds the table; ``python tests/published_configs.py --write`` rewrites
+it after a change, and tests/analysis/model/test_published_configs.py holds the two together."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "tests" / "fixtures" / "published_configs"
+DOC = ROOT / "docs" / "model-support.md"
+HEADER = """# Which published models kvprof plans
+
+Every config.json in `tests/fixtures/published_configs/` (current open checkpoints, verbatim; their source in its
+SOURCE.md), read and planned with `kvprof plan --model DIR --gpu b200 --tp 8`. A config kvprof does not fully
+understand is refused with the reason, never planned as something else; none gives a traceback
+(tests/analysis/model/test_published_configs.py). Rewritten by `python tests/published_configs.py --write`.
+
+| checkpoint | model_type | result | parameters (B) · weights a GPU (GiB) · KV cache layers, or the reason |
+|---|---|---|---|
+"""
+
+
+def outcomes() -> list[tuple[str, str, str, str]]:
+    """(checkpoint, model_type, 'planned' or 'refused', reason) for every published config, by name."""
+    import json
+
+    from analysis.catalog import resolve_gpu
+    from analysis.model.architecture import Architecture, UnsupportedArchitecture
+    from analysis.model.params import count_params
+    from analysis.planning.plan import PlanInputs, make_plan
+    from analysis.vllm.allocator import NotModelled
+
+    b200, _ = resolve_gpu("b200")
+    rows = []
+    for d in sorted(p for p in CONFIGS.iterdir() if p.is_dir()):
+        name = d.name.replace("--", "/", 1)
+        model_type = str(json.loads((d / "config.json").read_text()).get("model_type"))
+        try:
+            arch = Architecture.from_config(d, name=name)
+            plan = make_plan(arch, PlanInputs(tensor_parallel_size=8), b200)
+        except (UnsupportedArchitecture, NotModelled) as exc:
+            reason = str(exc).removeprefix(f"{name}: ")
+            rows.append((name, model_type, "refused", reason.split("; such a key")[0].split(" (read: ")[0]))
+            continue
+        kinds = ", ".join(f"{n} {layer.kind}" for layer, n in arch.attention_kinds)
+        rows.append((name, model_type, "planned", f"{count_params(arch).total / 1e9:.2f} · "
+                                                  f"{plan['weight_bytes'] / 2**30:.1f} · {kinds}"))
+    return rows
+
+
+def table() -> str:
+    return HEADER + "".join(f"| {n} | `{t}` | {r} | {why.replace('|', '/')} |\n" for n, t, r, why in outcomes())
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    if "--write" in sys.argv:
+        DOC.write_text(table())
+        print(f"wrote {DOC}")
+    else:
+        print(table())
