@@ -34,6 +34,7 @@ from analysis.model.kv import (
     kv_bytes_per_token,
     kv_dtype_bytes,
     layer_kv_bytes_per_token,
+    state_bytes_per_sequence,
 )
 from analysis.model.params import count_params, model_loading_bytes
 from analysis.model.roofline import crossover_context, decode_step, prefill, ridge_point
@@ -824,6 +825,9 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
             "decode_rates": {k: latency.step_terms(work)[k] for k in (
                 "effective_weight_bandwidth_Bps", "effective_kv_bandwidth_Bps", "effective_flops")},
             "decode_experts_touched": work.experts_touched,
+            # the KV term's bytes a GPU a step, and of them a hybrid's recurrent state, read and written back
+            "decode_kv_bytes": work.kv_bytes,
+            "decode_recurrent_state_bytes": 2 * batch * state_bytes_per_sequence(a, tp),
             "decode_regime": reg,
             "decode_step_interval_s": d["interval_s"],
             "decode_checked_against": d["checked_against"],

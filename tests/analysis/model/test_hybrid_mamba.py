@@ -195,3 +195,17 @@ def test_what_the_qwen3_next_reader_does_not_model_is_refused_by_name(change, me
     cfg = json.loads((resolve_model("qwen3-next-80b-a3b-thinking")[1] / "config.json").read_text())
     with pytest.raises(UnsupportedArchitecture, match=message):
         Architecture.from_config(cfg | change)
+
+
+def test_the_plan_names_the_recurrent_state_a_decode_step_moves():
+    from analysis.catalog import resolve_gpu
+    from analysis.planning.plan import PlanInputs, make_plan
+
+    a, _ = resolve_model("nemotron-3-nano-30b-a3b")
+    h100, _ = resolve_gpu("h100-sxm")
+    p = make_plan(a, PlanInputs(batch=32, context=8192, max_model_len=8192), h100)
+    # 32 sequences, 23 Mamba2 states of 2,134,016 B each, read and written back
+    assert p["decode_recurrent_state_bytes"] == 2 * 32 * 23 * 2_134_016
+    # beside the six attention layers' 8,192 tokens of 1,024 B a sequence, read once
+    assert p["decode_kv_bytes"] == pytest.approx(32 * (6 * 8192 * 1024 + 2 * 23 * 2_134_016), rel=1e-3)
+    assert "recurrent layers" in p["latency_note"]
