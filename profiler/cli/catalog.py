@@ -27,6 +27,8 @@ def models_cmd(json_out: Annotated[bool, typer.Option("--json", help="Machine-re
             "layers": a.num_layers, "hidden_size": a.hidden_size, "heads": a.num_heads,
             "kv_heads": a.num_kv_heads, "head_dim": a.head_dim,
             "sliding_layers": a.num_sliding_layers, "sliding_window": a.sliding_window,
+            # a hybrid's layers with a recurrent state instead of a KV cache (Mamba2, gated DeltaNet)
+            "recurrent": a.recurrent.kind if a.recurrent else None, "recurrent_layers": a.num_recurrent_layers,
             "moe_experts": a.moe.num_experts if a.moe else None,
             "params_total": p.total, "params_active": p.active,
         })
@@ -39,7 +41,8 @@ def models_cmd(json_out: Annotated[bool, typer.Option("--json", help="Machine-re
         t.add_column(col, justify="left" if col in ("name", "type", "attn") else "right")
     for r in rows:
         window = f"{r['sliding_window']} ×{r['sliding_layers']}" if r["sliding_window"] else "—"
-        t.add_row(r["name"], r["model_type"], r["attention"], str(r["layers"]), str(r["hidden_size"]),
+        attn = f"{r['attention']}+{r['recurrent']}×{r['recurrent_layers']}" if r["recurrent"] else r["attention"]
+        t.add_row(r["name"], r["model_type"], attn, str(r["layers"]), str(r["hidden_size"]),
                   f"{r['heads']}/{r['kv_heads']}", str(r["head_dim"]), window,
                   f"{r['params_total'] / 1e9:.2f}", f"{r['params_active'] / 1e9:.2f}")
     console.print(t)
