@@ -30,7 +30,8 @@ vLLM 0.32 does
 * recurrent layers form groups of the same width as the attention groups; a request holds one block
   of each such group (``mamba_cache_mode`` none), or with prefix caching (align) two, three for a
   Mamba2 mixer (its prefill checkpoint);
-* the logged token capacity is still ``int(max_concurrency × max_model_len)``.
+* the logged token capacity is ``int(max_concurrency × max_model_len)`` from vLLM 0.20; before, the
+  pool split evenly over the groups (:meth:`PagedCapacity.logged_tokens`).
 
 Other layouts vLLM builds for mixed page sizes (packed groups) are not modelled and raise
 :class:`NotModelled`.
@@ -166,7 +167,9 @@ def paged_capacity(
         raise ValueError(f"KV budget must be >= 0 bytes, got {kv_budget_bytes}")
     per_token = layer_kv_bytes_per_token(a, kv_cache_dtype, tp)
     kinds = _layer_kinds(a, hybrid_manager, prefix_caching)
-    state = max(k.state_bytes(tp) for k in kinds)
+    # the model's state, not this layer range's: vLLM sizes the block from the model class (a pipeline stage without
+    # recurrent layers runs the raised block too)
+    state = a.recurrent.state(a.weight_dtype_bytes).state_bytes(tp) if a.recurrent else 0
     if state:
         if not per_token:
             raise NotModelled(f"{a.name}: recurrent layers with no attention layer to set the page")
