@@ -45,7 +45,7 @@ def outcomes() -> list[tuple[str, str, str, str]]:
             rows.append((name, model_type, "refused", reason.split("; such a key")[0].split(" (read: ")[0]))
             continue
         kinds = ", ".join(f"{n} {layer.kind}" for layer, n in arch.attention_kinds)
-        rows.append((name, model_type, "planned", f"{count_params(arch).total / 1e9:.2f} · "
+        rows.append((name, model_type, "planned", f"{(count_params(arch).total + arch.encoder_params) / 1e9:.2f} · "
                                                   f"{plan['weight_bytes'] / 2**30:.1f} · {kinds}"))
     return rows
 

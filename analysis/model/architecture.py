@@ -46,14 +46,15 @@ _LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt"}
 # Families whose q/k/v projections have biases even though the config says nothing.
 _QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
 # Families with q/k RMSNorm over head_dim (two small vectors per layer).
-_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_text", "qwen3_vl_moe_text",
-            "gemma3", "gemma3_text", "olmo2"}
+_QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_vl", "qwen3_vl_moe",
+            "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text", "olmo2"}
 # Families with four norms per layer (pre/post attention, pre/post MLP).
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 # HF PretrainedConfig defaults tie_word_embeddings to True; these families override it.
 _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
+    "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next", "qwen3_5_text",
+    "qwen3_5_moe_text",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -570,8 +571,11 @@ def _rope_cache_positions(cfg: dict[str, Any], model_type: str) -> tuple[int, ..
     return tuple(out)
 
 
-# Qwen3-VL's model types (dense and MoE decoders; the same tower).
-QWEN3_VL = ("qwen3_vl", "qwen3_vl_moe")
+# Qwen3-VL's model types (dense and MoE decoders; the same tower), and Qwen3.5's, whose vLLM model builds that tower
+# (qwen3_5.py: Qwen3_VisionTransformer).
+QWEN3_VL = ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe")
+# Qwen3.5's decoders: Qwen3-Next's layers (qwen3_5.py's Qwen3_5DecoderLayer), every layer MoE in the MoE model.
+QWEN3_5_TEXT = ("qwen3_5_text", "qwen3_5_moe_text")
 
 # A SigLIP vision tower (Gemma 3, PaliGemma): patch and position embeddings, pre-norm encoder layers with biased
 # attention and a two-matrix MLP, a final norm; Gemma 3's projector maps it to the decoder's width (a weight and an
@@ -938,12 +942,26 @@ def _qwen3_next(cfg: dict[str, Any], name: str) -> dict[str, Any]:
         raise UnsupportedArchitecture(f"{name}: kvprof plans Qwen3-Next with both gated DeltaNet and attention layers")
     if cfg.get("use_sliding_window"):
         raise UnsupportedArchitecture(f"{name}: a Qwen3-Next sliding window (use_sliding_window) is not modelled")
-    fraction = cfg.get("partial_rotary_factor", 0.25)
+    ssm_dtype = "auto"
+    if cfg.get("model_type") in QWEN3_5_TEXT:
+        # vLLM's Qwen3.5 makes every layer of the MoE model MoE, whatever mlp_only_layers or decoder_sparse_step say
+        if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step") not in (None, 1):
+            raise UnsupportedArchitecture(f"{name}: mlp_only_layers / decoder_sparse_step: vLLM's Qwen3.5 ignores "
+                                          "them (every layer MoE), so kvprof refuses a config that sets them")
+        # its SSM state in mamba_ssm_dtype (vLLM's Qwen3_5ForConditionalGenerationConfig)
+        ssm_dtype = str(cfg.get("mamba_ssm_dtype") or "auto")
+    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    fraction = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 0.25))
     if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction <= 1:
         raise UnsupportedArchitecture(f"{name}: partial_rotary_factor must be in (0, 1], got {fraction!r}")
     gdn = _validated(GatedDeltaNet, name, num_k_heads=cfg.get("linear_num_key_heads", 16),
                      num_v_heads=cfg.get("linear_num_value_heads", 32), head_k_dim=cfg.get("linear_key_head_dim", 128),
-                     head_v_dim=cfg.get("linear_value_head_dim", 128), conv_kernel=cfg.get("linear_conv_kernel_dim", 4))
+                     head_v_dim=cfg.get("linear_value_head_dim", 128), conv_kernel=cfg.get("linear_conv_kernel_dim", 4),
+                     ssm_cache_dtype=ssm_dtype)
+    try:
+        _ssm_bytes(ssm_dtype, 2)
+    except ValueError as exc:
+        raise UnsupportedArchitecture(f"{name}: mamba_ssm_dtype: {exc}") from None
     return dict(layer_types=tuple(kinds), recurrent=gdn, attention_output_gate=bool(cfg.get("attn_output_gate", True)),
                 rotary_fraction=float(fraction))
 
@@ -990,8 +1008,10 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
     hybrid: dict[str, Any] = {}
     if model_type == "nemotron_h":
         cfg, hybrid = _nemotron_h(cfg, name)
-    elif model_type == "qwen3_next":
+    elif model_type == "qwen3_next" or model_type in QWEN3_5_TEXT:
         hybrid = _qwen3_next(cfg, name)
+        if model_type == "qwen3_5_moe_text" and cfg.get("intermediate_size") is None:
+            cfg = {**cfg, "intermediate_size": cfg.get("moe_intermediate_size")}  # no dense MLP: every layer MoE
 
     n_layers = _positive_int(
         _first(cfg, ("num_hidden_layers", "n_layer", "num_layers"), "layer count", name), "layer count", name

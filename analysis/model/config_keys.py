@@ -69,6 +69,10 @@ DEEPSEEK = frozenset({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nop
                       "first_k_dense_replace", "moe_layer_freq", "n_group", "topk_group", "topk_method",
                       "routed_scaling_factor", "scoring_func", "norm_topk_prob", "aux_loss_alpha", "seq_aux",
                       "num_nextn_predict_layers", "ep_size"})
+# Qwen3-Next's gated DeltaNet and gated attention (architecture._qwen3_next).
+QWEN3_NEXT = frozenset({"layer_types", "full_attention_interval", "linear_conv_kernel_dim", "linear_key_head_dim",
+                        "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
+                        "partial_rotary_factor", "attn_output_gate", "use_sliding_window"})
 # A multimodal wrapper: the decoder in text_config, the towers beside it (analysis.model.vision).
 WRAPPER = frozenset({"text_config", "vision_config", "audio_config", "mm_tokens_per_image", "vision_feature_layer",
                      "vision_feature_select_strategy", "projector_hidden_act", "multimodal_projector_bias",
@@ -127,10 +131,15 @@ FAMILIES: dict[str, frozenset[str]] = {
                              "partial_rotary_factor"},
     # Qwen3-Next: gated DeltaNet and gated attention layers (architecture._qwen3_next), Qwen's MoE with a gated
     # shared expert.
-    "qwen3_next": DECODER | QWEN_MOE | {"layer_types", "full_attention_interval", "linear_conv_kernel_dim",
-                                        "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
-                                        "linear_num_value_heads", "partial_rotary_factor", "attn_output_gate",
-                                        "use_sliding_window"},
+    "qwen3_next": DECODER | QWEN_MOE | QWEN3_NEXT,
+    # Qwen3.5 and 3.6: Qwen3-Next's layers in a Qwen3-VL wrapper (its vision tower), the SSM state's dtype in
+    # mamba_ssm_dtype; the MTP layers past the decoder load only for speculative decoding (vLLM drops "mtp.")
+    "qwen3_5": WRAPPER | {"tie_word_embeddings"},
+    "qwen3_5_moe": WRAPPER | {"tie_word_embeddings"},
+    "qwen3_5_text": DECODER | QWEN3_NEXT | {"mamba_ssm_dtype", "mtp_num_hidden_layers",
+                                            "mtp_use_dedicated_embeddings", "mlp_only_layers", "decoder_sparse_step"},
+    "qwen3_5_moe_text": DECODER | QWEN3_NEXT | QWEN_MOE | {"mamba_ssm_dtype", "mtp_num_hidden_layers",
+                                                           "mtp_use_dedicated_embeddings"},
     "gpt2": GPT2,
     "gpt_bigcode": GPT2 | {"multi_query", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"},
 }
@@ -155,6 +164,7 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "use_conv_bias", "use_bias"), bool),
     "mamba_ssm_cache_dtype": str,
     **dict.fromkeys(("layer_types", "mlp_only_layers"), list),
+    "mamba_ssm_dtype": str,
     **dict.fromkeys(("text_config", "attn_config", "ffn_config", "quantization_config"), dict),
 }
 

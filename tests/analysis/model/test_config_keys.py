@@ -31,7 +31,7 @@ def test_a_key_that_changes_the_model_and_is_not_read_is_refused_by_name(model, 
         Architecture.from_config(cfg, model)
 
 
-@pytest.mark.parametrize("model_type", ["llama4_text", "deepseek_v32", "qwen3_5", "minimax_m2", "jamba", "t5gemma",
+@pytest.mark.parametrize("model_type", ["llama4_text", "deepseek_v32", "glm_moe_dsa", "minimax_m2", "jamba", "t5gemma",
                                         ""])
 def test_a_family_without_a_reader_is_refused_by_name(model_type):
     cfg = _catalog_config("llama-3.1-8b") | {"model_type": model_type}
@@ -72,19 +72,23 @@ ODD_VALUES = [None, -1, 0, 0.5, 1e30, True, "x", [], [1, "a"], {}, {"a": [None]}
 
 
 @pytest.mark.parametrize("model", ["llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3", "gemma-3-27b", "gpt-oss-20b",
-                                   "dbrx", "qwen2.5-vl-7b", "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-thinking"])
+                                   "dbrx", "qwen2.5-vl-7b", "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-thinking",
+                                   "qwen3.5-35b-a3b"])
 def test_no_config_value_however_odd_gives_a_traceback(model):
     """Every key of a published config, set to each odd value in turn: the config is read or refused with an
     UnsupportedArchitecture; any other exception is a traceback for the user."""
     base = _catalog_config(model)
-    for key in base:
-        for value in ODD_VALUES:
-            try:
-                Architecture.from_config(base | {key: value}, model)
-            except UnsupportedArchitecture:
-                pass
-            except Exception as exc:  # the assertion: nothing else escapes
-                pytest.fail(f"{model}: {key}={value!r} raised {type(exc).__name__}: {exc}")
+    text = base.get("text_config") or {}
+    variants = [(key, value, base | {key: value}) for key in base for value in ODD_VALUES]
+    variants += [(f"text_config.{key}", value, base | {"text_config": text | {key: value}})
+                 for key in text for value in ODD_VALUES]
+    for key, value, cfg in variants:
+        try:
+            Architecture.from_config(cfg, model)
+        except UnsupportedArchitecture:
+            pass
+        except Exception as exc:  # the assertion: nothing else escapes
+            pytest.fail(f"{model}: {key}={value!r} raised {type(exc).__name__}: {exc}")
 
 
 def test_each_family_counts_its_moe_layers_as_its_vllm_model_file_does():

@@ -209,3 +209,33 @@ def test_the_plan_names_the_recurrent_state_a_decode_step_moves():
     # beside the six attention layers' 8,192 tokens of 1,024 B a sequence, read once
     assert p["decode_kv_bytes"] == pytest.approx(32 * (6 * 8192 * 1024 + 2 * 23 * 2_134_016), rel=1e-3)
     assert "recurrent layers" in p["latency_note"]
+
+
+@pytest.mark.parametrize("name, total_b, active_b", [
+    # the model names' sizes: 35B total, 3B active; 122B, 10B; 397B, 17B
+    ("Qwen--Qwen3.5-35B-A3B", 35, 3),
+    ("Qwen--Qwen3.5-122B-A10B", 122, 10),
+    ("Qwen--Qwen3.5-397B-A17B", 397, 17),
+])
+def test_qwen3_5_is_qwen3_next_layers_with_the_qwen3_vl_tower(name, total_b, active_b):
+    from published_configs import CONFIGS
+
+    a = Architecture.from_config(CONFIGS / name)
+    assert (a.recurrent.kind, a.recurrent.ssm_cache_dtype) == ("gated_deltanet", "float32")  # mamba_ssm_dtype
+    assert a.num_recurrent_layers == 3 * a.num_attention_layers  # full_attention_interval 4
+    assert a.vision is not None and a.encoder_params > 0  # vLLM's Qwen3.5 builds Qwen3-VL's tower
+    assert a.rotary_fraction == 0.25 and a.rope_cache_positions == (262_144 * 4,)  # MRoPE, a quarter of a head
+    p = count_params(a)
+    assert (p.total + a.encoder_params) / (total_b * 1e9) == pytest.approx(1, abs=0.01)
+    # active: the name rounds, and kvprof's count holds the embedding and LM head (2 × 248,320 × hidden) too
+    assert p.active / (active_b * 1e9) == pytest.approx(1, abs=0.2)
+    assert all(a.is_moe_layer(i) for i in range(a.num_layers))  # every layer MoE (qwen3_5.py)
+
+
+def test_qwen3_5_refuses_what_vllm_ignores():
+    from published_configs import CONFIGS
+
+    cfg = json.loads((CONFIGS / "Qwen--Qwen3.5-35B-A3B" / "config.json").read_text())
+    cfg["text_config"] |= {"mlp_only_layers": [0]}
+    with pytest.raises(UnsupportedArchitecture, match=r"vLLM's Qwen3\.5 ignores them"):
+        Architecture.from_config(cfg)

@@ -121,3 +121,30 @@ def test_kvprof_log_reads_a_hybrid_start_up_and_plans_what_it_ran(name):
     one_block = p["max_concurrency"] / p["num_gpu_blocks"]
     assert p["max_concurrency"] == pytest.approx(rec.logged.max_concurrency, abs=one_block + 0.005)
     assert p["kv_cache_tokens"] == pytest.approx(rec.logged.kv_cache_tokens, rel=0.005)
+
+
+def test_a_published_qwen3_6_start_up_is_planned_exactly_from_its_logged_budget():
+    """Qwen3.6-35B-A3B (NVFP4 weights) on an RTX 5090, vLLM 0.24, fp8 KV, 131,072 tokens, the prefix cache asked for
+    (tests/fixtures/vllm_logs/v0.24.0_qwen36_35b_rtx5090.log, from its GitHub issue): the architecture from NVIDIA's
+    published Qwen3.6-35B-A3B config (the pool depends on the layer shapes, not on the weights' quantization). Ten
+    attention layers of 2 KV heads × 256 × 2 × 1 B = 1,024 B a token; thirty gated DeltaNet states of
+    3 × 8,192 × 2 + 32 × 128 × 128 × 4 (mamba_ssm_dtype float32) = 2,146,304 B: a 16 × cdiv(2,146,304, 16,384) =
+    2,096-token block; ten layers a group, four groups; with the prefix cache cdiv(131,072, 2,096) = 63 attention
+    blocks and two a DeltaNet group: 69 a request."""
+    import json
+
+    from analysis.model.architecture import Architecture
+    from analysis.planning.startup_log_check import summarize
+
+    cfg = json.loads((RECORDS.parent / "published_configs" / "nvidia--Qwen3.6-35B-A3B-NVFP4" / "config.json")
+                     .read_text())
+    cfg.pop("quantization_config")  # the pool only: the weights' scheme is not what this holds
+    arch = Architecture.from_config(cfg, "qwen3.6-35b-a3b")
+    log = summarize((RECORDS.parent / "vllm_logs" / "v0.24.0_qwen36_35b_rtx5090.log").read_text())
+    assert log["enable_prefix_caching"] is True and log["kv_cache_dtype"] == "fp8"
+    pool = paged_capacity(arch, log["available_kv_cache_bytes"], block_size=16, max_model_len=log["max_model_len"],
+                          max_num_batched_tokens=log["max_num_batched_tokens"], kv_cache_dtype="fp8",
+                          prefix_caching=True)
+    assert (pool.block_size, pool.blocks_per_request) == (2096, 63 + 3 * 2)
+    assert round(pool.max_concurrency, 2) == log["max_concurrency"] == 4.33
+    assert pool.logged_tokens(rules_for("0.24.0").kv_tokens_logged) == log["kv_cache_tokens"] == 567_978
