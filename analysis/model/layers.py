@@ -1,5 +1,7 @@
-"""Attention-layer kinds, one class each owning its formulas, as vLLM's ``v1/kv_cache_interface.py`` has one
-spec class per KV-cache kind (``FullAttentionSpec``, ``SlidingWindowSpec``, ``MLAAttentionSpec``).
+"""Cache-layer kinds, one class each owning its formulas, as vLLM's ``v1/kv_cache_interface.py`` has one
+spec class per KV-cache kind (``FullAttentionSpec``, ``SlidingWindowSpec``, ``MLAAttentionSpec``, ``MambaSpec``):
+attention that caches tokens, and the recurrent layers of hybrid models (Mamba2, gated DeltaNet) that hold a state a
+request instead (``RecurrentState``).
 
 Each kind answers, for one layer:
 
@@ -94,7 +96,6 @@ class FullAttention(AttentionLayer):
         return 4 * self.num_heads * self.head_dim  # QK^T and AV, 2 FLOPs per multiply-add
 
 
-
 @dataclass(frozen=True)
 class SlidingWindowAttention(FullAttention):
     """Attention over the last ``window_size`` tokens only; vLLM frees the blocks that fall out of the window."""
@@ -171,7 +172,7 @@ class Mamba2State(RecurrentState):
     when the groups cannot be split (``extra_groups_for_head_shards``). ``num_heads`` H, ``head_dim`` P,
     ``state_size`` N. ``MambaMixer2.get_kv_cache_spec`` adds one prefill checkpoint block."""
 
-    kind: ClassVar[str] = "mamba"
+    kind: ClassVar[str] = "mamba2"
     prefill_checkpoint_blocks: ClassVar[int] = 1
     head_dim: int
     n_groups: int

@@ -36,7 +36,7 @@ def test_what_the_issue_found_silently_wrong_is_refused_by_name(results, name, r
 
 def test_the_hybrids_are_planned_with_their_recurrent_layers(results):
     # Nemotron-3-Nano-30B-A3B: 23 Mamba2 layers and 6 attention layers, 31.58B parameters (its listing: 31.6B)
-    assert results["nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"][1:] == ("planned", "31.58 · 7.4 · 23 mamba, 6 full")
+    assert results["nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"][1:] == ("planned", "31.58 · 7.4 · 23 mamba2, 6 full")
     assert results["nvidia/Nemotron-H-56B-Base-8K"][1] == "planned"
 
 
