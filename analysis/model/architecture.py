@@ -53,7 +53,7 @@ _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 # HF PretrainedConfig defaults tie_word_embeddings to True; these families override it.
 _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "deepseek_v2", "deepseek_v3", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next", "qwen3_5_text",
+    "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next", "qwen3_5_text",
     "qwen3_5_moe_text",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.

@@ -108,6 +108,8 @@ FAMILIES: dict[str, frozenset[str]] = {
                               "rope_local_base_freq", "cache_implementation"},
     "deepseek_v2": DECODER | DEEPSEEK,
     "deepseek_v3": DECODER | DEEPSEEK,
+    # Kimi-K2: DeepSeek-V3's architecture (its config's architectures: DeepseekV3ForCausalLM, vLLM's deepseek_v2.py)
+    "kimi_k2": DECODER | DEEPSEEK,
     # initial_context_length: the pre-YaRN length, which vLLM's gpt_oss.py takes from rope_scaling instead
     "gpt_oss": DECODER | {"num_local_experts", "num_experts_per_tok", "sliding_window", "layer_types",
                           "swiglu_limit", "router_aux_loss_coef", "output_router_logits", "experts_per_token",

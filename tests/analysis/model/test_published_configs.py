@@ -42,3 +42,16 @@ def test_the_hybrids_are_planned_with_their_recurrent_layers(results):
 
 def test_the_docs_table_is_what_kvprof_does():
     assert DOC.read_text() == table(), "rerun python tests/published_configs.py --write"
+
+
+def test_kimi_k2_is_read_as_the_deepseek_v3_architecture_it_declares():
+    from published_configs import CONFIGS
+
+    from analysis.model.architecture import Architecture
+    from analysis.model.params import count_params
+
+    a = Architecture.from_config(CONFIGS / "moonshotai--Kimi-K2-Instruct")
+    assert a.mla is not None and a.moe.num_experts == 384 and a.quantization.method == "fp8"
+    p = count_params(a)
+    # its card: "32 billion activated parameters and 1 trillion total parameters" (rounded figures)
+    assert p.total / 1e12 == pytest.approx(1, abs=0.03) and p.active / 32e9 == pytest.approx(1, abs=0.03)
