@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from analysis.model import config_keys
 from analysis.model.layers import (
     AttentionLayer,
+    ChunkedLocalAttention,
     FullAttention,
     GatedDeltaNetState,
     Mamba2State,
@@ -32,7 +33,7 @@ from analysis.model.vision import Qwen2VisionTower, Qwen3VisionTower, Qwen25Visi
 
 # A layer's sequence mixer: attention over every token or a window, a recurrent mixer (Mamba2, gated DeltaNet) that
 # keeps a state, or none (an MLP-only layer of a hybrid: Nemotron-H's "-" and "E").
-LayerType = Literal["full_attention", "sliding_attention", "recurrent", "mlp"]
+LayerType = Literal["full_attention", "sliding_attention", "chunked_attention", "recurrent", "mlp"]
 
 
 class UnsupportedArchitecture(ValueError):
@@ -53,8 +54,8 @@ _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 # HF PretrainedConfig defaults tie_word_embeddings to True; these families override it.
 _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
-    "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next", "qwen3_5_text",
-    "qwen3_5_moe_text",
+    "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4_text", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
+    "qwen3_5_text", "qwen3_5_moe_text",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -247,6 +248,8 @@ class Architecture(BaseModel):
     derived_max_len: int | None = Field(None, gt=0)
     derived_max_len_from: str | None = None
     sliding_window: int | None = Field(None, le=MAX_POSITIONS)
+    # Llama 4's chunked local attention: the chunk its "chunked_attention" layers attend within
+    attention_chunk_size: int | None = Field(None, gt=0, le=MAX_POSITIONS)
     layer_types: tuple[LayerType, ...] = ()
     moe: MoE | None = None
     mla: MLA | None = None
@@ -281,6 +284,8 @@ class Architecture(BaseModel):
                 f"{self.name}: layer_types has {len(self.layer_types)} entries "
                 f"but the model has {self.num_layers} layers"
             )
+        if "chunked_attention" in self.layer_types and not self.attention_chunk_size:
+            raise UnsupportedArchitecture(f"{self.name}: chunked-attention layers but no attention_chunk_size")
         if "recurrent" in self.layer_types and self.recurrent is None:
             raise UnsupportedArchitecture(f"{self.name}: recurrent layers but no recurrent mixer's shapes")
         if "sliding_attention" in self.layer_types and not self.sliding_window:
@@ -313,7 +318,8 @@ class Architecture(BaseModel):
     def attention_layers(self) -> tuple[AttentionLayer, ...]:
         """Every layer's attention kind (analysis.model.layers), which owns its KV-cache and attention formulas."""
         return _attention_layers(self.num_heads, self.num_kv_heads, self.head_dim, self.sliding_window,
-                                 self.layer_types, self.mla, self.recurrent, dtype_bytes(self.torch_dtype))
+                                 self.layer_types, self.mla, self.recurrent, dtype_bytes(self.torch_dtype),
+                                 self.attention_chunk_size)
 
     @property
     def attention_kinds(self) -> tuple[tuple[AttentionLayer, int], ...]:
@@ -383,7 +389,7 @@ class Architecture(BaseModel):
     @property
     def num_attention_layers(self) -> int:
         """Layers with attention (a hybrid's recurrent and MLP-only layers have none)."""
-        return sum(t in ("full_attention", "sliding_attention") for t in self.layer_types)
+        return sum(t in ("full_attention", "sliding_attention", "chunked_attention") for t in self.layer_types)
 
     @property
     def num_recurrent_layers(self) -> int:
@@ -766,6 +772,9 @@ def _encoder_params(raw: dict[str, Any], text_hidden: int) -> tuple[int, str | N
     if v is not None and counted is None:
         what = v.get("model_type") if isinstance(v, dict) else None
         notes.append(f"vision_config ({what or model_type}) is not counted")
+    elif v is None and model_type == "llama4":  # Llama4ForConditionalGeneration builds its default tower regardless
+        notes.append("Llama 4's vision tower (transformers' default vision_config; this config names none) is not "
+                     "counted")
     if raw.get("audio_config") is not None:
         notes.append("audio_config is not counted")
     note = None
@@ -920,6 +929,36 @@ def _nemotron_h(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[st
     return {**cfg, "num_hidden_layers": n, "head_dim": head_dim}, hybrid
 
 
+def _llama4(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """Llama 4's decoder (vLLM's ``models/llama4.py``): a layer's attention is chunked local attention where
+    ``no_rope_layers[i]`` is 1 (its RoPE layers; transformers' default: all but every ``no_rope_layer_interval``-th),
+    full attention without RoPE elsewhere; q/k are L2-normalised (no weights). A layer is MoE where
+    ``(i + 1) % interleave_moe_layer_step == 0``: a sigmoid router, one shared expert and ``num_local_experts`` gated
+    experts of ``intermediate_size``, one a token; the other layers a dense MLP of ``intermediate_size_mlp``."""
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    interval = _positive_int(cfg.get("no_rope_layer_interval", 4), "no_rope_layer_interval", name)
+    no_rope = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+    if len(no_rope) != n or not set(no_rope) <= {0, 1}:
+        raise UnsupportedArchitecture(f"{name}: no_rope_layers must be {n} of 0 and 1, got {no_rope!r}")
+    chunk = cfg.get("attention_chunk_size", 8192)
+    if chunk is not None:
+        chunk = _positive_int(chunk, "attention_chunk_size", name)
+    kinds = tuple("chunked_attention" if r and chunk else "full_attention" for r in no_rope)
+    step = _positive_int(cfg.get("interleave_moe_layer_step", 1), "interleave_moe_layer_step", name)
+    moe_at = [i for i in range(n) if (i + 1) % step == 0]
+    if cfg.get("moe_layers") is not None and sorted(cfg["moe_layers"]) != moe_at:
+        raise UnsupportedArchitecture(f"{name}: moe_layers {cfg['moe_layers']!r}: vLLM's Llama 4 places its MoE layers "
+                                      f"by interleave_moe_layer_step ({step}) alone, so kvprof refuses a config where "
+                                      "they differ")
+    inter = _positive_int(cfg.get("intermediate_size"), "intermediate_size", name)
+    _positive_int(cfg.get("intermediate_size_mlp"), "intermediate_size_mlp", name)
+    moe = _validated(MoE, name, num_experts=cfg.get("num_local_experts"),
+                     experts_per_token=cfg.get("num_experts_per_tok"), expert_intermediate_size=inter, shared_experts=1,
+                     shared_expert_intermediate_size=inter, dense_layers=tuple(i for i in range(n) if i not in moe_at))
+    return dict(layer_types=kinds, attention_chunk_size=chunk if "chunked_attention" in kinds else None, moe=moe,
+                qk_norm=False)
+
+
 _QWEN3_NEXT_LAYERS = {"linear_attention": "recurrent", "full_attention": "full_attention"}
 
 
@@ -1008,6 +1047,9 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
     hybrid: dict[str, Any] = {}
     if model_type == "nemotron_h":
         cfg, hybrid = _nemotron_h(cfg, name)
+    elif model_type == "llama4_text":
+        hybrid = _llama4(cfg, name)
+        cfg = {**cfg, "intermediate_size": cfg.get("intermediate_size_mlp")}  # the dense layers' MLP
     elif model_type == "qwen3_next" or model_type in QWEN3_5_TEXT:
         hybrid = _qwen3_next(cfg, name)
         if model_type == "qwen3_5_moe_text" and cfg.get("intermediate_size") is None:
@@ -1119,7 +1161,7 @@ def _validated(model: type[BaseModel], label: str, /, **fields: Any) -> Any:
 @lru_cache(maxsize=256)
 def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None,
                       layer_types: tuple[str, ...], mla: MLA | None, recurrent: Mamba2 | GatedDeltaNet | None = None,
-                      model_dtype_bytes: int = 2) -> tuple[AttentionLayer, ...]:
+                      model_dtype_bytes: int = 2, chunk: int | None = None) -> tuple[AttentionLayer, ...]:
     """Every layer with a cache, in order: its attention kind or its recurrent state (MLP-only layers have none)."""
     if recurrent is not None:
         state = recurrent.state(model_dtype_bytes)
@@ -1131,7 +1173,10 @@ def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_
     full = FullAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
     sliding = SlidingWindowAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                                      window_size=sliding_window or 0)
-    return tuple(sliding if t == "sliding_attention" else full for t in layer_types)
+    chunked = ChunkedLocalAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                                    chunk_size=chunk or 0)
+    by_type = {"sliding_attention": sliding, "chunked_attention": chunked}
+    return tuple(by_type.get(t, full) for t in layer_types)
 
 
 @lru_cache(maxsize=256)

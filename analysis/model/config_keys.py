@@ -142,6 +142,13 @@ FAMILIES: dict[str, frozenset[str]] = {
                                             "mtp_use_dedicated_embeddings", "mlp_only_layers", "decoder_sparse_step"},
     "qwen3_5_moe_text": DECODER | QWEN3_NEXT | QWEN_MOE | {"mamba_ssm_dtype", "mtp_num_hidden_layers",
                                                            "mtp_use_dedicated_embeddings"},
+    # Llama 4 (architecture._llama4): chunked local attention on its RoPE layers, interleaved MoE with a shared expert,
+    # the NoPE layers' attention temperature (no weights)
+    "llama4": WRAPPER | {"tie_word_embeddings"},
+    "llama4_text": DECODER | {"intermediate_size_mlp", "num_local_experts", "num_experts_per_tok",
+                              "interleave_moe_layer_step", "moe_layers", "no_rope_layers", "no_rope_layer_interval",
+                              "attention_chunk_size", "use_qk_norm", "attn_temperature_tuning", "floor_scale",
+                              "attn_scale", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise"},
     "gpt2": GPT2,
     "gpt_bigcode": GPT2 | {"multi_query", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"},
 }
@@ -161,18 +168,20 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel",
                      "moe_shared_expert_intermediate_size", "full_attention_interval", "linear_conv_kernel_dim",
                      "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
-                     "linear_num_value_heads"), int),
+                     "linear_num_value_heads", "intermediate_size_mlp", "interleave_moe_layer_step",
+                     "no_rope_layer_interval", "attention_chunk_size"), int),
     **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "multi_query",
                      "use_conv_bias", "use_bias"), bool),
     "mamba_ssm_cache_dtype": str,
-    **dict.fromkeys(("layer_types", "mlp_only_layers"), list),
+    **dict.fromkeys(("layer_types", "mlp_only_layers", "no_rope_layers", "moe_layers"), list),
     "mamba_ssm_dtype": str,
     **dict.fromkeys(("text_config", "attn_config", "ffn_config", "quantization_config"), dict),
 }
 
 
 # What each element of a list key is.
-LIST_ELEMENTS: dict[str, type] = {"layer_types": str, "mlp_only_layers": int}
+LIST_ELEMENTS: dict[str, type] = {"layer_types": str, "mlp_only_layers": int, "no_rope_layers": int,
+                                   "moe_layers": int}
 
 
 def _inert(key: str) -> bool:

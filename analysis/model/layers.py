@@ -118,6 +118,30 @@ class SlidingWindowAttention(FullAttention):
 
 
 @dataclass(frozen=True)
+class ChunkedLocalAttention(FullAttention):
+    """Attention within fixed chunks of ``chunk_size`` tokens (Llama 4's RoPE layers, ``attention_chunk_size``): a
+    token attends to the tokens of its own chunk only, so a sequence holds at most one chunk's KV that matters; vLLM
+    frees the blocks of chunks behind it. A request's worst case (``ChunkedLocalAttentionSpec
+    .max_admission_blocks_per_request``): one chunk plus the tokens in flight, ``cdiv(min(chunk + in_flight,
+    max_model_len), block_size)``."""
+
+    kind: ClassVar[str] = "chunked"
+    chunk_size: int = 0
+
+    @property
+    def window(self) -> int | None:
+        return self.chunk_size
+
+    def blocks_per_request(self, block_size: int, max_model_len: int, in_flight_tokens: int) -> int:
+        return cdiv(min(self.chunk_size + in_flight_tokens, max_model_len), block_size)
+
+    def as_full(self) -> FullAttention:
+        """With the hybrid KV-cache manager off, vLLM allocates it like full attention
+        (kv_cache_utils: ChunkedLocalAttentionSpec promoted to FullAttentionSpec)."""
+        return FullAttention(num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)
+
+
+@dataclass(frozen=True)
 class MultiHeadLatentAttention(AttentionLayer):
     """DeepSeek's MLA: one compressed latent plus the decoupled RoPE key per token, shared by every head and
     replicated on every rank; attention runs absorbed, over the latent."""

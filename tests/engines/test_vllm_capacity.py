@@ -25,8 +25,11 @@ CASES = [
     ("tiny-llama-mha", 64, 1000, 6 * MiB),  # MHA; max_model_len not a block multiple
     ("tiny-mistral-swa", 32, 1024, 8 * MiB),  # every layer windowed (64 tokens)
     ("tiny-gemma3-hybrid", 32, 1024, 8 * MiB),  # 5 sliding : 1 full, MQA
+    # Llama 4: three chunked layers (chunk 256) and one NoPE full layer, four groups of one; 512 tokens a step, so a
+    # chunked group holds cdiv(256 + 512, 32) = 24 blocks a request beside the full group's 64 (issue #47)
+    ("tiny-llama4", 32, 2048, 16 * MiB, {"max_num_batched_tokens": 512}),
 ]
-KNOWN = {"tiny-mistral-swa": (512, 15.52), "tiny-gemma3-hybrid": (2048, 10.40)}
+KNOWN = {"tiny-mistral-swa": (512, 15.52), "tiny-gemma3-hybrid": (2048, 10.40), "tiny-llama4": (1024, 7.53)}
 
 
 def _engine_facts(model: str, block_size: int, max_model_len: int, kv_bytes: int, **more: object) -> dict:
@@ -50,8 +53,8 @@ def _engine_facts(model: str, block_size: int, max_model_len: int, kv_bytes: int
 
 @pytest.fixture(scope="module", params=CASES, ids=[c[0] for c in CASES])
 def measured(request):
-    model, block_size, mml, kv_bytes = request.param
-    return request.param, _engine_facts(model, block_size, mml, kv_bytes)
+    model, block_size, mml, kv_bytes, *more = request.param
+    return request.param[:4], _engine_facts(model, block_size, mml, kv_bytes, **(more[0] if more else {}))
 
 
 def test_capacity_matches_vllm_exactly(measured):

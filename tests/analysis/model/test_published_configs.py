@@ -17,9 +17,7 @@ def test_every_published_config_is_planned_or_refused_with_a_reason(results):
 
 
 @pytest.mark.parametrize("name, reason", [
-    # the issue's silently wrong answers: Maverick's dense and MoE layers interleaved, read as all MoE (181 GiB a GPU)
-    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "model_type 'llama4' has no reader"),
-    # NVFP4 stated in hf_quant_config.json, planned in bf16 at 3.5 times its size
+    # the issue's silently wrong answers: NVFP4 stated in hf_quant_config.json, planned in bf16 at 3.5 times its size
     ("nvidia/Qwen3-235B-A22B-NVFP4", "hf_quant_config.json (ModelOpt, quant_algo NVFP4)"),
     # DeepSeek-V3.2 planned as V3, its indexer's cache uncounted
     ("deepseek-ai/DeepSeek-V3.2", "model_type 'deepseek_v32' has no reader"),
@@ -32,6 +30,13 @@ def test_every_published_config_is_planned_or_refused_with_a_reason(results):
 def test_what_the_issue_found_silently_wrong_is_refused_by_name(results, name, reason):
     _, result, why = results[name]
     assert result == "refused" and reason in why
+
+
+def test_llama4_maverick_is_planned_with_its_interleaved_layers(results):
+    # the issue found it planned as all-MoE at 181 GiB a GPU on 8 B200s; its 400B parameters in bf16 are 93 GiB
+    # (and the RoPE cache)
+    assert results["meta-llama/Llama-4-Maverick-17B-128E-Instruct"][1:] == (
+        "planned", "400.71 · 93.5 · 36 chunked, 12 full")
 
 
 def test_the_hybrids_are_planned_with_their_recurrent_layers(results):
