@@ -17,7 +17,7 @@ SOURCE.md), read and planned with `kvprof plan --model DIR --gpu b200 --tp 8`. A
 understand is refused with the reason, never planned as something else; none gives a traceback
 (tests/analysis/model/test_published_configs.py). Rewritten by `python tests/published_configs.py --write`.
 
-| checkpoint | model_type | result | parameters (B) · weights a GPU (GiB) · KV cache layers, or the reason |
+| checkpoint | model_type | result | parameters (B) · weights a GPU (GiB) · KV layers · quantization, or the reason |
 |---|---|---|---|
 """
 
@@ -45,8 +45,9 @@ def outcomes() -> list[tuple[str, str, str, str]]:
             rows.append((name, model_type, "refused", reason.split("; such a key")[0].split(" (read: ")[0]))
             continue
         kinds = ", ".join(f"{n} {layer.kind}" for layer, n in arch.attention_kinds)
+        quant = f" · {plan['quantization']}" if plan["quantization"] else ""
         rows.append((name, model_type, "planned", f"{(count_params(arch).total + arch.encoder_params) / 1e9:.2f} · "
-                                                  f"{plan['weight_bytes'] / 2**30:.1f} · {kinds}"))
+                                                  f"{plan['weight_bytes'] / 2**30:.1f} · {kinds}{quant}"))
     return rows
 
 

@@ -28,6 +28,7 @@ from analysis.model.layers import (
     MultiHeadLatentAttention,
     SlidingWindowAttention,
 )
+from analysis.model.module_names import MODULE_NAMES
 from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
 from analysis.model.vision import Qwen2VisionTower, Qwen3VisionTower, Qwen25VisionTower, SiglipVisionTower, VisionTower
 
@@ -426,7 +427,7 @@ class Architecture(BaseModel):
             raise UnsupportedArchitecture(f"{path}: nested too deeply to be a model's config.json") from None
         if not isinstance(cfg, dict):
             raise UnsupportedArchitecture(f"{path} does not hold a JSON object")
-        _refuse_modelopt_sidecar(path.parent / "hf_quant_config.json", cfg, name or path.parent.name)
+        cfg = _with_modelopt_sidecar(path.parent / "hf_quant_config.json", cfg, name or path.parent.name)
         return _from_dict(cfg, name or path.parent.name, _max_pixels(path.parent / "preprocessor_config.json"),
                           _max_pixels(path.parent / "video_preprocessor_config.json"))
 
@@ -665,24 +666,49 @@ def _qwen3_vl_params(v: dict[str, Any], text_hidden: int) -> int | None:
     return c * t * patch * patch * d + d + positions * d + depth * block + mergers
 
 
-def _refuse_modelopt_sidecar(path: Path, cfg: dict[str, Any], name: str) -> None:
-    """A ModelOpt checkpoint (NVIDIA's FP8, NVFP4 and mixed-precision builds) may state its quantization in
-    ``hf_quant_config.json`` beside config.json rather than in config.json's ``quantization_config``; vLLM 0.32 reads
-    it there (``ModelOptQuantConfigBase``). Planned from config.json alone it would be planned in the model dtype,
-    three to four times its size, so it is refused by name until kvprof models ModelOpt's schemes."""
+def _with_modelopt_sidecar(path: Path, cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """config.json with the quantization vLLM 0.32 reads for it (``transformers_utils/config.py``): its own
+    ``quantization_config`` (or ``text_config``'s) wins; without one, a ModelOpt ``hf_quant_config.json`` beside it
+    (the legacy ``{"producer", "quantization"}`` shape, ``quant_method`` set from its ``quant_algo`` as
+    ``_normalize_quantization_config`` does); a config.json MIXED_PRECISION without ``quantized_layers`` takes the
+    file's (``weight_utils.get_quant_config``). Where vLLM would refuse the file, so does kvprof, by name."""
     if not path.is_file():
-        return
-    algo = "?"
+        return cfg
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise UnsupportedArchitecture(f"{name}: {path}: {path.stat().st_size:,} bytes; a quantization config is at "
+                                      f"most {MAX_CONFIG_BYTES:,} bytes")
     try:
-        if path.stat().st_size <= MAX_CONFIG_BYTES:
-            quant = json.loads(path.read_text(encoding="utf-8")).get("quantization")
-            algo = str(quant.get("quant_algo")) if isinstance(quant, dict) else "?"
-    except (OSError, ValueError, AttributeError, RecursionError):
-        pass
-    raise UnsupportedArchitecture(
-        f"{name}: {path.name} (ModelOpt, quant_algo {algo}) states the checkpoint's quantization, which kvprof does "
-        f"not model; planned from config.json alone it would be planned at "
-        f"{cfg.get('torch_dtype') or cfg.get('dtype') or 'its dtype'}")
+        side = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError):
+        raise UnsupportedArchitecture(f"{name}: {path.name} is not readable JSON") from None
+    quant = side.get("quantization") if isinstance(side, dict) else None
+    if not isinstance(quant, dict):
+        raise UnsupportedArchitecture(f"{name}: {path.name} has no \"quantization\" object, so vLLM cannot read it")
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    own = cfg.get("quantization_config") or text.get("quantization_config")
+    if isinstance(own, dict):
+        method = str(own.get("quant_method") or "").lower()
+        algo = str(own.get("quant_algo") or "").upper()
+        if method.startswith("modelopt") and algo == "MIXED_PRECISION" and not own.get("quantized_layers"):
+            where = "quantization_config" if cfg.get("quantization_config") else "text_config.quantization_config"
+            merged = {**own, "quantized_layers": quant.get("quantized_layers")}
+            if where == "quantization_config":
+                return {**cfg, "quantization_config": merged}
+            return {**cfg, "text_config": {**text, "quantization_config": merged}}
+        return cfg
+    producer = side.get("producer") if isinstance(side.get("producer"), dict) else {}
+    if producer.get("name") != "modelopt" and "modelopt_quant_config" not in quant:
+        raise UnsupportedArchitecture(
+            f"{name}: {path.name} names no producer \"modelopt\", so vLLM 0.32 does not read it as a ModelOpt "
+            f"checkpoint and would not start; kvprof cannot say which scheme it would run")
+    algo = str(quant.get("quant_algo") or "").upper()
+    methods = {"FP8": "modelopt", "FP8_PER_CHANNEL_PER_TOKEN": "modelopt", "FP8_PB_WO": "modelopt",
+               "NVFP4": "modelopt_fp4"}
+    if algo not in methods:
+        raise UnsupportedArchitecture(
+            f"{name}: {path.name} has quant_algo {quant.get('quant_algo')!r}; vLLM 0.32 reads only "
+            f"{', '.join(methods)} from this file (\"Unknown ModelOpt quant algo\") and would not start")
+    return {**cfg, "quantization_config": {**side, "quant_method": methods[algo]}}
 
 
 def _max_pixels(path: Path) -> int | None:
@@ -1138,7 +1164,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         vision=_vision_tower(raw, hidden, max_pixels, video_max_pixels),
     )
     try:
-        quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")))
+        quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")),
+                                          MODULE_NAMES.get(str(raw.get("model_type"))) or MODULE_NAMES.get(model_type))
     except QuantizationError as exc:
         raise UnsupportedArchitecture(f"{name}: {exc}") from None
     moe = hybrid.pop("moe") if "moe" in hybrid else _moe(cfg, model_type, n_layers, intermediate, name)

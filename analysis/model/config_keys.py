@@ -72,11 +72,13 @@ DEEPSEEK = frozenset({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nop
 # Qwen3-Next's gated DeltaNet and gated attention (architecture._qwen3_next).
 QWEN3_NEXT = frozenset({"layer_types", "full_attention_interval", "linear_conv_kernel_dim", "linear_key_head_dim",
                         "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
-                        "partial_rotary_factor", "attn_output_gate", "use_sliding_window"})
+                        "partial_rotary_factor", "attn_output_gate", "use_sliding_window",
+                        # the DeltaNet output gate's activation (silu, swish or sigmoid): no weights of its own
+                        "output_gate_type"})
 # A multimodal wrapper: the decoder in text_config, the towers beside it (analysis.model.vision).
 WRAPPER = frozenset({"text_config", "vision_config", "audio_config", "mm_tokens_per_image", "vision_feature_layer",
                      "vision_feature_select_strategy", "projector_hidden_act", "multimodal_projector_bias",
-                     "image_seq_length", "boi_token_index", "eoi_token_index"})
+                     "image_seq_length", "boi_token_index", "eoi_token_index", "quantization_config"})
 # GPT-2 lineage names (non-gated MLP, biases, learned positions where the family has them).
 GPT2 = frozenset({"n_layer", "n_embd", "n_head", "n_inner", "n_positions", "n_ctx", "activation_function",
                   "vocab_size", "tie_word_embeddings", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
@@ -136,7 +138,9 @@ FAMILIES: dict[str, frozenset[str]] = {
     "qwen3_next": DECODER | QWEN_MOE | QWEN3_NEXT,
     # Qwen3.5 and 3.6: Qwen3-Next's layers in a Qwen3-VL wrapper (its vision tower), the SSM state's dtype in
     # mamba_ssm_dtype; the MTP layers past the decoder load only for speculative decoding (vLLM drops "mtp.")
-    "qwen3_5": WRAPPER | {"tie_word_embeddings"},
+    # language_model_only: written by NVIDIA's builds; neither vLLM 0.32 nor transformers reads it from config.json
+    # (vLLM's --language-model-only is an engine argument), so the tower is still built and counted
+    "qwen3_5": WRAPPER | {"tie_word_embeddings", "language_model_only"},
     "qwen3_5_moe": WRAPPER | {"tie_word_embeddings"},
     "qwen3_5_text": DECODER | QWEN3_NEXT | {"mamba_ssm_dtype", "mtp_num_hidden_layers",
                                             "mtp_use_dedicated_embeddings", "mlp_only_layers", "decoder_sparse_step"},

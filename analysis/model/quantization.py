@@ -28,6 +28,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from analysis.model.module_names import ModuleNames
+
 ModuleKind = Literal["linear", "expert", "router", "lm_head", "embedding"]
 
 FP32 = 4
@@ -75,6 +77,8 @@ class QuantScheme(BaseModel):
     method: str
     ignore: tuple[str, ...] = Field((), description="modules the checkpoint leaves unquantized")
     lm_head_quantized: bool = False
+    kv_cache_dtype: str | None = Field(None, description="the KV-cache dtype the checkpoint declares, which vLLM "
+                                       "runs when --kv-cache-dtype is auto (None: the model dtype)")
 
     def quantizes(self, name: str, kind: ModuleKind) -> bool:
         """Whether vLLM runs this module through the scheme's quantized method.
@@ -419,15 +423,153 @@ class BitsAndBytes(QuantScheme):
         return f"bitsandbytes {self.quant_type if self.bits == 4 else 'int8'}"
 
 
-AnyScheme = Annotated[Fp8 | CompressedTensors | Awq | Gptq | Mxfp4 | BitsAndBytes, Field(discriminator="method")]
+ModelOptAlgo = Literal["FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "W4A16_NVFP4", "MXFP8"]
+MODELOPT_ALGOS: tuple[str, ...] = (*ModelOptAlgo.__args__, "MIXED_PRECISION")  # type: ignore[attr-defined]
+_NVFP4 = ("NVFP4", "W4A16_NVFP4")
+
+
+class ModelOpt(QuantScheme):
+    """An NVIDIA ModelOpt checkpoint (``modelopt.py``: NVIDIA's FP8, NVFP4 and mixed-precision builds).
+
+    vLLM reads it from config.json's ``quantization_config`` or, failing that, from the
+    ``hf_quant_config.json`` beside it (analysis.model.architecture reads both as vLLM does).
+    ``algo`` is the checkpoint's ``quant_algo``; under ``MIXED_PRECISION`` each layer's algo is
+    its entry in ``quantized_layers`` and a layer not listed stays unquantized (``_resolve_quant_algo``).
+    Every ``LinearBase`` not excluded is quantized, ``lm_head`` included unless excluded
+    (``get_quant_method``); embeddings, norms, routers and recurrent-state parameters never are.
+    A module is excluded as ``is_layer_excluded`` decides on vLLM's layer: the layer's own name
+    or every shard of a fused layer listed, any listed name a substring of the layer's (the
+    "ModelOpt < 0.39" rule), or a shell wildcard matching it, after vLLM rewrote each ``X*`` into
+    ``X`` and ``X.*`` (``apply_vllm_mapper``). ``names`` is the family's checkpoint naming
+    (analysis.model.module_names), under which those lists are written.
+
+    Bytes (docs/vllm-notes/modelopt-nvfp4.md, file:line citations): NVFP4 (and W4A16_NVFP4)
+    a uint8 per two weights and an fp8 scale per ``group_size`` (16) of them, 9/16 byte a weight;
+    FP8 one byte with float32 scalars; FP8_PER_CHANNEL_PER_TOKEN a float32 per row more; FP8_PB_WO
+    rows padded to 128 and a float32 per 128 × 128 block; MXFP8 an e8m0 byte per 32. The NVFP4
+    MoE kernels pad the experts per rank (``moe_layout``, from :meth:`for_device`): FlashInfer
+    TRT-LLM on Blackwell pads the hidden size to 256 and the intermediate to 64 (gated) or 128;
+    Marlin, the weight-only FP4 kernel on Hopper, Ada and Ampere, pads the intermediate to 64
+    (128 where the hidden size is not a multiple of 128). The linear kernels' tile padding is
+    not modelled: none where a layer's dimensions are multiples of 128.
+    """
+
+    method: Literal["modelopt"] = "modelopt"
+    algo: Literal[ModelOptAlgo, "MIXED_PRECISION"]
+    layers: tuple[tuple[str, ModelOptAlgo], ...] = Field((), description="MIXED_PRECISION's quantized_layers")
+    group_size: int = Field(16, gt=0)
+    block_size: int = Field(128, gt=0)
+    names: ModuleNames = ModuleNames()
+    moe_layout: Literal["checkpoint", "trtllm", "marlin"] = "checkpoint"
+    lm_head_quantized: bool = True
+
+    def for_device(self, generation: str | None, vllm_version: str | None = None) -> ModelOpt:
+        layout = {"blackwell": "trtllm", None: "checkpoint"}.get(generation, "marlin")
+        return self.model_copy(update={"moe_layout": layout})
+
+    def describe(self) -> str:
+        kv = f", {self.kv_cache_dtype} KV cache" if self.kv_cache_dtype else ""
+        return f"modelopt {self.algo.lower()}{kv}"
+
+    # -- which modules -------------------------------------------------------------------------
+    def _excluded(self, layer: str, shards: tuple[str, ...]) -> bool:
+        ex = self.ignore
+        if layer in ex or (shards and all(s in ex for s in shards)):
+            return True
+        if shards and any(s in ex for s in shards):
+            listed = ", ".join(s for s in shards if s in ex)
+            raise QuantizationError(f"exclude_modules lists some shards of {layer} ({listed}) but not all; "
+                                    "vLLM refuses a fused layer with mixed schemes")
+        stripped = layer.removeprefix("language_model.")
+        if any(e != layer and (e in layer or (stripped != layer and e in stripped)) for e in ex):
+            return True
+        return any(fnmatch.fnmatchcase(layer, e) for e in ex)
+
+    def _algo(self, name: str, kind: ModuleKind) -> str | None:
+        """The algo vLLM runs module ``name`` (kvprof's name) with, None where it stays unquantized."""
+        if kind in ("embedding", "router"):
+            return None
+        layer, shards = self.names.layer(self.names.checkpoint(name))
+        if self._excluded(layer, shards) or any(v in layer for v in ("vision_tower", "vision_model")):
+            return None
+        if self.algo != "MIXED_PRECISION":
+            return self.algo
+        table = dict(self.layers)
+        if layer in table:
+            return table[layer]
+        algos = {table[s] for s in shards if s in table}
+        if len(algos) > 1:
+            raise QuantizationError(f"quantized_layers gives the shards of {layer} different algos "
+                                    f"({', '.join(sorted(algos))}); vLLM refuses a fused layer with mixed schemes")
+        if algos:
+            return algos.pop()
+        parents = [layer + "."] + ([layer.rsplit(".experts", 1)[0] + "."] if layer.endswith(".experts") else [])
+        return next((a for k, a in self.layers if any(k.startswith(p) for p in parents)), None)
+
+    def quantizes(self, name: str, kind: ModuleKind) -> bool:
+        return self._algo(name, kind) is not None
+
+    # -- bytes -------------------------------------------------------------------------------
+    def _linear_bytes(self, algo: str, out_features: int, in_features: int) -> float:
+        n = out_features * in_features
+        if algo in _NVFP4:
+            if in_features % 16:
+                raise QuantizationError(f"NVFP4 needs input sizes that are multiples of 16, not {in_features}")
+            return n / 2 + out_features * math.ceil(in_features / self.group_size) + FP32
+        if algo == "FP8_PER_CHANNEL_PER_TOKEN":
+            return n + FP32 * out_features
+        if algo == "FP8_PB_WO":
+            b = self.block_size
+            return _round_up(out_features, b) * in_features + FP32 * math.ceil(out_features / b) * math.ceil(
+                in_features / b)
+        if algo == "MXFP8":
+            return n + n / 32
+        return n + 2 * FP32  # FP8: the weight and input scales are scalars once loaded
+
+    def module_bytes(self, name: str, kind: ModuleKind, out_features: int, in_features: int,
+                     dtype_bytes: int) -> float:
+        algo = self._algo(name, kind)
+        assert algo is not None
+        return self._linear_bytes(algo, out_features, in_features)
+
+    def matrix_bytes(self, out_features: int, in_features: int, dtype_bytes: int) -> float:
+        return self._linear_bytes(self.algo if self.algo != "MIXED_PRECISION" else "NVFP4", out_features, in_features)
+
+    def experts_bytes(self, name: str, num_experts: int, hidden: int, intermediate: int, gated: bool,
+                      bias: bool, dtype_bytes: int, tp: int = 1) -> float:
+        """Per rank: w13 ``[E, S·I, H]`` and w2 ``[E, H, I]`` (``S`` 2 when gated) as the kernel keeps them;
+        times ``tp`` so that the caller's split gives one rank."""
+        algo = self._algo(name, "expert")
+        if algo is None:
+            return super().experts_bytes(name, num_experts, hidden, intermediate, gated, bias, dtype_bytes, tp)
+        if intermediate % tp:
+            raise QuantizationError(f"expert intermediate size {intermediate} does not split over {tp} ranks")
+        s, i, h = (2 if gated else 1), intermediate // tp, hidden
+        if algo in _NVFP4:
+            if self.moe_layout == "trtllm":
+                h, i = _round_up(h, 256), _round_up(i, 64 if gated else 128)
+            elif self.moe_layout == "marlin":
+                i = _round_up(i, 64 if h % 128 == 0 else 128)
+            one = 9 / 16 * (s + 1) * i * h + FP32 * 3 * (s + 1)
+        else:
+            one = sum(self._linear_bytes(algo, o, k) for o, k in [(s * i, h), (h, i)])
+        if bias:
+            one += (s * intermediate // tp + hidden) * dtype_bytes
+        return num_experts * one * tp
+
+
+AnyScheme = Annotated[Fp8 | CompressedTensors | Awq | Gptq | Mxfp4 | BitsAndBytes | ModelOpt,
+                      Field(discriminator="method")]
 """Any scheme, told apart by ``method`` (how an Architecture stores and reloads it)."""
 
 SCHEMES: dict[str, type[QuantScheme]] = {
-    cls.model_fields["method"].default: cls for cls in (Fp8, CompressedTensors, Awq, Gptq, Mxfp4, BitsAndBytes)
+    cls.model_fields["method"].default: cls
+    for cls in (Fp8, CompressedTensors, Awq, Gptq, Mxfp4, BitsAndBytes, ModelOpt)
 }
 # Names vLLM accepts for the same layout (``--quantization`` values and quant_method spellings).
 _ALIASES = {"fbgemm_fp8": "fp8", "awq_marlin": "awq", "auto_awq": "awq", "gptq_marlin": "gptq", "auto_gptq": "gptq",
-            "gpt_oss_mxfp4": "mxfp4", "compressed_tensors": "compressed-tensors", "bnb": "bitsandbytes"}
+            "gpt_oss_mxfp4": "mxfp4", "compressed_tensors": "compressed-tensors", "bnb": "bitsandbytes",
+            "modelopt_fp4": "modelopt", "modelopt_mixed": "modelopt", "modelopt_mxfp8": "modelopt"}
 
 
 def _tuple(value: Any, field: str) -> tuple[str, ...]:
@@ -448,10 +590,74 @@ def _int(cfg: dict[str, Any], keys: tuple[str, ...], default: int) -> int:
     return default
 
 
-def _from_hf(cfg: dict[str, Any]) -> QuantScheme:
+def _modelopt_kv_dtype(cfg: dict[str, Any]) -> str | None:
+    """The KV-cache dtype vLLM resolves ``--kv-cache-dtype auto`` to (``get_kv_cache_quant_algo_string``)."""
+    inner = cfg.get("quantization") if isinstance(cfg.get("quantization"), dict) else cfg
+    algo = (inner.get("kv_cache_scheme") or cfg.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
+            or cfg.get("kv_cache_quant_algo"))
+    if isinstance(algo, dict):
+        if algo.get("num_bits") == 4 and algo.get("type") == "float":
+            algo = "nvfp4"
+        elif algo.get("dynamic") is False and algo.get("num_bits") == 8 and algo.get("type") == "float":
+            algo = "fp8"
+        else:
+            return None  # vLLM warns and falls back to the model dtype
+    if not isinstance(algo, str) or algo.lower() not in ("fp8", "nvfp4"):
+        return None
+    if algo.lower() == "nvfp4":
+        raise QuantizationError("quantization_config's KV cache is NVFP4, which kvprof does not model; "
+                                "give --kv-dtype to plan another")
+    return "fp8_e4m3"
+
+
+def _modelopt(cfg: dict[str, Any], names: ModuleNames | None) -> ModelOpt:
+    """``ModelOptQuantConfigBase.from_config``: the legacy shape (``quantization``: quant_algo, exclude_modules,
+    kv_cache_quant_algo) or config.json's (quant_algo, ignore, kv_cache_scheme at the top)."""
+    legacy = isinstance(cfg.get("quantization"), dict)
+    src = cfg["quantization"] if legacy else cfg
+    algo = str(src.get("quant_algo") or "").upper()
+    field = "quantization.quant_algo" if legacy else "quant_algo"
+    if algo not in MODELOPT_ALGOS:
+        raise QuantizationError(f"ModelOpt {field} {src.get('quant_algo')!r} is not one of {', '.join(MODELOPT_ALGOS)}")
+    if names is None:
+        raise QuantizationError("kvprof does not know how this family's checkpoint names its modules "
+                                "(analysis/model/module_names.py), so ModelOpt's exclude list cannot be applied")
+    exclude = []  # vLLM's apply_vllm_mapper: "X*" (not ".*") means X and X.*
+    for e in _tuple(src.get("exclude_modules") if legacy else cfg.get("ignore"),
+                    "exclude_modules" if legacy else "ignore"):
+        exclude += [e[:-1], e[:-1] + ".*"] if len(e) >= 2 and e[-1] == "*" and e[-2] != "." else [e]
+    groups = cfg.get("config_groups")
+    if algo == "NVFP4" and isinstance(groups, dict) and groups and all(
+            isinstance(g, dict) and g.get("input_activations") is None for g in groups.values()):
+        algo = "W4A16_NVFP4"  # weight-only: the same bytes, another kernel
+    layers: list[tuple[str, str]] = []
+    if algo == "MIXED_PRECISION":
+        raw = src.get("quantized_layers") or cfg.get("quantized_layers")
+        if not isinstance(raw, dict) or not raw:
+            raise QuantizationError("ModelOpt MIXED_PRECISION needs a non-empty quantized_layers")
+        for k, v in raw.items():
+            a = str(v.get("quant_algo") if isinstance(v, dict) else "").upper()
+            if a not in MODELOPT_ALGOS[:-1]:
+                raise QuantizationError(f"quantized_layers.{k}.quant_algo {v!r} is not one of "
+                                        f"{', '.join(MODELOPT_ALGOS[:-1])}")
+            layers.append((k, a))
+    group = _int(src, ("group_size",), 16) or 16
+    return ModelOpt(algo=algo, layers=tuple(layers), group_size=group, ignore=tuple(exclude), names=names,
+                    kv_cache_dtype=_modelopt_kv_dtype(cfg))
+
+
+def _from_hf(cfg: dict[str, Any], names: ModuleNames | None = None) -> QuantScheme:
     raw_method = cfg.get("quant_method")
     if cfg.get("load_in_4bit") or cfg.get("load_in_8bit"):
         raw_method = raw_method or "bitsandbytes"
+    producer = cfg.get("producer") if isinstance(cfg.get("producer"), dict) else {}
+    if not raw_method and producer.get("name") == "modelopt":
+        # _normalize_quantization_config sets quant_method only from a "quantization" object; without one vLLM 0.32
+        # finds no method and loads the checkpoint as unquantized
+        raise QuantizationError(
+            f"quantization_config was written by ModelOpt {producer.get('version', '')} without quant_method or a "
+            "\"quantization\" object; vLLM 0.32 finds no quantization method in it and would load the quantized "
+            "weights as unquantized ones, so what that engine holds is not planned")
     if not isinstance(raw_method, str):
         raise QuantizationError(f"quantization_config.quant_method is missing or not a string ({raw_method!r}); "
                                 f"known: {', '.join(SCHEMES)}")
@@ -459,6 +665,8 @@ def _from_hf(cfg: dict[str, Any]) -> QuantScheme:
     if method not in SCHEMES:
         raise QuantizationError(f"quantization_config.quant_method {raw_method!r} is not modelled; "
                                 f"known: {', '.join(SCHEMES)}")
+    if method == "modelopt":
+        return _modelopt(cfg, names)
     if raw_method.lower() == "fbgemm_fp8":
         return Fp8(strategy="channel",
                    ignore=_tuple(cfg.get("modules_to_not_convert"), "modules_to_not_convert"))
@@ -486,7 +694,9 @@ def _from_hf(cfg: dict[str, Any]) -> QuantScheme:
                 raise QuantizationError(f"quantization_config.config_groups.{gname}.weights."
                                         f"{'.'.join(map(str, e['loc']))}: {e['msg']}") from None
             groups.append((_tuple(g.get("targets") or ["Linear"], f"config_groups.{gname}.targets"), args))
-        return CompressedTensors(groups=tuple(groups), ignore=_tuple(cfg.get("ignore"), "ignore"))
+        # attention.py: a kv_cache_scheme turns --kv-cache-dtype auto into fp8
+        return CompressedTensors(groups=tuple(groups), ignore=_tuple(cfg.get("ignore"), "ignore"),
+                                 kv_cache_dtype="fp8" if cfg.get("kv_cache_scheme") is not None else None)
     if method == "awq":
         return Awq(bits=_int(cfg, ("bits", "w_bit"), 4), group_size=_int(cfg, ("group_size", "q_group_size"), 128),
                    zero_point=bool(cfg.get("zero_point", True)), lm_head_quantized=bool(cfg.get("lm_head", False)),
@@ -504,13 +714,14 @@ def _from_hf(cfg: dict[str, Any]) -> QuantScheme:
                         ignore=_tuple(cfg.get("llm_int8_skip_modules"), "llm_int8_skip_modules"))
 
 
-def scheme_from_config(cfg: dict[str, Any] | None) -> QuantScheme | None:
-    """The scheme of a config.json's ``quantization_config`` (None: unquantized)."""
+def scheme_from_config(cfg: dict[str, Any] | None, names: ModuleNames | None = None) -> QuantScheme | None:
+    """The scheme of a config.json's ``quantization_config`` (None: unquantized); ``names``: how the family's
+    checkpoint names its modules (analysis.model.module_names), which ModelOpt's lists need."""
     if cfg is None:
         return None
     if not isinstance(cfg, dict):
         raise QuantizationError(f"quantization_config must be an object, got {type(cfg).__name__}")
-    return _from_hf(cfg)
+    return _from_hf(cfg, names)
 
 
 # vLLM 0.32's online FP8 shorthands (config/quantization.py _ONLINE_SHORTHANDS); "fp8" is how

@@ -429,6 +429,12 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     try:
         a = a.with_dtype(inputs.dtype).with_quantization(inputs.quantization,
                                                          generation=gpu.generation if gpu else None)
+        checkpoint_kv = a.quantization.kv_cache_dtype if a.quantization is not None else None
+        kv_from_checkpoint = inputs.kv_cache_dtype == "auto" and bool(checkpoint_kv)
+        if kv_from_checkpoint:
+            # vLLM resolves --kv-cache-dtype auto to the checkpoint's declared KV-cache dtype
+            # (utils/torch_utils.resolve_kv_cache_dtype_string; attention.py for a kv_cache_scheme)
+            inputs = inputs.model_copy(update={"kv_cache_dtype": checkpoint_kv})
         kv_dtype_bytes(inputs.kv_cache_dtype, a.torch_dtype)
     except ValueError as exc:
         raise PlanError(str(exc)) from exc
@@ -549,6 +555,9 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         "gpu": gpu.name if gpu else None,
         "tensor_parallel_size": tp,
         "kv_cache_dtype": inputs.kv_cache_dtype,
+        # "checkpoint": --kv-cache-dtype auto took the checkpoint's declared KV dtype, as vLLM does
+        "kv_cache_dtype_from": "checkpoint" if kv_from_checkpoint else "option",
+        "quantization": a.quantization.describe() if a.quantization is not None else None,
         "block_size": inputs.block_size,
         "max_model_len": mml,
         "max_num_batched_tokens": mnbt,

@@ -50,17 +50,6 @@ def test_a_value_of_another_type_than_published_is_refused_naming_the_key():
         Architecture.from_config(cfg)
 
 
-def test_a_modelopt_sidecar_is_refused_rather_than_planned_in_bf16(tmp_path):
-    # NVIDIA's NVFP4 builds state their quantization in hf_quant_config.json; config.json alone says bfloat16
-    (tmp_path / "config.json").write_text(json.dumps(_catalog_config("qwen3-8b")))
-    assert Architecture.from_config(tmp_path).quantization is None
-    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
-        {"producer": {"name": "modelopt", "version": "0.29.0"},
-         "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16}}))
-    with pytest.raises(UnsupportedArchitecture, match=r"hf_quant_config.json \(ModelOpt, quant_algo NVFP4\)"):
-        Architecture.from_config(tmp_path)
-
-
 def test_every_catalog_family_has_a_reader():
     for name in ("llama-3.1-8b", "gemma-3-27b", "qwen3-vl-30b-a3b", "dbrx", "gpt-oss-120b", "deepseek-v3"):
         raw = _catalog_config(name)
