@@ -56,7 +56,7 @@ _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4_text", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
-    "qwen3_5_text", "qwen3_5_moe_text",
+    "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -239,7 +239,7 @@ class Architecture(BaseModel):
     # The attention output gate (Qwen3-Next: q_proj also gives a sigmoid gate of the heads' width)
     attention_output_gate: bool = False
     # The share of a head RoPE rotates (partial_rotary_factor): the RoPE cache's width
-    rotary_fraction: float = Field(1.0, gt=0, le=1)
+    rotary_fraction: float = Field(1.0, ge=0, le=1)  # 0: no RoPE (Nemotron-H, Granite-4.0-H's "nope")
     attention_sinks: bool = False
     norms_per_layer: int = 2
     learned_position_embeddings: int = 0
@@ -951,8 +951,65 @@ def _nemotron_h(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[st
                   moe=moe,
                   mlp_layers=tuple(i for i, k in enumerate(kinds) if k in ("mlp", "moe")), mlp_gated=False,
                   qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")),
-                  mlp_bias=bool(cfg.get("mlp_bias")), norms_per_layer=1, head_dim=head_dim)
+                  mlp_bias=bool(cfg.get("mlp_bias")), norms_per_layer=1, head_dim=head_dim,
+                  rotary_fraction=0.0)  # NemotronHAttention builds no rotary embedding
     return {**cfg, "num_hidden_layers": n, "head_dim": head_dim}, hybrid
+
+
+_GRANITE_LAYERS = {"mamba": "recurrent", "attention": "full_attention"}
+
+
+def _granite_hybrid(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Granite-4.0-H (vLLM's ``models/granitemoehybrid.py``): each layer's mixer is Mamba2 (``mamba``) or attention
+    (``attention``: head_dim hidden / heads, RoPE only where ``position_embedding_type`` is ``rope``), then on every
+    layer ``num_local_experts`` gated experts of ``intermediate_size`` (a router without bias) beside a gated shared
+    MLP of ``shared_intermediate_size``; without experts the shared MLP alone, a dense MLP. The SSM state is cached
+    in the model dtype (no override of vLLM's ``mamba_ssm_cache_dtype`` auto for this family). Returns the config
+    with the generic keys the rest of the reading uses, and the architecture's hybrid fields."""
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    types = cfg.get("layer_types")
+    if not isinstance(types, list) or len(types) != n or not all(t in _GRANITE_LAYERS for t in types):
+        raise UnsupportedArchitecture(f"{name}: granitemoehybrid needs layer_types, {n} of "
+                                      f"{' and '.join(_GRANITE_LAYERS)}; got {types!r}")
+    kinds = tuple(_GRANITE_LAYERS[t] for t in types)
+    if "full_attention" not in kinds or "recurrent" not in kinds:
+        raise UnsupportedArchitecture(f"{name}: kvprof plans Granite-4.0-H with both mamba and attention layers; "
+                                      "vLLM sizes the cache of the others differently")
+    hidden = _positive_int(cfg.get("hidden_size"), "hidden_size", name)
+    expand = _positive_int(cfg.get("mamba_expand", 2), "mamba_expand", name)
+    heads = _positive_int(cfg.get("mamba_n_heads", 128), "mamba_n_heads", name)
+    head_dim = cfg.get("mamba_d_head", "auto")  # transformers' default: "auto", the inner width over the heads
+    if head_dim == "auto":
+        head_dim = expand * hidden // heads
+    mamba = _validated(
+        Mamba2, name, num_heads=heads, head_dim=head_dim,
+        n_groups=cfg.get("mamba_n_groups", 1), state_size=cfg.get("mamba_d_state", 256),
+        conv_kernel=cfg.get("mamba_d_conv", 4), conv_bias=bool(cfg.get("mamba_conv_bias", True)),
+        proj_bias=bool(cfg.get("mamba_proj_bias", False)), ssm_cache_dtype="auto")
+    if expand * hidden != mamba.inner:
+        raise UnsupportedArchitecture(f"{name}: mamba_expand × hidden_size ({expand} × {hidden}) differs from "
+                                      f"mamba_n_heads × mamba_d_head ({mamba.inner}); vLLM sizes the mixer by the "
+                                      "first and its heads by the second, which kvprof does not model")
+    position = cfg.get("position_embedding_type") or "nope"  # vLLM applies RoPE only for "rope"
+    if position not in ("nope", "rope"):
+        raise UnsupportedArchitecture(f"{name}: position_embedding_type {position!r}: vLLM's Granite-4.0-H reads "
+                                      "rope or nope")
+    # transformers' defaults where a key is absent: 8 experts, a shared MLP of 1024
+    experts = int(cfg.get("num_local_experts", 8) or 0)
+    shared = int(cfg.get("shared_intermediate_size", 1024) or 0)
+    hybrid: dict[str, Any] = dict(num_layers=n, layer_types=kinds, recurrent=mamba, mlp_gated=True,
+                                  qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_bias")),
+                                  mlp_bias=False, norms_per_layer=2, qk_norm=False,
+                                  rotary_fraction=1.0 if position == "rope" else 0.0)
+    if experts:
+        hybrid["moe"] = _validated(
+            MoE, name, num_experts=experts, experts_per_token=cfg.get("num_experts_per_tok"),
+            expert_intermediate_size=cfg.get("intermediate_size"), shared_experts=1 if shared else 0,
+            shared_expert_intermediate_size=shared)
+        return cfg, hybrid
+    if not shared:
+        hybrid["mlp_layers"] = ()  # neither experts nor a shared MLP: vLLM builds no MLP at all
+    return {**cfg, "intermediate_size": shared or cfg.get("intermediate_size")}, hybrid
 
 
 def _llama4(cfg: dict[str, Any], name: str) -> dict[str, Any]:
@@ -1073,6 +1130,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
     hybrid: dict[str, Any] = {}
     if model_type == "nemotron_h":
         cfg, hybrid = _nemotron_h(cfg, name)
+    elif model_type == "granitemoehybrid":
+        cfg, hybrid = _granite_hybrid(cfg, name)
     elif model_type == "llama4_text":
         hybrid = _llama4(cfg, name)
         cfg = {**cfg, "intermediate_size": cfg.get("intermediate_size_mlp")}  # the dense layers' MLP

@@ -133,6 +133,15 @@ FAMILIES: dict[str, frozenset[str]] = {
                              "num_experts_per_tok", "routed_scaling_factor", "n_group", "topk_group",
                              "norm_topk_prob", "moe_latent_size", "moe_shared_expert_overlap", "output_router_logits",
                              "partial_rotary_factor"},
+    # Granite-4.0-H (architecture._granite_hybrid): Mamba2 or attention, then experts and a shared MLP on every
+    # layer; the multipliers scale activations only, time_step_* and mamba_chunk_size shape no weight
+    "granitemoehybrid": DECODER | {"layer_types", "mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups",
+                                   "mamba_d_conv", "mamba_expand", "mamba_conv_bias", "mamba_proj_bias",
+                                   "mamba_chunk_size", "num_local_experts", "num_experts_per_tok",
+                                   "shared_intermediate_size", "position_embedding_type", "normalization_function",
+                                   "embedding_multiplier", "attention_multiplier", "residual_multiplier",
+                                   "logits_scaling", "router_aux_loss_coef", "output_router_logits", "init_method",
+                                   "time_step_limit", "time_step_min", "time_step_max", "time_step_floor"},
     # Qwen3-Next: gated DeltaNet and gated attention layers (architecture._qwen3_next), Qwen's MoE with a gated
     # shared expert.
     "qwen3_next": DECODER | QWEN_MOE | QWEN3_NEXT,
@@ -173,9 +182,12 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "moe_shared_expert_intermediate_size", "full_attention_interval", "linear_conv_kernel_dim",
                      "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
                      "linear_num_value_heads", "intermediate_size_mlp", "interleave_moe_layer_step",
-                     "no_rope_layer_interval", "attention_chunk_size"), int),
+                     "no_rope_layer_interval", "attention_chunk_size", "mamba_n_heads", "mamba_d_state",
+                     "mamba_n_groups", "mamba_d_conv", "mamba_expand", "shared_intermediate_size"), int),
     **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "multi_query",
-                     "use_conv_bias", "use_bias"), bool),
+                     "use_conv_bias", "use_bias", "mamba_conv_bias", "mamba_proj_bias"), bool),
+    **dict.fromkeys(("position_embedding_type", "normalization_function"), (str, type(None))),
+    "mamba_d_head": (int, str),  # transformers' GraniteMoeHybridConfig: an int or "auto"
     "mamba_ssm_cache_dtype": str,
     **dict.fromkeys(("layer_types", "mlp_only_layers", "no_rope_layers", "moe_layers"), list),
     "mamba_ssm_dtype": str,

@@ -76,17 +76,20 @@ def test_capacity_matches_vllm_exactly(measured):
 
 
 HYBRIDS = [
-    # (catalog model, prefix cache, {SSM state dtype vLLM chose: (the block it raises to, blocks, blocks a request)})
-    ("tiny-nemotron-h", True, {"float32": (160, 102, 19)}),
+    # (catalog model, prefix cache, {SSM state dtype vLLM chose: (the block it raises to, blocks, blocks a request)},
+    #  KV cache MiB)
+    ("tiny-nemotron-h", True, {"float32": (160, 102, 19)}, 16),
     # (without the prefix cache: tests/engines/test_hybrid_sweep.py, through a sweep)
-    ("tiny-qwen3-next", True, {"float32": (544, 60, 10), "auto": (288, 113, 14)}),
+    ("tiny-qwen3-next", True, {"float32": (544, 60, 10), "auto": (288, 113, 14)}, 16),
+    ("tiny-granite-4-h", True, {"float32": (288, 56, 17), "auto": (160, 102, 22)}, 64),
+    ("tiny-granite-4-h", False, {"float32": (288, 56, 11), "auto": (160, 102, 16)}, 64),
 ]
 
 
 @pytest.fixture(scope="module", params=HYBRIDS, ids=[f"{m}-{'prefix' if p else 'no-prefix'}" for m, p, *_ in HYBRIDS])
 def hybrid(request):
-    model, prefix_caching, expected = request.param
-    facts = _engine_facts(model, 32, 2048, 16 * MiB, enable_prefix_caching=prefix_caching)
+    model, prefix_caching, expected, mib = request.param
+    facts = _engine_facts(model, 32, 2048, mib * MiB, enable_prefix_caching=prefix_caching)
     return model, prefix_caching, expected[facts["mamba_ssm_cache_dtype"]], facts
 
 
@@ -108,14 +111,24 @@ def test_a_hybrid_recurrent_model_has_vllms_exact_capacity(hybrid):
     platforms/cpu.py): 268,288 B, so the block is 32 × cdiv(268,288, 16,384) = 544 tokens, 278,528 B a page and a
     block (one layer a group), 60 blocks; a request holds cdiv(2048, 544) = 4 attention blocks and two a DeltaNet
     group (align, no checkpoint block): 10. Elsewhere the state stays in bf16 (131,072 B): 137,216 B, a 288-token
-    block, 113 blocks, 8 + 3 × 2 = 14 a request."""
+    block, 113 blocks, 8 + 3 × 2 = 14 a request.
+
+    Granite-4.0-H, small (tiny-granite-4-h): six Mamba2 mixers and two attention layers (8 KV heads × 64 × 2 × 2 B
+    = 2,048 B a token), experts and a shared MLP on every layer. A Mamba2 state: a conv state of 3 × (1,024 + 2 ×
+    128) channels in bf16 (7,680 B) and an SSM state of 8 × 128 × 128 in float32 (524,288 B): 531,968 B, so the block
+    is 32 × cdiv(531,968, 65,536) = 288 tokens and a page 589,824 B. The two attention layers set the group width:
+    one attention group and three Mamba groups, 2 × 589,824 B a block, 64 MiB ÷ 1,179,648 = 56 blocks. A request
+    holds cdiv(2048, 288) = 8 attention blocks and one block a Mamba group, three with the prefix cache: 11 or 17.
+    With the state in bf16 (262,144 B): 269,824 B, a 160-token block, 655,360 B a block, 102 blocks, 13 + 3 or
+    13 + 9 a request."""
     model, prefix_caching, (block, blocks, per_request), facts = hybrid
     arch, _ = resolve_model(model)
     arch = arch.model_copy(update={"recurrent": arch.recurrent.model_copy(
         update={"ssm_cache_dtype": facts["mamba_ssm_cache_dtype"]})})
     assert facts["enable_prefix_caching"] is prefix_caching
     assert facts["mamba_cache_mode"] == ("align" if prefix_caching else "none")
-    predicted = paged_capacity(arch, 16 * MiB, block_size=32, max_model_len=facts["max_model_len"],
+    predicted = paged_capacity(arch, facts["kv_cache_memory_bytes"], block_size=32,
+                               max_model_len=facts["max_model_len"],
                                max_num_batched_tokens=facts["max_num_batched_tokens"],
                                async_scheduling=facts["async_scheduling"], prefix_caching=prefix_caching,
                                kernel_block_alignment=32)
