@@ -28,8 +28,8 @@ def outcomes() -> list[tuple[str, str, str, str]]:
 
     from analysis.catalog import resolve_gpu
     from analysis.model.architecture import Architecture, UnsupportedArchitecture
-    from analysis.model.params import count_params
-    from analysis.planning.plan import PlanInputs, make_plan
+    from analysis.model.params import count_params, weight_bytes
+    from analysis.planning.plan import PlanError, PlanInputs, make_plan
     from analysis.vllm.allocator import NotModelled
 
     b200, _ = resolve_gpu("b200")
@@ -44,7 +44,12 @@ def outcomes() -> list[tuple[str, str, str, str]]:
             reason = str(exc).removeprefix(f"{name}: ")
             rows.append((name, model_type, "refused", reason.split("; such a key")[0].split(" (read: ")[0]))
             continue
-        kinds = ", ".join(f"{n} {layer.kind}" for layer, n in arch.attention_kinds)
+        except PlanError as exc:  # read, and too large for 8 B200s: the plan says so
+            if "does not fit" not in str(exc):
+                raise
+            weights = weight_bytes(arch.with_quantization(None, "blackwell"), 8)
+            plan = {"weight_bytes": weights, "quantization": "does not fit on 8 B200s"}
+        kinds = ", ".join(f"{n} {layer.label}" for layer, n in arch.attention_kinds)
         quant = f" · {plan['quantization']}" if plan["quantization"] else ""
         rows.append((name, model_type, "planned", f"{(count_params(arch).total + arch.encoder_params) / 1e9:.2f} · "
                                                   f"{plan['weight_bytes'] / 2**30:.1f} · {kinds}{quant}"))

@@ -52,9 +52,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from analysis.catalog import CATALOG_DIR, GENERATIONS, GPU
 from analysis.latency.speculative import Speculation, speculative_host_s
 from analysis.model.architecture import Architecture
-from analysis.model.kv import kv_bytes_per_sequence, state_bytes_per_sequence
+from analysis.model.kv import kv_bytes_per_sequence, kv_bytes_read, state_bytes_per_sequence
+from analysis.model.layers import MultiHeadLatentAttention
 from analysis.model.params import count_params, expected_experts_touched, weight_breakdown
-from analysis.model.quantization import Awq, BitsAndBytes, CompressedTensors, Fp8, Gptq, Mxfp4
+from analysis.model.quantization import Awq, BitsAndBytes, CompressedTensors, Fp8, Gptq, ModelOpt, Mxfp4
 from analysis.model.roofline import attention_flops_per_token
 from analysis.vllm.budget import async_scheduling_default
 
@@ -104,6 +105,8 @@ def kernel_family(a: Architecture) -> Kernel:
         if w.num_bits >= 8:
             return "fp8" if w.type == "float" else "int8"
         return "fp4" if w.type == "float" else "int4"
+    if isinstance(q, ModelOpt):  # NVFP4 (mixed precision: NVFP4 where it matters, the experts) or an FP8 variant
+        return "fp8" if q.algo.startswith(("FP8", "MXFP8")) else "fp4"
     return "bf16"
 
 
@@ -245,7 +248,7 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         touched = expected_experts_touched(a.moe.num_experts, a.moe.experts_per_token, max(tokens, 1e-9))
         experts = w.experts * touched / a.moe.num_experts
     # the KV read once a sequence; a recurrent layer's state is read and written back (held bytes, then once more)
-    kv = decode_seqs * (kv_bytes_per_sequence(a, round(decode_context), kv_cache_dtype, tp)
+    kv = decode_seqs * (kv_bytes_read(a, round(decode_context), kv_cache_dtype, tp)
                         + state_bytes_per_sequence(a, tp))
     # A step's prompt tokens belong to prefill_seqs prompts of per_prompt tokens each: the KV they write and the
     # context their attention spans are each prompt's, not one sequence's of all the step's tokens.
@@ -276,7 +279,7 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
         experts_touched=touched, kv_bytes=kv, gemm_flops=gemm - expert_gemm, expert_gemm_flops=expert_gemm,
         attention_flops=attn / tp, layers=a.num_layers, gemms=gemms,
         moe_layers=moe_layers, expert_calls=(touched or 0.0) * moe_layers,
-        mla_layers=sum(n for layer, n in a.attention_kinds if layer.kind == "mla"),
+        mla_layers=sum(n for layer, n in a.attention_kinds if isinstance(layer, MultiHeadLatentAttention)),
         allreduces=allreduces,
         allreduce_hops=allreduce_hops(tp, vllm_version), allreduce_bytes=ar_bytes,
         graphs=graph_mode(vllm_version, enforce_eager=enforce_eager, prompt_tokens=prefill_tokens > 0),

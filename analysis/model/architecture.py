@@ -27,6 +27,7 @@ from analysis.model.layers import (
     Mamba2State,
     MultiHeadLatentAttention,
     SlidingWindowAttention,
+    SparseMLA,
 )
 from analysis.model.module_names import MODULE_NAMES
 from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
@@ -56,7 +57,7 @@ _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4_text", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
-    "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid",
+    "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "deepseek_v32", "glm_moe_dsa",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -127,6 +128,30 @@ class MLA(BaseModel):
     qk_nope_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
     v_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
     q_lora_rank: int | None = Field(None, le=MAX_HIDDEN_SIZE)
+
+
+class SparseIndexer(BaseModel):
+    """DeepSeek Sparse Attention's lightning indexer (vLLM's ``Indexer``, models/deepseek_v32/attention.py) on the
+    ``layers`` that have one: ``n_heads`` query heads of ``head_dim`` scoring every cached token, the ``topk`` best
+    of which MLA attends to. Its weights: ``wq_b`` (n_heads·head_dim × q_lora_rank, quantizable), ``wk`` (head_dim ×
+    hidden, and a LayerNorm with bias over head_dim) and ``weights_proj`` (n_heads × hidden), the last two kept in
+    the model dtype. ``fp8_format``: the latent row an fp8 cache stores (analysis.model.layers.SparseMLA)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    n_heads: int = Field(gt=0, le=MAX_HEADS)
+    head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    topk: int = Field(gt=0, le=MAX_POSITIONS)
+    layers: tuple[int, ...]
+    fp8_format: Literal["fp8_ds_mla", "fp8"] = "fp8_ds_mla"
+
+    def matrices(self, hidden: int, q_lora_rank: int) -> list[tuple[str, str, int, int]]:
+        """(name, kind, out, in) of one layer's indexer."""
+        return [("wq_b", "linear", self.n_heads * self.head_dim, q_lora_rank),
+                ("wk", "unquantized", self.head_dim, hidden), ("weights_proj", "unquantized", self.n_heads, hidden)]
+
+    def params(self, hidden: int, q_lora_rank: int) -> int:
+        return sum(o * i for _, _, o, i in self.matrices(hidden, q_lora_rank)) + 2 * self.head_dim
 
 
 class Mamba2(BaseModel):
@@ -254,6 +279,8 @@ class Architecture(BaseModel):
     layer_types: tuple[LayerType, ...] = ()
     moe: MoE | None = None
     mla: MLA | None = None
+    # DeepSeek Sparse Attention's indexer (DeepSeek-V3.2, GLM-5): MLA layers then attend to its top-k tokens
+    sparse_indexer: SparseIndexer | None = None
     # A hybrid's recurrent mixer (the layers of type "recurrent"), and the layers that have an MLP where not every one
     # does (None: every layer; Nemotron-H's mixer layers have none).
     recurrent: RecurrentMixer | None = None
@@ -320,7 +347,7 @@ class Architecture(BaseModel):
         """Every layer's attention kind (analysis.model.layers), which owns its KV-cache and attention formulas."""
         return _attention_layers(self.num_heads, self.num_kv_heads, self.head_dim, self.sliding_window,
                                  self.layer_types, self.mla, self.recurrent, dtype_bytes(self.torch_dtype),
-                                 self.attention_chunk_size)
+                                 self.attention_chunk_size, self.sparse_indexer)
 
     @property
     def attention_kinds(self) -> tuple[tuple[AttentionLayer, int], ...]:
@@ -956,6 +983,58 @@ def _nemotron_h(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[st
     return {**cfg, "num_hidden_layers": n, "head_dim": head_dim}, hybrid
 
 
+def _sparse_indexer(cfg: dict[str, Any], n: int, name: str) -> SparseIndexer:
+    """DeepSeek Sparse Attention (``deepseek_v32``, ``glm_moe_dsa``; vLLM's ``DeepseekV2Attention`` with
+    ``index_topk``): which layers have an indexer (GLM-5.2's IndexCache: a layer skips it where
+    ``max(i − index_skip_topk_offset + 1, 0) % index_topk_freq != 0``, or where ``index_topk_pattern[i]`` is "S"),
+    its heads and its top-k. GLM's ``indexer_types`` and ``mlp_layer_types``, which vLLM does not read, must say
+    what vLLM builds, or the config is refused."""
+    if cfg.get("q_lora_rank") is None:
+        raise UnsupportedArchitecture(f"{name}: a sparse-attention indexer without q_lora_rank (vLLM's indexer "
+                                      "projects the query's latent)")
+    freq = _positive_int(cfg.get("index_topk_freq", 1), "index_topk_freq", name)
+    offset = cfg.get("index_skip_topk_offset", 2)
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise UnsupportedArchitecture(f"{name}: index_skip_topk_offset must be an integer >= 0, got {offset!r}")
+    pattern = cfg.get("index_topk_pattern")
+    if pattern is None:
+        layers = tuple(i for i in range(n) if max(i - offset + 1, 0) % freq == 0)
+    elif isinstance(pattern, (str, list)) and all(p in ("S", "F") for p in pattern):
+        layers = tuple(i for i in range(n) if i >= len(pattern) or pattern[i] != "S")
+    else:
+        raise UnsupportedArchitecture(f"{name}: index_topk_pattern must be S and F per layer, got {pattern!r}")
+    types = cfg.get("indexer_types")
+    if types is not None and types != ["full" if i in layers else "shared" for i in range(n)]:
+        raise UnsupportedArchitecture(f"{name}: indexer_types disagrees with the indexer layers vLLM builds from "
+                                      f"index_topk_freq and index_skip_topk_offset ({len(layers)} of {n})")
+    mlp_types = cfg.get("mlp_layer_types")
+    if mlp_types is not None:
+        first, moe_freq = int(cfg.get("first_k_dense_replace") or 0), int(cfg.get("moe_layer_freq") or 1)
+        if mlp_types != ["sparse" if i >= first and i % moe_freq == 0 else "dense" for i in range(n)]:
+            raise UnsupportedArchitecture(f"{name}: mlp_layer_types disagrees with the MoE layers vLLM builds from "
+                                          "first_k_dense_replace and moe_layer_freq")
+    return _validated(SparseIndexer, name, n_heads=cfg.get("index_n_heads"), head_dim=cfg.get("index_head_dim"),
+                      topk=cfg.get("index_topk"), layers=layers)
+
+
+# DeepSeek Sparse Attention's families (vLLM 0.32's models/deepseek_v32 package)
+_SPARSE_ATTENTION = ("deepseek_v32", "glm_moe_dsa")
+def _sparse_attention_keys(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """The keys transformers 5 writes into GLM-5's configs that vLLM does not read: ``layer_types`` (every layer
+    ``deepseek_sparse_attention``), ``num_experts`` (``n_routed_experts`` again) and ``mlp_bias`` (no bias: vLLM's
+    MLPs have none). Read only where they say what vLLM builds anyway; refused by name otherwise."""
+    n = cfg.get("num_hidden_layers")
+    if cfg.get("layer_types") is not None and cfg["layer_types"] != ["deepseek_sparse_attention"] * (n or 0):
+        raise UnsupportedArchitecture(f"{name}: layer_types other than deepseek_sparse_attention on every layer "
+                                      "(vLLM's DeepSeek-V3.2 model builds that on every layer)")
+    if cfg.get("num_experts") not in (None, cfg.get("n_routed_experts")):
+        raise UnsupportedArchitecture(f"{name}: num_experts {cfg['num_experts']!r} differs from n_routed_experts "
+                                      f"{cfg.get('n_routed_experts')!r}, the count vLLM reads")
+    if cfg.get("mlp_bias"):
+        raise UnsupportedArchitecture(f"{name}: mlp_bias true: vLLM's DeepSeek-V3.2 MLPs have no bias")
+    return {k: v for k, v in cfg.items() if k not in ("layer_types", "num_experts", "mlp_bias")}
+
+
 _GRANITE_LAYERS = {"mamba": "recurrent", "attention": "full_attention"}
 
 
@@ -1132,6 +1211,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         cfg, hybrid = _nemotron_h(cfg, name)
     elif model_type == "granitemoehybrid":
         cfg, hybrid = _granite_hybrid(cfg, name)
+    elif model_type in _SPARSE_ATTENTION:
+        cfg = _sparse_attention_keys(cfg, name)
     elif model_type == "llama4_text":
         hybrid = _llama4(cfg, name)
         cfg = {**cfg, "intermediate_size": cfg.get("intermediate_size_mlp")}  # the dense layers' MLP
@@ -1229,7 +1310,11 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         raise UnsupportedArchitecture(f"{name}: {exc}") from None
     moe = hybrid.pop("moe") if "moe" in hybrid else _moe(cfg, model_type, n_layers, intermediate, name)
     fields.update(hybrid)
-    return _validated(Architecture, name, **fields, moe=moe, mla=mla, quantization=quantization)
+    sparse = _sparse_indexer(cfg, n_layers, name) if model_type in _SPARSE_ATTENTION else None
+    if sparse is not None and mla is None:
+        raise UnsupportedArchitecture(f"{name}: a sparse-attention indexer without MLA (kv_lora_rank)")
+    return _validated(Architecture, name, **fields, moe=moe, mla=mla, quantization=quantization,
+                      sparse_indexer=sparse)
 
 
 def _validated(model: type[BaseModel], label: str, /, **fields: Any) -> Any:
@@ -1247,8 +1332,14 @@ def _validated(model: type[BaseModel], label: str, /, **fields: Any) -> Any:
 @lru_cache(maxsize=256)
 def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None,
                       layer_types: tuple[str, ...], mla: MLA | None, recurrent: Mamba2 | GatedDeltaNet | None = None,
-                      model_dtype_bytes: int = 2, chunk: int | None = None) -> tuple[AttentionLayer, ...]:
+                      model_dtype_bytes: int = 2, chunk: int | None = None,
+                      sparse: SparseIndexer | None = None) -> tuple[AttentionLayer, ...]:
     """Every layer with a cache, in order: its attention kind or its recurrent state (MLP-only layers have none)."""
+    if mla is not None and sparse is not None:
+        return tuple(SparseMLA(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
+                               qk_rope_head_dim=mla.qk_rope_head_dim, indexer=i in sparse.layers,
+                               index_head_dim=sparse.head_dim, index_n_heads=sparse.n_heads, index_topk=sparse.topk,
+                               fp8_format=sparse.fp8_format) for i in range(len(layer_types)))
     if recurrent is not None:
         state = recurrent.state(model_dtype_bytes)
         full = FullAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)

@@ -69,6 +69,10 @@ DEEPSEEK = frozenset({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nop
                       "first_k_dense_replace", "moe_layer_freq", "n_group", "topk_group", "topk_method",
                       "routed_scaling_factor", "scoring_func", "norm_topk_prob", "aux_loss_alpha", "seq_aux",
                       "num_nextn_predict_layers", "ep_size"})
+# DeepSeek Sparse Attention's indexer (architecture._sparse_indexer): its heads, top-k and which layers have one;
+# indexer_rope_interleave and index_share_for_mtp_iteration choose a RoPE style and an MTP behaviour, no weight.
+DSA = frozenset({"index_n_heads", "index_head_dim", "index_topk", "index_topk_freq", "index_skip_topk_offset",
+                 "index_topk_pattern", "indexer_rope_interleave", "index_share_for_mtp_iteration"})
 # Qwen3-Next's gated DeltaNet and gated attention (architecture._qwen3_next).
 QWEN3_NEXT = frozenset({"layer_types", "full_attention_interval", "linear_conv_kernel_dim", "linear_key_head_dim",
                         "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
@@ -110,6 +114,14 @@ FAMILIES: dict[str, frozenset[str]] = {
                               "rope_local_base_freq", "cache_implementation"},
     "deepseek_v2": DECODER | DEEPSEEK,
     "deepseek_v3": DECODER | DEEPSEEK,
+    # DeepSeek-V3.2: V3 with a sparse-attention indexer on every layer
+    "deepseek_v32": DECODER | DEEPSEEK | DSA,
+    # GLM-5: DeepSeek-V3.2's layers (vLLM's GlmMoeDsaForCausalLM is the same class); qk_head_dim is qk_nope + qk_rope
+    # and head_dim unused by MLA, rope_interleave a RoPE style, moe_router_dtype float32 routing (vLLM forces it);
+    # indexer_types and mlp_layer_types (GLM-5.2) are checked against what vLLM builds
+    "glm_moe_dsa": DECODER | DEEPSEEK | DSA | {"qk_head_dim", "rope_interleave", "moe_router_dtype",
+                                               "indexer_types", "mlp_layer_types", "layer_types", "num_experts",
+                                               "mlp_bias"},
     # Kimi-K2: DeepSeek-V3's architecture (its config's architectures: DeepseekV3ForCausalLM, vLLM's deepseek_v2.py)
     "kimi_k2": DECODER | DEEPSEEK,
     # initial_context_length: the pre-YaRN length, which vLLM's gpt_oss.py takes from rope_scaling instead
@@ -183,13 +195,17 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
                      "linear_num_value_heads", "intermediate_size_mlp", "interleave_moe_layer_step",
                      "no_rope_layer_interval", "attention_chunk_size", "mamba_n_heads", "mamba_d_state",
-                     "mamba_n_groups", "mamba_d_conv", "mamba_expand", "shared_intermediate_size"), int),
+                     "mamba_n_groups", "mamba_d_conv", "mamba_expand", "shared_intermediate_size",
+                     "index_n_heads", "index_head_dim", "index_topk", "index_topk_freq", "index_skip_topk_offset",
+                     "qk_head_dim"), int),
     **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "multi_query",
                      "use_conv_bias", "use_bias", "mamba_conv_bias", "mamba_proj_bias"), bool),
     **dict.fromkeys(("position_embedding_type", "normalization_function"), (str, type(None))),
     "mamba_d_head": (int, str),  # transformers' GraniteMoeHybridConfig: an int or "auto"
     "mamba_ssm_cache_dtype": str,
-    **dict.fromkeys(("layer_types", "mlp_only_layers", "no_rope_layers", "moe_layers"), list),
+    **dict.fromkeys(("layer_types", "mlp_only_layers", "no_rope_layers", "moe_layers", "indexer_types",
+                     "mlp_layer_types"), list),
+    "index_topk_pattern": (str, list, type(None)),
     "mamba_ssm_dtype": str,
     **dict.fromkeys(("text_config", "attn_config", "ffn_config", "quantization_config"), dict),
 }
@@ -197,7 +213,7 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
 
 # What each element of a list key is.
 LIST_ELEMENTS: dict[str, type] = {"layer_types": str, "mlp_only_layers": int, "no_rope_layers": int,
-                                   "moe_layers": int}
+                                   "moe_layers": int, "indexer_types": str, "mlp_layer_types": str}
 
 
 def _inert(key: str) -> bool:

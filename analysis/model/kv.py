@@ -47,7 +47,7 @@ def layer_kv_bytes_per_token(a: Architecture, kv_cache_dtype: str = "auto", tp: 
     """Bytes one attention layer caches per token on one rank (every layer of a model caches the same: vLLM's
     one page size, which the allocator needs)."""
     s = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
-    return _first_attention(a).kv_elements_per_token(tp) * s
+    return _first_attention(a).kv_bytes_per_token(tp, s)
 
 
 def _first_attention(a: Architecture) -> layers.AttentionLayer:
@@ -59,7 +59,7 @@ def kv_bytes_per_token(a: Architecture, kv_cache_dtype: str = "auto", tp: int = 
     """Bytes per token summed over every layer (each layer caches every token until
     its window is full), per rank."""
     s = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
-    return sum(n * layer.kv_elements_per_token(tp) * s for layer, n in a.attention_kinds)
+    return sum(n * layer.kv_bytes_per_token(tp, s) for layer, n in a.attention_kinds)
 
 
 def kv_bytes_per_sequence(a: Architecture, context: int, kv_cache_dtype: str = "auto",
@@ -67,8 +67,15 @@ def kv_bytes_per_sequence(a: Architecture, context: int, kv_cache_dtype: str = "
     """Bytes one sequence of `context` tokens occupies, windows capping windowed layers, recurrent layers' state
     whatever the length."""
     s = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
-    return sum(n * (layer.tokens_held(context) * layer.kv_elements_per_token(tp) * s + layer.state_bytes(tp))
+    return sum(n * (layer.tokens_held(context) * layer.kv_bytes_per_token(tp, s) + layer.state_bytes(tp))
                for layer, n in a.attention_kinds)
+
+
+def kv_bytes_read(a: Architecture, context: int, kv_cache_dtype: str = "auto", tp: int = 1) -> int:
+    """Bytes of cache one decode token of a ``context``-token sequence reads, per rank: what each layer holds, or
+    for a sparse layer its indexer's keys and the latent rows it picks (analysis.model.layers.SparseMLA)."""
+    s = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
+    return sum(n * layer.kv_bytes_read(context, tp, s) for layer, n in a.attention_kinds)
 
 
 def state_bytes_per_sequence(a: Architecture, tp: int = 1) -> int:

@@ -52,12 +52,31 @@ class AttentionLayer:
         """Most tokens of a sequence the layer keeps (None: every token)."""
         return None
 
+    @property
+    def label(self) -> str:
+        """Its kind as tables name it."""
+        return self.kind
+
     def kv_elements_per_token(self, tp: int = 1) -> int:
         raise NotImplementedError
 
     def state_bytes(self, tp: int = 1) -> int:
         """Bytes a request holds whatever its length (a recurrent layer's state; attention: none)."""
         return 0
+
+    def kv_bytes_per_token(self, tp: int = 1, dtype_bytes: int = 2) -> int:
+        """Bytes it caches per token on one rank with a KV cache of ``dtype_bytes`` an element (vLLM's page size
+        over its block size)."""
+        return self.kv_elements_per_token(tp) * dtype_bytes
+
+    def kv_bytes_read(self, context: int, tp: int = 1, dtype_bytes: int = 2) -> int:
+        """Bytes of cache one decode token of a ``context``-token sequence reads: what the layer holds (a sparse
+        layer reads less than it holds)."""
+        return self.tokens_held(context) * self.kv_bytes_per_token(tp, dtype_bytes) + self.state_bytes(tp)
+
+    def read_rates(self, tp: int = 1, dtype_bytes: int = 2) -> list[tuple[int, int | None]]:
+        """:meth:`kv_bytes_read` past the state as pieces ``(bytes a token of context, up to how many tokens)``."""
+        return [(self.kv_bytes_per_token(tp, dtype_bytes), self.window)]
 
     def tokens_held(self, context: int) -> int:
         return context if self.window is None else min(context, self.window)
@@ -156,6 +175,63 @@ class MultiHeadLatentAttention(AttentionLayer):
     def flops_per_held_token(self) -> float:
         # Absorbed MLA: scores over latent + rope, output over the latent, per head.
         return 2 * self.num_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SparseMLA(MultiHeadLatentAttention):
+    """DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): MLA whose query attends to the ``index_topk`` tokens an
+    indexer picks. Per token it caches the MLA latent row and, where the layer has an indexer, the indexer's key:
+    ``index_head_dim`` fp8 bytes and a float32 scale per 128 (132 B for a 128-wide key, whatever the KV dtype:
+    ``DeepseekV32IndexerCache``, models/deepseek_v2.py). The latent row (``MLAAttentionSpec``,
+    v1/kv_cache_interface.py; layers/attention/mla_attention.py) is 576 elements in the model dtype, or with an fp8
+    cache ``fp8_ds_mla``'s 656 B (512 fp8 values, four float32 scales, the 64 RoPE values in bf16: FlashMLA-sparse,
+    which vLLM canonicalises every quantized sparse cache to) or, on Blackwell's FlashInfer sparse backend, plain fp8
+    (576 B). Every layer, latent and indexer, is one KV-cache group (``UniformTypeKVCacheSpecs``) of every token."""
+
+    kind: ClassVar[str] = "sparse_mla"
+    indexer: bool = True  # False: the layer reuses the previous layer's picks (GLM-5.2's IndexCache)
+    index_head_dim: int = 128
+    index_n_heads: int = 64
+    index_topk: int = 2048
+    fp8_format: Literal["fp8_ds_mla", "fp8"] = "fp8_ds_mla"
+
+    @property
+    def label(self) -> str:
+        return self.kind if self.indexer else f"{self.kind} (no indexer)"
+
+    @property
+    def indexer_bytes(self) -> int:
+        return self.index_head_dim + self.index_head_dim // 128 * 4 if self.indexer else 0
+
+    def latent_bytes(self, dtype_bytes: int) -> int:
+        latent = self.kv_lora_rank + self.qk_rope_head_dim
+        if dtype_bytes == 1 and self.fp8_format == "fp8_ds_mla":
+            return self.kv_lora_rank + self.kv_lora_rank // 128 * 4 + 2 * self.qk_rope_head_dim
+        return latent * dtype_bytes
+
+    def kv_bytes_per_token(self, tp: int = 1, dtype_bytes: int = 2) -> int:
+        return self.latent_bytes(dtype_bytes) + self.indexer_bytes
+
+    def kv_bytes_read(self, context: int, tp: int = 1, dtype_bytes: int = 2) -> int:
+        """The indexer scores every cached token (its keys), then attention reads the ``index_topk`` latent rows it
+        picked (a layer without an indexer reuses the previous layer's picks)."""
+        return context * self.indexer_bytes + min(context, self.index_topk) * self.latent_bytes(dtype_bytes)
+
+    def read_rates(self, tp: int = 1, dtype_bytes: int = 2) -> list[tuple[int, int | None]]:
+        return [(self.latent_bytes(dtype_bytes), self.index_topk), (self.indexer_bytes, None)]
+
+    def attention_flops(self, context: int) -> float:
+        """Absorbed MLA over the picked tokens, and the indexer's ``index_n_heads`` dot products of
+        ``index_head_dim`` with every cached token."""
+        scoring = 2 * self.index_n_heads * self.index_head_dim * context if self.indexer else 0
+        return min(context, self.index_topk) * self.flops_per_held_token() + scoring
+
+
+def sparse_mla_fp8_format(generation: str | None, local_heads: int) -> Literal["fp8_ds_mla", "fp8"]:
+    """The fp8 sparse-MLA cache vLLM 0.32 runs (platforms/cuda.py's backend order): on Blackwell with at most 16
+    query heads a rank, FlashInfer's sparse MLA, plain fp8 (it refuses fp8_ds_mla); elsewhere FlashMLA-sparse, whose
+    quantized caches are all fp8_ds_mla."""
+    return "fp8" if generation == "blackwell" and local_heads <= 16 else "fp8_ds_mla"
 
 
 @dataclass(frozen=True, kw_only=True)

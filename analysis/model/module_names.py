@@ -66,7 +66,7 @@ _QWEN3_5 = ModuleNames(prefix="model.language_model.", infixes=_DELTANET, fused=
 MODULE_NAMES: dict[str, ModuleNames] = {
     **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"), ModuleNames()),
     "qwen3_next": ModuleNames(infixes=_DELTANET),
-    **dict.fromkeys(("deepseek_v2", "deepseek_v3", "kimi_k2"), ModuleNames(fused=_MLA)),
+    **dict.fromkeys(("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"), ModuleNames(fused=_MLA)),
     "nemotron_h": ModuleNames(prefix="backbone.", infixes=((".self_attn.", ".mixer."), (".mlp.", ".mixer.")),
                               fused=_ATTENTION[:1]),  # relu² MLPs: up_proj and down_proj, nothing to fuse
     **dict.fromkeys(("qwen3_vl", "qwen3_vl_moe"), _QWEN_WRAPPED),

@@ -78,6 +78,8 @@ def count_params(a: Architecture) -> ParamCount:
     embedding = a.vocab_size * h + a.learned_position_embeddings * h
     lm_head = 0 if a.tie_word_embeddings else a.vocab_size * h
     attention = a.num_attention_layers * _attention_params(a)
+    if a.sparse_indexer is not None and a.mla is not None:
+        attention += len(a.sparse_indexer.layers) * a.sparse_indexer.params(h, a.mla.q_lora_rank or 0)
     recurrent = a.num_recurrent_layers * a.recurrent.params(h) if a.recurrent else 0
     # Final norm too, unless the model is the seeds' idealised one with no norm weights.
     norms = a.num_layers * a.norms_per_layer * h + (h if a.norms_per_layer else 0)
@@ -158,6 +160,9 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
                     Matrix(f"{attn}.kv_b_proj", "linear",
                            a.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
                     Matrix(f"{attn}.o_proj", "linear", h, a.num_heads * m.v_head_dim)]
+            if a.sparse_indexer is not None and i in a.sparse_indexer.layers:
+                out += [Matrix(f"{attn}.indexer.{n}", kind, o, k)  # type: ignore[arg-type]
+                        for n, kind, o, k in a.sparse_indexer.matrices(h, m.q_lora_rank or 0)]
         else:
             q, kv = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
             q_rows = q * (2 if a.attention_output_gate else 1)  # the output gate's rows beside the queries

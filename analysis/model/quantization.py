@@ -30,7 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from analysis.model.module_names import ModuleNames
 
-ModuleKind = Literal["linear", "expert", "router", "lm_head", "embedding"]
+# "unquantized": a matrix vLLM keeps in the model dtype whatever the scheme (DeepSeek-V3.2's indexer wk and
+# weights_proj, dequantized at load)
+ModuleKind = Literal["linear", "expert", "router", "lm_head", "embedding", "unquantized"]
 
 FP32 = 4
 
@@ -88,7 +90,7 @@ class QuantScheme(BaseModel):
         a plain ``nn.Linear`` in gpt-oss) never are; ``lm_head`` (a ParallelLMHead,
         not a LinearBase) only where the scheme says so.
         """
-        if kind in ("embedding", "router"):
+        if kind in ("embedding", "router", "unquantized"):
             return False
         if kind == "lm_head" and not self.lm_head_quantized:
             return False
@@ -206,7 +208,7 @@ class CompressedTensors(QuantScheme):
         return None
 
     def quantizes(self, name: str, kind: ModuleKind) -> bool:
-        if kind in ("embedding", "router") or module_matches(name, self.ignore):
+        if kind in ("embedding", "router", "unquantized") or module_matches(name, self.ignore):
             return False
         return self._args(name, kind) is not None
 
@@ -487,7 +489,7 @@ class ModelOpt(QuantScheme):
 
     def _algo(self, name: str, kind: ModuleKind) -> str | None:
         """The algo vLLM runs module ``name`` (kvprof's name) with, None where it stays unquantized."""
-        if kind in ("embedding", "router"):
+        if kind in ("embedding", "router", "unquantized"):
             return None
         layer, shards = self.names.layer(self.names.checkpoint(name))
         if self._excluded(layer, shards) or any(v in layer for v in ("vision_tower", "vision_model")):

