@@ -57,7 +57,7 @@ _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4_text", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
-    "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "deepseek_v32", "glm_moe_dsa",
+    "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "minimax_m2",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -113,6 +113,9 @@ class MoE(BaseModel):
     dense_layers: tuple[int, ...] = ()
     expert_bias: bool = False
     router_bias: bool = False
+    # A latent MoE (Nemotron-3 Super and Ultra's moe_latent_size): the routed experts run on a projection of the
+    # hidden state to this width (fc1_latent_proj in, fc2_latent_proj out, once a MoE layer); None: on the hidden state
+    latent_size: int | None = Field(None, gt=0, le=MAX_HIDDEN_SIZE)
     # Bits per expert weight, for a hand-built architecture without a quantization scheme
     # (a checkpoint's quantization_config becomes Architecture.quantization instead).
     expert_weight_bits: float | None = None
@@ -261,6 +264,8 @@ class Architecture(BaseModel):
     o_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
+    # q/k RMSNorm over every head's width together (MiniMax-M2's "per_layer"), not over one head_dim
+    qk_norm_per_layer: bool = False
     # The attention output gate (Qwen3-Next: q_proj also gives a sigmoid gate of the heads' width)
     attention_output_gate: bool = False
     # The share of a head RoPE rotates (partial_rotary_factor): the RoPE cache's width
@@ -392,7 +397,7 @@ class Architecture(BaseModel):
         return self if name == self.torch_dtype else self.model_copy(update={"torch_dtype": name})
 
     def with_quantization(self, name: str | None, generation: str | None = None,
-                          vllm_version: str | None = None) -> Architecture:
+                          vllm_version: str | None = None, segment: str | None = None) -> Architecture:
         """This architecture as vLLM runs it with ``--quantization NAME`` (None: as the checkpoint
         says) on a GPU of ``generation`` (the catalog's ``GPU.generation``: some kernels pad per
         device architecture)."""
@@ -403,7 +408,7 @@ class Architecture(BaseModel):
             except QuantizationError as exc:
                 raise UnsupportedArchitecture(f"{self.name}: {exc}") from None
         if scheme is not None:
-            scheme = scheme.for_device(generation, vllm_version)
+            scheme = scheme.for_device(generation, vllm_version, segment)
         if scheme == self.quantization:
             return self
         return self.model_copy(update={"quantization": scheme})
@@ -1035,6 +1040,39 @@ def _sparse_attention_keys(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     return {k: v for k, v in cfg.items() if k not in ("layer_types", "num_experts", "mlp_bias")}
 
 
+def _minimax_m2(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """MiniMax-M2 (vLLM's ``models/minimax_m2.py``): full GQA attention on every layer with RMSNorms over all the
+    query heads and all the key heads (``qk_norm_type`` per_layer; vLLM builds them whatever ``use_qk_norm``
+    says), RoPE over ``rotary_dim`` of a head, and a MoE of ``num_local_experts`` gated experts of
+    ``intermediate_size`` on every layer (a float32 router and, with ``use_routing_bias``, a float32 score bias).
+    The MTP modules past the decoder are not loaded. What vLLM's model does not build is refused by name: a shared
+    expert, a sliding window, an attention type other than full (``attn_type_list`` 1)."""
+    head_dim = _positive_int(cfg.get("head_dim") or 0 or cfg.get("hidden_size", 0) // max(
+        int(cfg.get("num_attention_heads") or 1), 1), "head_dim", name)
+    if cfg.get("qk_norm_type", "per_layer") != "per_layer":
+        raise UnsupportedArchitecture(f"{name}: qk_norm_type {cfg['qk_norm_type']!r}: vLLM's MiniMax-M2 builds "
+                                      "per_layer q/k norms")
+    if cfg.get("shared_intermediate_size"):
+        raise UnsupportedArchitecture(f"{name}: shared_intermediate_size {cfg['shared_intermediate_size']!r}: "
+                                      "vLLM's MiniMax-M2 builds no shared expert")
+    if cfg.get("sliding_window") is not None:
+        raise UnsupportedArchitecture(f"{name}: sliding_window {cfg['sliding_window']!r}: vLLM's MiniMax-M2 builds "
+                                      "full attention on every layer")
+    kinds = cfg.get("attn_type_list")
+    if kinds is not None and (not isinstance(kinds, list) or set(kinds) - {1}):
+        raise UnsupportedArchitecture(f"{name}: attn_type_list other than 1 (full attention) on every layer")
+    rotary = _positive_int(cfg.get("rotary_dim", head_dim), "rotary_dim", name)
+    if rotary > head_dim:
+        raise UnsupportedArchitecture(f"{name}: rotary_dim {rotary} exceeds head_dim {head_dim}")
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    moe = _validated(MoE, name, num_experts=cfg.get("num_local_experts"),
+                     experts_per_token=cfg.get("num_experts_per_tok"),
+                     expert_intermediate_size=cfg.get("intermediate_size"),
+                     router_bias=bool(cfg.get("use_routing_bias")), dense_layers=())
+    del n
+    return dict(qk_norm=True, qk_norm_per_layer=True, rotary_fraction=rotary / head_dim, moe=moe)
+
+
 _GRANITE_LAYERS = {"mamba": "recurrent", "attention": "full_attention"}
 
 
@@ -1171,11 +1209,9 @@ def _nemotron_h_moe(cfg: dict[str, Any], kinds: list[str], name: str) -> MoE:
     """Nemotron-H's MoE layers (E; vLLM's ``NemotronHMoE``): a router of ``n_routed_experts`` with its fp32
     score-correction bias, ``n_routed_experts`` relu² experts of ``moe_intermediate_size`` (two matrices, no gate) of
     which ``num_experts_per_tok`` run a token, and ``n_shared_experts`` shared experts fused into one relu² MLP of
-    ``n_shared_experts × moe_shared_expert_intermediate_size``. A latent MoE (``moe_latent_size``: the experts run on
-    a projection of the hidden state) is not modelled."""
-    if cfg.get("moe_latent_size") is not None:
-        raise UnsupportedArchitecture(f"{name}: Nemotron-H's latent MoE (moe_latent_size {cfg['moe_latent_size']!r}) "
-                                      "is not modelled")
+    ``n_shared_experts × moe_shared_expert_intermediate_size``. A latent MoE (``moe_latent_size``, Nemotron-3 Super
+    and Ultra): the routed experts run on a ``moe_latent_size`` projection of the hidden state (``fc1_latent_proj``
+    and ``fc2_latent_proj``, biased with ``mlp_bias``), the shared experts on the hidden state."""
     if not cfg.get("n_routed_experts"):
         raise UnsupportedArchitecture(f"{name}: MoE layers (E in hybrid_override_pattern) but no n_routed_experts")
     shared = int(cfg.get("n_shared_experts") or 0)
@@ -1185,7 +1221,8 @@ def _nemotron_h_moe(cfg: dict[str, Any], kinds: list[str], name: str) -> MoE:
         MoE, name, num_experts=cfg["n_routed_experts"], experts_per_token=cfg.get("num_experts_per_tok", 2),
         expert_intermediate_size=cfg.get("moe_intermediate_size", 7688), shared_experts=shared,
         shared_expert_intermediate_size=shared * shared_size,
-        dense_layers=tuple(i for i, k in enumerate(kinds) if k == "mlp"), router_bias=True)
+        dense_layers=tuple(i for i, k in enumerate(kinds) if k == "mlp"), router_bias=True,
+        latent_size=cfg.get("moe_latent_size"))
 
 
 def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
@@ -1213,6 +1250,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         cfg, hybrid = _granite_hybrid(cfg, name)
     elif model_type in _SPARSE_ATTENTION:
         cfg = _sparse_attention_keys(cfg, name)
+    elif model_type == "minimax_m2":
+        hybrid = _minimax_m2(cfg, name)
     elif model_type == "llama4_text":
         hybrid = _llama4(cfg, name)
         cfg = {**cfg, "intermediate_size": cfg.get("intermediate_size_mlp")}  # the dense layers' MLP

@@ -122,6 +122,13 @@ FAMILIES: dict[str, frozenset[str]] = {
     "glm_moe_dsa": DECODER | DEEPSEEK | DSA | {"qk_head_dim", "rope_interleave", "moe_router_dtype",
                                                "indexer_types", "mlp_layer_types", "layer_types", "num_experts",
                                                "mlp_bias"},
+    # MiniMax-M2 (architecture._minimax_m2): the MTP modules' keys describe layers vLLM does not load;
+    # attn_type_list and sliding_window are checked against the full attention vLLM builds
+    "minimax_m2": DECODER | {"num_local_experts", "num_experts_per_tok", "rotary_dim", "partial_rotary_factor",
+                             "use_qk_norm", "qk_norm_type", "use_routing_bias", "scoring_func", "use_mtp",
+                             "mtp_transformer_layers", "num_mtp_modules", "shared_intermediate_size",
+                             "attn_type_list", "sliding_window", "output_router_logits", "router_aux_loss_coef",
+                             "router_jitter_noise"},
     # Kimi-K2: DeepSeek-V3's architecture (its config's architectures: DeepseekV3ForCausalLM, vLLM's deepseek_v2.py)
     "kimi_k2": DECODER | DEEPSEEK,
     # initial_context_length: the pre-YaRN length, which vLLM's gpt_oss.py takes from rope_scaling instead
@@ -144,7 +151,9 @@ FAMILIES: dict[str, frozenset[str]] = {
                              "n_shared_experts", "moe_intermediate_size", "moe_shared_expert_intermediate_size",
                              "num_experts_per_tok", "routed_scaling_factor", "n_group", "topk_group",
                              "norm_topk_prob", "moe_latent_size", "moe_shared_expert_overlap", "output_router_logits",
-                             "partial_rotary_factor"},
+                             "partial_rotary_factor",
+                             # the MTP layers past the decoder: vLLM's mapper drops them ("mtp": None)
+                             "mtp_layers_block_type", "num_nextn_predict_layers", "mtp_hybrid_override_pattern"},
     # Granite-4.0-H (architecture._granite_hybrid): Mamba2 or attention, then experts and a shared MLP on every
     # layer; the multipliers scale activations only, time_step_* and mamba_chunk_size shape no weight
     "granitemoehybrid": DECODER | {"layer_types", "mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups",
@@ -197,7 +206,7 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "no_rope_layer_interval", "attention_chunk_size", "mamba_n_heads", "mamba_d_state",
                      "mamba_n_groups", "mamba_d_conv", "mamba_expand", "shared_intermediate_size",
                      "index_n_heads", "index_head_dim", "index_topk", "index_topk_freq", "index_skip_topk_offset",
-                     "qk_head_dim"), int),
+                     "qk_head_dim", "rotary_dim", "num_mtp_modules", "mtp_transformer_layers"), int),
     **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "multi_query",
                      "use_conv_bias", "use_bias", "mamba_conv_bias", "mamba_proj_bias"), bool),
     **dict.fromkeys(("position_embedding_type", "normalization_function"), (str, type(None))),

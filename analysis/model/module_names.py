@@ -67,6 +67,10 @@ MODULE_NAMES: dict[str, ModuleNames] = {
     **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"), ModuleNames()),
     "qwen3_next": ModuleNames(infixes=_DELTANET),
     **dict.fromkeys(("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"), ModuleNames(fused=_MLA)),
+    # minimax_m2.py: the checkpoint calls the MoE block_sparse_moe but vLLM's layers are prefixed "mlp" and its
+    # mapper does not rename them, so vLLM matches a list against .mlp. names (a listed block_sparse_moe.gate, the
+    # router, matches nothing; vLLM builds the router unquantized anyway)
+    "minimax_m2": ModuleNames(),
     "nemotron_h": ModuleNames(prefix="backbone.", infixes=((".self_attn.", ".mixer."), (".mlp.", ".mixer.")),
                               fused=_ATTENTION[:1]),  # relu² MLPs: up_proj and down_proj, nothing to fuse
     **dict.fromkeys(("qwen3_vl", "qwen3_vl_moe"), _QWEN_WRAPPED),

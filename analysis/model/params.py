@@ -58,7 +58,7 @@ def _attention_params(a: Architecture) -> int:
     if a.o_bias:
         n += h
     if a.qk_norm:
-        n += 2 * hd
+        n += (a.num_heads + a.num_kv_heads) * hd if a.qk_norm_per_layer else 2 * hd
     if a.attention_sinks:
         n += a.num_heads
     return n
@@ -92,10 +92,12 @@ def count_params(a: Architecture) -> ParamCount:
             continue
         m = a.moe
         assert m is not None
-        one_expert = _mlp_params(h, m.expert_intermediate_size, a.mlp_gated, m.expert_bias)
+        one_expert = _mlp_params(m.latent_size or h, m.expert_intermediate_size, a.mlp_gated, m.expert_bias)
         experts_total += m.num_experts * one_expert
         experts_active += m.experts_per_token * one_expert
         router_shared += h * m.num_experts + (m.num_experts if m.router_bias else 0)
+        if m.latent_size:  # the projections into and out of the experts' latent width
+            router_shared += 2 * h * m.latent_size + ((m.latent_size + h) if a.mlp_bias else 0)
         if m.shared_experts:
             router_shared += _mlp_params(h, m.shared_expert_intermediate_size, a.mlp_gated, False)
             if m.shared_expert_gate:
@@ -177,6 +179,9 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
         assert m is not None
         router = "router" if a.model_type == "gpt_oss" else "gate"
         out.append(Matrix(f"{mlp}.{router}", "router", m.num_experts, h))
+        if m.latent_size:
+            out += [Matrix(f"{mlp}.fc1_latent_proj", "linear", m.latent_size, h),
+                    Matrix(f"{mlp}.fc2_latent_proj", "linear", h, m.latent_size)]
         if m.shared_experts:
             shared = f"{mlp}.shared_expert" if m.shared_expert_gate else f"{mlp}.shared_experts"
             out += _mlp_matrices(shared, h, m.shared_expert_intermediate_size, a.mlp_gated)
@@ -237,8 +242,9 @@ def weight_breakdown(a: Architecture, tp: int = 1) -> WeightBytes:
         m = a.moe
         for i in range(a.num_layers):
             if a.is_moe_layer(i):
-                experts += q.experts_bytes(f"model.layers.{i}.mlp.experts", m.num_experts, a.hidden_size,
-                                           m.expert_intermediate_size, a.mlp_gated, m.expert_bias, d, tp)
+                experts += q.experts_bytes(f"model.layers.{i}.mlp.experts", m.num_experts,
+                                           m.latent_size or a.hidden_size, m.expert_intermediate_size, a.mlp_gated,
+                                           m.expert_bias, d, tp)
     rest = p.non_expert - matrix_params
     assert rest >= 0, f"{a.name}: weight matrices exceed the parameter count"
     parts["other"] += rest * d

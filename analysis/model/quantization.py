@@ -120,9 +120,11 @@ class QuantScheme(BaseModel):
             one += ((2 if gated else 1) * intermediate + hidden) * dtype_bytes
         return num_experts * one
 
-    def for_device(self, generation: str | None, vllm_version: str | None = None) -> QuantScheme:
+    def for_device(self, generation: str | None, vllm_version: str | None = None,
+                   segment: str | None = None) -> QuantScheme:
         """The scheme as vLLM lays it out on a GPU of ``generation`` (the catalog's ``GPU.generation``: ampere,
-        ada, hopper, blackwell); most layouts do not depend on it."""
+        ada, hopper, blackwell) and ``segment`` (datacenter, workstation, consumer: Blackwell's datacenter parts are
+        sm_100, the others sm_120); most layouts depend on neither."""
         return self
 
     def describe(self) -> str:
@@ -334,7 +336,8 @@ class Mxfp4(QuantScheme):
     method: Literal["mxfp4"] = "mxfp4"
     kernel: Literal["marlin", "triton"] = "triton"
 
-    def for_device(self, generation: str | None, vllm_version: str | None = None) -> Mxfp4:
+    def for_device(self, generation: str | None, vllm_version: str | None = None,
+                   segment: str | None = None) -> Mxfp4:
         return self.model_copy(update={"kernel": mxfp4_kernel(generation, vllm_version)})
 
     def describe(self) -> str:
@@ -450,7 +453,7 @@ class ModelOpt(QuantScheme):
     FP8 one byte with float32 scalars; FP8_PER_CHANNEL_PER_TOKEN a float32 per row more; FP8_PB_WO
     rows padded to 128 and a float32 per 128 × 128 block; MXFP8 an e8m0 byte per 32. The NVFP4
     MoE kernels pad the experts per rank (``moe_layout``, from :meth:`for_device`): FlashInfer
-    TRT-LLM on Blackwell pads the hidden size to 256 and the intermediate to 64 (gated) or 128;
+    TRT-LLM on datacenter Blackwell pads the hidden size to 256 and the intermediate to 64 (gated) or 128;
     Marlin, the weight-only FP4 kernel on Hopper, Ada and Ampere, pads the intermediate to 64
     (128 where the hidden size is not a multiple of 128). The linear kernels' tile padding is
     not modelled: none where a layer's dimensions are multiples of 128.
@@ -465,8 +468,15 @@ class ModelOpt(QuantScheme):
     moe_layout: Literal["checkpoint", "trtllm", "marlin"] = "checkpoint"
     lm_head_quantized: bool = True
 
-    def for_device(self, generation: str | None, vllm_version: str | None = None) -> ModelOpt:
-        layout = {"blackwell": "trtllm", None: "checkpoint"}.get(generation, "marlin")
+    def for_device(self, generation: str | None, vllm_version: str | None = None,
+                   segment: str | None = None) -> ModelOpt:
+        """FlashInfer TRT-LLM on datacenter Blackwell (sm_100), Marlin on Hopper, Ada and Ampere; sm_120's
+        backends (FlashInfer CUTLASS, B12X) are not analysed byte for byte and keep the checkpoint's layout, as does
+        an unknown GPU."""
+        if generation == "blackwell":
+            layout = "trtllm" if segment in (None, "datacenter") else "checkpoint"
+        else:
+            layout = "checkpoint" if generation is None else "marlin"
         return self.model_copy(update={"moe_layout": layout})
 
     def describe(self) -> str:

@@ -446,7 +446,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         inputs = inputs.model_copy(update={"block_size": default_block_size(gpu, a)})
     try:
         a = a.with_dtype(inputs.dtype).with_quantization(inputs.quantization,
-                                                         generation=gpu.generation if gpu else None)
+                                                         generation=gpu.generation if gpu else None,
+                                                         segment=gpu.segment if gpu else None)
         checkpoint_kv = a.quantization.kv_cache_dtype if a.quantization is not None else None
         kv_from_checkpoint = inputs.kv_cache_dtype == "auto" and bool(checkpoint_kv)
         if kv_from_checkpoint:

@@ -379,7 +379,7 @@ def moe_workspace_bytes(a: Architecture, tokens: int, tp: int = 1) -> int:
         return 0
     m = a.moe
     inter = m.expert_intermediate_size // tp
-    h = a.hidden_size
+    h = m.latent_size or a.hidden_size  # K: the width the experts run on
     per_token = m.experts_per_token * (max(inter, h) + max(2 * inter, h)) + h
     return tokens * a.weight_dtype_bytes * per_token
 

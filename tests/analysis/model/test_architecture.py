@@ -25,6 +25,7 @@ from analysis.model.params import count_params, decode_weight_bytes, expected_ex
         ("gpt-oss-120b", 116.8, None),
         ("deepseek-v3.2", 671.0, None),  # DeepSeek: 671B in the main model (685B with its MTP module)
         ("glm-5", 744.0, None),  # Z.ai: 744B parameters
+        ("minimax-m2.5", 230.0, None),  # MiniMax: 230B total parameters
     ],
 )
 def test_published_parameter_totals_within_1_percent(name, total_b, active_b):

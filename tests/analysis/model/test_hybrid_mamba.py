@@ -8,6 +8,7 @@ allocator functions (``_align_hybrid_block_size``, ``_get_kv_cache_groups_unifor
 
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -99,14 +100,12 @@ def test_a_decode_step_reads_and_writes_each_sequences_state():
 
 @pytest.mark.parametrize("change, message", [
     ({"hybrid_override_pattern": "ME*-"}, "no n_routed_experts"),
-    ({"hybrid_override_pattern": "ME*-", "n_routed_experts": 8, "moe_latent_size": 1024}, "latent MoE"),
     ({"hybrid_override_pattern": "MMMX"}, "needs hybrid_override_pattern"),
     ({"hybrid_override_pattern": "MM--"}, "both Mamba2"),
     ({"mlp_hidden_act": "silu"}, "relu2"),
     ({"sliding_window": 4096}, "sliding window"),
     ({"attention_head_dim": 96}, "attention_head_dim"),
     ({"mamba_ssm_cache_dtype": "float64"}, "mamba_ssm_cache_dtype"),
-    ({"num_nextn_predict_layers": 1}, "key num_nextn_predict_layers is not read"),  # MTP layers
     ({"mamba_num_heads": [128]}, "mamba_num_heads is a list"),
 ])
 def test_what_the_nemotron_h_reader_does_not_model_is_refused_by_name(change, message):
@@ -239,3 +238,29 @@ def test_qwen3_5_refuses_what_vllm_ignores():
     cfg["text_config"] |= {"mlp_only_layers": [0]}
     with pytest.raises(UnsupportedArchitecture, match=r"vLLM's Qwen3\.5 ignores them"):
         Architecture.from_config(cfg)
+
+
+@pytest.mark.parametrize("checkpoint, total_b, experts", [
+    # NVIDIA's names: 120B and 550B parameters. The NVFP4 build's config.json is the BF16 one's architecture
+    ("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4", 120, 512),
+    ("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", 550, 512),
+])
+def test_a_latent_moe_counts_its_experts_at_the_latent_width(checkpoint, total_b, experts):
+    """Nemotron-3 Super and Ultra run their routed experts on a moe_latent_size projection of the hidden state
+    (vLLM's NemotronHMoE: fc1_latent_proj in, fc2_latent_proj out); the MTP layers past the decoder are not loaded.
+    The count is transformers' own NemotronHForCausalLM's on the same config, plus the router's float32
+    score-correction bias (a buffer there, a parameter in vLLM)."""
+    import torch
+    import transformers
+
+    path = Path(__file__).resolve().parents[2] / "fixtures" / "published_configs" / checkpoint / "config.json"
+    cfg = json.loads(path.read_text())
+    a = Architecture.from_config(cfg, checkpoint)
+    p = count_params(a)
+    plain = {k: v for k, v in cfg.items() if k not in ("quantization_config", "auto_map", "model_type")}
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.NemotronHConfig(**plain))
+    moe_layers = sum(a.is_moe_layer(i) for i in range(a.num_layers))
+    assert a.moe.latent_size == cfg["moe_latent_size"]
+    assert p.total == sum(t.numel() for t in model.parameters()) + moe_layers * experts
+    assert p.total / 1e9 == pytest.approx(total_b, rel=0.01)

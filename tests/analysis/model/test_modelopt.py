@@ -19,7 +19,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "published_configs"
 PLANNED = ["nvidia--DeepSeek-V3.1-NVFP4", "nvidia--Llama-3.1-70B-Instruct-FP8", "nvidia--Qwen3-235B-A22B-NVFP4",
            "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4", "nvidia--Qwen3.5-122B-A10B-NVFP4",
            "nvidia--Qwen3.5-397B-A17B-NVFP4", "nvidia--Qwen3.6-27B-NVFP4", "nvidia--Qwen3.6-35B-A3B-NVFP4",
-           "nvidia--DeepSeek-V3.2-NVFP4", "nvidia--GLM-5-NVFP4", "nvidia--GLM-5.1-NVFP4", "nvidia--GLM-5.2-NVFP4"]
+           "nvidia--DeepSeek-V3.2-NVFP4", "nvidia--GLM-5-NVFP4", "nvidia--GLM-5.1-NVFP4", "nvidia--GLM-5.2-NVFP4",
+           "nvidia--MiniMax-M2.5-NVFP4", "nvidia--MiniMax-M2.7-NVFP4"]
 
 
 def _vllm_config(d: Path, names):
@@ -84,7 +85,8 @@ def test_every_listed_module_is_one_kvprof_names(checkpoint):
     known = [q.names.checkpoint(m.name) for m in weight_matrices(a)]
     known += [q.names.checkpoint(f"model.layers.{i}.mlp.experts") for i in range(a.num_layers)]
     known += [s for k in known for s in q.names.layer(k)[1]]  # the checkpoint's shards of a fused layer
-    not_quantized = re.compile(r"(^|\.)(mtp|visual|vision_tower|embed_tokens|norm|conv1d)(\.|\*|$)|layernorm|"
+    # (and routers, which vLLM builds unquantized whatever a list says)
+    not_quantized = re.compile(r"(^|\.)(mtp|visual|vision_tower|embed_tokens|norm|conv1d|gate)(\.|\*|$)|layernorm|"
                                rf"layers\.{a.num_layers}(\*|\.|$)")
     entries = list(q.ignore) + [k for k, _ in q.layers]
     for e in entries:
@@ -126,19 +128,21 @@ def test_qwen3_235b_nvfp4_bytes_written_out():
 
 def test_the_nvfp4_experts_pad_as_each_gpus_kernel_does():
     """Nemotron-3-Nano's routed experts (hidden 2688, intermediate 1856, 128 of them, relu² so not gated), one MoE
-    layer, one rank: FlashInfer TRT-LLM on Blackwell pads hidden to 256 and the intermediate to 128; Marlin on
-    Hopper pads the intermediate to 64 (1856 is already); the checkpoint layout pads nothing."""
+    layer, one rank: FlashInfer TRT-LLM on datacenter Blackwell pads hidden to 256 and the intermediate to 128;
+    Marlin on Hopper pads the intermediate to 64 (1856 is already); the checkpoint layout pads nothing."""
     a = Architecture.from_config(CONFIGS / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4")
     layer = next(i for i in range(a.num_layers) if a.is_moe_layer(i))
     scalars = 128 * 4 * 3 * 2  # float32 weight and input scales, per expert and matrix
 
-    def experts(generation):
-        q = a.quantization.for_device(generation)
+    def experts(generation, segment=None):
+        q = a.quantization.for_device(generation, segment=segment)
         return q.experts_bytes(f"model.layers.{layer}.mlp.experts", 128, 2688, 1856, False, False, 2)
 
-    assert experts("blackwell") == 128 * 9 / 16 * 2 * 1920 * 2816 + scalars  # 778,567,680 B + scalars
+    assert experts("blackwell", "datacenter") == 128 * 9 / 16 * 2 * 1920 * 2816 + scalars  # 778,567,680 B + scalars
     assert experts("hopper") == 128 * 9 / 16 * 2 * 1856 * 2688 + scalars
     assert experts(None) == experts("hopper")
+    # an RTX Blackwell (sm_120) runs other backends, not analysed: the checkpoint's layout
+    assert experts("blackwell", "consumer") == experts(None)
 
 
 def test_the_checkpoints_kv_dtype_is_what_auto_means():
