@@ -301,7 +301,7 @@ def gemm_kernels(a: Architecture) -> int:
     n = 1
     for i in range(a.num_layers):
         # a recurrent mixer's input and output projections, as attention's QKV and O
-        n += attention if a.layer_types[i] != "mlp" else 0
+        n += {"mlp": 0, "parallel_hybrid": attention + 2}.get(a.layer_types[i], attention)
         if not a.has_mlp(i):
             continue
         if a.is_moe_layer(i):

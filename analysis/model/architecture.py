@@ -35,7 +35,8 @@ from analysis.model.vision import Qwen2VisionTower, Qwen3VisionTower, Qwen25Visi
 
 # A layer's sequence mixer: attention over every token or a window, a recurrent mixer (Mamba2, gated DeltaNet) that
 # keeps a state, or none (an MLP-only layer of a hybrid: Nemotron-H's "-" and "E").
-LayerType = Literal["full_attention", "sliding_attention", "chunked_attention", "recurrent", "mlp"]
+# "parallel_hybrid": attention and a recurrent mixer side by side in one layer (Falcon-H1), each with its cache
+LayerType = Literal["full_attention", "sliding_attention", "chunked_attention", "recurrent", "parallel_hybrid", "mlp"]
 
 
 class UnsupportedArchitecture(ValueError):
@@ -57,7 +58,7 @@ _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4_text", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
-    "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "minimax_m2",
+    "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "minimax_m2", "falcon_h1",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -172,6 +173,7 @@ class Mamba2(BaseModel):
     conv_kernel: int = Field(gt=1, le=64)
     conv_bias: bool = True
     proj_bias: bool = False
+    gated_norm: bool = True  # the gated RMSNorm over the inner width (Falcon-H1 builds it only with mamba_rms_norm)
     ssm_cache_dtype: str = "float32"
 
     @property
@@ -193,7 +195,7 @@ class Mamba2(BaseModel):
         bias), dt_bias, A and D (H each), the gated RMSNorm over I, and the projections' biases with use_bias."""
         conv_dim = self.inner + 2 * self.n_groups * self.state_size
         n = sum(o * i for _, o, i in self.matrices(hidden)) + conv_dim * self.conv_kernel + 3 * self.num_heads
-        n += self.inner + (conv_dim if self.conv_bias else 0)
+        n += (self.inner if self.gated_norm else 0) + (conv_dim if self.conv_bias else 0)
         if self.proj_bias:
             n += self.matrices(hidden)[0][1] + hidden
         return n
@@ -319,7 +321,7 @@ class Architecture(BaseModel):
             )
         if "chunked_attention" in self.layer_types and not self.attention_chunk_size:
             raise UnsupportedArchitecture(f"{self.name}: chunked-attention layers but no attention_chunk_size")
-        if "recurrent" in self.layer_types and self.recurrent is None:
+        if {"recurrent", "parallel_hybrid"} & set(self.layer_types) and self.recurrent is None:
             raise UnsupportedArchitecture(f"{self.name}: recurrent layers but no recurrent mixer's shapes")
         if "sliding_attention" in self.layer_types and not self.sliding_window:
             raise UnsupportedArchitecture(
@@ -422,17 +424,18 @@ class Architecture(BaseModel):
     @property
     def num_attention_layers(self) -> int:
         """Layers with attention (a hybrid's recurrent and MLP-only layers have none)."""
-        return sum(t in ("full_attention", "sliding_attention", "chunked_attention") for t in self.layer_types)
+        return sum(t in ("full_attention", "sliding_attention", "chunked_attention", "parallel_hybrid")
+                   for t in self.layer_types)
 
     @property
     def num_recurrent_layers(self) -> int:
-        return sum(t == "recurrent" for t in self.layer_types)
+        return sum(t in ("recurrent", "parallel_hybrid") for t in self.layer_types)
 
     @property
     def sublayers(self) -> int:
         """Mixers and MLPs over every layer: each ends in a row-parallel projection (an all-reduce under tensor
         parallelism). Two a layer in a plain decoder, one in Nemotron-H's."""
-        mixers = sum(t != "mlp" for t in self.layer_types)
+        mixers = sum((2 if t == "parallel_hybrid" else 1) for t in self.layer_types if t != "mlp")
         return mixers + sum(self.has_mlp(i) for i in range(self.num_layers))
 
     # -- construction ---------------------------------------------------------
@@ -1073,6 +1076,47 @@ def _minimax_m2(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     return dict(qk_norm=True, qk_norm_per_layer=True, rotary_fraction=rotary / head_dim, moe=moe)
 
 
+def _falcon_h1(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Falcon-H1 (vLLM's ``models/falcon_h1.py``): every layer runs attention (no bias, RoPE over
+    ``attn_rotary_emb`` of a head) and a Mamba2 mixer of ``mamba_d_ssm`` inner width side by side, then a gated MLP
+    without bias: each layer holds a KV cache and a Mamba2 state. transformers' defaults where a key is absent
+    (``mamba_d_ssm`` 1024, 128 heads of ``auto`` width: the inner width over the heads); the SSM state in the model
+    dtype. The muP multipliers scale activations only."""
+    n = _positive_int(cfg.get("num_hidden_layers", 32), "num_hidden_layers", name)
+    hidden = _positive_int(cfg.get("hidden_size", 4096), "hidden_size", name)
+    inner = cfg.get("mamba_d_ssm", 1024)
+    inner = _positive_int(inner if inner is not None else cfg.get("mamba_expand", 2) * hidden, "mamba_d_ssm", name)
+    heads = _positive_int(cfg.get("mamba_n_heads", 128), "mamba_n_heads", name)
+    head_dim = cfg.get("mamba_d_head", "auto")
+    if head_dim == "auto":
+        head_dim = inner // heads
+    mamba = _validated(
+        Mamba2, name, num_heads=heads, head_dim=head_dim, n_groups=cfg.get("mamba_n_groups", 1),
+        state_size=cfg.get("mamba_d_state", 256), conv_kernel=cfg.get("mamba_d_conv", 4),
+        conv_bias=bool(cfg.get("mamba_conv_bias", True)), proj_bias=bool(cfg.get("mamba_proj_bias", False)),
+        gated_norm=bool(cfg.get("mamba_rms_norm", False)), ssm_cache_dtype="auto")
+    if mamba.inner != inner:
+        raise UnsupportedArchitecture(f"{name}: mamba_n_heads × mamba_d_head ({mamba.inner}) differs from the mixer's "
+                                      f"inner width mamba_d_ssm ({inner}); transformers and vLLM refuse it")
+    if cfg.get("attn_layer_indices") is not None:
+        raise UnsupportedArchitecture(f"{name}: attn_layer_indices {cfg['attn_layer_indices']!r}: vLLM's Falcon-H1 "
+                                      "builds attention on every layer")
+    for key in ("attention_bias", "mlp_bias", "projectors_bias"):
+        if cfg.get(key):
+            raise UnsupportedArchitecture(f"{name}: {key} true: vLLM's Falcon-H1 builds no such bias")
+    attn_heads = _positive_int(cfg.get("num_attention_heads", 32), "num_attention_heads", name)
+    attn_dim = cfg.get("head_dim") or hidden // attn_heads
+    rotary = cfg.get("attn_rotary_emb", attn_dim)
+    if not isinstance(rotary, int) or isinstance(rotary, bool) or not 0 < rotary <= attn_dim:
+        raise UnsupportedArchitecture(f"{name}: attn_rotary_emb must be a width up to head_dim {attn_dim}, got "
+                                      f"{rotary!r}")
+    hybrid = dict(num_layers=n, layer_types=("parallel_hybrid",) * n, recurrent=mamba, mlp_gated=True,
+                  qkv_bias=False, o_bias=False, mlp_bias=False, norms_per_layer=2, qk_norm=False,
+                  rotary_fraction=rotary / attn_dim)
+    return {**cfg, "num_hidden_layers": n, "hidden_size": hidden, "num_attention_heads": attn_heads,
+            "intermediate_size": cfg.get("intermediate_size", 14336)}, hybrid
+
+
 _GRANITE_LAYERS = {"mamba": "recurrent", "attention": "full_attention"}
 
 
@@ -1252,6 +1296,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         cfg = _sparse_attention_keys(cfg, name)
     elif model_type == "minimax_m2":
         hybrid = _minimax_m2(cfg, name)
+    elif model_type == "falcon_h1":
+        cfg, hybrid = _falcon_h1(cfg, name)
     elif model_type == "llama4_text":
         hybrid = _llama4(cfg, name)
         cfg = {**cfg, "intermediate_size": cfg.get("intermediate_size_mlp")}  # the dense layers' MLP
@@ -1382,7 +1428,10 @@ def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_
     if recurrent is not None:
         state = recurrent.state(model_dtype_bytes)
         full = FullAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
-        return tuple(state if t == "recurrent" else full for t in layer_types if t != "mlp")
+        out: list[AttentionLayer] = []
+        for t in layer_types:
+            out += {"recurrent": [state], "mlp": [], "parallel_hybrid": [full, state]}.get(t, [full])
+        return tuple(out)
     if mla is not None:  # every layer; vLLM's allocator refuses MLA with windows (analysis.vllm.allocator)
         return (MultiHeadLatentAttention(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
                                          qk_rope_head_dim=mla.qk_rope_head_dim),) * len(layer_types)

@@ -122,6 +122,15 @@ FAMILIES: dict[str, frozenset[str]] = {
     "glm_moe_dsa": DECODER | DEEPSEEK | DSA | {"qk_head_dim", "rope_interleave", "moe_router_dtype",
                                                "indexer_types", "mlp_layer_types", "layer_types", "num_experts",
                                                "mlp_bias"},
+    # Falcon-H1 (architecture._falcon_h1): attention and Mamba2 side by side in every layer; the muP multipliers
+    # scale activations, mamba_chunk_size, mamba_norm_before_gate and time_step_limit shape no weight
+    "falcon_h1": DECODER | {"mamba_d_ssm", "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state",
+                            "mamba_d_conv", "mamba_expand", "mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias",
+                            "mamba_norm_before_gate", "mamba_rms_norm", "time_step_limit", "time_step_min",
+                            "time_step_max", "time_step_floor", "projectors_bias", "mlp_bias", "attn_rotary_emb",
+                            "lm_head_multiplier", "embedding_multiplier", "mlp_multipliers", "key_multiplier",
+                            "attention_out_multiplier", "attention_in_multiplier", "ssm_multipliers",
+                            "ssm_in_multiplier", "ssm_out_multiplier", "num_logits_to_keep", "attn_layer_indices"},
     # MiniMax-M2 (architecture._minimax_m2): the MTP modules' keys describe layers vLLM does not load;
     # attn_type_list and sliding_window are checked against the full attention vLLM builds
     "minimax_m2": DECODER | {"num_local_experts", "num_experts_per_tok", "rotary_dim", "partial_rotary_factor",
@@ -211,6 +220,9 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "use_conv_bias", "use_bias", "mamba_conv_bias", "mamba_proj_bias"), bool),
     **dict.fromkeys(("position_embedding_type", "normalization_function"), (str, type(None))),
     "mamba_d_head": (int, str),  # transformers' GraniteMoeHybridConfig: an int or "auto"
+    "mamba_d_ssm": (int, type(None)),
+    "attn_rotary_emb": int,
+    **dict.fromkeys(("mamba_rms_norm", "projectors_bias"), bool),
     "mamba_ssm_cache_dtype": str,
     **dict.fromkeys(("layer_types", "mlp_only_layers", "no_rope_layers", "moe_layers", "indexer_types",
                      "mlp_layer_types"), list),

@@ -146,10 +146,10 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
     for i in range(a.num_layers):
         attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
         kind = a.layer_types[i]
-        if kind == "recurrent":
+        if kind in ("recurrent", "parallel_hybrid"):
             assert a.recurrent is not None
             out += [Matrix(f"model.layers.{i}.mixer.{n}", "linear", o, k) for n, o, k in a.recurrent.matrices(h)]
-        elif kind == "mlp":
+        if kind in ("recurrent", "mlp"):
             pass
         elif a.mla:
             m, qk = a.mla, a.mla.qk_nope_head_dim + a.mla.qk_rope_head_dim

@@ -83,6 +83,7 @@ HYBRIDS = [
     ("tiny-qwen3-next", True, {"float32": (544, 60, 10), "auto": (288, 113, 14)}, 16),
     ("tiny-granite-4-h", True, {"float32": (288, 56, 17), "auto": (160, 102, 22)}, 64),
     ("tiny-granite-4-h", False, {"float32": (288, 56, 11), "auto": (160, 102, 16)}, 64),
+    ("tiny-falcon-h1", True, {"float32": (416, 39, 8), "auto": (224, 73, 13)}, 32),
 ]
 
 
@@ -120,7 +121,15 @@ def test_a_hybrid_recurrent_model_has_vllms_exact_capacity(hybrid):
     one attention group and three Mamba groups, 2 × 589,824 B a block, 64 MiB ÷ 1,179,648 = 56 blocks. A request
     holds cdiv(2048, 288) = 8 attention blocks and one block a Mamba group, three with the prefix cache: 11 or 17.
     With the state in bf16 (262,144 B): 269,824 B, a 160-token block, 655,360 B a block, 102 blocks, 13 + 3 or
-    13 + 9 a request."""
+    13 + 9 a request.
+
+    Falcon-H1, small (tiny-falcon-h1): attention and Mamba2 in each of its four layers (2 KV heads × 64 × 2 × 2 B =
+    512 B a token). A Mamba2 state: a conv state of 3 × (768 + 2 × 64) channels in bf16 (5,376 B) and an SSM state of
+    24 × 32 × 64 in float32 (196,608 B): 201,984 B, so the block is 32 × cdiv(201,984, 16,384) = 416 tokens and a
+    page 212,992 B. Four attention and four Mamba layers: one group of four each, 4 × 212,992 B a block, 32 MiB ÷
+    851,968 = 39 blocks; a request holds cdiv(2048, 416) = 5 attention blocks and three Mamba blocks with the prefix
+    cache: 8. With the state in bf16 (98,304 B): 103,680 B, a 224-token block, 458,752 B a block, 73 blocks, 10 + 3
+    a request."""
     model, prefix_caching, (block, blocks, per_request), facts = hybrid
     arch, _ = resolve_model(model)
     arch = arch.model_copy(update={"recurrent": arch.recurrent.model_copy(
