@@ -275,7 +275,8 @@ def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0,
     allreduces = a.sublayers if tp > 1 else 0
     ar_bytes = allreduces * tokens * a.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp if tp > 1 else 0.0
     return StepWork(
-        decode_seqs=decode_seqs, prefill_tokens=prefill_tokens, dense_bytes=dense / tp, expert_bytes=experts / tp,
+        decode_seqs=decode_seqs, prefill_tokens=prefill_tokens, dense_bytes=w.per_rank(tp, dense),
+        expert_bytes=experts / tp,
         experts_touched=touched, kv_bytes=kv, gemm_flops=gemm - expert_gemm, expert_gemm_flops=expert_gemm,
         attention_flops=attn / tp, layers=a.num_layers, gemms=gemms,
         moe_layers=moe_layers, expert_calls=(touched or 0.0) * moe_layers,

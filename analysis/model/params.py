@@ -129,6 +129,9 @@ class Matrix:
     kind: ModuleKind
     out_features: int
     in_features: int
+    # held whole on every tensor-parallel rank (vLLM's ReplicatedLinear or disable_tp: MoE routers, MLA's
+    # down-projections of q and kv, the sparse-attention indexer, a latent MoE's projections)
+    replicated: bool = False
 
 
 def weight_matrices(a: Architecture) -> list[Matrix]:
@@ -153,17 +156,19 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
             pass
         elif a.mla:
             m, qk = a.mla, a.mla.qk_nope_head_dim + a.mla.qk_rope_head_dim
+            # fused_qkv_a_proj (disable_tp) and kv_a_proj_with_mqa (ReplicatedLinear): whole on every rank
             if m.q_lora_rank:
-                out += [Matrix(f"{attn}.q_a_proj", "linear", m.q_lora_rank, h),
+                out += [Matrix(f"{attn}.q_a_proj", "linear", m.q_lora_rank, h, replicated=True),
                         Matrix(f"{attn}.q_b_proj", "linear", a.num_heads * qk, m.q_lora_rank)]
             else:
                 out.append(Matrix(f"{attn}.q_proj", "linear", a.num_heads * qk, h))
-            out += [Matrix(f"{attn}.kv_a_proj_with_mqa", "linear", m.kv_lora_rank + m.qk_rope_head_dim, h),
+            out += [Matrix(f"{attn}.kv_a_proj_with_mqa", "linear", m.kv_lora_rank + m.qk_rope_head_dim, h,
+                           replicated=True),
                     Matrix(f"{attn}.kv_b_proj", "linear",
                            a.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
                     Matrix(f"{attn}.o_proj", "linear", h, a.num_heads * m.v_head_dim)]
             if a.sparse_indexer is not None and i in a.sparse_indexer.layers:
-                out += [Matrix(f"{attn}.indexer.{n}", kind, o, k)  # type: ignore[arg-type]
+                out += [Matrix(f"{attn}.indexer.{n}", kind, o, k, replicated=True)  # type: ignore[arg-type]
                         for n, kind, o, k in a.sparse_indexer.matrices(h, m.q_lora_rank or 0)]
         else:
             q, kv = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
@@ -178,15 +183,15 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
         m = a.moe
         assert m is not None
         router = "router" if a.model_type == "gpt_oss" else "gate"
-        out.append(Matrix(f"{mlp}.{router}", "router", m.num_experts, h))
+        out.append(Matrix(f"{mlp}.{router}", "router", m.num_experts, h, replicated=True))  # ReplicatedLinear
         if m.latent_size:
-            out += [Matrix(f"{mlp}.fc1_latent_proj", "linear", m.latent_size, h),
-                    Matrix(f"{mlp}.fc2_latent_proj", "linear", h, m.latent_size)]
+            out += [Matrix(f"{mlp}.fc1_latent_proj", "linear", m.latent_size, h, replicated=True),
+                    Matrix(f"{mlp}.fc2_latent_proj", "linear", h, m.latent_size, replicated=True)]
         if m.shared_experts:
             shared = f"{mlp}.shared_expert" if m.shared_expert_gate else f"{mlp}.shared_experts"
             out += _mlp_matrices(shared, h, m.shared_expert_intermediate_size, a.mlp_gated)
             if m.shared_expert_gate:
-                out.append(Matrix(f"{mlp}.shared_expert_gate", "router", 1, h))
+                out.append(Matrix(f"{mlp}.shared_expert_gate", "router", 1, h, replicated=True))
     return out
 
 
@@ -206,10 +211,17 @@ class WeightBytes:
     lm_head: float
     experts: float
     other: float
+    replicated: float = 0.0  # of ``other``: what every tensor-parallel rank holds whole (Matrix.replicated)
 
     @property
     def total(self) -> float:
         return self.embedding + self.lm_head + self.experts + self.other
+
+    def per_rank(self, tp: int = 1, part: float | None = None) -> float:
+        """Bytes one of ``tp`` ranks holds of ``part`` (a sum that includes every replicated byte; default: all):
+        the split share, and the replicated matrices whole."""
+        whole = self.total if part is None else part
+        return (whole - self.replicated) / tp + self.replicated
 
     @property
     def non_expert(self) -> float:
@@ -226,10 +238,11 @@ def weight_breakdown(a: Architecture, tp: int = 1) -> WeightBytes:
     """
     p, d, q = count_params(a), a.weight_dtype_bytes, a.quantization
     if q is None:
+        replicated = sum(m.out_features * m.in_features for m in weight_matrices(a) if m.replicated) * d
         return WeightBytes(embedding=p.embedding * d, lm_head=p.lm_head * d,
                            experts=_expert_bytes(a, p.experts_total),
-                           other=(p.non_expert - p.embedding - p.lm_head) * d)
-    parts = {"embedding": 0.0, "lm_head": 0.0, "other": 0.0}
+                           other=(p.non_expert - p.embedding - p.lm_head) * d, replicated=replicated)
+    parts = {"embedding": 0.0, "lm_head": 0.0, "other": 0.0, "replicated": 0.0}
     matrix_params = 0
     for mat in weight_matrices(a):
         n = mat.out_features * mat.in_features
@@ -237,6 +250,7 @@ def weight_breakdown(a: Architecture, tp: int = 1) -> WeightBytes:
         b = (q.module_bytes(mat.name, mat.kind, mat.out_features, mat.in_features, d)
              if q.quantizes(mat.name, mat.kind) else n * d)
         parts[mat.kind if mat.kind in ("embedding", "lm_head") else "other"] += b
+        parts["replicated"] += b if mat.replicated else 0
     experts = 0.0
     if a.moe:
         m = a.moe
@@ -252,8 +266,8 @@ def weight_breakdown(a: Architecture, tp: int = 1) -> WeightBytes:
 
 
 def weight_bytes(a: Architecture, tp: int = 1) -> int:
-    """Bytes of all weights held per GPU (tensor-parallel shards split evenly)."""
-    return round(weight_breakdown(a, tp).total / tp)
+    """Bytes of all weights held per GPU: tensor-parallel shards split evenly, replicated matrices whole."""
+    return round(weight_breakdown(a, tp).per_rank(tp))
 
 
 def rotary_cache_bytes(a: Architecture) -> int:
@@ -311,8 +325,8 @@ def decode_weight_bytes(a: Architecture, batch: int = 1, tp: int = 1) -> float:
     in the batch selects them.
     """
     w = weight_breakdown(a, tp)
-    total = w.non_expert - (0 if a.tie_word_embeddings else w.embedding)
+    total = w.per_rank(tp, w.non_expert - (0 if a.tie_word_embeddings else w.embedding))
     if a.moe:
         touched = expected_experts_touched(a.moe.num_experts, a.moe.experts_per_token, batch)
-        total += w.experts * touched / a.moe.num_experts
-    return total / tp
+        total += w.experts * touched / a.moe.num_experts / tp
+    return total
