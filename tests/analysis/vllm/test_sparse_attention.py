@@ -11,10 +11,13 @@ import types
 from pathlib import Path
 
 import pytest
+import yaml
+from pydantic import BaseModel, ConfigDict
 
 from analysis.catalog import GPU, resolve_gpu
 from analysis.model.architecture import Architecture
 from analysis.model.kv import kv_bytes_per_token, kv_bytes_read
+from analysis.model.params import model_loading_bytes
 from analysis.planning.plan import PlanError, PlanInputs, make_plan
 from analysis.vllm.allocator import paged_capacity
 
@@ -122,3 +125,54 @@ def test_what_vllm_refuses_for_sparse_attention_is_refused(inputs, gpu, message)
     glm = Architecture.from_config(CONFIGS / "zai-org--GLM-5-FP8")
     with pytest.raises(PlanError, match=message):
         make_plan(glm, PlanInputs(**inputs), gpu)
+
+
+class SparseStartup(BaseModel):
+    """A published vLLM start-up of a sparse-attention model on CUDA GPUs (tests/fixtures/sparse_startups/)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    class Logged(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        model_loading_gib: float
+        block_size: int
+        available_kv_gib: float
+        kv_cache_tokens: int
+        max_concurrency: float
+
+    source: str
+    campaign: str
+    vllm_version: str
+    gpu: str
+    checkpoint: str
+    settings_note: str
+    tensor_parallel_size: int
+    kv_cache_dtype: str
+    max_model_len: int
+    logged: Logged
+    excerpt: str
+
+
+STARTUPS = sorted((Path(__file__).resolve().parents[2] / "fixtures" / "sparse_startups").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", STARTUPS, ids=[p.stem for p in STARTUPS])
+def test_published_startups_are_reproduced_from_their_logged_budget(path):
+    """From the logged KV budget (rounded to 0.01 GiB) kvprof gives the logged token count and concurrency, the block
+    of 64 the indexer sets, and "Model loading took" within 1 % (held out: nothing was fitted to these logs)."""
+    r = SparseStartup.model_validate(yaml.safe_load(path.read_text()))
+    for line in ("Model loading took", "Available KV cache memory", "GPU KV cache size", "Maximum concurrency"):
+        assert line in r.excerpt
+    gpu = resolve_gpu(r.gpu.split()[0])[0]
+    a = Architecture.from_config(CONFIGS / r.checkpoint).with_quantization(None, gpu.generation, segment=gpu.segment)
+    plan = make_plan(a, PlanInputs(tensor_parallel_size=r.tensor_parallel_size, kv_cache_dtype=r.kv_cache_dtype,
+                                   max_model_len=r.max_model_len), gpu)
+    assert plan["block_size"] == r.logged.block_size
+    tokens = [paged_capacity(a, int((r.logged.available_kv_gib + d) * GiB), block_size=plan["block_size"],
+                             max_model_len=r.max_model_len, max_num_batched_tokens=8192,
+                             kv_cache_dtype=plan["kv_cache_dtype"]) for d in (-0.005, 0.005)]
+    assert tokens[0].kv_cache_tokens <= r.logged.kv_cache_tokens <= tokens[1].kv_cache_tokens
+    assert round(tokens[0].max_concurrency, 2) <= r.logged.max_concurrency <= round(tokens[1].max_concurrency, 2)
+    assert r.logged.kv_cache_tokens % 64 == 0  # whole 64-token blocks: max_model_len is a multiple of 64
+    loading = model_loading_bytes(a, r.tensor_parallel_size) / GiB
+    assert loading == pytest.approx(r.logged.model_loading_gib, rel=0.01)
