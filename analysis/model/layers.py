@@ -57,6 +57,11 @@ class AttentionLayer:
         """Its kind as tables name it."""
         return self.kind
 
+    @property
+    def indexer_bytes(self) -> int:
+        """Bytes a token of a sparse-attention indexer's keys (none but in a sparse layer)."""
+        return 0
+
     def kv_elements_per_token(self, tp: int = 1) -> int:
         raise NotImplementedError
 

@@ -651,11 +651,20 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         out["latency_note"] = "latency with pipeline parallelism is not modelled yet (issue #28)"
     elif gpu is not None:
         out.update(_latency(a, inputs, gpu, context, calibration, mnbt, speculation))
-        if a.recurrent is not None and "decode_step_s" in out:
-            out["latency_note"] = (
-                f"{a.num_recurrent_layers} recurrent layers: their state read and written each step and their mixer "
-                "FLOPs are priced from vLLM's state shapes; no published hybrid-model latency has been held against "
-                "them yet, so the intervals are the attention models'")
+        notes = []
+        if a.recurrent is not None:
+            notes.append(f"{a.num_recurrent_layers} recurrent layers: their state read and written each step and "
+                         "their mixer FLOPs are priced from vLLM's state shapes; no published hybrid-model latency has "
+                         "been held against them yet, so the intervals are the attention models'")
+        if a.sparse_indexer is not None:
+            notes.append(f"sparse attention: each step reads every indexer key on {len(a.sparse_indexer.layers)} "
+                         f"layers and the {a.sparse_indexer.topk} latent rows picked on each, and prices the "
+                         "indexer's scoring; no published DeepSeek-V3.2 or GLM-5 latency has been held against it yet")
+        if latency.kernel_family(a) == "fp4":
+            notes.append("NVFP4 weights: the fp4 kernel's efficiency is a prior, not fitted (no published NVFP4 "
+                         "latency is in the corpus)")
+        if notes and "decode_step_s" in out:
+            out["latency_note"] = "; ".join(notes)
     if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
         out["calibration_warnings"] = warnings
     return out
@@ -858,6 +867,9 @@ def _latency(a: Architecture, inputs: PlanInputs, gpu: GPU, context: int, calibr
             # the KV term's bytes a GPU a step, and of them a hybrid's recurrent state, read and written back
             "decode_kv_bytes": work.kv_bytes,
             "decode_recurrent_state_bytes": 2 * batch * state_bytes_per_sequence(a, tp),
+            # of them, a sparse model's indexer keys (every cached token's, on each layer with an indexer)
+            "decode_sparse_indexer_bytes": batch * sum(
+                n * context * layer.indexer_bytes for layer, n in a.attention_kinds),
             "decode_regime": reg,
             "decode_step_interval_s": d["interval_s"],
             "decode_checked_against": d["checked_against"],

@@ -176,3 +176,12 @@ def test_published_startups_are_reproduced_from_their_logged_budget(path):
     assert r.logged.kv_cache_tokens % 64 == 0  # whole 64-token blocks: max_model_len is a multiple of 64
     loading = model_loading_bytes(a, r.tensor_parallel_size) / GiB
     assert loading == pytest.approx(r.logged.model_loading_gib, rel=0.01)
+
+
+def test_the_plans_decode_terms_name_the_indexer_and_say_what_is_unchecked():
+    glm = Architecture.from_config(CONFIGS / "zai-org--GLM-5-FP8")
+    plan = make_plan(glm, PlanInputs(tensor_parallel_size=8, batch=8, context=8192), resolve_gpu("h200")[0])
+    # 8 sequences × 78 layers × (8,192 indexer keys of 132 B + the 2,048 picked latent rows of 1,152 B)
+    assert plan["decode_kv_bytes"] == 8 * 78 * (8192 * 132 + 2048 * 1152)
+    assert plan["decode_sparse_indexer_bytes"] == 8 * 78 * 8192 * 132
+    assert "no published DeepSeek-V3.2 or GLM-5 latency" in plan["latency_note"]
