@@ -91,7 +91,8 @@ def summarize(text: str, source: str = "log") -> dict[str, Any]:
         "gpu_memory_utilization": p.get("gpu_memory_utilization"),
         "max_model_len": p.get("max_model_len"),
         "max_num_batched_tokens": p.get("max_num_batched_tokens"),
-        "block_size": p.get("block_size"),
+        # the block the backends settled on where the log says ("Setting kv cache block size to 64"), else the set one
+        "block_size": p.get("log_kv_block_size") or p.get("block_size"),
         "weights_bytes": weights,
         "activation_peak_bytes": p.get("peak_activation_bytes"),
         "non_torch_bytes": p.get("non_torch_bytes"),
@@ -187,7 +188,8 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
     except ValueError:
         arch = arch.with_dtype("auto")
     tp = record.get("tensor_parallel_size") or 1
-    block = record.get("block_size") or 16
+    # the block the log gives, else vLLM's default (16; 64 for sparse attention, whose indexer takes no other)
+    block = record.get("block_size") or (64 if arch.sparse_indexer is not None else 16)
     mml = record.get("max_model_len") or arch.max_position_embeddings
     kv_dtype = record.get("kv_cache_dtype") or "auto"
     if kv_dtype.lower() not in KV_DTYPES:

@@ -489,6 +489,9 @@ class StartupLog(BaseModel):
     mamba_ssm_cache_dtype: str | None = Field(None, description="the dtype of a recurrent layer's SSM state")
     log_attention_block_size: int | None = Field(None, description="'Setting attention block size to N tokens': the "
                                                                     "block vLLM raised a hybrid model's to")
+    log_kv_block_size: int | None = Field(None, description="'Setting kv cache block size to N for … backend': the "
+                                                             "block the attention backends settled on (DeepSeek "
+                                                             "sparse attention's indexer: 64)")
     max_loras: int | None = None
     max_lora_rank: int | None = None
     encoder_budget_tokens: int | None = Field(

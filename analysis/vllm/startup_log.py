@@ -268,6 +268,9 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
      lambda m: {"mamba_ssm_cache_dtype": m.group(1)}),
     ("attention_block", re.compile(r"Setting attention block size to (\d+) tokens"),
      lambda m: {"log_attention_block_size": int(m.group(1))}),
+    # the block the attention backends settled on (DeepSeek sparse attention's indexer: 64), after the config line
+    ("kv_block", re.compile(r"Setting kv cache block size to (\d+) for"),
+     lambda m: {"log_kv_block_size": int(m.group(1))}),
     ("hybrid_no_prefix", re.compile(r"model detected without support for prefix caching: disabling"),
      lambda m: {"enable_prefix_caching": False}),
     ("encoder_cache", re.compile(r"Encoder cache will be initialized with a budget of (\d+) tokens, and profiled "
@@ -387,7 +390,7 @@ _ANY = re.compile("|".join(re.escape(w) for w in (
     "weights take", "non_torch_memory", "activation peak", "Memory profiling", "CUDA graph", "Free memory on device",
     "Desired GPU memory", "GiB for", "kv cache memory in use", "Explicitly set", "Initial free memory", "█",
     "num_gpu_blocks is", "memory snapshot", "requested memory", "Encoder cache", "mamba_ssm_cache_dtype",
-    "attention block size", "prefix caching")))
+    "attention block size", "prefix caching", "kv cache block size")))
 
 # Fields that a value from the engine configuration describes (kept once, never per rank).
 _SETTINGS = {"vllm_version", "model", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",

@@ -185,3 +185,17 @@ def test_the_plans_decode_terms_name_the_indexer_and_say_what_is_unchecked():
     assert plan["decode_kv_bytes"] == 8 * 78 * (8192 * 132 + 2048 * 1152)
     assert plan["decode_sparse_indexer_bytes"] == 8 * 78 * 8192 * 132
     assert "no published DeepSeek-V3.2 or GLM-5 latency" in plan["latency_note"]
+
+
+@pytest.mark.parametrize("path", STARTUPS, ids=[p.stem for p in STARTUPS])
+def test_kvprof_log_reads_a_sparse_start_up_and_plans_what_it_ran(path):
+    """`kvprof log` on the record's lines: the block the indexer's backend set (64, logged after the engine's
+    configuration), then the pool from the logged budget, as vLLM logged it."""
+    from analysis.planning.startup_log_check import predict, summarize
+
+    r = SparseStartup.model_validate(yaml.safe_load(path.read_text()))
+    logged = summarize(r.excerpt, path.stem)
+    assert logged["block_size"] == 64
+    p = predict(logged | {"tensor_parallel_size": r.tensor_parallel_size}, str(CONFIGS / r.checkpoint))
+    assert (p["kv_cache_tokens"], p["max_concurrency"]) == (r.logged.kv_cache_tokens, r.logged.max_concurrency)
+    assert p["assumed"] == []
