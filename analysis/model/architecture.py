@@ -48,7 +48,7 @@ class UnsupportedArchitecture(ValueError):
 _NON_GATED = {"gpt2", "gpt_bigcode", "gpt_neox", "opt", "gptj", "falcon", "phi", "bloom"}
 _LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt"}
 # Families whose q/k/v projections have biases even though the config says nothing.
-_QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"}
+_QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "mimo"}
 # Families with q/k RMSNorm over head_dim (two small vectors per layer).
 _QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_vl", "qwen3_vl_moe",
             "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text", "olmo2"}
@@ -59,6 +59,7 @@ _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4_text", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
     "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "minimax_m2", "falcon_h1",
+    "mimo",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -1371,7 +1372,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         tie_word_embeddings=bool(tie),
         torch_dtype=torch_dtype,
         qkv_bias=bool(cfg.get("attention_bias") or model_type in _QKV_BIAS or not gated),
-        o_bias=bool(cfg.get("attention_bias")) or not gated,
+        # Qwen2's family biases q, k and v only (qwen2.py: o_proj bias=False, whatever attention_bias says)
+        o_bias=(bool(cfg.get("attention_bias")) and model_type not in _QKV_BIAS) or not gated,
         mlp_bias=bool(cfg.get("mlp_bias")) or not gated,
         qk_norm=model_type in _QK_NORM,
         attention_sinks=model_type == "gpt_oss",

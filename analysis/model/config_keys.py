@@ -95,6 +95,8 @@ FAMILIES: dict[str, frozenset[str]] = {
     "mistral": DECODER | {"sliding_window"},
     "mixtral": DECODER | MIXTRAL_MOE | {"sliding_window"},
     "qwen2": DECODER | QWEN_WINDOW | {"use_mrope"},
+    # MiMo-7B: Qwen2's decoder (vLLM's mimo.py subclasses it) and MTP layers its mapper drops ("model.mtp_layers.")
+    "mimo": DECODER | QWEN_WINDOW | {"use_mrope", "num_nextn_predict_layers"},
     "qwen2_moe": DECODER | QWEN_WINDOW | QWEN_MOE,
     "qwen3": DECODER | QWEN_WINDOW,
     # Qwen3-Coder's qkv_bias and use_qk_norm: vLLM's qwen3_moe.py reads neither (its q/k norms always, the QKV bias

@@ -70,3 +70,23 @@ def test_kimi_k2_is_read_as_the_deepseek_v3_architecture_it_declares():
     p = count_params(a)
     # its card: "32 billion activated parameters and 1 trillion total parameters" (rounded figures)
     assert p.total / 1e12 == pytest.approx(1, abs=0.03) and p.active / 32e9 == pytest.approx(1, abs=0.03)
+
+
+def test_mimo_7b_is_qwen2s_decoder_without_its_mtp_layers():
+    """vLLM's MiMoForCausalLM is Qwen2's decoder; its mapper drops the checkpoint's model.mtp_layers. The count is
+    transformers' own Qwen2 on the same config (q/k/v biased, o_proj not, whatever attention_bias says)."""
+    import json
+
+    import torch
+    import transformers
+    from published_configs import CONFIGS
+
+    from analysis.model.architecture import Architecture
+    from analysis.model.params import count_params
+
+    cfg = json.loads((CONFIGS / "XiaomiMiMo--MiMo-7B-Base" / "config.json").read_text())
+    plain = {k: v for k, v in cfg.items() if k not in ("model_type", "architectures", "num_nextn_predict_layers")}
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.Qwen2Config(**plain))
+    assert count_params(Architecture.from_config(cfg, "MiMo-7B")).total == sum(
+        t.numel() for t in model.parameters())
