@@ -24,6 +24,7 @@ from analysis.model.layers import (
     ChunkedLocalAttention,
     FullAttention,
     GatedDeltaNetState,
+    Mamba1State,
     Mamba2State,
     MultiHeadLatentAttention,
     SlidingWindowAttention,
@@ -59,7 +60,7 @@ _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4_text", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
     "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "minimax_m2", "falcon_h1",
-    "mimo",
+    "mimo", "jamba",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -239,7 +240,45 @@ class GatedDeltaNet(BaseModel):
                 + 2 * self.num_v_heads + self.head_v_dim)
 
 
-RecurrentMixer = Annotated[Mamba2 | GatedDeltaNet, Field(discriminator="kind")]
+class Mamba1(BaseModel):
+    """A Mamba (v1) mixer (vLLM's ``MambaMixer``, Jamba's): an inner width of ``inner`` channels, a selective state
+    of ``state_size`` per channel, a causal convolution of ``conv_kernel`` taps, Δ through a ``dt_rank`` bottleneck,
+    and (Jamba's) RMSNorms over Δ, B and C."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["mamba1"] = "mamba1"
+    inner: int = Field(gt=0, le=MAX_INTERMEDIATE_SIZE)
+    state_size: int = Field(gt=0, le=MAX_HEAD_DIM)
+    conv_kernel: int = Field(gt=1, le=64)
+    dt_rank: int = Field(gt=0, le=MAX_HIDDEN_SIZE)
+    conv_bias: bool = True
+    proj_bias: bool = False
+    dt_bc_norms: bool = True
+    ssm_cache_dtype: str = "auto"
+
+    def state(self, model_dtype_bytes: int) -> Mamba1State:
+        return Mamba1State(num_heads=self.inner, state_size=self.state_size, conv_kernel=self.conv_kernel,
+                           conv_bytes=model_dtype_bytes, ssm_bytes=_ssm_bytes(self.ssm_cache_dtype, model_dtype_bytes))
+
+    def matrices(self, hidden: int) -> list[tuple[str, int, int]]:
+        """in_proj to x and the gate z (2·I rows), x_proj to Δ's bottleneck, B and C, dt_proj back to I, out_proj."""
+        return [("in_proj", 2 * self.inner, hidden), ("x_proj", self.dt_rank + 2 * self.state_size, self.inner),
+                ("dt_proj", self.inner, self.dt_rank), ("out_proj", hidden, self.inner)]
+
+    def params(self, hidden: int) -> int:
+        """The projections, the depthwise convolution (I × conv_kernel, and its bias), dt_proj's bias, A (I × N), D
+        (I), the in/out projections' biases with use_bias, and the norms over Δ, B and C."""
+        n = sum(o * i for _, o, i in self.matrices(hidden)) + self.inner * self.conv_kernel
+        n += (self.inner if self.conv_bias else 0) + self.inner + self.inner * self.state_size + self.inner
+        if self.proj_bias:
+            n += 2 * self.inner + hidden
+        if self.dt_bc_norms:
+            n += self.dt_rank + 2 * self.state_size
+        return n
+
+
+RecurrentMixer = Annotated[Mamba1 | Mamba2 | GatedDeltaNet, Field(discriminator="kind")]
 
 
 def _ssm_bytes(dtype: str, model_dtype_bytes: int) -> int:
@@ -1118,6 +1157,49 @@ def _falcon_h1(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str
             "intermediate_size": cfg.get("intermediate_size", 14336)}, hybrid
 
 
+def _jamba(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Jamba (vLLM's ``models/jamba.py``): layer ``i`` is attention where ``i % attn_layer_period ==
+    attn_layer_offset``, else a Mamba (v1) mixer with RMSNorms over Δ, B and C; its MLP is a MoE of ``num_experts``
+    gated experts where ``i % expert_layer_period == expert_layer_offset``, else dense (transformers' JambaConfig
+    ``layers_block_type`` and ``layers_num_experts``; its defaults where a key is absent). Attention has no
+    positional encoding; the SSM state is cached in the model dtype."""
+    n = _positive_int(cfg.get("num_hidden_layers", 32), "num_hidden_layers", name)
+    hidden = _positive_int(cfg.get("hidden_size", 4096), "hidden_size", name)
+    period = _positive_int(cfg.get("attn_layer_period", 8), "attn_layer_period", name)
+    offset = cfg.get("attn_layer_offset", 4)
+    e_period = _positive_int(cfg.get("expert_layer_period", 2), "expert_layer_period", name)
+    e_offset = cfg.get("expert_layer_offset", 1)
+    for key, v, p in (("attn_layer_offset", offset, period), ("expert_layer_offset", e_offset, e_period)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < p:
+            raise UnsupportedArchitecture(f"{name}: {key} must be an integer in [0, its period {p}), got {v!r}")
+    kinds = tuple("full_attention" if i % period == offset else "recurrent" for i in range(n))
+    if "full_attention" not in kinds or "recurrent" not in kinds:
+        raise UnsupportedArchitecture(f"{name}: kvprof plans Jamba with both mamba and attention layers")
+    if cfg.get("sliding_window") is not None:
+        raise UnsupportedArchitecture(f"{name}: a Jamba sliding window (sliding_window {cfg['sliding_window']!r}) is "
+                                      "not modelled")
+    expand = _positive_int(cfg.get("mamba_expand", 2), "mamba_expand", name)
+    dt_rank = cfg.get("mamba_dt_rank", "auto")
+    if dt_rank == "auto":
+        dt_rank = math.ceil(hidden / 16)
+    mamba = _validated(Mamba1, name, inner=expand * hidden, state_size=cfg.get("mamba_d_state", 16),
+                       conv_kernel=cfg.get("mamba_d_conv", 4), dt_rank=dt_rank,
+                       conv_bias=bool(cfg.get("mamba_conv_bias", True)), proj_bias=bool(cfg.get("mamba_proj_bias")))
+    experts = int(cfg.get("num_experts", 16) or 1)
+    hybrid: dict[str, Any] = dict(num_layers=n, layer_types=kinds, recurrent=mamba, mlp_gated=True, qkv_bias=False,
+                                  o_bias=False, mlp_bias=False, norms_per_layer=2, qk_norm=False, rotary_fraction=0.0)
+    if experts > 1:
+        hybrid["moe"] = _validated(
+            MoE, name, num_experts=experts, experts_per_token=cfg.get("num_experts_per_tok", 2),
+            expert_intermediate_size=cfg.get("intermediate_size", 14336),
+            dense_layers=tuple(i for i in range(n) if i % e_period != e_offset))
+    return {**cfg, "num_hidden_layers": n, "hidden_size": hidden,
+            "intermediate_size": cfg.get("intermediate_size", 14336),
+            "num_attention_heads": cfg.get("num_attention_heads", 32),
+            "num_key_value_heads": cfg.get("num_key_value_heads", 8), "vocab_size": cfg.get("vocab_size", 65536),
+            "max_position_embeddings": cfg.get("max_position_embeddings", 262144)}, hybrid
+
+
 _GRANITE_LAYERS = {"mamba": "recurrent", "attention": "full_attention"}
 
 
@@ -1299,6 +1381,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         hybrid = _minimax_m2(cfg, name)
     elif model_type == "falcon_h1":
         cfg, hybrid = _falcon_h1(cfg, name)
+    elif model_type == "jamba":
+        cfg, hybrid = _jamba(cfg, name)
     elif model_type == "llama4_text":
         hybrid = _llama4(cfg, name)
         cfg = {**cfg, "intermediate_size": cfg.get("intermediate_size_mlp")}  # the dense layers' MLP

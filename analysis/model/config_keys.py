@@ -133,6 +133,12 @@ FAMILIES: dict[str, frozenset[str]] = {
                             "lm_head_multiplier", "embedding_multiplier", "mlp_multipliers", "key_multiplier",
                             "attention_out_multiplier", "attention_in_multiplier", "ssm_multipliers",
                             "ssm_in_multiplier", "ssm_out_multiplier", "num_logits_to_keep", "attn_layer_indices"},
+    # Jamba (architecture._jamba): attention every attn_layer_period-th layer, experts every expert_layer_period-th;
+    # use_mamba_kernels picks kernels, num_logits_to_keep an output, no weight
+    "jamba": DECODER | {"attn_layer_period", "attn_layer_offset", "expert_layer_period", "expert_layer_offset",
+                        "num_experts", "num_experts_per_tok", "mamba_d_state", "mamba_d_conv", "mamba_expand",
+                        "mamba_dt_rank", "mamba_conv_bias", "mamba_proj_bias", "use_mamba_kernels",
+                        "num_logits_to_keep", "output_router_logits", "router_aux_loss_coef", "sliding_window"},
     # MiniMax-M2 (architecture._minimax_m2): the MTP modules' keys describe layers vLLM does not load;
     # attn_type_list and sliding_window are checked against the full attention vLLM builds
     "minimax_m2": DECODER | {"num_local_experts", "num_experts_per_tok", "rotary_dim", "partial_rotary_factor",
@@ -217,7 +223,9 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "no_rope_layer_interval", "attention_chunk_size", "mamba_n_heads", "mamba_d_state",
                      "mamba_n_groups", "mamba_d_conv", "mamba_expand", "shared_intermediate_size",
                      "index_n_heads", "index_head_dim", "index_topk", "index_topk_freq", "index_skip_topk_offset",
-                     "qk_head_dim", "rotary_dim", "num_mtp_modules", "mtp_transformer_layers"), int),
+                     "qk_head_dim", "rotary_dim", "num_mtp_modules", "mtp_transformer_layers", "attn_layer_period",
+                     "attn_layer_offset", "expert_layer_period", "expert_layer_offset"), int),
+    "mamba_dt_rank": (int, str),
     **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "multi_query",
                      "use_conv_bias", "use_bias", "mamba_conv_bias", "mamba_proj_bias"), bool),
     **dict.fromkeys(("position_embedding_type", "normalization_function"), (str, type(None))),

@@ -1,7 +1,7 @@
 """Cache-layer kinds, one class each owning its formulas, as vLLM's ``v1/kv_cache_interface.py`` has one
 spec class per KV-cache kind (``FullAttentionSpec``, ``SlidingWindowSpec``, ``MLAAttentionSpec``, ``MambaSpec``):
-attention that caches tokens, and the recurrent layers of hybrid models (Mamba2, gated DeltaNet) that hold a state a
-request instead (``RecurrentState``).
+attention that caches tokens, and the recurrent layers of hybrid models (Mamba, Mamba2, gated DeltaNet) that hold a
+state a request instead (``RecurrentState``).
 
 Each kind answers, for one layer:
 
@@ -298,6 +298,29 @@ class Mamba2State(RecurrentState):
         a state element."""
         conv_dim = self.num_heads * self.head_dim + 2 * self.n_groups * self.state_size
         return 2 * self.conv_kernel * conv_dim + 5 * self.num_heads * self.head_dim * self.state_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mamba1State(RecurrentState):
+    """A Mamba (v1) mixer's state (Jamba's mamba layers). vLLM 0.32's ``MambaStateShapeCalculator
+    .mamba1_state_shape``: a convolution state of ``conv_kernel − 1`` rows of the inner width split over the ranks,
+    and an SSM state of ``inner/tp × state_size``. No prefill checkpoint block (``MambaMixer`` keeps the base
+    spec). ``num_heads``: the inner width (Mamba1 has no heads; its state splits by channel)."""
+
+    kind: ClassVar[str] = "mamba1"
+    state_size: int
+    conv_kernel: int
+
+    def state_bytes(self, tp: int = 1) -> int:
+        if self.num_heads % tp:
+            raise ValueError(f"a Mamba inner width of {self.num_heads} cannot be split evenly over {tp} ranks")
+        inner = self.num_heads // tp
+        return (self.conv_kernel - 1) * inner * self.conv_bytes + inner * self.state_size * self.ssm_bytes
+
+    def attention_flops(self, context: int) -> float:
+        """The causal convolution over every channel and the selective scan's update and read-out: about five FLOPs
+        a state element."""
+        return 2 * self.conv_kernel * self.num_heads + 5 * self.num_heads * self.state_size
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -84,6 +84,7 @@ HYBRIDS = [
     ("tiny-granite-4-h", True, {"float32": (288, 56, 17), "auto": (160, 102, 22)}, 64),
     ("tiny-granite-4-h", False, {"float32": (288, 56, 11), "auto": (160, 102, 16)}, 64),
     ("tiny-falcon-h1", True, {"float32": (416, 39, 8), "auto": (224, 73, 13)}, 32),
+    ("tiny-jamba", True, {"float32": (160, 204, 27), "auto": (96, 341, 36)}, 16),
 ]
 
 
@@ -129,7 +130,14 @@ def test_a_hybrid_recurrent_model_has_vllms_exact_capacity(hybrid):
     page 212,992 B. Four attention and four Mamba layers: one group of four each, 4 × 212,992 B a block, 32 MiB ÷
     851,968 = 39 blocks; a request holds cdiv(2048, 416) = 5 attention blocks and three Mamba blocks with the prefix
     cache: 8. With the state in bf16 (98,304 B): 103,680 B, a 224-token block, 458,752 B a block, 73 blocks, 10 + 3
-    a request."""
+    a request.
+
+    Jamba, small (tiny-jamba): seven Mamba (v1) mixers and one attention layer (512 B a token). A Mamba1 state: a conv
+    state of 3 × 1,024 channels in bf16 (6,144 B) and an SSM state of 1,024 × 16 in float32 (65,536 B): 71,680 B, so
+    the block is 32 × cdiv(71,680, 16,384) = 160 tokens and a page 81,920 B. Seven Mamba layers against one attention
+    layer make groups of one (7 ≥ 1.5 × 1): eight groups, one page a block, 16 MiB ÷ 81,920 = 204 blocks; a request
+    holds cdiv(2048, 160) = 13 attention blocks and two a Mamba group with the prefix cache (no checkpoint block for
+    Mamba1): 13 + 14 = 27. With the state in bf16 (32,768 B): a 96-token block, 341 blocks, 22 + 14 a request."""
     model, prefix_caching, (block, blocks, per_request), facts = hybrid
     arch, _ = resolve_model(model)
     arch = arch.model_copy(update={"recurrent": arch.recurrent.model_copy(
