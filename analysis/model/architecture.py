@@ -27,6 +27,7 @@ from analysis.model.layers import (
     Mamba1State,
     Mamba2State,
     MultiHeadLatentAttention,
+    ShortConvState,
     SlidingWindowAttention,
     SparseMLA,
 )
@@ -278,7 +279,30 @@ class Mamba1(BaseModel):
         return n
 
 
-RecurrentMixer = Annotated[Mamba1 | Mamba2 | GatedDeltaNet, Field(discriminator="kind")]
+class ShortConv(BaseModel):
+    """A gated short convolution (LFM2's ``conv`` layers, vLLM's ``ShortConv``): in_proj to B, C and x (3 × ``dim``),
+    a depthwise causal convolution of ``conv_kernel`` taps (``conv_L_cache``), out_proj; biases with ``bias``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["short_conv"] = "short_conv"
+    dim: int = Field(gt=0, le=MAX_HIDDEN_SIZE)
+    conv_kernel: int = Field(gt=1, le=64)
+    bias: bool = False
+
+    def state(self, model_dtype_bytes: int) -> ShortConvState:
+        return ShortConvState(num_heads=self.dim, conv_kernel=self.conv_kernel, conv_bytes=model_dtype_bytes,
+                              ssm_bytes=0)
+
+    def matrices(self, hidden: int) -> list[tuple[str, int, int]]:
+        return [("in_proj", 3 * self.dim, hidden), ("out_proj", hidden, self.dim)]
+
+    def params(self, hidden: int) -> int:
+        n = sum(o * i for _, o, i in self.matrices(hidden)) + self.dim * self.conv_kernel
+        return n + ((3 * self.dim + self.dim + hidden) if self.bias else 0)
+
+
+RecurrentMixer = Annotated[Mamba1 | Mamba2 | GatedDeltaNet | ShortConv, Field(discriminator="kind")]
 
 
 def _ssm_bytes(dtype: str, model_dtype_bytes: int) -> int:
@@ -1200,6 +1224,52 @@ def _jamba(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, An
             "max_position_embeddings": cfg.get("max_position_embeddings", 262144)}, hybrid
 
 
+def _lfm2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """LFM2 (vLLM's ``models/lfm2.py``): each layer is a gated short convolution (``conv``) or GQA attention with
+    q/k RMSNorms and RoPE (``full_attention``; from ``layer_types``, else ``full_attn_idxs``), then a SwiGLU MLP
+    whose width vLLM adjusts as ``Lfm2MLP`` does (two thirds of ``intermediate_size``, times
+    ``block_ffn_dim_multiplier``, rounded up to ``block_multiple_of``). transformers' defaults where a key is absent
+    (``block_ff_dim`` and ``tie_embedding`` are its older names)."""
+    n = _positive_int(cfg.get("num_hidden_layers", 32), "num_hidden_layers", name)
+    hidden = _positive_int(cfg.get("hidden_size", 2560), "hidden_size", name)
+    for key in ("block_dim", "conv_dim", "conv_dim_out"):
+        if cfg.get(key) not in (None, hidden):
+            raise UnsupportedArchitecture(f"{name}: {key} {cfg[key]!r} differs from hidden_size {hidden}; vLLM's LFM2 "
+                                          "sizes its blocks by both, which kvprof does not model")
+    types = cfg.get("layer_types")
+    if types is None:
+        idxs = cfg.get("full_attn_idxs")
+        idxs = list(range(n)) if idxs is None else idxs
+        if not isinstance(idxs, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in idxs):
+            raise UnsupportedArchitecture(f"{name}: full_attn_idxs must be a list of layer indices, got {idxs!r}")
+        types = ["full_attention" if i in idxs else "conv" for i in range(n)]
+    if not isinstance(types, list) or len(types) != n or not set(types) <= {"conv", "full_attention"}:
+        raise UnsupportedArchitecture(f"{name}: lfm2 needs layer_types, {n} of conv and full_attention; got {types!r}")
+    kinds = tuple("recurrent" if t == "conv" else "full_attention" for t in types)
+    if "recurrent" not in kinds or "full_attention" not in kinds:
+        raise UnsupportedArchitecture(f"{name}: kvprof plans LFM2 with both conv and attention layers")
+    inter = _positive_int(cfg.get("intermediate_size", cfg.get("block_ff_dim", 12288)), "intermediate_size", name)
+    if cfg.get("block_auto_adjust_ff_dim", True):
+        inter = int(2 * inter / 3)
+        multiplier = cfg.get("block_ffn_dim_multiplier", 1.0)
+        if multiplier is not None:
+            if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or not 0 < multiplier <= 64:
+                raise UnsupportedArchitecture(f"{name}: block_ffn_dim_multiplier must be a positive number, got "
+                                              f"{multiplier!r}")
+            inter = int(multiplier * inter)
+        multiple = _positive_int(cfg.get("block_multiple_of", 256), "block_multiple_of", name)
+        inter = multiple * -(-inter // multiple)
+    conv = _validated(ShortConv, name, dim=hidden, conv_kernel=cfg.get("conv_L_cache", 3),
+                      bias=bool(cfg.get("conv_bias", False)))
+    tie = cfg.get("tie_word_embeddings", cfg.get("tie_embedding", True))
+    hybrid = dict(num_layers=n, layer_types=kinds, recurrent=conv, mlp_gated=True, qkv_bias=False, o_bias=False,
+                  mlp_bias=False, norms_per_layer=2, qk_norm=True)
+    return {**cfg, "num_hidden_layers": n, "hidden_size": hidden, "intermediate_size": inter,
+            "num_attention_heads": cfg.get("num_attention_heads", 32),
+            "num_key_value_heads": cfg.get("num_key_value_heads", 8), "vocab_size": cfg.get("vocab_size", 65536),
+            "max_position_embeddings": cfg.get("max_position_embeddings", 128000), "tie_word_embeddings": tie}, hybrid
+
+
 _GRANITE_LAYERS = {"mamba": "recurrent", "attention": "full_attention"}
 
 
@@ -1383,6 +1453,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         cfg, hybrid = _falcon_h1(cfg, name)
     elif model_type == "jamba":
         cfg, hybrid = _jamba(cfg, name)
+    elif model_type == "lfm2":
+        cfg, hybrid = _lfm2(cfg, name)
     elif model_type == "llama4_text":
         hybrid = _llama4(cfg, name)
         cfg = {**cfg, "intermediate_size": cfg.get("intermediate_size_mlp")}  # the dense layers' MLP

@@ -139,6 +139,13 @@ FAMILIES: dict[str, frozenset[str]] = {
                         "num_experts", "num_experts_per_tok", "mamba_d_state", "mamba_d_conv", "mamba_expand",
                         "mamba_dt_rank", "mamba_conv_bias", "mamba_proj_bias", "use_mamba_kernels",
                         "num_logits_to_keep", "output_router_logits", "router_aux_loss_coef", "sliding_window"},
+    # LFM2 (architecture._lfm2): gated short convolutions and attention; the *_init_* and use_* keys describe
+    # training-time choices, norm_eps and theta the norms and RoPE
+    "lfm2": DECODER | {"layer_types", "full_attn_idxs", "block_dim", "block_ff_dim", "block_multiple_of",
+                       "block_ffn_dim_multiplier", "block_auto_adjust_ff_dim", "block_norm_eps", "block_mlp_init_scale",
+                       "block_out_init_scale", "block_use_swiglu", "block_use_xavier_init", "conv_L_cache",
+                       "conv_bias", "conv_dim", "conv_dim_out", "conv_use_xavier_init", "norm_eps", "num_heads",
+                       "theta", "tie_embedding", "use_pos_enc"},
     # MiniMax-M2 (architecture._minimax_m2): the MTP modules' keys describe layers vLLM does not load;
     # attn_type_list and sliding_window are checked against the full attention vLLM builds
     "minimax_m2": DECODER | {"num_local_experts", "num_experts_per_tok", "rotary_dim", "partial_rotary_factor",
@@ -224,7 +231,8 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "mamba_n_groups", "mamba_d_conv", "mamba_expand", "shared_intermediate_size",
                      "index_n_heads", "index_head_dim", "index_topk", "index_topk_freq", "index_skip_topk_offset",
                      "qk_head_dim", "rotary_dim", "num_mtp_modules", "mtp_transformer_layers", "attn_layer_period",
-                     "attn_layer_offset", "expert_layer_period", "expert_layer_offset"), int),
+                     "attn_layer_offset", "expert_layer_period", "expert_layer_offset", "conv_L_cache",
+                     "block_multiple_of", "block_dim", "conv_dim", "block_ff_dim"), int),
     "mamba_dt_rank": (int, str),
     **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "multi_query",
                      "use_conv_bias", "use_bias", "mamba_conv_bias", "mamba_proj_bias"), bool),

@@ -1,7 +1,7 @@
 """Cache-layer kinds, one class each owning its formulas, as vLLM's ``v1/kv_cache_interface.py`` has one
 spec class per KV-cache kind (``FullAttentionSpec``, ``SlidingWindowSpec``, ``MLAAttentionSpec``, ``MambaSpec``):
-attention that caches tokens, and the recurrent layers of hybrid models (Mamba, Mamba2, gated DeltaNet) that hold a
-state a request instead (``RecurrentState``).
+attention that caches tokens, and the recurrent layers of hybrid models (Mamba, Mamba2, gated DeltaNet, short
+convolutions) that hold a state a request instead (``RecurrentState``).
 
 Each kind answers, for one layer:
 
@@ -321,6 +321,25 @@ class Mamba1State(RecurrentState):
         """The causal convolution over every channel and the selective scan's update and read-out: about five FLOPs
         a state element."""
         return 2 * self.conv_kernel * self.num_heads + 5 * self.num_heads * self.state_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShortConvState(RecurrentState):
+    """A short convolution's state (LFM2's ``conv`` layers, vLLM's ``ShortConv``): ``short_conv_state_shape``'s
+    ``conv_kernel − 1`` rows of the convolution's width split over the ranks, in the model dtype; no SSM state and
+    no prefill checkpoint block. ``num_heads``: the convolution's width (its state splits by channel)."""
+
+    kind: ClassVar[str] = "short_conv"
+    conv_kernel: int
+
+    def state_bytes(self, tp: int = 1) -> int:
+        if self.num_heads % tp:
+            raise ValueError(f"a convolution {self.num_heads} wide cannot be split evenly over {tp} ranks")
+        return (self.conv_kernel - 1) * (self.num_heads // tp) * self.conv_bytes
+
+    def attention_flops(self, context: int) -> float:
+        """The gated causal convolution over every channel."""
+        return 2 * self.conv_kernel * self.num_heads + 2 * self.num_heads
 
 
 @dataclass(frozen=True, kw_only=True)

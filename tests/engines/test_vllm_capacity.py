@@ -85,6 +85,7 @@ HYBRIDS = [
     ("tiny-granite-4-h", False, {"float32": (288, 56, 11), "auto": (160, 102, 16)}, 64),
     ("tiny-falcon-h1", True, {"float32": (416, 39, 8), "auto": (224, 73, 13)}, 32),
     ("tiny-jamba", True, {"float32": (160, 204, 27), "auto": (96, 341, 36)}, 16),
+    ("tiny-lfm2", True, {"float32": (32, 512, 68), "auto": (32, 512, 68)}, 16),
 ]
 
 
@@ -137,7 +138,13 @@ def test_a_hybrid_recurrent_model_has_vllms_exact_capacity(hybrid):
     the block is 32 × cdiv(71,680, 16,384) = 160 tokens and a page 81,920 B. Seven Mamba layers against one attention
     layer make groups of one (7 ≥ 1.5 × 1): eight groups, one page a block, 16 MiB ÷ 81,920 = 204 blocks; a request
     holds cdiv(2048, 160) = 13 attention blocks and two a Mamba group with the prefix cache (no checkpoint block for
-    Mamba1): 13 + 14 = 27. With the state in bf16 (32,768 B): a 96-token block, 341 blocks, 22 + 14 a request."""
+    Mamba1): 13 + 14 = 27. With the state in bf16 (32,768 B): a 96-token block, 341 blocks, 22 + 14 a request.
+
+    LFM2, small (tiny-lfm2): four gated short convolutions and two attention layers (512 B a token). A convolution's
+    state is 2 × 512 channels in bf16 (2,048 B; no SSM state), which a 32-token page (16,384 B) already holds: the
+    block stays 32. Four convolution layers against two attention layers make groups of two (4 ≥ 1.5 × 2): 2 × 16,384
+    B a block, 16 MiB ÷ 32,768 = 512 blocks; a request holds 64 attention blocks and two a convolution group with the
+    prefix cache: 68."""
     model, prefix_caching, (block, blocks, per_request), facts = hybrid
     arch, _ = resolve_model(model)
     arch = arch.model_copy(update={"recurrent": arch.recurrent.model_copy(
