@@ -1114,8 +1114,9 @@ def _minimax_m2(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     ``intermediate_size`` on every layer (a float32 router and, with ``use_routing_bias``, a float32 score bias).
     The MTP modules past the decoder are not loaded. What vLLM's model does not build is refused by name: a shared
     expert, a sliding window, an attention type other than full (``attn_type_list`` 1)."""
-    head_dim = _positive_int(cfg.get("head_dim") or 0 or cfg.get("hidden_size", 0) // max(
-        int(cfg.get("num_attention_heads") or 1), 1), "head_dim", name)
+    heads = _positive_int(cfg.get("num_attention_heads"), "num_attention_heads", name)
+    head_dim = _positive_int(cfg.get("head_dim") or _positive_int(cfg.get("hidden_size"), "hidden_size", name) // heads,
+                             "head_dim", name)
     if cfg.get("qk_norm_type", "per_layer") != "per_layer":
         raise UnsupportedArchitecture(f"{name}: qk_norm_type {cfg['qk_norm_type']!r}: vLLM's MiniMax-M2 builds "
                                       "per_layer q/k norms")
@@ -1126,17 +1127,15 @@ def _minimax_m2(cfg: dict[str, Any], name: str) -> dict[str, Any]:
         raise UnsupportedArchitecture(f"{name}: sliding_window {cfg['sliding_window']!r}: vLLM's MiniMax-M2 builds "
                                       "full attention on every layer")
     kinds = cfg.get("attn_type_list")
-    if kinds is not None and (not isinstance(kinds, list) or set(kinds) - {1}):
+    if kinds is not None and (not isinstance(kinds, list) or any(k != 1 for k in kinds)):
         raise UnsupportedArchitecture(f"{name}: attn_type_list other than 1 (full attention) on every layer")
     rotary = _positive_int(cfg.get("rotary_dim", head_dim), "rotary_dim", name)
     if rotary > head_dim:
         raise UnsupportedArchitecture(f"{name}: rotary_dim {rotary} exceeds head_dim {head_dim}")
-    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
     moe = _validated(MoE, name, num_experts=cfg.get("num_local_experts"),
                      experts_per_token=cfg.get("num_experts_per_tok"),
                      expert_intermediate_size=cfg.get("intermediate_size"),
                      router_bias=bool(cfg.get("use_routing_bias")), dense_layers=())
-    del n
     return dict(qk_norm=True, qk_norm_per_layer=True, rotary_fraction=rotary / head_dim, moe=moe)
 
 
