@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -373,6 +373,16 @@ class Architecture(BaseModel):
     # A vision tower whose start-up profile run kvprof plans (analysis.model.vision), None where there is none or
     # kvprof does not model its profile (the encoder's weights may still be counted in encoder_params).
     vision: VisionTower | None = None
+    # The modalities vLLM builds the encoder for (its model file's ``_mark_tower_model``): where
+    # --limit-mm-per-prompt sets every one to 0, vLLM builds no tower (``StageMissingLayer``), so neither its
+    # weights nor its profile run are on the GPU. Empty: a text model, or a wrapper kvprof has not read this of.
+    encoder_modalities: tuple[str, ...] = ()
+
+    def builds_encoder(self, limits: Mapping[str, int] | None) -> bool:
+        """Whether vLLM builds the multimodal encoder under ``--limit-mm-per-prompt`` ``limits`` (a modality not
+        named allows items): False only where every modality the tower serves is limited to 0."""
+        limits = limits or {}
+        return not self.encoder_modalities or any(limits.get(m, 1) > 0 for m in self.encoder_modalities)
 
     @model_validator(mode="after")
     def _check(self) -> Architecture:
@@ -765,6 +775,82 @@ def _qwen3_vl_params(v: dict[str, Any], text_hidden: int) -> int | None:
     return c * t * patch * patch * d + d + positions * d + depth * block + mergers
 
 
+# Kimi-K2.5's MoonViT, as vLLM 0.32 builds it (kimi_k25_vit.py MoonViT3dPretrainedModel and
+# KimiK25MultiModalProjector) from transformers' Kimi_K25VisionConfig: that class's fields and defaults; the keys
+# vLLM's model file reads with getattr and their defaults there; the legacy remote-code keys (vt_*, init_pos_emb_*)
+# of the published checkpoints, which name the shapes the weights were saved in.
+_MOONVIT_FIELDS = {"hidden_size": 1152, "num_hidden_layers": 27, "intermediate_size": 4304,
+                   "num_attention_heads": 16, "patch_size": 14, "pos_emb_height": 64, "pos_emb_width": 64,
+                   "pos_emb_time": 4}
+_MOONVIT_LEGACY = {"vt_hidden_size": "hidden_size", "vt_num_hidden_layers": "num_hidden_layers",
+                   "vt_intermediate_size": "intermediate_size", "vt_num_attention_heads": "num_attention_heads"}
+_MOONVIT_FLAGS = {"attn_bias": True, "linear_bias": True, "patch_embed_proj_bias": True}
+_MOONVIT_CHOICES = {"norm_type": ("layernorm",), "mlp_type": ("mlp2",), "pos_emb_type": ("divided_fixed",),
+                    "mm_projector_type": ("patchmerger",), "video_attn_type": ("spatial_temporal",),
+                    "merge_type": ("sd2_tpool",)}
+# What changes no weight: an activation, an epsilon, an attention kernel, the merged width as the remote code names
+# it (checked below), interpolation of the position grid.
+_MOONVIT_INERT = {"_attn_implementation", "hidden_act", "activation_func", "projector_hidden_act",
+                  "projector_ln_eps", "mm_hidden_size", "text_hidden_size", "pos_emb_interpolation_mode",
+                  "merge_kernel_size", "model_type", "init_pos_emb_height", "init_pos_emb_width", "init_pos_emb_time",
+                  "rope_parameters", "qkv_hidden_size"}
+
+
+def _moonvit_params(v: dict[str, Any], text_hidden: int, name: str) -> int:
+    """Parameters of Kimi-K2.5's MoonViT tower and patch-merger projector as vLLM 0.32 builds them: a Conv2d patch
+    embedding (biased), a learned pos_emb_height × pos_emb_width × width grid, ``num_hidden_layers`` blocks of two
+    LayerNorms, a biased fused QKV of qkv_hidden_size (default the width) and output projection and a biased
+    two-matrix MLP, a final LayerNorm; the projector: a LayerNorm of the width, then two biased linears over the
+    merge_kernel_size patches it merges, the second to the decoder's width. A key that would build another tower
+    is refused by name."""
+    unread = sorted(k for k in v if k not in {*_MOONVIT_FIELDS, *_MOONVIT_LEGACY, *_MOONVIT_FLAGS,
+                                              *_MOONVIT_CHOICES, *_MOONVIT_INERT}
+                    and not config_keys.is_inert(k))
+    if unread:
+        raise UnsupportedArchitecture(f"{name}: vision_config {'key' if len(unread) == 1 else 'keys'} "
+                                      f"{', '.join(unread)} not read by kvprof's MoonViT reader; the tower is "
+                                      "refused rather than counted as something else")
+    shape = {k: v.get(k, d) for k, d in _MOONVIT_FIELDS.items()}
+    for legacy, field in _MOONVIT_LEGACY.items():
+        if legacy in v and v[legacy] != shape[field]:
+            raise UnsupportedArchitecture(
+                f"{name}: vision_config {legacy} is {v[legacy]!r} but vLLM 0.32 builds the tower from {field} "
+                f"({shape[field]!r}{'' if field in v else ', its default'}); the checkpoint's weights would not "
+                "load into it")
+    for dim in ("height", "width", "time"):  # vLLM's _get_pos_emb_size: the legacy key wins
+        if v.get(f"init_pos_emb_{dim}") is not None:
+            shape[f"pos_emb_{dim}"] = v[f"init_pos_emb_{dim}"]
+    merge = v.get("merge_kernel_size", [2, 2])
+    qkv = v.get("qkv_hidden_size") or shape["hidden_size"]
+    ints = _ints({**shape, "qkv": qkv, "mh": merge[0] if isinstance(merge, list | tuple) and len(merge) == 2 else 0,
+                  "mw": merge[1] if isinstance(merge, list | tuple) and len(merge) == 2 else 0},
+                 *shape, "qkv", "mh", "mw")
+    if ints is None:
+        raise UnsupportedArchitecture(f"{name}: vision_config's MoonViT shapes ({', '.join(shape)}, "
+                                      "qkv_hidden_size, merge_kernel_size) must be positive integers")
+    for key, allowed in _MOONVIT_CHOICES.items():
+        if key in v and v[key] not in allowed:
+            raise UnsupportedArchitecture(f"{name}: vision_config {key} {v[key]!r} is not read by kvprof's MoonViT "
+                                          f"reader (it reads {', '.join(map(repr, allowed))})")
+    flags = {k: v.get(k, d) for k, d in _MOONVIT_FLAGS.items()}
+    if any(not isinstance(f, bool) for f in flags.values()):
+        raise UnsupportedArchitecture(f"{name}: vision_config {', '.join(_MOONVIT_FLAGS)} are true or false")
+    if v.get("text_hidden_size") not in (None, text_hidden):
+        raise UnsupportedArchitecture(f"{name}: vision_config text_hidden_size {v['text_hidden_size']!r} is not the "
+                                      f"decoder's hidden_size {text_hidden}")
+    if v.get("mm_hidden_size") not in (None, shape["hidden_size"]):
+        raise UnsupportedArchitecture(f"{name}: vision_config mm_hidden_size {v['mm_hidden_size']!r} is not the "
+                                      f"tower's width {shape['hidden_size']}")
+    h, layers, inter, _heads, patch, ph, pw, _t, q, mh, mw = ints
+    attn_b, lin_b = flags["attn_bias"], flags["linear_bias"]
+    embed = 3 * patch * patch * h + (h if flags["patch_embed_proj_bias"] else 0) + ph * pw * h
+    block = 2 * 2 * h + (h * 3 * q + (3 * q if attn_b else 0)) + (q * h + (h if attn_b else 0)) \
+        + (h * inter + (inter if lin_b else 0)) + (inter * h + (h if lin_b else 0))
+    merged = h * mh * mw
+    projector = 2 * h + (merged * merged + merged) + (merged * text_hidden + text_hidden)
+    return embed + layers * block + 2 * h + projector
+
+
 def _with_modelopt_sidecar(path: Path, cfg: dict[str, Any], name: str) -> dict[str, Any]:
     """config.json with the quantization vLLM 0.32 reads for it (``transformers_utils/config.py``): its own
     ``quantization_config`` (or ``text_config``'s) wins; without one, a ModelOpt ``hf_quant_config.json`` beside it
@@ -876,7 +962,23 @@ def _vision_tower(raw: dict[str, Any], text_hidden: int, max_pixels: int | None,
     return Qwen2VisionTower(intermediate=int(width * v.get("mlp_ratio", 4)), **shapes)
 
 
-def _encoder_params(raw: dict[str, Any], text_hidden: int) -> tuple[int, str | None]:
+# The modalities each multimodal wrapper's vLLM 0.32 model file builds its tower for (``_mark_tower_model``):
+# gemma3_mm.py, llava.py, mllama4.py, qwen2_vl.py, qwen2_5_vl.py, qwen3_vl.py, qwen3_vl_moe.py, qwen3_5.py,
+# kimi_k25.py. Where --limit-mm-per-prompt sets each to 0 the tower is not built.
+ENCODER_MODALITIES: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(("gemma3", "llava", "llama4"), ("image",)),
+    **dict.fromkeys(("qwen2_vl", "qwen2_5_vl", *QWEN3_VL), ("image", "video")),
+    "kimi_k25": ("vision_chunk",),
+}
+# Towers whose weights kvprof counts and whose profile run it does not model (no analysis.model.vision class): what
+# vLLM profiles there.
+_UNPROFILED_TOWERS = {
+    "kimi_k25": "Kimi-K2.5's MoonViT profiles a 3,000 × 3,000 image or a 4-frame video chunk, whichever has more "
+                "tokens as the checkpoint's own image processor (remote code, media_proc_cfg) counts them",
+}
+
+
+def _encoder_params(raw: dict[str, Any], text_hidden: int, name: str) -> tuple[int, str | None]:
     """Parameters of a multimodal checkpoint's vision encoder and projector, counted from ``vision_config``, and
     what was left uncounted: SigLIP towers with a known projector (Gemma 3) and the Qwen2-VL and Qwen2.5-VL towers
     are counted; another ``vision_config`` or ``audio_config`` is named in the note (its weights load beside the
@@ -893,6 +995,8 @@ def _encoder_params(raw: dict[str, Any], text_hidden: int) -> tuple[int, str | N
             counted = _qwen_vl_params(v, model_type, text_hidden)
         elif model_type in QWEN3_VL and kind in (None, *QWEN3_VL):
             counted = _qwen3_vl_params(v, text_hidden)
+        elif model_type == "kimi_k25" and kind in (None, "", "kimi_k25_vision"):
+            counted = _moonvit_params(v, text_hidden, name)
     notes = []
     if v is not None and counted is None:
         what = v.get("model_type") if isinstance(v, dict) else None
@@ -905,8 +1009,16 @@ def _encoder_params(raw: dict[str, Any], text_hidden: int) -> tuple[int, str | N
     note = None
     if notes:
         note = ("; ".join(notes) + ": vLLM loads that encoder beside the decoder, so the weights here are short by "
-                "its size (kvprof counts SigLIP towers with Gemma 3's projector and the Qwen2-VL, Qwen2.5-VL and "
-                "Qwen3-VL towers)")
+                "its size (kvprof counts SigLIP towers with Gemma 3's projector, the Qwen2-VL, Qwen2.5-VL and "
+                "Qwen3-VL towers and Kimi-K2.5's MoonViT)")
+    elif counted and model_type in _UNPROFILED_TOWERS:
+        note = (f"{_UNPROFILED_TOWERS[model_type]}: its weights are counted but not the start-up profile run vLLM "
+                "gives it, so the activation reserve here leaves that run out")
+    modalities = ENCODER_MODALITIES.get(model_type)
+    if note and modalities:
+        off = ", ".join(f'"{m}": 0' for m in modalities)
+        note += (f"; with --limit-mm-per-prompt '{{{off}}}' vLLM builds no tower and kvprof plans that text-only "
+                 "engine exactly")
     return counted or 0, note
 
 
@@ -1512,7 +1624,7 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
     except ValueError as exc:
         raise UnsupportedArchitecture(f"{name}: {exc}") from exc
 
-    encoder = _encoder_params(raw, hidden)
+    encoder = _encoder_params(raw, hidden, name)
     fields = dict(
         name=name,
         model_type=model_type,
@@ -1544,6 +1656,7 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         rope_cache_positions=_rope_cache_positions(cfg, model_type),
         encoder_params=encoder[0], encoder_note=encoder[1],
         vision=_vision_tower(raw, hidden, max_pixels, video_max_pixels),
+        encoder_modalities=ENCODER_MODALITIES.get(str(raw.get("model_type")), ()),
     )
     try:
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")),

@@ -37,6 +37,7 @@ INERT = frozenset({
     "suppress_tokens", "task_specific_params", "temperature", "tf_legacy_loss", "tie_encoder_decoder",
     "tokenizer_class", "top_k", "top_p", "torchscript", "typical_p", "use_bfloat16", "use_cache",
     "initializer_range", "pretraining_tp", "gradient_checkpointing", "torch_dtype", "dtype",
+    "is_encoder_decoder",  # read: true is refused (architecture._from_dict)
 })
 # Token ids (bos_token_id, image_token_id …), dropout rates and norm epsilons, by name.
 INERT_PATTERNS = (re.compile(r".*_token_ids?$"), re.compile(r".*_token_index$"), re.compile(r".*dropout.*"),
@@ -203,6 +204,11 @@ FAMILIES: dict[str, frozenset[str]] = {
     # Llama 4 (architecture._llama4): chunked local attention on its RoPE layers, interleaved MoE with a shared expert,
     # the NoPE layers' attention temperature (no weights)
     "llama4": WRAPPER | {"tie_word_embeddings"},
+    # Kimi-K2.5, K2.6, K2.7: DeepSeek-V3's decoder (text_config: kimi_k2 or deepseek_v3) beside MoonViT
+    # (architecture._moonvit_params); ignore_index is a training loss's, the placeholders and
+    # use_unified_vision_chunk are the processor's
+    "kimi_k25": WRAPPER | {"tie_word_embeddings", "ignore_index", "video_placeholder", "image_placeholder",
+                           "use_unified_vision_chunk"},
     "llama4_text": DECODER | {"intermediate_size_mlp", "num_local_experts", "num_experts_per_tok",
                               "interleave_moe_layer_step", "moe_layers", "no_rope_layers", "no_rope_layer_interval",
                               "attention_chunk_size", "use_qk_norm", "attn_temperature_tuning", "floor_scale",
@@ -255,7 +261,7 @@ LIST_ELEMENTS: dict[str, type] = {"layer_types": str, "mlp_only_layers": int, "n
                                    "moe_layers": int, "indexer_types": str, "mlp_layer_types": str}
 
 
-def _inert(key: str) -> bool:
+def is_inert(key: str) -> bool:
     return key in INERT or any(p.fullmatch(key) for p in INERT_PATTERNS)
 
 
@@ -270,7 +276,7 @@ def families() -> list[str]:
 def unread_keys(cfg: dict[str, Any], model_type: str) -> list[str]:
     """The keys of ``cfg`` that ``model_type``'s reading does not understand (its family has a reader)."""
     known = FAMILIES[model_type]
-    return sorted(k for k in cfg if k not in known and not _inert(k))
+    return sorted(k for k in cfg if k not in known and not is_inert(k))
 
 
 def mistyped_keys(cfg: dict[str, Any], model_type: str) -> list[str]:

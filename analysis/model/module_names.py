@@ -26,18 +26,21 @@ _MLA = (("fused_qkv_a_proj", ("q_a_proj", "kv_a_proj_with_mqa")), ("gate_up_proj
 
 
 class ModuleNames(BaseModel):
-    """A family's checkpoint names: ``prefix`` replaces kvprof's leading ``model.``, each ``infixes`` pair
-    renames a path component (``.self_attn.`` → ``.mixer.``), ``fused`` maps a vLLM layer to the checkpoint
-    matrices it holds, and ``renamed`` maps a kvprof matrix name to the checkpoint's where they differ."""
+    """A family's checkpoint names: ``prefix`` replaces kvprof's leading ``model.``, ``head`` is the output
+    projection's name, each ``infixes`` pair renames a path component (``.self_attn.`` → ``.mixer.``), and
+    ``fused`` maps a vLLM layer to the checkpoint matrices it holds."""
 
     model_config = ConfigDict(frozen=True)
 
     prefix: str = "model."
+    head: str = "lm_head"
     infixes: tuple[tuple[str, str], ...] = ()
     fused: tuple[tuple[str, tuple[str, ...]], ...] = _ATTENTION
 
     def checkpoint(self, name: str) -> str:
         """``name`` (kvprof's) as the checkpoint spells it."""
+        if name == "lm_head":
+            return self.head
         if name.startswith("model."):
             name = self.prefix + name[len("model."):]
         for old, new in self.infixes:
@@ -57,7 +60,7 @@ class ModuleNames(BaseModel):
 # deepseek_v2.py (fused_qkv_a_proj when q_lora_rank is set); nemotron_h.py (hf_to_vllm_mapper
 # "backbone" -> "model", every mixer named "mixer"); qwen3_5.py and qwen3_vl.py (hf_to_vllm_mapper
 # "model.language_model." -> "language_model.model.", packed in_proj_qkvz / in_proj_ba of Qwen3.5's
-# split projections).
+# split projections); kimi_k25.py (below).
 _QWEN_WRAPPED = ModuleNames(prefix="model.language_model.")
 _DELTANET = ((".mixer.", ".linear_attn."),)  # kvprof's recurrent mixer is the checkpoint's linear_attn
 _QWEN3_5 = ModuleNames(prefix="model.language_model.", infixes=_DELTANET, fused=(
@@ -75,4 +78,7 @@ MODULE_NAMES: dict[str, ModuleNames] = {
                               fused=_ATTENTION[:1]),  # relu² MLPs: up_proj and down_proj, nothing to fuse
     **dict.fromkeys(("qwen3_vl", "qwen3_vl_moe"), _QWEN_WRAPPED),
     **dict.fromkeys(("qwen3_5", "qwen3_5_moe"), _QWEN3_5),
+    # kimi_k25.py: DeepSeek-V3's decoder built under "language_model" (DeepseekV2ForCausalLM: its layers
+    # language_model.model.layers.N, its head language_model.lm_head), the names NVIDIA's builds list
+    "kimi_k25": ModuleNames(prefix="language_model.model.", head="language_model.lm_head", fused=_MLA),
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from analysis.model.architecture import Architecture
@@ -293,17 +294,22 @@ def encoder_bytes(a: Architecture, tp: int = 1) -> int:
 
 
 def model_loading_bytes(a: Architecture, tp: int = 1, encoder_tp: int | None = None,
-                        max_num_batched_tokens: int | None = None) -> int:
+                        max_num_batched_tokens: int | None = None,
+                        mm_limits: Mapping[str, int] | None = None) -> int:
     """What vLLM's "Model loading took X GiB" counts per GPU: the decoder's weights, a multimodal checkpoint's
     encoder (split over ``encoder_tp`` ranks, default ``tp``; 1 under ``--mm-encoder-tp-mode data``, where every
-    rank holds all of it), the RoPE caches, and buffers the model allocates for its tower's outputs when it is
-    built (Qwen3-VL's DeepStack inputs, sized by ``max_num_batched_tokens``; none counted without it). The decode
-    step streams the decoder's weights alone (:func:`weight_bytes`)."""
+    rank holds all of it; none where ``mm_limits``, vLLM's --limit-mm-per-prompt, turns off every modality it serves:
+    ``Architecture.builds_encoder``), the RoPE caches, and buffers the model allocates for its tower's outputs when
+    it is built (Qwen3-VL's DeepStack inputs, sized by ``max_num_batched_tokens``; none counted without it, and
+    none without the tower: qwen3_vl.py's ``use_deepstack`` is false for a ``StageMissingLayer``). The decode step
+    streams the decoder's weights alone (:func:`weight_bytes`)."""
+    if not a.builds_encoder(mm_limits):
+        return weight_bytes(a, tp) + rotary_cache_bytes(a)
     buffers = 0
     if a.vision is not None and max_num_batched_tokens:
         buffers = a.vision.decoder_buffer_bytes(max_num_batched_tokens, a.hidden_size, a.weight_dtype_bytes)
-    return (weight_bytes(a, tp) + encoder_bytes(a, tp if encoder_tp is None else encoder_tp) + rotary_cache_bytes(a)
-            + buffers)
+    return weight_bytes(a, tp) + encoder_bytes(a, tp if encoder_tp is None else encoder_tp) + rotary_cache_bytes(a) \
+        + buffers
 
 
 def expected_experts_touched(num_experts: int, top_k: int, batch: int) -> float:

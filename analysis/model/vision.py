@@ -21,7 +21,7 @@ A new tower kind is a class here and the line of ``analysis.model.architecture._
 from __future__ import annotations
 
 import json
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -276,7 +276,9 @@ def encoder_profile(tower: _Tower, *, max_model_len: int,
                           output_bytes=items * tower.output_bytes(item, dtype_bytes))
 
 
-MODALITIES = ("image", "video", "audio")
+# vLLM's modality names (MultiModalDataDict's keys); Kimi-K2.5 takes images and video chunks as one "vision_chunk".
+Modality = Literal["image", "video", "audio", "vision_chunk"]
+MODALITIES: tuple[str, ...] = get_args(Modality)
 
 
 def parse_mm_limits(text: str) -> dict[str, int]:

@@ -39,6 +39,7 @@ from analysis.model.kv import (
 from analysis.model.layers import sparse_mla_fp8_format
 from analysis.model.params import count_params, model_loading_bytes
 from analysis.model.roofline import crossover_context, decode_step, prefill, ridge_point
+from analysis.model.vision import Modality
 from analysis.vllm.allocator import kv_ceiling, paged_capacity
 from analysis.vllm.budget import (
     Reserve,
@@ -117,8 +118,7 @@ class PlanInputs(BaseModel):
     acceptance_length: float | None = Field(None, ge=1, le=1 + MAX_SPECULATIVE_TOKENS, allow_inf_nan=False)
     # vLLM's --limit-mm-per-prompt: items a prompt may carry per modality (a modality not named: vLLM's 999); sizes
     # a vision tower's profile run (analysis.model.vision). Nothing multimodal allowed: no encoder profile.
-    limit_mm_per_prompt: dict[Literal["image", "video", "audio"], Annotated[int, Field(strict=True, ge=0)]] | None \
-        = None
+    limit_mm_per_prompt: dict[Modality, Annotated[int, Field(strict=True, ge=0)]] | None = None
     # vLLM's --mm-encoder-tp-mode: "weights" splits a vision tower's layers over the tensor-parallel ranks like the
     # decoder's; "data" keeps the whole tower on every rank and splits the items between them.
     mm_encoder_tp_mode: Literal["weights", "data"] = "weights"
@@ -475,7 +475,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     if encoder_dp and inputs.pipeline_parallel_size > 1:
         raise PlanError("--mm-encoder-tp-mode data with pipeline parallelism is not planned yet: give --pp 1")
     # what "Model loading took" counts: weights, encoder (whole on every rank under data mode), RoPE caches
-    weights = model_loading_bytes(a, tp, encoder_tp=1 if encoder_dp else tp, max_num_batched_tokens=mnbt)
+    weights = model_loading_bytes(a, tp, encoder_tp=1 if encoder_dp else tp, max_num_batched_tokens=mnbt,
+                                  mm_limits=inputs.limit_mm_per_prompt)
     lora = 0
     if inputs.max_loras is not None:
         if inputs.pipeline_parallel_size > 1:
@@ -503,7 +504,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     pp_stages = None
     if inputs.pipeline_parallel_size > 1:
         try:
-            pp_stages = stages(a, tp, inputs.pipeline_parallel_size, inputs.pp_layer_partition or "")
+            pp_stages = stages(a, tp, inputs.pipeline_parallel_size, inputs.pp_layer_partition or "",
+                               mm_limits=inputs.limit_mm_per_prompt)
         except ValueError as exc:
             raise PlanError(str(exc)) from None
         weights = pp_stages[0].weight_bytes  # what vLLM's rank 0 loads and logs
@@ -641,7 +643,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
             blocks_per_sequence=at_context.blocks_per_sequence,
             gpu_resident_sequences=out["kv_full_batch"], mla_over_tp=a.mla is not None and tp > 1
             and inputs.pipeline_parallel_size == 1)
-    if a.encoder_note:
+    if a.encoder_note and a.builds_encoder(inputs.limit_mm_per_prompt):
         out["weights_note"] = a.encoder_note
     if pipeline is not None:
         out["pipeline_parallel_size"] = inputs.pipeline_parallel_size

@@ -19,6 +19,7 @@ activation peak, and a KV pool that is the smallest stage's (issue #28).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from analysis.model.architecture import Architecture
@@ -72,8 +73,10 @@ class Stage:
     last: bool
 
 
-def stages(a: Architecture, tp: int, pp: int, partition: str | None = None) -> list[Stage]:
-    """Every pipeline stage: its layers and the weight bytes each of its GPUs holds (module docstring)."""
+def stages(a: Architecture, tp: int, pp: int, partition: str | None = None,
+           mm_limits: Mapping[str, int] | None = None) -> list[Stage]:
+    """Every pipeline stage: its layers and the weight bytes each of its GPUs holds (module docstring); a
+    multimodal encoder only where ``mm_limits`` (--limit-mm-per-prompt) leaves vLLM building it."""
     parts = layer_partition(a.num_layers, pp, partition)
     whole = weight_breakdown(a, tp)
     embedding, lm_head = whole.embedding / tp, whole.lm_head / tp
@@ -87,7 +90,7 @@ def stages(a: Architecture, tp: int, pp: int, partition: str | None = None) -> l
         w += lm_head if last else 0
         # "Model loading took" on every rank also counts the RoPE caches its layers build, and on the first a
         # multimodal checkpoint's encoder (analysis.model.params.model_loading_bytes).
-        w += rotary_cache_bytes(a) + (encoder_bytes(a, tp) if first else 0)
+        w += rotary_cache_bytes(a) + (encoder_bytes(a, tp) if first and a.builds_encoder(mm_limits) else 0)
         out.append(Stage(rank=r, start=ends[r] - parts[r], layers=parts[r], weight_bytes=round(w), first=first,
                          last=last))
     return out

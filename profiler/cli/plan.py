@@ -173,8 +173,9 @@ def plan_cmd(
              "length', 1 to 1 + k; it depends on the text and the drafter). Without it the latency figures count "
              "one a step, none accepted.")] = None,
     limit_mm_per_prompt: Annotated[str | None, typer.Option(
-        help="vLLM's --limit-mm-per-prompt JSON ('{\"image\": 1, \"video\": 0}'): sizes a vision tower's start-up "
-             "profile (Qwen2-VL, Qwen2.5-VL: a video of up to 14 frames where max_model_len allows it).")] = None,
+        help="vLLM's --limit-mm-per-prompt JSON ('{\"image\": 1, \"video\": 0}'; Kimi-K2.5: \"vision_chunk\"): sizes "
+             "a vision tower's start-up profile (Qwen2-VL, Qwen2.5-VL: a video of up to 14 frames where "
+             "max_model_len allows it); every modality of the tower at 0 plans an engine without the tower.")] = None,
     mm_encoder_tp_mode: Annotated[str, typer.Option(
         help="vLLM's --mm-encoder-tp-mode: weights (a vision tower split over the tp ranks) or data (the whole "
              "tower on every rank, the items split between them).")] = "weights",

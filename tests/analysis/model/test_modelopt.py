@@ -20,7 +20,8 @@ PLANNED = ["nvidia--DeepSeek-V3.1-NVFP4", "nvidia--Llama-3.1-70B-Instruct-FP8", 
            "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4", "nvidia--Qwen3.5-122B-A10B-NVFP4",
            "nvidia--Qwen3.5-397B-A17B-NVFP4", "nvidia--Qwen3.6-27B-NVFP4", "nvidia--Qwen3.6-35B-A3B-NVFP4",
            "nvidia--DeepSeek-V3.2-NVFP4", "nvidia--GLM-5-NVFP4", "nvidia--GLM-5.1-NVFP4", "nvidia--GLM-5.2-NVFP4",
-           "nvidia--MiniMax-M2.5-NVFP4", "nvidia--MiniMax-M2.7-NVFP4"]
+           "nvidia--MiniMax-M2.5-NVFP4", "nvidia--MiniMax-M2.7-NVFP4", "nvidia--Kimi-K2.5-NVFP4",
+           "nvidia--Kimi-K2.6-NVFP4", "nvidia--Kimi-K2.7-Code-NVFP4"]
 
 
 def _vllm_config(d: Path, names):
@@ -36,7 +37,8 @@ def _vllm_config(d: Path, names):
 
     cfg = json.loads((d / "config.json").read_text())
     q = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config")
-    side = json.loads((d / "hf_quant_config.json").read_text())
+    sidecar = d / "hf_quant_config.json"
+    side = json.loads(sidecar.read_text()) if sidecar.is_file() else None
     if q is None:
         algo = side["quantization"]["quant_algo"]
         q = {**side, "quant_method": "modelopt_fp4" if algo == "NVFP4" else "modelopt"}
@@ -86,8 +88,8 @@ def test_every_listed_module_is_one_kvprof_names(checkpoint):
     known += [q.names.checkpoint(f"model.layers.{i}.mlp.experts") for i in range(a.num_layers)]
     known += [s for k in known for s in q.names.layer(k)[1]]  # the checkpoint's shards of a fused layer
     # (and routers, which vLLM builds unquantized whatever a list says)
-    not_quantized = re.compile(r"(^|\.)(mtp|visual|vision_tower|embed_tokens|norm|conv1d|gate)(\.|\*|$)|layernorm|"
-                               rf"layers\.{a.num_layers}(\*|\.|$)")
+    not_quantized = re.compile(r"(^|\.)(mtp|visual|vision_tower|mm_projector|embed_tokens|norm|conv1d|gate)(\.|\*|$)|"
+                               rf"layernorm|layers\.{a.num_layers}(\*|\.|$)")
     entries = list(q.ignore) + [k for k, _ in q.layers]
     for e in entries:
         pattern = re.compile(re.escape(e).replace(r"\*", ".*") + r"(\..*)?$")
