@@ -356,6 +356,10 @@ class Architecture(BaseModel):
     # does (None: every layer; Nemotron-H's mixer layers have none).
     recurrent: RecurrentMixer | None = None
     mlp_layers: tuple[int, ...] | None = None
+    # Each layer's dense-MLP width where the layers differ (NAS models' block_configs; None: intermediate_size for
+    # every layer), and the RMSNorms each layer holds where that differs (None: norms_per_layer each).
+    mlp_sizes: tuple[int, ...] | None = None
+    layer_norms: tuple[int, ...] | None = None
     # The checkpoint's weight quantization (config.json quantization_config), or an override.
     quantization: AnyScheme | None = None
     # Speculative decoding's shapes (analysis.vllm.speculative): the multi-token-prediction layers a checkpoint
@@ -393,6 +397,11 @@ class Architecture(BaseModel):
                 f"{self.name}: layer_types has {len(self.layer_types)} entries "
                 f"but the model has {self.num_layers} layers"
             )
+        for per_layer in ("mlp_sizes", "layer_norms"):
+            got = getattr(self, per_layer)
+            if got is not None and len(got) != self.num_layers:
+                raise UnsupportedArchitecture(f"{self.name}: {per_layer} has {len(got)} entries but the model has "
+                                              f"{self.num_layers} layers")
         if "chunked_attention" in self.layer_types and not self.attention_chunk_size:
             raise UnsupportedArchitecture(f"{self.name}: chunked-attention layers but no attention_chunk_size")
         if {"recurrent", "parallel_hybrid"} & set(self.layer_types) and self.recurrent is None:
@@ -494,6 +503,17 @@ class Architecture(BaseModel):
 
     def has_mlp(self, index: int) -> bool:
         return self.mlp_layers is None or index in self.mlp_layers
+
+    def mlp_size(self, index: int) -> int:
+        """Layer ``index``'s dense-MLP intermediate width."""
+        return self.mlp_sizes[index] if self.mlp_sizes is not None else self.intermediate_size
+
+    @property
+    def num_norms(self) -> int:
+        """The decoder layers' norm weights (the final norm aside)."""
+        if self.layer_norms is not None:
+            return sum(self.layer_norms[:self.num_layers])
+        return self.num_layers * self.norms_per_layer
 
     @property
     def num_attention_layers(self) -> int:
@@ -1292,6 +1312,93 @@ def _falcon_h1(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str
             "intermediate_size": cfg.get("intermediate_size", 14336)}, hybrid
 
 
+# Keys of a NAS model's block_configs entries (the remote DeciLMConfig's AttentionConfig and FFNConfig) and the value
+# each must have where vLLM's nemotron_nas.py ignores it (a linear replacement, sparsity, sinks or a window it would
+# not build: the checkpoint's weights or cache would differ from what vLLM builds).
+_NAS_ATTENTION = {"n_heads_in_group": None, "no_op": None, "replace_with_linear": False, "sparsify": None,
+                  "num_sink_tokens": None, "unshifted_sink": False, "use_prefill_window_in_sink_attention": False,
+                  "window_length": None}
+_NAS_FFN = {"ffn_mult": None, "intermediate_size": None, "no_op": None, "replace_with_linear": False,
+            "sparsify": None, "hidden_act": None}
+
+
+def _nas_block(block: Any, i: int, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    if not isinstance(block, dict) or not isinstance(block.get("attention"), dict) or not isinstance(
+            block.get("ffn"), dict):
+        raise UnsupportedArchitecture(f"{name}: block_configs[{i}] must hold an \"attention\" and an \"ffn\" object")
+    unread = sorted(set(block) - {"attention", "ffn"})
+    if unread:
+        raise UnsupportedArchitecture(f"{name}: block_configs[{i}] keys {', '.join(unread)} are not read by kvprof's "
+                                      "nemotron-nas reader")
+    for part, known in (("attention", _NAS_ATTENTION), ("ffn", _NAS_FFN)):
+        sub = block[part]
+        unread = sorted(set(sub) - set(known))
+        if unread:
+            raise UnsupportedArchitecture(f"{name}: block_configs[{i}].{part} "
+                                          f"{'key' if len(unread) == 1 else 'keys'} {', '.join(unread)} not read by "
+                                          "kvprof's nemotron-nas reader")
+        for key, required in known.items():
+            if key in ("n_heads_in_group", "no_op", "ffn_mult", "intermediate_size", "hidden_act"):
+                continue
+            if sub.get(key, required) != required:
+                raise UnsupportedArchitecture(
+                    f"{name}: block_configs[{i}].{part}.{key} is {sub[key]!r}; vLLM 0.32's DeciLM builds a plain "
+                    f"{part} there, so the checkpoint's weights or cache are not what it builds")
+        if not isinstance(sub.get("no_op", False), bool):
+            raise UnsupportedArchitecture(f"{name}: block_configs[{i}].{part}.no_op must be true or false")
+    return block["attention"], block["ffn"]
+
+
+def _nemotron_nas(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Llama-Nemotron's NAS models (``nemotron-nas``, vLLM's ``models/nemotron_nas.py`` DeciLM): Llama layers whose
+    ``block_configs[i]`` removes the attention (``no_op``: no KV cache, no input norm) or the MLP (no post-attention
+    norm), gives the attention ``num_attention_heads / n_heads_in_group`` KV heads and the MLP a width of
+    ``int(2 · ffn_mult · hidden / 3)`` rounded up to a multiple of 256 (``_ffn_mult_to_intermediate_size``), or its
+    own ``intermediate_size``. Attention layers with different KV heads are refused (their pages would differ)."""
+    blocks = cfg.get("block_configs")
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    if not isinstance(blocks, list) or len(blocks) != n:
+        raise UnsupportedArchitecture(f"{name}: block_configs must be a list of num_hidden_layers ({n}) blocks")
+    hidden = _positive_int(cfg.get("hidden_size"), "hidden_size", name)
+    heads = _positive_int(cfg.get("num_attention_heads"), "num_attention_heads", name)
+    kinds, sizes, norms, groups = [], [], [], set()
+    for i, block in enumerate(blocks):
+        attention, ffn = _nas_block(block, i, name)
+        if attention.get("no_op", False):
+            kinds.append("mlp")
+        else:
+            group = _positive_int(attention.get("n_heads_in_group"), f"block_configs[{i}].attention.n_heads_in_group",
+                                  name)
+            if heads % group:
+                raise UnsupportedArchitecture(f"{name}: block_configs[{i}]: {heads} heads do not split into groups of "
+                                              f"{group}")
+            groups.add(group)
+            kinds.append("full_attention")
+        if ffn.get("no_op", False):
+            sizes.append(0)
+        else:
+            act = ffn.get("hidden_act", cfg.get("hidden_act", "silu"))
+            if act != "silu":
+                raise UnsupportedArchitecture(f"{name}: block_configs[{i}].ffn hidden_act {act!r}: vLLM's LlamaMLP "
+                                              "runs silu only")
+            mult = ffn.get("ffn_mult")
+            if isinstance(mult, int | float) and not isinstance(mult, bool) and 0 < mult <= MAX_INTERMEDIATE_SIZE:
+                width = int(2 * mult * hidden / 3)
+                sizes.append(width if width % 256 == 0 else width + 256 - width % 256)
+            else:
+                sizes.append(_positive_int(ffn.get("intermediate_size"), f"block_configs[{i}].ffn ffn_mult or "
+                                           "intermediate_size", name))
+        norms.append((kinds[-1] != "mlp") + (sizes[-1] > 0))
+    if len(groups) > 1:
+        raise UnsupportedArchitecture(f"{name}: block_configs give attention layers different n_heads_in_group "
+                                      f"({', '.join(map(str, sorted(groups)))}): their KV pages differ, a mix kvprof "
+                                      "does not plan")
+    kv_heads = heads // groups.pop() if groups else heads
+    hybrid = dict(num_layers=n, layer_types=tuple(kinds), mlp_sizes=tuple(sizes), layer_norms=tuple(norms),
+                  mlp_layers=None if all(sizes) else tuple(i for i, w in enumerate(sizes) if w))
+    return {**cfg, "num_key_value_heads": kv_heads, "intermediate_size": max(sizes)}, hybrid
+
+
 def _jamba(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Jamba (vLLM's ``models/jamba.py``): layer ``i`` is attention where ``i % attn_layer_period ==
     attn_layer_offset``, else a Mamba (v1) mixer with RMSNorms over Δ, B and C; its MLP is a MoE of ``num_experts``
@@ -1564,6 +1671,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         cfg, hybrid = _falcon_h1(cfg, name)
     elif model_type == "jamba":
         cfg, hybrid = _jamba(cfg, name)
+    elif model_type == "nemotron-nas":
+        cfg, hybrid = _nemotron_nas(cfg, name)
     elif model_type == "lfm2":
         cfg, hybrid = _lfm2(cfg, name)
     elif model_type == "llama4_text":
@@ -1702,16 +1811,17 @@ def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_
         for t in layer_types:
             out += {"recurrent": [state], "mlp": [], "parallel_hybrid": [full, state]}.get(t, [full])
         return tuple(out)
+    attending = [t for t in layer_types if t != "mlp"]  # a NAS model's no-op attention layers hold nothing
     if mla is not None:  # every layer; vLLM's allocator refuses MLA with windows (analysis.vllm.allocator)
         return (MultiHeadLatentAttention(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
-                                         qk_rope_head_dim=mla.qk_rope_head_dim),) * len(layer_types)
+                                         qk_rope_head_dim=mla.qk_rope_head_dim),) * len(attending)
     full = FullAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
     sliding = SlidingWindowAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                                      window_size=sliding_window or 0)
     chunked = ChunkedLocalAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                                     chunk_size=chunk or 0)
     by_type = {"sliding_attention": sliding, "chunked_attention": chunked}
-    return tuple(by_type.get(t, full) for t in layer_types)
+    return tuple(by_type.get(t, full) for t in attending)
 
 
 @lru_cache(maxsize=256)

@@ -204,6 +204,8 @@ FAMILIES: dict[str, frozenset[str]] = {
     # Llama 4 (architecture._llama4): chunked local attention on its RoPE layers, interleaved MoE with a shared expert,
     # the NoPE layers' attention temperature (no weights)
     "llama4": WRAPPER | {"tie_word_embeddings"},
+    # Llama-Nemotron NAS models (architecture._nemotron_nas): Llama layers reshaped by block_configs
+    "nemotron-nas": DECODER | {"block_configs", "mlp_bias"},
     # Kimi-K2.5, K2.6, K2.7: DeepSeek-V3's decoder (text_config: kimi_k2 or deepseek_v3) beside MoonViT
     # (architecture._moonvit_params); ignore_index is a training loss's, the placeholders and
     # use_unified_vision_chunk are the processor's
@@ -249,7 +251,7 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
     **dict.fromkeys(("mamba_rms_norm", "projectors_bias"), bool),
     "mamba_ssm_cache_dtype": str,
     **dict.fromkeys(("layer_types", "mlp_only_layers", "no_rope_layers", "moe_layers", "indexer_types",
-                     "mlp_layer_types"), list),
+                     "mlp_layer_types", "block_configs"), list),
     "index_topk_pattern": (str, list, type(None)),
     "mamba_ssm_dtype": str,
     **dict.fromkeys(("text_config", "attn_config", "ffn_config", "quantization_config"), dict),

@@ -67,7 +67,8 @@ _QWEN3_5 = ModuleNames(prefix="model.language_model.", infixes=_DELTANET, fused=
     *_ATTENTION, ("in_proj_qkvz", ("in_proj_qkv", "in_proj_z")), ("in_proj_ba", ("in_proj_b", "in_proj_a"))))
 
 MODULE_NAMES: dict[str, ModuleNames] = {
-    **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mimo"), ModuleNames()),
+    **dict.fromkeys(("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mimo", "nemotron-nas"),
+                    ModuleNames()),
     "qwen3_next": ModuleNames(infixes=_DELTANET),
     **dict.fromkeys(("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"), ModuleNames(fused=_MLA)),
     # minimax_m2.py: the checkpoint calls the MoE block_sparse_moe but vLLM's layers are prefixed "mlp" and its

@@ -83,13 +83,13 @@ def count_params(a: Architecture) -> ParamCount:
         attention += len(a.sparse_indexer.layers) * a.sparse_indexer.params(h, a.mla.q_lora_rank or 0)
     recurrent = a.num_recurrent_layers * a.recurrent.params(h) if a.recurrent else 0
     # Final norm too, unless the model is the seeds' idealised one with no norm weights.
-    norms = a.num_layers * a.norms_per_layer * h + (h if a.norms_per_layer else 0)
+    norms = a.num_norms * h + (h if a.norms_per_layer else 0)
     dense_mlp = router_shared = experts_total = experts_active = 0
     for i in range(a.num_layers):
         if not a.has_mlp(i):
             continue
         if not a.is_moe_layer(i):
-            dense_mlp += _mlp_params(h, a.intermediate_size, a.mlp_gated, a.mlp_bias)
+            dense_mlp += _mlp_params(h, a.mlp_size(i), a.mlp_gated, a.mlp_bias)
             continue
         m = a.moe
         assert m is not None
@@ -179,7 +179,7 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
         if not a.has_mlp(i):
             continue
         if not a.is_moe_layer(i):
-            out += _mlp_matrices(mlp, h, a.intermediate_size, a.mlp_gated)
+            out += _mlp_matrices(mlp, h, a.mlp_size(i), a.mlp_gated)
             continue
         m = a.moe
         assert m is not None

@@ -36,6 +36,9 @@ def lora_bytes(a: Architecture, *, max_loras: int, max_lora_rank: int = DEFAULT_
         raise ValueError(f"max_loras {max_loras} and max_lora_rank {max_lora_rank} must be at least 1")
     if a.moe is not None or a.mla is not None:
         raise LoraNotModelled(f"{a.name}: LoRA on {'MoE experts' if a.moe else 'latent attention'} is not modelled")
+    if a.mlp_sizes is not None or a.recurrent is not None or a.num_attention_layers != a.num_layers:
+        raise LoraNotModelled(f"{a.name}: LoRA on a model whose layers differ (recurrent mixers, layers without "
+                              "attention or with their own MLP width) is not modelled")
     h, q = a.hidden_size, a.num_heads * a.head_dim
     kv = max(1, a.num_kv_heads // tp) * a.head_dim  # a KV head is replicated where tp exceeds them
     inter = a.intermediate_size

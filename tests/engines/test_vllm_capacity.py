@@ -28,8 +28,12 @@ CASES = [
     # Llama 4: three chunked layers (chunk 256) and one NoPE full layer, four groups of one; 512 tokens a step, so a
     # chunked group holds cdiv(256 + 512, 32) = 24 blocks a request beside the full group's 64 (issue #47)
     ("tiny-llama4", 32, 2048, 16 * MiB, {"max_num_batched_tokens": 512}),
+    # Llama-Nemotron NAS: three of six layers without attention hold no cache (768 B a token, not 1,536); its config
+    # class is the checkpoint's own file (auto_map), hence trust_remote_code (issue #47)
+    ("tiny-nemotron-nas", 32, 2048, 4 * MiB, {"trust_remote_code": True}),
 ]
-KNOWN = {"tiny-mistral-swa": (512, 15.52), "tiny-gemma3-hybrid": (2048, 10.40), "tiny-llama4": (1024, 7.53)}
+KNOWN = {"tiny-mistral-swa": (512, 15.52), "tiny-gemma3-hybrid": (2048, 10.40), "tiny-llama4": (1024, 7.53),
+         "tiny-nemotron-nas": (170, 2.66)}
 
 
 def _engine_facts(model: str, block_size: int, max_model_len: int, kv_bytes: int, **more: object) -> dict:

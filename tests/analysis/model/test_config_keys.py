@@ -62,7 +62,7 @@ ODD_VALUES = [None, -1, 0, 0.5, 1e30, True, "x", [], [1, "a"], {}, {"a": [None]}
 @pytest.mark.parametrize("model", ["llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3", "gemma-3-27b", "gpt-oss-20b",
                                    "dbrx", "qwen2.5-vl-7b", "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-thinking",
                                    "qwen3.5-35b-a3b", "tiny-granite-4-h", "tiny-falcon-h1", "tiny-jamba",
-                                   "tiny-lfm2", "minimax-m2.5", "glm-5", "kimi-k2.5"])
+                                   "tiny-lfm2", "minimax-m2.5", "glm-5", "kimi-k2.5", "tiny-nemotron-nas"])
 def test_no_config_value_however_odd_gives_a_traceback(model):
     """Every key of a published config, set to each odd value in turn: the config is read or refused with an
     UnsupportedArchitecture; any other exception is a traceback for the user."""
