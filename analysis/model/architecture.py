@@ -34,6 +34,7 @@ from analysis.model.layers import (
 from analysis.model.module_names import MODULE_NAMES
 from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
 from analysis.model.vision import Qwen2VisionTower, Qwen3VisionTower, Qwen25VisionTower, SiglipVisionTower, VisionTower
+from analysis.model.vllm_models import supported_architectures
 
 # A layer's sequence mixer: attention over every token or a window, a recurrent mixer (Mamba2, gated DeltaNet) that
 # keeps a state, or none (an MLP-only layer of a hybrid: Nemotron-H's "-" and "E").
@@ -1640,8 +1641,25 @@ def _nemotron_h_moe(cfg: dict[str, Any], kinds: list[str], name: str) -> MoE:
         latent_size=cfg.get("moe_latent_size"))
 
 
+def _check_architectures(raw: dict[str, Any], name: str) -> None:
+    """Refuse a config.json whose ``architectures`` names a class vLLM 0.32 has no model for (where it names any)."""
+    archs = raw.get("architectures")
+    if archs is None or archs == []:
+        return
+    if not isinstance(archs, list) or not all(isinstance(x, str) for x in archs):
+        raise UnsupportedArchitecture(f"{name}: config.json architectures must be a list of class names, got "
+                                      f"{archs!r}")
+    unknown = [x for x in archs if x not in supported_architectures()]
+    if unknown:
+        raise UnsupportedArchitecture(
+            f"{name}: config.json names architecture {', '.join(unknown)}, which vLLM 0.32 has no model class for "
+            "(its model registry); it would refuse the model or run it through its Transformers modeling backend, "
+            "whose memory kvprof does not plan")
+
+
 def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
                video_max_pixels: int | None = None) -> Architecture:
+    _check_architectures(raw, name)
     cfg = dict(raw)
     text = cfg.get("text_config")
     if isinstance(text, dict):
