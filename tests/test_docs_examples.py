@@ -107,7 +107,9 @@ def test_the_layout_names_every_module_in_its_folder():
     named = _layout_paths()
     modules = {str(f.relative_to(ROOT)) for pkg in ("analysis", "profiler") for f in (ROOT / pkg).rglob("*.py")
                if f.name != "__main__.py" and "__pycache__" not in f.parts
-               and not (f.name == "__init__.py" and f.parent.name in ("analysis", "profiler"))}
+               and not (f.name == "__init__.py" and f.parent.name in ("analysis", "profiler"))
+               # a catalog model's own files (a checkpoint's remote-code config class) are data, not kvprof modules
+               and not f.is_relative_to(ROOT / "analysis" / "catalog" / "models")}
     # a package's __init__ is named by its folder (catalog/'s loader, cli/'s app are listed too where they hold code)
     missing = sorted(m for m in modules if m not in named
                      and not (m.endswith("/__init__.py") and m.removesuffix("/__init__.py") in named))
