@@ -348,6 +348,11 @@ class Architecture(BaseModel):
     sliding_window: int | None = Field(None, le=MAX_POSITIONS)
     # Llama 4's chunked local attention: the chunk its "chunked_attention" layers attend within
     attention_chunk_size: int | None = Field(None, gt=0, le=MAX_POSITIONS)
+    # (KV heads, head_dim) of the full-attention layers where they differ from the other layers' (Gemma-4's global
+    # layers: 2 KV heads of 512 beside sliding layers' 8 of 256); None: every attention layer has num_kv_heads of
+    # head_dim. Their pages then differ, and vLLM's allocator raises the smaller page's block (analysis.vllm.allocator).
+    full_attention_kv: tuple[Annotated[int, Field(gt=0, le=MAX_HEADS)], Annotated[int, Field(gt=0, le=MAX_HEAD_DIM)]] \
+        | None = None
     layer_types: tuple[LayerType, ...] = ()
     moe: MoE | None = None
     mla: MLA | None = None
@@ -438,7 +443,7 @@ class Architecture(BaseModel):
         """Every layer's attention kind (analysis.model.layers), which owns its KV-cache and attention formulas."""
         return _attention_layers(self.num_heads, self.num_kv_heads, self.head_dim, self.sliding_window,
                                  self.layer_types, self.mla, self.recurrent, dtype_bytes(self.torch_dtype),
-                                 self.attention_chunk_size, self.sparse_indexer)
+                                 self.attention_chunk_size, self.sparse_indexer, self.full_attention_kv)
 
     @property
     def attention_kinds(self) -> tuple[tuple[AttentionLayer, int], ...]:
@@ -1815,7 +1820,8 @@ def _validated(model: type[BaseModel], label: str, /, **fields: Any) -> Any:
 def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_window: int | None,
                       layer_types: tuple[str, ...], mla: MLA | None, recurrent: Mamba2 | GatedDeltaNet | None = None,
                       model_dtype_bytes: int = 2, chunk: int | None = None,
-                      sparse: SparseIndexer | None = None) -> tuple[AttentionLayer, ...]:
+                      sparse: SparseIndexer | None = None,
+                      full_kv: tuple[int, int] | None = None) -> tuple[AttentionLayer, ...]:
     """Every layer with a cache, in order: its attention kind or its recurrent state (MLP-only layers have none)."""
     if mla is not None and sparse is not None:
         return tuple(SparseMLA(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
@@ -1833,7 +1839,8 @@ def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_
     if mla is not None:  # every layer; vLLM's allocator refuses MLA with windows (analysis.vllm.allocator)
         return (MultiHeadLatentAttention(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
                                          qk_rope_head_dim=mla.qk_rope_head_dim),) * len(attending)
-    full = FullAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+    kv_heads, dim = full_kv or (num_kv_heads, head_dim)
+    full = FullAttention(num_heads=num_heads, num_kv_heads=kv_heads, head_dim=dim)
     sliding = SlidingWindowAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                                      window_size=sliding_window or 0)
     chunked = ChunkedLocalAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,

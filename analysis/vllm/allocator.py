@@ -33,8 +33,11 @@ vLLM 0.32 does
 * the logged token capacity is ``int(max_concurrency × max_model_len)`` from vLLM 0.20; before, the
   pool split evenly over the groups (:meth:`PagedCapacity.logged_tokens`).
 
-Other layouts vLLM builds for mixed page sizes (packed groups) are not modelled and raise
-:class:`NotModelled`.
+Attention layers whose pages differ (Gemma-4's sliding layers of 8 KV heads of 256 beside global ones of 2 of
+512) get one page as ``unify_kv_cache_spec_page_size`` gives them: the smaller page's block holds ``ratio`` times the
+tokens (:func:`_unified_pages`), and each group reserves blocks of its own size. The packed groups vLLM builds
+instead under a block-outermost KV-cache layout (``_get_packed_kv_cache_groups``: ``VLLM_KV_CACHE_LAYOUT`` or a KV
+connector's choice; no backend's default) are not modelled.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class Group:
     layer: AttentionLayer  # the kind every layer of the group has
     layers: tuple[int, ...]
     blocks_per_request: int
+    block_size: int = 0  # tokens a block of this group holds (0: the pool's block size)
 
     @property
     def kind(self) -> str:
@@ -147,6 +151,23 @@ def _group_layers(kinds: list[AttentionLayer]) -> list[tuple[AttentionLayer, lis
     return groups
 
 
+def _unified_pages(a: Architecture, kinds: list[AttentionLayer], block_size: int, page: int, kv_cache_dtype: str,
+                   tp: int) -> tuple[int, dict[AttentionLayer, int]]:
+    """The one page every group's block fills, and the tokens a block holds in each attention kind whose page
+    differs (``unify_kv_cache_spec_page_size``, kv_cache_utils.py, 0.32): where the attention kinds' pages differ
+    (Gemma-4's sliding and global layers), a smaller page whose size divides the largest gets a block of
+    ``block_size × ratio`` tokens; one that does not is padded to the largest (``page_size_padded``). Recurrent
+    states are already padded to the attention page."""
+    dtype = kv_dtype_bytes(kv_cache_dtype, a.torch_dtype)
+    pages = {k: block_size * k.kv_bytes_per_token(tp, dtype) for k in kinds if not isinstance(k, RecurrentState)}
+    if len(set(pages.values())) <= 1:
+        return page, {}
+    if a.recurrent is not None or any(isinstance(k, MultiHeadLatentAttention | SparseMLA) for k in pages):
+        raise NotModelled(f"{a.name}: attention pages of different sizes beside recurrent or latent layers")
+    top = max(pages.values())
+    return top, {k: block_size * (top // p if top % p == 0 else 1) for k, p in pages.items()}
+
+
 def paged_capacity(
     a: Architecture,
     kv_budget_bytes: int,
@@ -186,6 +207,7 @@ def paged_capacity(
         block_size = max(block_size, unit * cdiv(state, unit * per_token))
     page = block_size * per_token
     in_flight = max_num_batched_tokens * (2 if async_scheduling else 1)
+    blocks: dict[AttentionLayer, int] = {}
     if len(set(kinds)) > 1 and all(type(k) in _EVERY_TOKEN for k in kinds):
         # UniformTypeKVCacheSpecs (kv_cache_utils.get_kv_cache_groups): layers that all keep every token but cache
         # different bytes of it (a sparse model's latent rows, with or without its indexer's keys) form one group
@@ -198,10 +220,11 @@ def paged_capacity(
         width = max(len(layers) for _, layers in grouped)
         if extra_bytes_per_block and len(grouped) > 1:
             raise NotModelled(f"{a.name}: other layers' pages beside {len(grouped)} KV-cache groups")
+        page, blocks = _unified_pages(a, [k for k, _ in grouped], block_size, page, kv_cache_dtype, tp)
         bytes_per_block = width * page + extra_bytes_per_block
     groups = tuple(
-        Group(layer=k, layers=tuple(layers),
-              blocks_per_request=k.blocks_per_request(block_size, max_model_len, in_flight))
+        Group(layer=k, layers=tuple(layers), block_size=blocks.get(k, block_size),
+              blocks_per_request=k.blocks_per_request(blocks.get(k, block_size), max_model_len, in_flight))
         for k, layers in grouped
     )
     return PagedCapacity(
