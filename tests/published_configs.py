@@ -15,7 +15,9 @@ HEADER = """# Which published models kvprof plans
 Every config.json in `tests/fixtures/published_configs/` (current open checkpoints, verbatim; their source in its
 SOURCE.md), read and planned with `kvprof plan --model DIR --gpu b200 --tp 8`. A config kvprof does not fully
 understand is refused with the reason, never planned as something else; none gives a traceback
-(tests/analysis/model/test_published_configs.py). Rewritten by `python tests/published_configs.py --write`.
+(tests/analysis/model/test_published_configs.py). Gemma-4's mixed head sizes leave the block size to the attention
+backend vLLM picks, so kvprof asks for it; its rows are planned with `--block-size 128`, FlashAttention 4's on
+Blackwell. Rewritten by `python tests/published_configs.py --write`.
 
 | checkpoint | model_type | result | parameters (B) · weights a GPU (GiB) · KV layers · quantization, or the reason |
 |---|---|---|---|
@@ -37,9 +39,15 @@ def outcomes() -> list[tuple[str, str, str, str]]:
     for d in sorted(p for p in CONFIGS.iterdir() if p.is_dir()):
         name = d.name.replace("--", "/", 1)
         model_type = str(json.loads((d / "config.json").read_text()).get("model_type"))
+        given = ""
         try:
             arch = Architecture.from_config(d, name=name)
-            plan = make_plan(arch, PlanInputs(tensor_parallel_size=8), b200)
+            try:
+                plan = make_plan(arch, PlanInputs(tensor_parallel_size=8), b200)
+            except PlanError as exc:  # Gemma-4's mixed head sizes: the block size FA4 takes on Blackwell, given
+                if "--block-size (unset) must be given" not in str(exc):
+                    raise
+                plan, given = make_plan(arch, PlanInputs(tensor_parallel_size=8, block_size=128), b200), " · block 128"
         except (UnsupportedArchitecture, NotModelled) as exc:
             reason = str(exc).removeprefix(f"{name}: ")
             rows.append((name, model_type, "refused", reason.split("; such a key")[0].split(" (read: ")[0]))
@@ -52,7 +60,7 @@ def outcomes() -> list[tuple[str, str, str, str]]:
         kinds = ", ".join(f"{n} {layer.label}" for layer, n in arch.attention_kinds)
         quant = f" · {plan['quantization']}" if plan["quantization"] else ""
         rows.append((name, model_type, "planned", f"{(count_params(arch).total + arch.encoder_params) / 1e9:.2f} · "
-                                                  f"{plan['weight_bytes'] / 2**30:.1f} · {kinds}{quant}"))
+                                                  f"{plan['weight_bytes'] / 2**30:.1f} · {kinds}{quant}{given}"))
     return rows
 
 

@@ -118,6 +118,8 @@ class MoE(BaseModel):
     dense_layers: tuple[int, ...] = ()
     expert_bias: bool = False
     router_bias: bool = False
+    # Gemma-4's router: a learned scale of the hidden size on its input and one a routed expert on its output
+    router_scale: bool = False
     # A latent MoE (Nemotron-3 Super and Ultra's moe_latent_size): the routed experts run on a projection of the
     # hidden state to this width (fc1_latent_proj in, fc2_latent_proj out, once a MoE layer); None: on the hidden state
     latent_size: int | None = Field(None, gt=0, le=MAX_HIDDEN_SIZE)
@@ -376,6 +378,9 @@ class Architecture(BaseModel):
     # The positions of each RoPE cos/sin cache vLLM builds while loading the model (one per distinct RoPE
     # configuration the layers use; `_rope_cache_positions`). Empty: one cache of max_position_embeddings.
     rope_cache_positions: tuple[int, ...] = ()
+    # Each of those caches' width where they differ (Gemma-4: its sliding layers' 256, its global layers' 512);
+    # empty: the layers' rotary dimension.
+    rope_cache_widths: tuple[int, ...] = ()
     # A multimodal checkpoint's vision encoder and projector (`_encoder_params`), loaded beside the decoder.
     encoder_params: int = Field(0, ge=0)
     # An encoder the config declares and kvprof does not count (None: none, or every one counted).
@@ -509,6 +514,12 @@ class Architecture(BaseModel):
 
     def has_mlp(self, index: int) -> bool:
         return self.mlp_layers is None or index in self.mlp_layers
+
+    def attention_shape(self, index: int) -> tuple[int, int]:
+        """Layer ``index``'s (KV heads, head_dim): ``full_attention_kv`` on a full-attention layer where set."""
+        if self.full_attention_kv is not None and self.layer_types[index] == "full_attention":
+            return self.full_attention_kv
+        return self.num_kv_heads, self.head_dim
 
     def mlp_size(self, index: int) -> int:
         """Layer ``index``'s dense-MLP intermediate width."""
@@ -993,6 +1004,7 @@ def _vision_tower(raw: dict[str, Any], text_hidden: int, max_pixels: int | None,
 # kimi_k25.py. Where --limit-mm-per-prompt sets each to 0 the tower is not built.
 ENCODER_MODALITIES: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(("gemma3", "llava", "llama4"), ("image",)),
+    "gemma4": ("image", "video", "audio"),  # gemma4_mm.py: the vision tower, and an audio tower where audio_config
     **dict.fromkeys(("qwen2_vl", "qwen2_5_vl", *QWEN3_VL), ("image", "video")),
     "kimi_k25": ("vision_chunk",),
 }
@@ -1002,6 +1014,12 @@ _UNPROFILED_TOWERS = {
     "kimi_k25": "Kimi-K2.5's MoonViT profiles a 3,000 × 3,000 image or a 4-frame video chunk, whichever has more "
                 "tokens as the checkpoint's own image processor (remote code, media_proc_cfg) counts them",
 }
+
+
+def _encoder_modalities(raw: dict[str, Any]) -> tuple[str, ...]:
+    """The modalities a wrapper's towers serve (an audio tower only where the config has an audio_config)."""
+    return tuple(m for m in ENCODER_MODALITIES.get(str(raw.get("model_type")), ())
+                 if m != "audio" or raw.get("audio_config") is not None)
 
 
 def _encoder_params(raw: dict[str, Any], text_hidden: int, name: str) -> tuple[int, str | None]:
@@ -1040,7 +1058,7 @@ def _encoder_params(raw: dict[str, Any], text_hidden: int, name: str) -> tuple[i
     elif counted and model_type in _UNPROFILED_TOWERS:
         note = (f"{_UNPROFILED_TOWERS[model_type]}: its weights are counted but not the start-up profile run vLLM "
                 "gives it, so the activation reserve here leaves that run out")
-    modalities = ENCODER_MODALITIES.get(model_type)
+    modalities = _encoder_modalities(raw)
     if note and modalities:
         off = ", ".join(f'"{m}": 0' for m in modalities)
         note += (f"; with --limit-mm-per-prompt '{{{off}}}' vLLM builds no tower and kvprof plans that text-only "
@@ -1316,6 +1334,70 @@ def _falcon_h1(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str
                   rotary_fraction=rotary / attn_dim)
     return {**cfg, "num_hidden_layers": n, "hidden_size": hidden, "num_attention_heads": attn_heads,
             "intermediate_size": cfg.get("intermediate_size", 14336)}, hybrid
+
+
+_GEMMA4_LAYERS = ("sliding_attention", "full_attention")
+
+
+def _gemma4(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Gemma-4's decoder (``gemma4_text``; vLLM's ``models/gemma4.py``, its per-layer shapes from transformers'
+    ``Gemma4TextConfig``): sliding layers of ``num_key_value_heads`` × ``head_dim`` and global layers of
+    ``global_head_dim`` (default 512) with ``num_global_key_value_heads`` where ``attention_k_eq_v`` (vLLM still
+    allocates the V slot of their QKV projection and caches V); the last layer forced global; q and k norms; a dense
+    gated MLP on every layer and, where ``num_experts`` is set, experts beside it (here a shared expert of the
+    dense MLP's width) behind a router with learned input and expert scales, with seven norms a layer instead of four.
+    The sliding RoPE cache spans head_dim, the global ``proportional`` one the whole global head. Per-layer input
+    embeddings (E2B, E4B), KV-shared layers and bidirectional attention are refused by name."""
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    if cfg.get("hidden_size_per_layer_input"):
+        raise UnsupportedArchitecture(f"{name}: hidden_size_per_layer_input {cfg['hidden_size_per_layer_input']!r}: "
+                                      "Gemma-4's per-layer input embeddings (E2B, E4B) are not modelled")
+    if cfg.get("num_kv_shared_layers"):
+        raise UnsupportedArchitecture(f"{name}: num_kv_shared_layers {cfg['num_kv_shared_layers']!r}: layers that "
+                                      "reuse an earlier layer's KV cache are not modelled")
+    if cfg.get("use_bidirectional_attention") not in (None, "vision"):
+        raise UnsupportedArchitecture(f"{name}: use_bidirectional_attention {cfg['use_bidirectional_attention']!r}: "
+                                      "only causal text attention (None or \"vision\") is modelled")
+    types = cfg.get("layer_types")
+    if types is None:  # transformers' default: five sliding layers, then a global one
+        types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
+    if not isinstance(types, list) or len(types) != n or any(t not in _GEMMA4_LAYERS for t in types):
+        raise UnsupportedArchitecture(f"{name}: layer_types must list num_hidden_layers ({n}) of "
+                                      f"{' and '.join(_GEMMA4_LAYERS)}")
+    types = [*types[:-1], "full_attention"]  # Gemma4TextConfig forces the last layer global
+    kv = _positive_int(cfg.get("num_key_value_heads", 4), "num_key_value_heads", name)
+    head_dim = _positive_int(cfg.get("head_dim", 256), "head_dim", name)
+    global_dim = _positive_int(cfg.get("global_head_dim", 512), "global_head_dim", name)
+    global_kv = cfg.get("num_global_key_value_heads") if cfg.get("attention_k_eq_v") else None
+    global_kv = kv if global_kv is None else _positive_int(global_kv, "num_global_key_value_heads", name)
+    moe = None
+    if cfg.get("num_experts") is not None:
+        if cfg.get("moe_intermediate_size") is None:  # vLLM's getattr_iter stops at the field transformers sets
+            raise UnsupportedArchitecture(f"{name}: num_experts without moe_intermediate_size: vLLM 0.32's Gemma-4 "
+                                          "stops at \"Gemma4 MoE requires an expert intermediate size\"")
+        moe = _validated(MoE, name, num_experts=cfg["num_experts"], experts_per_token=cfg.get("top_k_experts"),
+                         expert_intermediate_size=cfg["moe_intermediate_size"], shared_experts=1,
+                         shared_expert_intermediate_size=cfg.get("intermediate_size", 9216), router_scale=True)
+    positions, widths = [], []
+    max_pos = cfg.get("max_position_embeddings", 131072)
+    rope = cfg.get("rope_parameters") or {}
+    for kind, dim in (("full_attention", global_dim), ("sliding_attention", head_dim)):
+        if kind not in types:
+            continue
+        rp = rope.get(kind) if isinstance(rope, dict) else None
+        rope_type = rp.get("rope_type", "default") if isinstance(rp, dict) else None
+        if rope_type not in ("default", "proportional"):
+            raise UnsupportedArchitecture(f"{name}: rope_parameters.{kind} {rp!r}: kvprof reads Gemma-4's default and "
+                                          "proportional RoPE per layer type")
+        factor = rp.get("partial_rotary_factor", 1.0)
+        if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor <= 1:
+            raise UnsupportedArchitecture(f"{name}: rope_parameters.{kind}.partial_rotary_factor must be in (0, 1]")
+        positions.append(_positive_int(max_pos, "max_position_embeddings", name))
+        widths.append(dim if rope_type == "proportional" else int(dim * factor))  # Gemma4RotaryEmbedding: the head
+    hybrid = dict(layer_types=tuple(types), full_attention_kv=(global_kv, global_dim), qk_norm=True,
+                  norms_per_layer=7 if moe else 4, moe=moe, rope_cache_positions=tuple(positions),
+                  rope_cache_widths=tuple(widths))
+    return {**cfg, "num_key_value_heads": kv, "head_dim": head_dim, "layer_types": types}, hybrid
 
 
 # Keys of a NAS model's block_configs entries (the remote DeciLMConfig's AttentionConfig and FFNConfig) and the value
@@ -1696,6 +1778,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         cfg, hybrid = _jamba(cfg, name)
     elif model_type == "nemotron-nas":
         cfg, hybrid = _nemotron_nas(cfg, name)
+    elif model_type == "gemma4_text":
+        cfg, hybrid = _gemma4(cfg, name)
     elif model_type == "lfm2":
         cfg, hybrid = _lfm2(cfg, name)
     elif model_type == "llama4_text":
@@ -1788,7 +1872,7 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         rope_cache_positions=_rope_cache_positions(cfg, model_type),
         encoder_params=encoder[0], encoder_note=encoder[1],
         vision=_vision_tower(raw, hidden, max_pixels, video_max_pixels),
-        encoder_modalities=ENCODER_MODALITIES.get(str(raw.get("model_type")), ()),
+        encoder_modalities=_encoder_modalities(raw),
     )
     try:
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")),

@@ -206,6 +206,16 @@ FAMILIES: dict[str, frozenset[str]] = {
     "llama4": WRAPPER | {"tie_word_embeddings"},
     # Llama-Nemotron NAS models (architecture._nemotron_nas): Llama layers reshaped by block_configs
     "nemotron-nas": DECODER | {"block_configs", "mlp_bias"},
+    # Gemma-4 (architecture._gemma4): sliding and global layers of their own shapes, experts beside the dense MLP;
+    # the softcap and the bidirectional vision mask change no weight or cache, vocab_size_per_layer_input only
+    # sizes the per-layer embeddings that a hidden_size_per_layer_input of 0 turns off (others are refused)
+    "gemma4": WRAPPER | {"tie_word_embeddings", "initializer_range", "vision_soft_tokens_per_image",
+                         "eoa_token_index"},
+    "gemma4_text": DECODER | {"sliding_window", "layer_types", "hidden_activation", "final_logit_softcapping",
+                              "attention_k_eq_v", "global_head_dim", "num_global_key_value_heads",
+                              "hidden_size_per_layer_input", "vocab_size_per_layer_input", "num_kv_shared_layers",
+                              "enable_moe_block", "num_experts", "top_k_experts", "moe_intermediate_size",
+                              "expert_intermediate_size", "use_double_wide_mlp", "use_bidirectional_attention"},
     # Kimi-K2.5, K2.6, K2.7: DeepSeek-V3's decoder (text_config: kimi_k2 or deepseek_v3) beside MoonViT
     # (architecture._moonvit_params); ignore_index is a training loss's, the placeholders and
     # use_unified_vision_chunk are the processor's

@@ -82,4 +82,8 @@ MODULE_NAMES: dict[str, ModuleNames] = {
     # kimi_k25.py: DeepSeek-V3's decoder built under "language_model" (DeepseekV2ForCausalLM: its layers
     # language_model.model.layers.N, its head language_model.lm_head), the names NVIDIA's builds list
     "kimi_k25": ModuleNames(prefix="language_model.model.", head="language_model.lm_head", fused=_MLA),
+    # gemma4.py / gemma4_mm.py (mapper "model.language_model." -> "language_model.model."): a layer's dense MLP is
+    # its "mlp" (kvprof's shared expert beside the experts) and its experts sit beside it, "layers.N.experts"
+    "gemma4": ModuleNames(prefix="model.language_model.",
+                          infixes=((".mlp.shared_experts.", ".mlp."), (".mlp.experts", ".experts"))),
 }

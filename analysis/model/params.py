@@ -39,8 +39,9 @@ class ParamCount:
         return self.non_expert + self.experts_active
 
 
-def _attention_params(a: Architecture) -> int:
-    h, hd = a.hidden_size, a.head_dim
+def _attention_params(a: Architecture, num_kv_heads: int | None = None, head_dim: int | None = None) -> int:
+    """One attention layer's parameters (of ``num_kv_heads`` × ``head_dim`` where a layer's shape is its own)."""
+    h, hd = a.hidden_size, head_dim or a.head_dim
     if a.mla:
         m = a.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -52,14 +53,14 @@ def _attention_params(a: Architecture) -> int:
         kv_b = m.kv_lora_rank * a.num_heads * (m.qk_nope_head_dim + m.v_head_dim)
         o = a.num_heads * m.v_head_dim * h
         return q + kv_a + kv_b + o
-    q_out, kv_out = a.num_heads * hd, a.num_kv_heads * hd
+    q_out, kv_out = a.num_heads * hd, (num_kv_heads or a.num_kv_heads) * hd
     n = h * q_out * (2 if a.attention_output_gate else 1) + 2 * h * kv_out + q_out * h
     if a.qkv_bias:
         n += q_out + 2 * kv_out
     if a.o_bias:
         n += h
     if a.qk_norm:
-        n += (a.num_heads + a.num_kv_heads) * hd if a.qk_norm_per_layer else 2 * hd
+        n += (a.num_heads + (num_kv_heads or a.num_kv_heads)) * hd if a.qk_norm_per_layer else 2 * hd
     if a.attention_sinks:
         n += a.num_heads
     return n
@@ -78,7 +79,11 @@ def count_params(a: Architecture) -> ParamCount:
     h = a.hidden_size
     embedding = a.vocab_size * h + a.learned_position_embeddings * h
     lm_head = 0 if a.tie_word_embeddings else a.vocab_size * h
-    attention = a.num_attention_layers * _attention_params(a)
+    if a.full_attention_kv is None:
+        attention = a.num_attention_layers * _attention_params(a)
+    else:  # layers of two shapes (Gemma-4's sliding and global)
+        attention = sum(_attention_params(a, *a.attention_shape(i)) for i, t in enumerate(a.layer_types[:a.num_layers])
+                        if t in ("full_attention", "sliding_attention", "chunked_attention"))
     if a.sparse_indexer is not None and a.mla is not None:
         attention += len(a.sparse_indexer.layers) * a.sparse_indexer.params(h, a.mla.q_lora_rank or 0)
     recurrent = a.num_recurrent_layers * a.recurrent.params(h) if a.recurrent else 0
@@ -97,6 +102,7 @@ def count_params(a: Architecture) -> ParamCount:
         experts_total += m.num_experts * one_expert
         experts_active += m.experts_per_token * one_expert
         router_shared += h * m.num_experts + (m.num_experts if m.router_bias else 0)
+        router_shared += (h + m.num_experts) if m.router_scale else 0
         if m.latent_size:  # the projections into and out of the experts' latent width
             router_shared += 2 * h * m.latent_size + ((m.latent_size + h) if a.mlp_bias else 0)
         if m.shared_experts:
@@ -172,7 +178,8 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
                 out += [Matrix(f"{attn}.indexer.{n}", kind, o, k, replicated=True)  # type: ignore[arg-type]
                         for n, kind, o, k in a.sparse_indexer.matrices(h, m.q_lora_rank or 0)]
         else:
-            q, kv = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
+            kv_heads, hd = a.attention_shape(i)
+            q, kv = a.num_heads * hd, kv_heads * hd
             q_rows = q * (2 if a.attention_output_gate else 1)  # the output gate's rows beside the queries
             out += [Matrix(f"{attn}.q_proj", "linear", q_rows, h), Matrix(f"{attn}.k_proj", "linear", kv, h),
                     Matrix(f"{attn}.v_proj", "linear", kv, h), Matrix(f"{attn}.o_proj", "linear", h, q)]
@@ -283,6 +290,9 @@ def rotary_cache_bytes(a: Architecture) -> int:
     if not a.max_position_embeddings or a.learned_position_embeddings:
         return 0
     rotary_dim = a.mla.qk_rope_head_dim if a.mla else int(a.head_dim * a.rotary_fraction)
+    if a.rope_cache_widths:
+        return sum(p * w for p, w in zip(a.rope_cache_positions, a.rope_cache_widths, strict=True)) \
+            * a.weight_dtype_bytes
     positions = sum(a.rope_cache_positions) if a.rope_cache_positions else a.max_position_embeddings
     return positions * rotary_dim * a.weight_dtype_bytes
 

