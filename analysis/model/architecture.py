@@ -120,6 +120,9 @@ class MoE(BaseModel):
     router_bias: bool = False
     # Gemma-4's router: a learned scale of the hidden size on its input and one a routed expert on its output
     router_scale: bool = False
+    # The router's weight kept in float32 whatever the model dtype (vLLM's GateLinear with params_dtype float32:
+    # MiniMax-M2's, MiMo-V2's moe_router_dtype)
+    router_fp32: bool = False
     # A latent MoE (Nemotron-3 Super and Ultra's moe_latent_size): the routed experts run on a projection of the
     # hidden state to this width (fc1_latent_proj in, fc2_latent_proj out, once a MoE layer); None: on the hidden state
     latent_size: int | None = Field(None, gt=0, le=MAX_HIDDEN_SIZE)
@@ -340,6 +343,10 @@ class Architecture(BaseModel):
     # The share of a head RoPE rotates (partial_rotary_factor): the RoPE cache's width
     rotary_fraction: float = Field(1.0, ge=0, le=1)  # 0: no RoPE (Nemotron-H, Granite-4.0-H's "nope")
     attention_sinks: bool = False
+    # Sinks on the sliding-window layers alone (MiMo-V2's add_swa_attention_sink_bias): one a query head there
+    sliding_attention_sinks: bool = False
+    # V's head width where it is not K's (MiMo-V2: K 192, V 128 on every attention layer); None: head_dim
+    v_head_dim: int | None = Field(None, gt=0, le=MAX_HEAD_DIM)
     norms_per_layer: int = 2
     learned_position_embeddings: int = 0
     max_position_embeddings: int | None = Field(None, le=MAX_POSITIONS)
@@ -448,7 +455,8 @@ class Architecture(BaseModel):
         """Every layer's attention kind (analysis.model.layers), which owns its KV-cache and attention formulas."""
         return _attention_layers(self.num_heads, self.num_kv_heads, self.head_dim, self.sliding_window,
                                  self.layer_types, self.mla, self.recurrent, dtype_bytes(self.torch_dtype),
-                                 self.attention_chunk_size, self.sparse_indexer, self.full_attention_kv)
+                                 self.attention_chunk_size, self.sparse_indexer, self.full_attention_kv,
+                                 self.v_head_dim)
 
     @property
     def attention_kinds(self) -> tuple[tuple[AttentionLayer, int], ...]:
@@ -1291,7 +1299,7 @@ def _minimax_m2(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     moe = _validated(MoE, name, num_experts=cfg.get("num_local_experts"),
                      experts_per_token=cfg.get("num_experts_per_tok"),
                      expert_intermediate_size=cfg.get("intermediate_size"),
-                     router_bias=bool(cfg.get("use_routing_bias")), dense_layers=())
+                     router_bias=bool(cfg.get("use_routing_bias")), dense_layers=(), router_fp32=True)
     return dict(qk_norm=True, qk_norm_per_layer=True, rotary_fraction=rotary / head_dim, moe=moe)
 
 
@@ -1334,6 +1342,74 @@ def _falcon_h1(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str
                   rotary_fraction=rotary / attn_dim)
     return {**cfg, "num_hidden_layers": n, "hidden_size": hidden, "num_attention_heads": attn_heads,
             "intermediate_size": cfg.get("intermediate_size", 14336)}, hybrid
+
+
+def _flags(v: Any, n: int, key: str, name: str) -> list[int]:
+    if not isinstance(v, list) or len(v) != n or any(x not in (0, 1) or isinstance(x, bool) for x in v):
+        raise UnsupportedArchitecture(f"{name}: {key} must list a 0 or 1 for each of the {n} layers")
+    return v
+
+
+def _mimo_v2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """MiMo-V2-Flash (vLLM's ``models/mimo_v2.py``): layer ``i`` is sliding-window attention where
+    ``hybrid_layer_pattern[i]`` is 1 (``swa_num_key_value_heads`` of ``swa_head_dim``, a window of
+    ``sliding_window_size``, an attention sink a head with ``add_swa_attention_sink_bias``), full attention
+    elsewhere (``num_key_value_heads`` of ``head_dim``); both cache V of ``v_head_dim`` beside the wider K (vLLM's
+    ``head_size_v``). A layer is MoE where ``moe_layer_freq[i]`` is 1 (``n_routed_experts`` of
+    ``moe_intermediate_size``, a float32 router and score bias, no shared expert), a dense MLP otherwise. RoPE over
+    ``partial_rotary_factor`` of a head, one cache a layer kind's theta."""
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    pattern = _flags(cfg.get("hybrid_layer_pattern"), n, "hybrid_layer_pattern", name)
+    freq = cfg.get("moe_layer_freq", 1)
+    moe_layers = [0] * n if isinstance(freq, int) and not isinstance(freq, bool) else _flags(freq, n,
+                                                                                             "moe_layer_freq", name)
+    heads = _positive_int(cfg.get("num_attention_heads"), "num_attention_heads", name)
+    if _positive_int(cfg.get("swa_num_attention_heads", heads), "swa_num_attention_heads", name) != heads:
+        raise UnsupportedArchitecture(f"{name}: swa_num_attention_heads differs from num_attention_heads: query heads "
+                                      "of two widths a layer kind are not modelled")
+    full = (_positive_int(cfg.get("num_key_value_heads"), "num_key_value_heads", name),
+            _positive_int(cfg.get("head_dim"), "head_dim", name))
+    swa = (_positive_int(cfg.get("swa_num_key_value_heads"), "swa_num_key_value_heads", name),
+           _positive_int(cfg.get("swa_head_dim"), "swa_head_dim", name))
+    v_dim = _positive_int(cfg.get("v_head_dim") or full[1], "v_head_dim", name)
+    if _positive_int(cfg.get("swa_v_head_dim") or swa[1], "swa_v_head_dim", name) != v_dim:
+        raise UnsupportedArchitecture(f"{name}: swa_v_head_dim differs from v_head_dim: V of two widths is not "
+                                      "modelled")
+    window = cfg.get("sliding_window_size", -1)
+    if 1 in pattern and (not isinstance(window, int) or isinstance(window, bool) or window <= 0):
+        raise UnsupportedArchitecture(f"{name}: sliding_window_size {window!r}: sliding layers need a window")
+    if cfg.get("add_full_attention_sink_bias"):
+        raise UnsupportedArchitecture(f"{name}: add_full_attention_sink_bias true: vLLM 0.32's MiMo-V2 builds sinks "
+                                      "on the sliding layers only")
+    if cfg.get("hidden_act", "silu") != "silu" or cfg.get("n_shared_experts"):
+        raise UnsupportedArchitecture(f"{name}: vLLM 0.32's MiMo-V2 runs silu experts without a shared expert")
+    if cfg.get("moe_router_dtype", "float32") not in ("float32", "bfloat16", "float16"):
+        raise UnsupportedArchitecture(f"{name}: moe_router_dtype {cfg['moe_router_dtype']!r} is not read")
+    factor = cfg.get("partial_rotary_factor", 1.0)
+    if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor <= 1:
+        raise UnsupportedArchitecture(f"{name}: partial_rotary_factor must be in (0, 1]")
+    types = tuple("sliding_attention" if p else "full_attention" for p in pattern)
+    moe = None
+    if any(moe_layers):
+        moe = _validated(MoE, name, num_experts=cfg.get("n_routed_experts"),
+                         experts_per_token=cfg.get("num_experts_per_tok"),
+                         expert_intermediate_size=cfg.get("moe_intermediate_size"),
+                         dense_layers=tuple(i for i, f in enumerate(moe_layers) if not f), router_bias=True,
+                         router_fp32=cfg.get("moe_router_dtype", "float32") == "float32")
+    max_pos = _positive_int(cfg.get("max_position_embeddings", 32768), "max_position_embeddings", name)
+    for key in ("rope_theta", "swa_rope_theta"):
+        if key in cfg and _positive_number(cfg[key]) is None:
+            raise UnsupportedArchitecture(f"{name}: {key} must be a positive number, got {cfg[key]!r}")
+    caches = {(theta, int(dim * factor)) for kind, theta, dim in
+              (("full_attention", cfg.get("rope_theta", 1000000), full[1]),
+               ("sliding_attention", cfg.get("swa_rope_theta", cfg.get("rope_theta", 1000000)), swa[1]))
+              if kind in types}  # get_rope keeps one cache a distinct configuration
+    hybrid = dict(layer_types=types, full_attention_kv=full, v_head_dim=v_dim,
+                  sliding_attention_sinks=bool(cfg.get("add_swa_attention_sink_bias")) and 1 in pattern,
+                  rotary_fraction=factor, moe=moe, rope_cache_positions=(max_pos,) * len(caches),
+                  rope_cache_widths=tuple(sorted(w for _, w in caches)))
+    return {**cfg, "num_key_value_heads": swa[0], "head_dim": swa[1], "sliding_window": window,
+            "layer_types": list(types)}, hybrid
 
 
 _GEMMA4_LAYERS = ("sliding_attention", "full_attention")
@@ -1780,6 +1856,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         cfg, hybrid = _nemotron_nas(cfg, name)
     elif model_type == "gemma4_text":
         cfg, hybrid = _gemma4(cfg, name)
+    elif model_type == "mimo_v2_flash":
+        cfg, hybrid = _mimo_v2(cfg, name)
     elif model_type == "lfm2":
         cfg, hybrid = _lfm2(cfg, name)
     elif model_type == "llama4_text":
@@ -1905,7 +1983,7 @@ def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_
                       layer_types: tuple[str, ...], mla: MLA | None, recurrent: Mamba2 | GatedDeltaNet | None = None,
                       model_dtype_bytes: int = 2, chunk: int | None = None,
                       sparse: SparseIndexer | None = None,
-                      full_kv: tuple[int, int] | None = None) -> tuple[AttentionLayer, ...]:
+                      full_kv: tuple[int, int] | None = None, v_dim: int | None = None) -> tuple[AttentionLayer, ...]:
     """Every layer with a cache, in order: its attention kind or its recurrent state (MLP-only layers have none)."""
     if mla is not None and sparse is not None:
         return tuple(SparseMLA(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
@@ -1924,9 +2002,9 @@ def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_
         return (MultiHeadLatentAttention(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
                                          qk_rope_head_dim=mla.qk_rope_head_dim),) * len(attending)
     kv_heads, dim = full_kv or (num_kv_heads, head_dim)
-    full = FullAttention(num_heads=num_heads, num_kv_heads=kv_heads, head_dim=dim)
+    full = FullAttention(num_heads=num_heads, num_kv_heads=kv_heads, head_dim=dim, head_dim_v=v_dim)
     sliding = SlidingWindowAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-                                     window_size=sliding_window or 0)
+                                     head_dim_v=v_dim, window_size=sliding_window or 0)
     chunked = ChunkedLocalAttention(num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
                                     chunk_size=chunk or 0)
     by_type = {"sliding_attention": sliding, "chunked_attention": chunked}

@@ -206,6 +206,16 @@ FAMILIES: dict[str, frozenset[str]] = {
     "llama4": WRAPPER | {"tie_word_embeddings"},
     # Llama-Nemotron NAS models (architecture._nemotron_nas): Llama layers reshaped by block_configs
     "nemotron-nas": DECODER | {"block_configs", "mlp_bias"},
+    # MiMo-V2-Flash (architecture._mimo_v2): sliding-window and full attention layers of their own KV heads, K
+    # wider than V, sinks on the sliding layers, DeepSeek-style experts on the layers moe_layer_freq marks; the
+    # value scale, the routing keys and attention_chunk_size (the window again, which vLLM does not read) change no
+    # weight or cache
+    "mimo_v2_flash": DECODER | DEEPSEEK | {"v_head_dim", "swa_rope_theta", "partial_rotary_factor", "sliding_window",
+                                           "sliding_window_size", "attention_chunk_size", "swa_num_attention_heads",
+                                           "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim",
+                                           "hybrid_layer_pattern", "layernorm_epsilon", "attention_value_scale",
+                                           "add_swa_attention_sink_bias", "add_full_attention_sink_bias",
+                                           "moe_router_dtype"},
     # Gemma-4 (architecture._gemma4): sliding and global layers of their own shapes, experts beside the dense MLP;
     # the softcap and the bidirectional vision mask change no weight or cache, vocab_size_per_layer_input only
     # sizes the per-layer embeddings that a hidden_size_per_layer_input of 0 turns off (others are refused)
@@ -291,12 +301,16 @@ def unread_keys(cfg: dict[str, Any], model_type: str) -> list[str]:
     return sorted(k for k in cfg if k not in known and not is_inert(k))
 
 
+# A key whose type differs in one family (MiMo-V2-Flash's moe_layer_freq: a 0/1 flag a layer, not DeepSeek's period).
+FAMILY_KEY_TYPES: dict[tuple[str, str], type] = {("mimo_v2_flash", "moe_layer_freq"): list}
+
+
 def mistyped_keys(cfg: dict[str, Any], model_type: str) -> list[str]:
     """``key is <kind>, not <expected kind>`` for each read key whose value has another type than every published
     config gives it (a list where an integer belongs: MiMo-V2-Flash's per-layer ``moe_layer_freq``)."""
     out = []
     for key in sorted(FAMILIES[model_type] & KEY_TYPES.keys()):
-        v, want = cfg.get(key), KEY_TYPES[key]
+        v, want = cfg.get(key), FAMILY_KEY_TYPES.get((model_type, key), KEY_TYPES[key])
         if v is None:
             continue
         ok = isinstance(v, want) and not (want is int and isinstance(v, bool))

@@ -112,12 +112,17 @@ class FullAttention(AttentionLayer):
     kind: ClassVar[str] = "full"
     num_kv_heads: int
     head_dim: int
+    head_dim_v: int | None = None  # V's width where it is not K's (MiMo-V2: K 192, V 128; vLLM's head_size_v)
+
+    @property
+    def value_dim(self) -> int:
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
 
     def kv_elements_per_token(self, tp: int = 1) -> int:
-        return 2 * kv_heads_per_rank(self.num_kv_heads, tp) * self.head_dim
+        return kv_heads_per_rank(self.num_kv_heads, tp) * (self.head_dim + self.value_dim)
 
     def flops_per_held_token(self) -> float:
-        return 4 * self.num_heads * self.head_dim  # QK^T and AV, 2 FLOPs per multiply-add
+        return 2 * self.num_heads * (self.head_dim + self.value_dim)  # QK^T and AV, 2 FLOPs per multiply-add
 
 
 @dataclass(frozen=True)
@@ -138,7 +143,8 @@ class SlidingWindowAttention(FullAttention):
 
     def as_full(self) -> FullAttention:
         """The layer as vLLM allocates it with the hybrid KV-cache manager off: like a full-attention layer."""
-        return FullAttention(num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)
+        return FullAttention(num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+                             head_dim_v=self.head_dim_v)
 
 
 @dataclass(frozen=True)
@@ -162,7 +168,8 @@ class ChunkedLocalAttention(FullAttention):
     def as_full(self) -> FullAttention:
         """With the hybrid KV-cache manager off, vLLM allocates it like full attention
         (kv_cache_utils: ChunkedLocalAttentionSpec promoted to FullAttentionSpec)."""
-        return FullAttention(num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim)
+        return FullAttention(num_heads=self.num_heads, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
+                             head_dim_v=self.head_dim_v)
 
 
 @dataclass(frozen=True)

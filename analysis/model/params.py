@@ -53,14 +53,15 @@ def _attention_params(a: Architecture, num_kv_heads: int | None = None, head_dim
         kv_b = m.kv_lora_rank * a.num_heads * (m.qk_nope_head_dim + m.v_head_dim)
         o = a.num_heads * m.v_head_dim * h
         return q + kv_a + kv_b + o
-    q_out, kv_out = a.num_heads * hd, (num_kv_heads or a.num_kv_heads) * hd
-    n = h * q_out * (2 if a.attention_output_gate else 1) + 2 * h * kv_out + q_out * h
+    vd, kv_heads = a.v_head_dim or hd, num_kv_heads or a.num_kv_heads
+    q_out, kv_out, v_out = a.num_heads * hd, kv_heads * hd, kv_heads * vd
+    n = h * q_out * (2 if a.attention_output_gate else 1) + h * (kv_out + v_out) + a.num_heads * vd * h
     if a.qkv_bias:
-        n += q_out + 2 * kv_out
+        n += q_out + kv_out + v_out
     if a.o_bias:
         n += h
     if a.qk_norm:
-        n += (a.num_heads + (num_kv_heads or a.num_kv_heads)) * hd if a.qk_norm_per_layer else 2 * hd
+        n += (a.num_heads + kv_heads) * hd if a.qk_norm_per_layer else 2 * hd
     if a.attention_sinks:
         n += a.num_heads
     return n
@@ -84,6 +85,8 @@ def count_params(a: Architecture) -> ParamCount:
     else:  # layers of two shapes (Gemma-4's sliding and global)
         attention = sum(_attention_params(a, *a.attention_shape(i)) for i, t in enumerate(a.layer_types[:a.num_layers])
                         if t in ("full_attention", "sliding_attention", "chunked_attention"))
+    if a.sliding_attention_sinks:  # a sink a query head on each sliding layer
+        attention += a.layer_types[:a.num_layers].count("sliding_attention") * a.num_heads
     if a.sparse_indexer is not None and a.mla is not None:
         attention += len(a.sparse_indexer.layers) * a.sparse_indexer.params(h, a.mla.q_lora_rank or 0)
     recurrent = a.num_recurrent_layers * a.recurrent.params(h) if a.recurrent else 0
@@ -179,10 +182,12 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
                         for n, kind, o, k in a.sparse_indexer.matrices(h, m.q_lora_rank or 0)]
         else:
             kv_heads, hd = a.attention_shape(i)
+            vd = a.v_head_dim or hd
             q, kv = a.num_heads * hd, kv_heads * hd
             q_rows = q * (2 if a.attention_output_gate else 1)  # the output gate's rows beside the queries
             out += [Matrix(f"{attn}.q_proj", "linear", q_rows, h), Matrix(f"{attn}.k_proj", "linear", kv, h),
-                    Matrix(f"{attn}.v_proj", "linear", kv, h), Matrix(f"{attn}.o_proj", "linear", h, q)]
+                    Matrix(f"{attn}.v_proj", "linear", kv_heads * vd, h),
+                    Matrix(f"{attn}.o_proj", "linear", h, a.num_heads * vd)]
         if not a.has_mlp(i):
             continue
         if not a.is_moe_layer(i):
@@ -245,11 +250,16 @@ def weight_breakdown(a: Architecture, tp: int = 1) -> WeightBytes:
     schemes whose kernels pad per rank (mxfp4).
     """
     p, d, q = count_params(a), a.weight_dtype_bytes, a.quantization
+    # a float32 router (MoE.router_fp32): its weight's bytes past the model dtype's, on every rank
+    fp32_router = 0
+    if a.moe is not None and a.moe.router_fp32:
+        fp32_router = (4 - d) * a.hidden_size * a.moe.num_experts * sum(map(a.is_moe_layer, range(a.num_layers)))
     if q is None:
         replicated = sum(m.out_features * m.in_features for m in weight_matrices(a) if m.replicated) * d
         return WeightBytes(embedding=p.embedding * d, lm_head=p.lm_head * d,
                            experts=_expert_bytes(a, p.experts_total),
-                           other=(p.non_expert - p.embedding - p.lm_head) * d, replicated=replicated)
+                           other=(p.non_expert - p.embedding - p.lm_head) * d + fp32_router,
+                           replicated=replicated + fp32_router)
     parts = {"embedding": 0.0, "lm_head": 0.0, "other": 0.0, "replicated": 0.0}
     matrix_params = 0
     for mat in weight_matrices(a):
@@ -269,7 +279,8 @@ def weight_breakdown(a: Architecture, tp: int = 1) -> WeightBytes:
                                            m.expert_bias, d, tp)
     rest = p.non_expert - matrix_params
     assert rest >= 0, f"{a.name}: weight matrices exceed the parameter count"
-    parts["other"] += rest * d
+    parts["other"] += rest * d + fp32_router
+    parts["replicated"] += fp32_router
     return WeightBytes(experts=experts, **parts)
 
 

@@ -34,9 +34,12 @@ CASES = [
     # Gemma-4: sliding layers of 2 × 64 (512 B a token) and global ones of 1 × 256 (1,024 B): the sliding block is
     # raised to 64 tokens so that both pages are 32 KiB; five sliding groups and one global group of two layers
     ("tiny-gemma4", 32, 2048, 16 * MiB),
+    # MiMo-V2-Flash: sliding layers of 2 KV heads and full ones of 1, K 96 wide and V 64 (640 and 320 B a token)
+    ("tiny-mimo-v2", 32, 2048, 16 * MiB),
 ]
 KNOWN = {"tiny-mistral-swa": (512, 15.52), "tiny-gemma3-hybrid": (2048, 10.40), "tiny-llama4": (1024, 7.53),
-         "tiny-nemotron-nas": (170, 2.66), "tiny-gemma4": (256, 1.12)}
+         "tiny-nemotron-nas": (170, 2.66), "tiny-gemma4": (256, 1.12),
+         "tiny-mimo-v2": (409, 1.80)}
 
 
 def _engine_facts(model: str, block_size: int, max_model_len: int, kv_bytes: int, **more: object) -> dict:

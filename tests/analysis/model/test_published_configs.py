@@ -19,13 +19,19 @@ def test_every_published_config_is_planned_or_refused_with_a_reason(results):
 @pytest.mark.parametrize("name, reason", [
     # the two tracebacks (a list where an integer was compared)
     ("MiniMaxAI/MiniMax-M3", "names architecture MiniMaxM3ForCausalLM, which vLLM 0.32 has no model class for"),
-    ("XiaomiMiMo/MiMo-V2-Flash", "model_type 'mimo_v2_flash' has no reader"),
     # an hf_quant_config.json vLLM 0.32 does not read as ModelOpt (no producer): it would not start
     ("nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4", 'names no producer "modelopt"'),
 ])
 def test_what_the_issue_found_silently_wrong_is_refused_by_name(results, name, reason):
     _, result, why = results[name]
     assert result == "refused" and reason in why
+
+
+def test_the_other_traceback_is_now_a_plan(results):
+    # MiMo-V2-Flash's per-layer moe_layer_freq list crashed the DeepSeek reading; its own reader plans it: 9 full and
+    # 39 sliding layers, 308.78B parameters (transformers' count and the score bias vLLM loads)
+    assert results["XiaomiMiMo/MiMo-V2-Flash"][1:] == (
+        "planned", "308.78 · 36.3 · 9 full, 39 sliding · fp8 block 128x128")
 
 
 def test_nvfp4_builds_are_planned_from_their_hf_quant_config(results):
