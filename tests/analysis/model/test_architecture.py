@@ -26,6 +26,9 @@ from analysis.model.params import count_params, decode_weight_bytes, expected_ex
         ("deepseek-v3.2", 671.0, None),  # DeepSeek: 671B in the main model (685B with its MTP module)
         ("glm-5", 744.0, None),  # Z.ai: 744B parameters
         ("minimax-m2.5", 230.0, None),  # MiniMax: 230B total parameters
+        ("llama-4-maverick", 400.0, None),  # Meta: 400B total, 17B active
+        ("gemma-4-26b-a4b", 25.2, None),  # 25.2B total, 3.8B active, as Gemma 4 pages quote it (tower aside)
+        ("qwen3.5-27b", 26.9, None),  # transformers' count of the decoder, its name 27B (the tower is 0.46B more)
     ],
 )
 def test_published_parameter_totals_within_1_percent(name, total_b, active_b):
