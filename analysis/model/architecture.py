@@ -1652,6 +1652,41 @@ def _lfm2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any
             "max_position_embeddings": cfg.get("max_position_embeddings", 128000), "tie_word_embeddings": tie}, hybrid
 
 
+def _lfm2_moe(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """LFM2-MoE (vLLM's ``models/lfm2_moe.py``): LFM2's gated short convolutions and GQA attention (``layer_types``),
+    then a SwiGLU MLP of ``intermediate_size`` as it stands on the first ``num_dense_layers`` layers and
+    ``num_experts`` experts of ``moe_intermediate_size`` on the rest (with ``use_expert_bias``, a float32 score bias
+    a router). transformers' ``Lfm2MoeConfig`` defaults where a key is absent."""
+    n = _positive_int(cfg.get("num_hidden_layers", 32), "num_hidden_layers", name)
+    hidden = _positive_int(cfg.get("hidden_size", 2048), "hidden_size", name)
+    types = cfg.get("layer_types")
+    if not isinstance(types, list) or len(types) != n or not set(types) <= {"conv", "full_attention"}:
+        raise UnsupportedArchitecture(f"{name}: lfm2_moe needs layer_types, {n} of conv and full_attention; got "
+                                      f"{types!r}")
+    kinds = tuple("recurrent" if t == "conv" else "full_attention" for t in types)
+    if "recurrent" not in kinds or "full_attention" not in kinds:
+        raise UnsupportedArchitecture(f"{name}: kvprof plans LFM2-MoE with both conv and attention layers")
+    dense = cfg.get("num_dense_layers", 2)
+    if not isinstance(dense, int) or isinstance(dense, bool) or not 0 <= dense <= n:
+        raise UnsupportedArchitecture(f"{name}: num_dense_layers must be 0 to {n}, got {dense!r}")
+    conv = _validated(ShortConv, name, dim=hidden, conv_kernel=cfg.get("conv_L_cache", 3),
+                      bias=bool(cfg.get("conv_bias", False)))
+    moe = None
+    if dense < n:
+        moe = _validated(MoE, name, num_experts=cfg.get("num_experts", 32),
+                         experts_per_token=cfg.get("num_experts_per_tok", 4),
+                         expert_intermediate_size=cfg.get("moe_intermediate_size", 1792),
+                         dense_layers=tuple(range(dense)), router_bias=bool(cfg.get("use_expert_bias", True)))
+    hybrid = dict(num_layers=n, layer_types=kinds, recurrent=conv, mlp_gated=True, qkv_bias=False, o_bias=False,
+                  mlp_bias=False, norms_per_layer=2, qk_norm=True, moe=moe)
+    return {**cfg, "num_hidden_layers": n, "hidden_size": hidden,
+            "intermediate_size": cfg.get("intermediate_size", 7168),
+            "num_attention_heads": cfg.get("num_attention_heads", 32),
+            "num_key_value_heads": cfg.get("num_key_value_heads", 8), "vocab_size": cfg.get("vocab_size", 65536),
+            "max_position_embeddings": cfg.get("max_position_embeddings", 128000),
+            "tie_word_embeddings": cfg.get("tie_word_embeddings", True)}, hybrid
+
+
 _GRANITE_LAYERS = {"mamba": "recurrent", "attention": "full_attention"}
 
 
@@ -1860,6 +1895,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         cfg, hybrid = _mimo_v2(cfg, name)
     elif model_type == "lfm2":
         cfg, hybrid = _lfm2(cfg, name)
+    elif model_type == "lfm2_moe":
+        cfg, hybrid = _lfm2_moe(cfg, name)
     elif model_type == "llama4_text":
         hybrid = _llama4(cfg, name)
         cfg = {**cfg, "intermediate_size": cfg.get("intermediate_size_mlp")}  # the dense layers' MLP

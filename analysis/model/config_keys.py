@@ -147,6 +147,11 @@ FAMILIES: dict[str, frozenset[str]] = {
                        "block_out_init_scale", "block_use_swiglu", "block_use_xavier_init", "conv_L_cache",
                        "conv_bias", "conv_dim", "conv_dim_out", "conv_use_xavier_init", "norm_eps", "num_heads",
                        "theta", "tie_embedding", "use_pos_enc"},
+    # LFM2-MoE (architecture._lfm2_moe): LFM2's layers, experts past the first num_dense_layers; the routing keys
+    # (top-k renormalising, scaling) change no weight
+    "lfm2_moe": DECODER | {"layer_types", "conv_L_cache", "conv_bias", "norm_eps", "num_dense_layers",
+                           "num_experts", "num_experts_per_tok", "moe_intermediate_size", "use_expert_bias",
+                           "routed_scaling_factor", "norm_topk_prob", "output_router_logits"},
     # MiniMax-M2 (architecture._minimax_m2): the MTP modules' keys describe layers vLLM does not load;
     # attn_type_list and sliding_window are checked against the full attention vLLM builds
     "minimax_m2": DECODER | {"num_local_experts", "num_experts_per_tok", "rotary_dim", "partial_rotary_factor",

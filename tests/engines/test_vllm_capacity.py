@@ -96,6 +96,7 @@ HYBRIDS = [
     ("tiny-falcon-h1", True, {"float32": (416, 39, 8), "auto": (224, 73, 13)}, 32),
     ("tiny-jamba", True, {"float32": (160, 204, 27), "auto": (96, 341, 36)}, 16),
     ("tiny-lfm2", True, {"float32": (32, 512, 68), "auto": (32, 512, 68)}, 16),
+    ("tiny-lfm2-moe", True, {"float32": (32, 1024, 68), "auto": (32, 1024, 68)}, 16),
 ]
 
 
@@ -154,7 +155,11 @@ def test_a_hybrid_recurrent_model_has_vllms_exact_capacity(hybrid):
     state is 2 × 512 channels in bf16 (2,048 B; no SSM state), which a 32-token page (16,384 B) already holds: the
     block stays 32. Four convolution layers against two attention layers make groups of two (4 ≥ 1.5 × 2): 2 × 16,384
     B a block, 16 MiB ÷ 32,768 = 512 blocks; a request holds 64 attention blocks and two a convolution group with the
-    prefix cache: 68."""
+    prefix cache: 68.
+
+    LFM2-MoE, small (tiny-lfm2-moe): the same layer mix with 256-wide convolutions (1,536 B of state) and attention
+    of 2 KV heads × 32 (256 B a token): a 32-token page of 8,192 B holds the state, the block stays 32; groups of two,
+    16,384 B a block, 1,024 blocks; 64 + 2 × 2 = 68 a request."""
     model, prefix_caching, (block, blocks, per_request), facts = hybrid
     arch, _ = resolve_model(model)
     arch = arch.model_copy(update={"recurrent": arch.recurrent.model_copy(

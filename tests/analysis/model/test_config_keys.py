@@ -31,7 +31,7 @@ def test_a_key_that_changes_the_model_and_is_not_read_is_refused_by_name(model, 
         Architecture.from_config(cfg, model)
 
 
-@pytest.mark.parametrize("model_type", ["gemma3n", "deepseek_v4", "minimax_m3", "lfm2_moe", "zamba2", "t5gemma", ""])
+@pytest.mark.parametrize("model_type", ["gemma3n", "deepseek_v4", "minimax_m3", "bamba", "zamba2", "t5gemma", ""])
 def test_a_family_without_a_reader_is_refused_by_name(model_type):
     cfg = _catalog_config("llama-3.1-8b") | {"model_type": model_type}
     with pytest.raises(UnsupportedArchitecture, match=f"model_type '{model_type or 'custom'}' has no reader"):
@@ -63,7 +63,7 @@ ODD_VALUES = [None, -1, 0, 0.5, 1e30, True, "x", [], [1, "a"], {}, {"a": [None]}
                                    "dbrx", "qwen2.5-vl-7b", "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-thinking",
                                    "qwen3.5-35b-a3b", "tiny-granite-4-h", "tiny-falcon-h1", "tiny-jamba",
                                    "tiny-lfm2", "minimax-m2.5", "glm-5", "kimi-k2.5", "tiny-nemotron-nas",
-                                   "gemma-4-26b-a4b", "tiny-gemma4", "tiny-mimo-v2"])
+                                   "gemma-4-26b-a4b", "tiny-gemma4", "tiny-mimo-v2", "tiny-lfm2-moe"])
 def test_no_config_value_however_odd_gives_a_traceback(model):
     """Every key of a published config, set to each odd value in turn: the config is read or refused with an
     UnsupportedArchitecture; any other exception is a traceback for the user."""

@@ -1,12 +1,13 @@
 """LFM2 (lfm2): gated short convolutions beside GQA attention, read as vLLM's models/lfm2.py builds it (issue #47)."""
 
 import json
+import re
 
 import pytest
 import torch
 import transformers
 
-from analysis.catalog import model_dir
+from analysis.catalog import model_dir, resolve_model
 from analysis.model.architecture import Architecture, UnsupportedArchitecture
 from analysis.model.params import count_params
 
@@ -44,3 +45,31 @@ def test_the_mlp_is_narrowed_as_vllm_does_and_a_conv_layer_keeps_its_last_taps()
 def test_what_the_lfm2_reader_does_not_model_is_refused_by_name(change, message):
     with pytest.raises(UnsupportedArchitecture, match=message):
         Architecture.from_config(_tiny() | change, "tiny-lfm2")
+
+
+def test_lfm2_moe_parameters_are_transformers_count_plus_the_score_biases():
+    """tiny-lfm2-moe: transformers' Lfm2MoeForCausalLM on the meta device counts 6,240,640 parameters; its routers'
+    score biases (eight on each of the four MoE layers) are buffers there and parameters in vLLM's lfm2_moe.py."""
+    torch = pytest.importorskip("torch")
+    modeling = pytest.importorskip("transformers.models.lfm2_moe.modeling_lfm2_moe")
+    from transformers.models.lfm2_moe.configuration_lfm2_moe import Lfm2MoeConfig
+
+    a, path = resolve_model("tiny-lfm2-moe")
+    raw = {k: v for k, v in json.loads((path / "config.json").read_text()).items() if k != "model_type"}
+    with torch.device("meta"):
+        model = modeling.Lfm2MoeForCausalLM(Lfm2MoeConfig(**raw))
+    assert sum(p.numel() for p in model.parameters()) == 6_240_640
+    assert count_params(a).total == 6_240_640 + 4 * 8
+    assert a.moe.dense_layers == (0, 1) and a.intermediate_size == 768  # no two-thirds narrowing, unlike LFM2's MLP
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"layer_types": None}, "lfm2_moe needs layer_types"),
+    ({"num_dense_layers": 7}, "num_dense_layers must be 0 to 6"),
+    ({"layer_types": ["conv"] * 6}, "with both conv and attention layers"),
+])
+def test_lfm2_moe_what_is_not_modelled_is_refused_by_name(changes, message):
+    _, path = resolve_model("tiny-lfm2-moe")
+    raw = json.loads((path / "config.json").read_text()) | changes
+    with pytest.raises(UnsupportedArchitecture, match=re.escape(message)):
+        Architecture.from_config(raw, "lfm2-moe")
