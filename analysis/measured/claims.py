@@ -321,10 +321,16 @@ def block_waste_below_one_block(rounding: pd.DataFrame) -> dict[str, Any]:
     claim = "Block rounding wastes less than one block per sequence"
     if rounding.empty:
         return _claim(claim, UNTESTED, "no capacity-phase measurements")
-    worst = rounding["waste_tokens_per_sequence"].max()
-    bs = rounding.loc[rounding["waste_tokens_per_sequence"].idxmax(), "block_size"]
     exact = bool((rounding["blocks_error"].abs() < 1e-6).all())
-    ok = bool(rounding["waste_below_one_block"].all()) and exact
+    one_group = rounding.dropna(subset=["waste_tokens_per_sequence"])  # several groups' blocks make no one waste
+    if one_group.empty:
+        return _claim(claim, HOLDS if exact else DIVERGES,
+                      f"{len(rounding)} (engine, length) measurements of models whose sequences hold blocks in several "
+                      f"KV-cache groups; used blocks {'equal' if exact else 'differ from'} the sum over the groups of "
+                      "n·ceil(L / the group's block)")
+    worst = one_group["waste_tokens_per_sequence"].max()
+    bs = one_group.loc[one_group["waste_tokens_per_sequence"].idxmax(), "block_size"]
+    ok = bool(one_group["waste_below_one_block"].all()) and exact
     return _claim(claim, HOLDS if ok else DIVERGES,
                   f"{len(rounding)} (engine, length) measurements; largest waste {worst:.0f} tokens per sequence "
                   f"with block {bs}; used blocks {'equal' if exact else 'differ from'} n·ceil(L/block)",

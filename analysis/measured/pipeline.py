@@ -105,9 +105,11 @@ def build_tables(a: Analysis) -> dict[str, Table]:
                  "null block out of the pool, which its own 'maximum concurrency' arithmetic counts.")
     t["rounding"] = Table("Block rounding: KV blocks held by sequences of known length", format_columns(a.rounding, {
         "engine_id": ("engine", str), "block_size": ("block", fnum), "length": ("length", fnum),
-        "requests": ("sequences", fnum), "blocks_predicted": ("n·ceil(L/block)", fnum),
+        "requests": ("sequences", fnum), "blocks_predicted": ("predicted", fnum),
         "used_blocks_measured": ("measured", lambda x: fnum(round(x, 6))),
-        "waste_tokens_per_sequence": ("waste tokens/seq", lambda x: fnum(round(x, 6)))}))
+        "waste_tokens_per_sequence": ("waste tokens/seq", lambda x: fnum(round(x, 6)))}),
+        note="Predicted: n·ceil(L / block) in each attention KV-cache group (a group's own block where vLLM raised a "
+             "smaller page's), plus a hybrid's recurrent groups' blocks; waste is shown for one attention group only.")
     if a.fit is not None:
         f = a.fit
         r = f.regime

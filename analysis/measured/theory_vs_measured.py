@@ -139,22 +139,38 @@ def _as_ran(a: Architecture, e: Any) -> Architecture:
     return a.model_copy(update={"recurrent": a.recurrent.model_copy(update={"ssm_cache_dtype": dtype})})
 
 
-def _recurrent_blocks(res: Results) -> dict[str, int]:
-    """Per engine of a hybrid recurrent model: the blocks a sequence holds in its recurrent layers' groups
-    whatever its length (one a group without the prefix cache, vLLM's align-mode worst case with it)."""
-    out: dict[str, int] = {}
+@dataclass(frozen=True)
+class _SequenceBlocks:
+    """What one sequence holds in an engine's KV-cache groups: in each attention group a block of that group's size
+    per ``block`` tokens (vLLM raises a smaller page's block: Gemma-4's, MiMo-V2's), in the recurrent groups a fixed
+    number of blocks (one a group without the prefix cache, vLLM's align-mode worst case with it)."""
+
+    attention_blocks: tuple[int, ...]
+    recurrent: int
+
+    def held(self, positions: int) -> int:
+        return sum(-(-positions // b) for b in self.attention_blocks) + self.recurrent
+
+
+def _sequence_blocks(res: Results) -> dict[str, _SequenceBlocks]:
+    """Per engine whose groups kvprof's allocator lays out (analysis.vllm.allocator)."""
+    out: dict[str, _SequenceBlocks] = {}
     for e in res.engines.itertuples(index=False):
         a = architecture(e.model_dir, e.model, _model_dtype(e), _config(e))
-        if a is None or a.recurrent is None or pd.isna(e.block_size):
+        if a is None or pd.isna(e.block_size):
             continue
         try:
-            cap = paged_capacity(_as_ran(a, e), 0, block_size=int(e.block_size), max_model_len=int(e.max_model_len),
+            # the logged block: a hybrid recurrent model's already raised one, which the allocator keeps
+            cap = paged_capacity(_as_ran(a, e), 0, block_size=int(e.block_size),
+                                 max_model_len=int(e.max_model_len),
                                  max_num_batched_tokens=int(e.max_num_batched_tokens),
                                  kv_cache_dtype=e.kv_cache_dtype, tp=int(e.tensor_parallel_size or 1),
                                  prefix_caching=_prefix_caching(getattr(e, "enable_prefix_caching", None)))
         except (NotModelled, ValueError):
             continue
-        out[e.engine_id] = sum(g.blocks_per_request for g in cap.groups if g.layer.state_bytes())
+        out[e.engine_id] = _SequenceBlocks(
+            attention_blocks=tuple(g.block_size or cap.block_size for g in cap.groups if not g.layer.state_bytes()),
+            recurrent=sum(g.blocks_per_request for g in cap.groups if g.layer.state_bytes()))
     return out
 
 
@@ -334,12 +350,17 @@ def rounding_table(res: Results) -> pd.DataFrame:
     if r.empty:
         return r
     positions = r["kv_positions"].fillna(r["length"]) if "kv_positions" in r else r["length"]
-    recurrent = r["engine_id"].map(_recurrent_blocks(res)).fillna(0).astype(int)
-    r["blocks_predicted"] = r["requests"] * (np.ceil(positions / r["block_size"]).astype(int) + recurrent)
+    groups = _sequence_blocks(res)
+    one = [groups.get(e) or _SequenceBlocks((int(b),), 0) for e, b in zip(r["engine_id"], r["block_size"], strict=True)]
+    recurrent = pd.Series([g.recurrent for g in one], index=r.index)
+    r["blocks_predicted"] = r["requests"] * pd.Series([g.held(int(p)) for g, p in zip(one, positions, strict=True)],
+                                                      index=r.index)
     r["blocks_error"] = r["used_blocks_measured"] - r["blocks_predicted"]
-    # Tokens of KV space a sequence holds beyond its positions: must stay below one block.
+    # Tokens of KV space a sequence holds beyond its positions: must stay below one block (for one attention group;
+    # several groups' blocks make no one block's worth of tokens).
+    single = pd.Series([len(g.attention_blocks) == 1 for g in one], index=r.index)
     r["waste_tokens_per_sequence"] = ((r["used_blocks_measured"] / r["requests"] - recurrent) * r["block_size"]
-                                      - positions)
+                                      - positions).where(single)
     r["waste_below_one_block"] = r["waste_tokens_per_sequence"] < r["block_size"]
     return r[["engine_id", "block_size", "length", "requests", "used_blocks_measured", "blocks_predicted",
               "blocks_error", "waste_tokens_per_sequence", "waste_below_one_block"]]
