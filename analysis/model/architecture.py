@@ -1412,6 +1412,27 @@ def _mimo_v2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, 
             "layer_types": list(types)}, hybrid
 
 
+def _glm4_moe(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """GLM-4.5 / 4.6 / 4.7 (``glm4_moe``; vLLM's ``models/glm4_moe.py``): GQA attention with a q/k/v bias where
+    ``attention_bias`` (none on o_proj), q/k norms where ``use_qk_norm``, RoPE over ``partial_rotary_factor`` of a head
+    (vLLM's default 0.5); a dense MLP on the first ``first_k_dense_replace`` layers, then ``n_routed_experts`` experts
+    of ``moe_intermediate_size`` beside ``n_shared_experts`` of them fused into one shared MLP, behind a float32 router
+    with a float32 score bias. The MTP layers past the decoder load only for speculative decoding."""
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    factor = (rope.get("partial_rotary_factor") if isinstance(rope, dict) else None) \
+        or cfg.get("partial_rotary_factor", 0.5)
+    if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor <= 1:
+        raise UnsupportedArchitecture(f"{name}: partial_rotary_factor must be in (0, 1], got {factor!r}")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise UnsupportedArchitecture(f"{name}: hidden_act {cfg['hidden_act']!r}: vLLM's GLM-4 MoE runs silu")
+    out = dict(qk_norm=bool(cfg.get("use_qk_norm")), o_bias=False, rotary_fraction=float(factor))
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    moe = _moe(cfg, "glm4_moe", n, 0, name)
+    if moe is not None:
+        out["moe"] = moe.model_copy(update={"router_bias": True, "router_fp32": True})
+    return out
+
+
 _GEMMA4_LAYERS = ("sliding_attention", "full_attention")
 
 
@@ -1893,6 +1914,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         cfg, hybrid = _gemma4(cfg, name)
     elif model_type == "mimo_v2_flash":
         cfg, hybrid = _mimo_v2(cfg, name)
+    elif model_type == "glm4_moe":
+        hybrid = _glm4_moe(cfg, name)
     elif model_type == "lfm2":
         cfg, hybrid = _lfm2(cfg, name)
     elif model_type == "lfm2_moe":

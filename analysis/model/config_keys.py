@@ -221,6 +221,13 @@ FAMILIES: dict[str, frozenset[str]] = {
                                            "hybrid_layer_pattern", "layernorm_epsilon", "attention_value_scale",
                                            "add_swa_attention_sink_bias", "add_full_attention_sink_bias",
                                            "moe_router_dtype"},
+    # GLM-4.5 / 4.6 / 4.7 (architecture._glm4_moe): GQA with partial RoPE and optional q/k norms, DeepSeek-style
+    # experts with a shared one; the routing keys change no weight, num_mtp_layers and num_nextn_predict_layers name
+    # MTP layers vLLM loads only for speculative decoding
+    "glm4_moe": DECODER | {"moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "n_routed_experts",
+                           "routed_scaling_factor", "n_group", "topk_group", "first_k_dense_replace",
+                           "norm_topk_prob", "use_qk_norm", "partial_rotary_factor", "num_nextn_predict_layers",
+                           "num_mtp_layers", "output_router_logits", "topk_method", "scoring_func"},
     # Gemma-4 (architecture._gemma4): sliding and global layers of their own shapes, experts beside the dense MLP;
     # the softcap and the bidirectional vision mask change no weight or cache, vocab_size_per_layer_input only
     # sizes the per-layer embeddings that a hidden_size_per_layer_input of 0 turns off (others are refused)

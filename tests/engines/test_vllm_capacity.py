@@ -36,10 +36,12 @@ CASES = [
     ("tiny-gemma4", 32, 2048, 16 * MiB),
     # MiMo-V2-Flash: sliding layers of 2 KV heads and full ones of 1, K 96 wide and V 64 (640 and 320 B a token)
     ("tiny-mimo-v2", 32, 2048, 16 * MiB),
+    # GLM-4.5's family: GQA attention on every layer (2,048 B a token), experts and a shared expert
+    ("tiny-glm4-moe", 32, 2048, 8 * MiB),
 ]
 KNOWN = {"tiny-mistral-swa": (512, 15.52), "tiny-gemma3-hybrid": (2048, 10.40), "tiny-llama4": (1024, 7.53),
          "tiny-nemotron-nas": (170, 2.66), "tiny-gemma4": (256, 1.12),
-         "tiny-mimo-v2": (409, 1.80)}
+         "tiny-mimo-v2": (409, 1.80), "tiny-glm4-moe": (128, 2.0)}
 
 
 def _engine_facts(model: str, block_size: int, max_model_len: int, kv_bytes: int, **more: object) -> dict:

@@ -63,7 +63,8 @@ ODD_VALUES = [None, -1, 0, 0.5, 1e30, True, "x", [], [1, "a"], {}, {"a": [None]}
                                    "dbrx", "qwen2.5-vl-7b", "nemotron-3-nano-30b-a3b", "qwen3-next-80b-a3b-thinking",
                                    "qwen3.5-35b-a3b", "tiny-granite-4-h", "tiny-falcon-h1", "tiny-jamba",
                                    "tiny-lfm2", "minimax-m2.5", "glm-5", "kimi-k2.5", "tiny-nemotron-nas",
-                                   "gemma-4-26b-a4b", "tiny-gemma4", "tiny-mimo-v2", "tiny-lfm2-moe"])
+                                   "gemma-4-26b-a4b", "tiny-gemma4", "tiny-mimo-v2", "tiny-lfm2-moe",
+                                   "tiny-glm4-moe"])
 def test_no_config_value_however_odd_gives_a_traceback(model):
     """Every key of a published config, set to each odd value in turn: the config is read or refused with an
     UnsupportedArchitecture; any other exception is a traceback for the user."""
