@@ -390,6 +390,9 @@ class Architecture(BaseModel):
     rope_cache_widths: tuple[int, ...] = ()
     # A multimodal checkpoint's vision encoder and projector (`_encoder_params`), loaded beside the decoder.
     encoder_params: int = Field(0, ge=0)
+    # Of those, the ones every tensor-parallel rank holds whole (MoonViT's embeddings, norms and projector); the rest
+    # split over the ranks like the decoder's layers
+    encoder_replicated_params: int = Field(0, ge=0)
     # An encoder the config declares and kvprof does not count (None: none, or every one counted).
     encoder_note: str | None = None
     # A vision tower whose start-up profile run kvprof plans (analysis.model.vision), None where there is none or
@@ -841,13 +844,13 @@ _MOONVIT_INERT = {"_attn_implementation", "hidden_act", "activation_func", "proj
                   "rope_parameters", "qkv_hidden_size"}
 
 
-def _moonvit_params(v: dict[str, Any], text_hidden: int, name: str) -> int:
+def _moonvit_params(v: dict[str, Any], text_hidden: int, name: str) -> tuple[int, int]:
     """Parameters of Kimi-K2.5's MoonViT tower and patch-merger projector as vLLM 0.32 builds them: a Conv2d patch
     embedding (biased), a learned pos_emb_height × pos_emb_width × width grid, ``num_hidden_layers`` blocks of two
     LayerNorms, a biased fused QKV of qkv_hidden_size (default the width) and output projection and a biased
     two-matrix MLP, a final LayerNorm; the projector: a LayerNorm of the width, then two biased linears over the
-    merge_kernel_size patches it merges, the second to the decoder's width. A key that would build another tower
-    is refused by name."""
+    merge_kernel_size patches it merges, the second to the decoder's width. Returns (all of them, those every
+    tensor-parallel rank holds whole). A key that would build another tower is refused by name."""
     unread = sorted(k for k in v if k not in {*_MOONVIT_FIELDS, *_MOONVIT_LEGACY, *_MOONVIT_FLAGS,
                                               *_MOONVIT_CHOICES, *_MOONVIT_INERT}
                     and not config_keys.is_inert(k))
@@ -893,7 +896,10 @@ def _moonvit_params(v: dict[str, Any], text_hidden: int, name: str) -> int:
         + (h * inter + (inter if lin_b else 0)) + (inter * h + (h if lin_b else 0))
     merged = h * mh * mw
     projector = 2 * h + (merged * merged + merged) + (merged * text_hidden + text_hidden)
-    return embed + layers * block + 2 * h + projector
+    # whole on every tensor-parallel rank: the patch embedding (Conv2dLayer) and position grid, the LayerNorms, the
+    # row-parallel layers' biases (wo, fc1), the final norm and the projector (ReplicatedLinear)
+    block_replicated = 2 * 2 * h + (h if attn_b else 0) + (h if lin_b else 0)
+    return embed + layers * block + 2 * h + projector, embed + layers * block_replicated + 2 * h + projector
 
 
 def _with_modelopt_sidecar(path: Path, cfg: dict[str, Any], name: str) -> dict[str, Any]:
@@ -1030,7 +1036,7 @@ def _encoder_modalities(raw: dict[str, Any]) -> tuple[str, ...]:
                  if m != "audio" or raw.get("audio_config") is not None)
 
 
-def _encoder_params(raw: dict[str, Any], text_hidden: int, name: str) -> tuple[int, str | None]:
+def _encoder_params(raw: dict[str, Any], text_hidden: int, name: str) -> tuple[int, int, str | None]:
     """Parameters of a multimodal checkpoint's vision encoder and projector, counted from ``vision_config``, and
     what was left uncounted: SigLIP towers with a known projector (Gemma 3) and the Qwen2-VL and Qwen2.5-VL towers
     are counted; another ``vision_config`` or ``audio_config`` is named in the note (its weights load beside the
@@ -1038,6 +1044,7 @@ def _encoder_params(raw: dict[str, Any], text_hidden: int, name: str) -> tuple[i
     model_type = str(raw.get("model_type"))
     v = raw.get("vision_config")
     counted: int | None = None
+    replicated = 0
     if isinstance(v, dict):
         kind = v.get("model_type")
         project = _SIGLIP_PROJECTOR.get(model_type)
@@ -1048,7 +1055,7 @@ def _encoder_params(raw: dict[str, Any], text_hidden: int, name: str) -> tuple[i
         elif model_type in QWEN3_VL and kind in (None, *QWEN3_VL):
             counted = _qwen3_vl_params(v, text_hidden)
         elif model_type == "kimi_k25" and kind in (None, "", "kimi_k25_vision"):
-            counted = _moonvit_params(v, text_hidden, name)
+            counted, replicated = _moonvit_params(v, text_hidden, name)
     notes = []
     if v is not None and counted is None:
         what = v.get("model_type") if isinstance(v, dict) else None
@@ -1071,7 +1078,7 @@ def _encoder_params(raw: dict[str, Any], text_hidden: int, name: str) -> tuple[i
         off = ", ".join(f'"{m}": 0' for m in modalities)
         note += (f"; with --limit-mm-per-prompt '{{{off}}}' vLLM builds no tower and kvprof plans that text-only "
                  "engine exactly")
-    return counted or 0, note
+    return counted or 0, replicated, note
 
 
 def _layer_types(cfg: dict[str, Any], model_type: str, n_layers: int, name: str) -> tuple[LayerType, ...]:
@@ -2008,7 +2015,7 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
         draft_vocab_size=cfg.get("draft_vocab_size"),
         rope_cache_positions=_rope_cache_positions(cfg, model_type),
-        encoder_params=encoder[0], encoder_note=encoder[1],
+        encoder_params=encoder[0], encoder_replicated_params=encoder[1], encoder_note=encoder[2],
         vision=_vision_tower(raw, hidden, max_pixels, video_max_pixels),
         encoder_modalities=_encoder_modalities(raw),
     )

@@ -310,8 +310,9 @@ def rotary_cache_bytes(a: Architecture) -> int:
 
 def encoder_bytes(a: Architecture, tp: int = 1) -> int:
     """A multimodal checkpoint's vision encoder and projector per GPU, in the model dtype (its layers are
-    tensor-parallel like the decoder's)."""
-    return round(a.encoder_params * a.weight_dtype_bytes / tp)
+    tensor-parallel like the decoder's; ``encoder_replicated_params`` whole on every rank)."""
+    split = a.encoder_params - a.encoder_replicated_params
+    return round((split / tp + a.encoder_replicated_params) * a.weight_dtype_bytes)
 
 
 def model_loading_bytes(a: Architecture, tp: int = 1, encoder_tp: int | None = None,

@@ -24,6 +24,13 @@ KIMI = CONFIGS / "moonshotai--Kimi-K2.5"
 MOONVIT_PARAMS = 416_866_032 + 54_277_888
 
 
+# Whole on every rank at tp 8 (kimi_k25_vit.py): the patch embedding (3 × 14 × 14 × 1,152 + 1,152) and position
+# grid (64 × 64 × 1,152), each block's two LayerNorms and row-parallel biases (27 × 6 × 1,152), the final LayerNorm
+# and the ReplicatedLinear projector (54,277,888): 59,863,936; the rest split eight ways; bf16.
+REPLICATED = 677_376 + 1_152 + 4_718_592 + 27 * 6 * 1_152 + 2 * 1_152 + 54_277_888
+TOWER_AT_TP8 = round(((MOONVIT_PARAMS - REPLICATED) / 8 + REPLICATED) * 2)
+
+
 def _raw() -> dict:
     return json.loads((KIMI / "config.json").read_text())
 
@@ -91,14 +98,14 @@ def test_a_text_only_engine_loads_no_tower_and_drops_the_note():
     a = Architecture.from_config(KIMI)
     assert "profile run" in a.encoder_note and '{"vision_chunk": 0}' in a.encoder_note
     on, off = model_loading_bytes(a, 8), model_loading_bytes(a, 8, mm_limits={"vision_chunk": 0})
-    assert on - off == round(MOONVIT_PARAMS * 2 / 8)  # bf16, split over 8 ranks
+    assert on - off == TOWER_AT_TP8
     # an image or video limit does not turn off a tower that serves vision chunks
     assert model_loading_bytes(a, 8, mm_limits={"image": 0, "video": 0}) == on
     h200 = resolve_gpu("h200")[0]
     served = make_plan(a, PlanInputs(tensor_parallel_size=8), h200)
     text = make_plan(a, PlanInputs(tensor_parallel_size=8, limit_mm_per_prompt={"vision_chunk": 0}), h200)
     assert "weights_note" in served and "weights_note" not in text
-    assert served["weight_bytes"] - text["weight_bytes"] == round(MOONVIT_PARAMS * 2 / 8)
+    assert served["weight_bytes"] - text["weight_bytes"] == TOWER_AT_TP8
     assert text["kv_cache_tokens"] > served["kv_cache_tokens"]
 
 
