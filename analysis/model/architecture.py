@@ -902,6 +902,43 @@ def _moonvit_params(v: dict[str, Any], text_hidden: int, name: str) -> tuple[int
     return embed + layers * block + 2 * h + projector, embed + layers * block_replicated + 2 * h + projector
 
 
+# Gemma-4's vision tower: vLLM 0.32's gemma4_mm.py builds transformers' own Gemma4VisionModel from vision_config and
+# replaces its linears with replicated ones (recursive_replace_linear "replicate"), beside a ReplicatedLinear embedder
+# to the decoder's width. Keys read, with transformers' Gemma4VisionConfig defaults; keys that change nothing here.
+_GEMMA4_VISION = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 16, "num_attention_heads": 12,
+                  "num_key_value_heads": 12, "head_dim": 64, "patch_size": 16, "position_embedding_size": 10240,
+                  "standardize": False, "use_clipped_linears": False, "attention_bias": False}
+_GEMMA4_VISION_INERT = {"global_head_dim", "hidden_activation", "max_position_embeddings", "rope_parameters",
+                        "pooling_kernel_size", "default_output_length", "model_type", "chunk_size_feed_forward",
+                        "is_encoder_decoder", "return_dict", "image_seq_length", "video_seq_length"}
+
+
+def _gemma4_vision_params(v: dict[str, Any], text_hidden: int, name: str) -> int:
+    """Gemma-4's vision tower and embedder: a bias-free patch projection (3 × patch² → width) and a 2 × positions ×
+    width position table; ``num_hidden_layers`` blocks of q/k/v/o projections, q and k norms of a head, four RMSNorms
+    and a gated MLP, all bias-free; with ``standardize`` a scale and a bias of the width (buffers, loaded with the
+    weights); the embedder's projection to the decoder's width. Every rank holds all of it."""
+    unread = sorted(k for k in v if k not in {*_GEMMA4_VISION, *_GEMMA4_VISION_INERT} and not config_keys.is_inert(k))
+    if unread:
+        raise UnsupportedArchitecture(f"{name}: vision_config {'key' if len(unread) == 1 else 'keys'} "
+                                      f"{', '.join(unread)} not read by kvprof's Gemma-4 vision reader")
+    shape = {k: v.get(k, d) for k, d in _GEMMA4_VISION.items()}
+    for flag in ("use_clipped_linears", "attention_bias"):
+        if shape[flag] is not False:
+            raise UnsupportedArchitecture(f"{name}: vision_config {flag} {shape[flag]!r}: only the published tower "
+                                          "(no clipped linears, no attention bias) is counted")
+    if v.get("global_head_dim") not in (None, shape["head_dim"]):
+        raise UnsupportedArchitecture(f"{name}: vision_config global_head_dim differs from its head_dim")
+    ints = _ints(shape, "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "head_dim", "patch_size", "position_embedding_size")
+    if ints is None or not isinstance(shape["standardize"], bool):
+        raise UnsupportedArchitecture(f"{name}: vision_config's Gemma-4 tower shapes must be positive integers")
+    h, inter, layers, heads, kv, hd, patch, positions = ints
+    block = h * heads * hd + 2 * h * kv * hd + heads * hd * h + 2 * hd + 4 * h + 3 * h * inter
+    return 3 * patch * patch * h + 2 * positions * h + layers * block + (2 * h if shape["standardize"] else 0) \
+        + h * text_hidden
+
+
 def _with_modelopt_sidecar(path: Path, cfg: dict[str, Any], name: str) -> dict[str, Any]:
     """config.json with the quantization vLLM 0.32 reads for it (``transformers_utils/config.py``): its own
     ``quantization_config`` (or ``text_config``'s) wins; without one, a ModelOpt ``hf_quant_config.json`` beside it
@@ -1025,6 +1062,8 @@ ENCODER_MODALITIES: dict[str, tuple[str, ...]] = {
 # Towers whose weights kvprof counts and whose profile run it does not model (no analysis.model.vision class): what
 # vLLM profiles there.
 _UNPROFILED_TOWERS = {
+    "gemma4": "Gemma-4's vision tower profiles its largest image or video as its processor sizes them "
+              "(vision_soft_tokens_per_image soft tokens an image)",
     "kimi_k25": "Kimi-K2.5's MoonViT profiles a 3,000 × 3,000 image or a 4-frame video chunk, whichever has more "
                 "tokens as the checkpoint's own image processor (remote code, media_proc_cfg) counts them",
 }
@@ -1056,6 +1095,8 @@ def _encoder_params(raw: dict[str, Any], text_hidden: int, name: str) -> tuple[i
             counted = _qwen3_vl_params(v, text_hidden)
         elif model_type == "kimi_k25" and kind in (None, "", "kimi_k25_vision"):
             counted, replicated = _moonvit_params(v, text_hidden, name)
+        elif model_type == "gemma4" and kind == "gemma4_vision":
+            counted = replicated = _gemma4_vision_params(v, text_hidden, name)
     notes = []
     if v is not None and counted is None:
         what = v.get("model_type") if isinstance(v, dict) else None
@@ -1069,7 +1110,7 @@ def _encoder_params(raw: dict[str, Any], text_hidden: int, name: str) -> tuple[i
     if notes:
         note = ("; ".join(notes) + ": vLLM loads that encoder beside the decoder, so the weights here are short by "
                 "its size (kvprof counts SigLIP towers with Gemma 3's projector, the Qwen2-VL, Qwen2.5-VL and "
-                "Qwen3-VL towers and Kimi-K2.5's MoonViT)")
+                "Qwen3-VL towers, Kimi-K2.5's MoonViT and Gemma-4's tower)")
     elif counted and model_type in _UNPROFILED_TOWERS:
         note = (f"{_UNPROFILED_TOWERS[model_type]}: its weights are counted but not the start-up profile run vLLM "
                 "gives it, so the activation reserve here leaves that run out")

