@@ -1924,6 +1924,48 @@ def _check_architectures(raw: dict[str, Any], name: str) -> None:
             "whose memory kvprof does not plan")
 
 
+# A family's own reading: the config with its keys rewritten to the generic ones ``_from_dict`` reads, and the
+# Architecture fields the family sets itself (its layer kinds, recurrent mixer, MoE …). A family without an entry is
+# read by ``_from_dict`` alone. A new family with keys of its own is one function and one entry here (and its keys in
+# analysis.model.config_keys).
+FamilyReader = Callable[[dict[str, Any], str], tuple[dict[str, Any], dict[str, Any]]]
+
+
+def _fields(read: Callable[[dict[str, Any], str], dict[str, Any]]) -> FamilyReader:
+    """A reading that only sets Architecture fields."""
+    return lambda cfg, name: (cfg, read(cfg, name))
+
+
+def _llama4_text(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {**cfg, "intermediate_size": cfg.get("intermediate_size_mlp")}, _llama4(cfg, name)  # the dense layers' MLP
+
+
+def _qwen3_next_text(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    hybrid = _qwen3_next(cfg, name)
+    if cfg.get("model_type") == "qwen3_5_moe_text" and cfg.get("intermediate_size") is None:
+        cfg = {**cfg, "intermediate_size": cfg.get("moe_intermediate_size")}  # no dense MLP: every layer MoE
+    return cfg, hybrid
+
+
+FAMILY_READERS: dict[str, FamilyReader] = {
+    "dbrx": lambda cfg, name: (_dbrx_keys(cfg), {}),
+    "nemotron_h": _nemotron_h,
+    "granitemoehybrid": _granite_hybrid,
+    **dict.fromkeys(_SPARSE_ATTENTION, lambda cfg, name: (_sparse_attention_keys(cfg, name), {})),
+    "minimax_m2": _fields(_minimax_m2),
+    "falcon_h1": _falcon_h1,
+    "jamba": _jamba,
+    "nemotron-nas": _nemotron_nas,
+    "gemma4_text": _gemma4,
+    "mimo_v2_flash": _mimo_v2,
+    "glm4_moe": _fields(_glm4_moe),
+    "lfm2": _lfm2,
+    "lfm2_moe": _lfm2_moe,
+    "llama4_text": _llama4_text,
+    **dict.fromkeys(("qwen3_next", *QWEN3_5_TEXT), _qwen3_next_text),
+}
+
+
 def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
                video_max_pixels: int | None = None) -> Architecture:
     _check_architectures(raw, name)
@@ -1941,40 +1983,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         raise UnsupportedArchitecture(f"{name}: encoder-decoder models ({model_type}) are not supported")
     _check_bounds(cfg, name)
     _check_keys(raw, cfg, model_type, name)
-    if model_type == "dbrx":
-        cfg = _dbrx_keys(cfg)
-    hybrid: dict[str, Any] = {}
-    if model_type == "nemotron_h":
-        cfg, hybrid = _nemotron_h(cfg, name)
-    elif model_type == "granitemoehybrid":
-        cfg, hybrid = _granite_hybrid(cfg, name)
-    elif model_type in _SPARSE_ATTENTION:
-        cfg = _sparse_attention_keys(cfg, name)
-    elif model_type == "minimax_m2":
-        hybrid = _minimax_m2(cfg, name)
-    elif model_type == "falcon_h1":
-        cfg, hybrid = _falcon_h1(cfg, name)
-    elif model_type == "jamba":
-        cfg, hybrid = _jamba(cfg, name)
-    elif model_type == "nemotron-nas":
-        cfg, hybrid = _nemotron_nas(cfg, name)
-    elif model_type == "gemma4_text":
-        cfg, hybrid = _gemma4(cfg, name)
-    elif model_type == "mimo_v2_flash":
-        cfg, hybrid = _mimo_v2(cfg, name)
-    elif model_type == "glm4_moe":
-        hybrid = _glm4_moe(cfg, name)
-    elif model_type == "lfm2":
-        cfg, hybrid = _lfm2(cfg, name)
-    elif model_type == "lfm2_moe":
-        cfg, hybrid = _lfm2_moe(cfg, name)
-    elif model_type == "llama4_text":
-        hybrid = _llama4(cfg, name)
-        cfg = {**cfg, "intermediate_size": cfg.get("intermediate_size_mlp")}  # the dense layers' MLP
-    elif model_type == "qwen3_next" or model_type in QWEN3_5_TEXT:
-        hybrid = _qwen3_next(cfg, name)
-        if model_type == "qwen3_5_moe_text" and cfg.get("intermediate_size") is None:
-            cfg = {**cfg, "intermediate_size": cfg.get("moe_intermediate_size")}  # no dense MLP: every layer MoE
+    reader = FAMILY_READERS.get(model_type)
+    cfg, hybrid = reader(cfg, name) if reader is not None else (cfg, {})
 
     n_layers = _positive_int(
         _first(cfg, ("num_hidden_layers", "n_layer", "num_layers"), "layer count", name), "layer count", name

@@ -13,9 +13,9 @@ What a family lists is of three kinds, kept apart so that a reader of this file 
   loss or scoring (the weights are the same), a norm's epsilon (:data:`INERT` holds those every family shares);
 * Hugging Face's generic ``PretrainedConfig`` keys (token ids, generation defaults, dropout): :data:`INERT`.
 
-A new family is one entry of :data:`FAMILIES` (and its reading in ``analysis.model.architecture`` where its keys
-are new). Keys nested in a ``text_config`` are checked against the decoder's family, the wrapper's own keys
-against the wrapper's.
+A new family is one entry of :data:`FAMILIES` (and its reading, an entry of ``FAMILY_READERS`` in
+``analysis.model.architecture``, where its keys are new). Keys nested in a ``text_config`` are checked against the
+decoder's family, the wrapper's own keys against the wrapper's.
 """
 
 from __future__ import annotations
