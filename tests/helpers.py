@@ -3,6 +3,7 @@ a subprocess (what a user types, in its own process, from the repository's root)
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -27,3 +28,23 @@ def assert_reported_in_excerpt(reported: dict, excerpt: str) -> None:
     for field, value in reported.items():
         lead = f"{value:.15g}"[:4].rstrip(".")
         assert lead in digits, f"{field} {value} is not in the excerpt"
+
+
+def sweep(spec: str, out: Path, timeout: float = 900) -> Path:
+    """``kvprof sweep sweeps/SPEC --out OUT``, which must succeed; its results directory."""
+    proc = kvprof("sweep", str(ROOT / "sweeps" / spec), "--out", str(out), timeout=timeout)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return out
+
+
+# Values a config.json key may hold however odd: each read, or refused by name, never a traceback.
+ODD_CONFIG_VALUES = [None, -1, 0, 0.5, 1e30, True, "x", [], [1, "a"], {}]
+
+
+def read_or_refuse(configs) -> None:
+    """Read each config.json dict; UnsupportedArchitecture (a refusal by name) is fine, any other error fails."""
+    from analysis.model.architecture import Architecture, UnsupportedArchitecture
+
+    for cfg in configs:
+        with contextlib.suppress(UnsupportedArchitecture):
+            Architecture.from_config(cfg, "odd")

@@ -688,6 +688,13 @@ def _derived_max_len(cfg: dict[str, Any], model_type: str) -> tuple[int | None, 
     return int(limit), source
 
 
+def _fraction(v: Any, what: str, name: str) -> float:
+    """A share of a head (``partial_rotary_factor``): a number in (0, 1], else refused naming ``what``."""
+    if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v <= 1:
+        raise UnsupportedArchitecture(f"{name}: {what} must be in (0, 1], got {v!r}")
+    return float(v)
+
+
 def _positive_number(v: Any) -> float | None:
     """A config value that is a positive finite number (not a bool, a string or a list), else None."""
     ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
@@ -1433,9 +1440,7 @@ def _mimo_v2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, 
         raise UnsupportedArchitecture(f"{name}: vLLM 0.32's MiMo-V2 runs silu experts without a shared expert")
     if cfg.get("moe_router_dtype", "float32") not in ("float32", "bfloat16", "float16"):
         raise UnsupportedArchitecture(f"{name}: moe_router_dtype {cfg['moe_router_dtype']!r} is not read")
-    factor = cfg.get("partial_rotary_factor", 1.0)
-    if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor <= 1:
-        raise UnsupportedArchitecture(f"{name}: partial_rotary_factor must be in (0, 1]")
+    factor = _fraction(cfg.get("partial_rotary_factor", 1.0), "partial_rotary_factor", name)
     types = tuple("sliding_attention" if p else "full_attention" for p in pattern)
     moe = None
     if any(moe_layers):
@@ -1467,13 +1472,11 @@ def _glm4_moe(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     of ``moe_intermediate_size`` beside ``n_shared_experts`` of them fused into one shared MLP, behind a float32 router
     with a float32 score bias. The MTP layers past the decoder load only for speculative decoding."""
     rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    factor = (rope.get("partial_rotary_factor") if isinstance(rope, dict) else None) \
-        or cfg.get("partial_rotary_factor", 0.5)
-    if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor <= 1:
-        raise UnsupportedArchitecture(f"{name}: partial_rotary_factor must be in (0, 1], got {factor!r}")
+    factor = _fraction((rope.get("partial_rotary_factor") if isinstance(rope, dict) else None)
+                       or cfg.get("partial_rotary_factor", 0.5), "partial_rotary_factor", name)
     if cfg.get("hidden_act", "silu") != "silu":
         raise UnsupportedArchitecture(f"{name}: hidden_act {cfg['hidden_act']!r}: vLLM's GLM-4 MoE runs silu")
-    out = dict(qk_norm=bool(cfg.get("use_qk_norm")), o_bias=False, rotary_fraction=float(factor))
+    out = dict(qk_norm=bool(cfg.get("use_qk_norm")), o_bias=False, rotary_fraction=factor)
     n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
     moe = _moe(cfg, "glm4_moe", n, 0, name)
     if moe is not None:
@@ -1534,9 +1537,7 @@ def _gemma4(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, A
         if rope_type not in ("default", "proportional"):
             raise UnsupportedArchitecture(f"{name}: rope_parameters.{kind} {rp!r}: kvprof reads Gemma-4's default and "
                                           "proportional RoPE per layer type")
-        factor = rp.get("partial_rotary_factor", 1.0)
-        if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor <= 1:
-            raise UnsupportedArchitecture(f"{name}: rope_parameters.{kind}.partial_rotary_factor must be in (0, 1]")
+        factor = _fraction(rp.get("partial_rotary_factor", 1.0), f"rope_parameters.{kind}.partial_rotary_factor", name)
         positions.append(_positive_int(max_pos, "max_position_embeddings", name))
         widths.append(dim if rope_type == "proportional" else int(dim * factor))  # Gemma4RotaryEmbedding: the head
     hybrid = dict(layer_types=tuple(types), full_attention_kv=(global_kv, global_dim), qk_norm=True,
@@ -1873,9 +1874,8 @@ def _qwen3_next(cfg: dict[str, Any], name: str) -> dict[str, Any]:
         # its SSM state in mamba_ssm_dtype (vLLM's Qwen3_5ForConditionalGenerationConfig)
         ssm_dtype = str(cfg.get("mamba_ssm_dtype") or "auto")
     rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
-    fraction = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 0.25))
-    if not isinstance(fraction, int | float) or isinstance(fraction, bool) or not 0 < fraction <= 1:
-        raise UnsupportedArchitecture(f"{name}: partial_rotary_factor must be in (0, 1], got {fraction!r}")
+    fraction = _fraction(cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 0.25)),
+                         "partial_rotary_factor", name)
     gdn = _validated(GatedDeltaNet, name, num_k_heads=cfg.get("linear_num_key_heads", 16),
                      num_v_heads=cfg.get("linear_num_value_heads", 32), head_k_dim=cfg.get("linear_key_head_dim", 128),
                      head_v_dim=cfg.get("linear_value_head_dim", 128), conv_kernel=cfg.get("linear_conv_kernel_dim", 4),
@@ -1885,7 +1885,7 @@ def _qwen3_next(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     except ValueError as exc:
         raise UnsupportedArchitecture(f"{name}: mamba_ssm_dtype: {exc}") from None
     return dict(layer_types=tuple(kinds), recurrent=gdn, attention_output_gate=bool(cfg.get("attn_output_gate", True)),
-                rotary_fraction=float(fraction))
+                rotary_fraction=fraction)
 
 
 def _nemotron_h_moe(cfg: dict[str, Any], kinds: list[str], name: str) -> MoE:

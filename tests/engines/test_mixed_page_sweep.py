@@ -3,7 +3,7 @@ sweeps/tiny-mixed-pages-cpu.yaml, a small Gemma-4. vLLM gives its sliding layers
 32-token ones; the report holds kvprof's allocator to vLLM's pool and each group's blocks to what sequences held."""
 
 import pytest
-from helpers import ROOT, kvprof
+from helpers import sweep
 
 from analysis.measured.theory_vs_measured import capacity_table, rounding_table
 from analysis.results.load import load
@@ -13,10 +13,7 @@ pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module")
 def mixed_sweep(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny-mixed-pages")
-    proc = kvprof("sweep", str(ROOT / "sweeps" / "tiny-mixed-pages-cpu.yaml"), "--out", str(out), timeout=900)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return out
+    return sweep("tiny-mixed-pages-cpu.yaml", tmp_path_factory.mktemp("tiny-mixed-pages"), timeout=900)
 
 
 def test_the_pool_and_each_groups_blocks_are_the_allocators(mixed_sweep):
