@@ -22,6 +22,7 @@ from analysis.model import config_keys
 from analysis.model.layers import (
     AttentionLayer,
     ChunkedLocalAttention,
+    CompressedSparseAttention,
     FullAttention,
     GatedDeltaNetState,
     Mamba1State,
@@ -32,14 +33,22 @@ from analysis.model.layers import (
     SparseMLA,
 )
 from analysis.model.module_names import MODULE_NAMES
-from analysis.model.quantization import AnyScheme, QuantizationError, scheme_for_override, scheme_from_config
+from analysis.model.quantization import (
+    AnyScheme,
+    DeepseekV4Fp8,
+    Fp8,
+    QuantizationError,
+    scheme_for_override,
+    scheme_from_config,
+)
 from analysis.model.vision import Qwen2VisionTower, Qwen3VisionTower, Qwen25VisionTower, SiglipVisionTower, VisionTower
 from analysis.model.vllm_models import supported_architectures
 
 # A layer's sequence mixer: attention over every token or a window, a recurrent mixer (Mamba2, gated DeltaNet) that
 # keeps a state, or none (an MLP-only layer of a hybrid: Nemotron-H's "-" and "E").
 # "parallel_hybrid": attention and a recurrent mixer side by side in one layer (Falcon-H1), each with its cache
-LayerType = Literal["full_attention", "sliding_attention", "chunked_attention", "recurrent", "parallel_hybrid", "mlp"]
+LayerType = Literal["full_attention", "sliding_attention", "chunked_attention", "recurrent", "parallel_hybrid", "mlp",
+                    "compressed_attention"]
 
 
 class UnsupportedArchitecture(ValueError):
@@ -165,6 +174,30 @@ class SparseIndexer(BaseModel):
 
     def params(self, hidden: int, q_lora_rank: int) -> int:
         return sum(o * i for _, _, o, i in self.matrices(hidden, q_lora_rank)) + 2 * self.head_dim
+
+
+class CompressedAttention(BaseModel):
+    """DeepSeek-V4's attention (vLLM 0.32's ``DeepseekV4Attention``, models/deepseek_v4/attention.py; the cache kinds
+    are analysis.model.layers.CompressedSparseAttention's): per layer a ``compress_ratios`` entry, 1 for a sliding
+    window alone, 4 for compressed sparse attention (CSA) with a lightning indexer of ``index_n_heads`` ×
+    ``index_head_dim`` picking ``index_topk`` compressed rows, 128 for heavily compressed attention (HCA); every layer
+    keeps the last ``window`` tokens. One latent row of ``head_dim`` (``rope_head_dim`` of it rotary) a token; queries
+    through a ``q_lora_rank`` bottleneck; the output through ``o_groups`` grouped projections to ``o_lora_rank``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    compress_ratios: tuple[Literal[1, 4, 128], ...]
+    head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    rope_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    window: int = Field(gt=0, le=MAX_POSITIONS)
+    q_lora_rank: int = Field(gt=0, le=MAX_HIDDEN_SIZE)
+    o_lora_rank: int = Field(gt=0, le=MAX_HIDDEN_SIZE)
+    o_groups: int = Field(gt=0, le=MAX_HEADS)
+    index_n_heads: int = Field(gt=0, le=MAX_HEADS)
+    index_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
+    index_topk: int = Field(gt=0, le=MAX_POSITIONS)
+    hc_mult: int = Field(1, gt=0, le=64)  # hyper-connection streams (mHC)
+    hash_layers: int = Field(0, ge=0, le=MAX_LAYERS)  # the first layers route by token id, not a learned gate
 
 
 class Mamba2(BaseModel):
@@ -367,6 +400,7 @@ class Architecture(BaseModel):
     mla: MLA | None = None
     # DeepSeek Sparse Attention's indexer (DeepSeek-V3.2, GLM-5): MLA layers then attend to its top-k tokens
     sparse_indexer: SparseIndexer | None = None
+    compressed_attention: CompressedAttention | None = None
     # A hybrid's recurrent mixer (the layers of type "recurrent"), and the layers that have an MLP where not every one
     # does (None: every layer; Nemotron-H's mixer layers have none).
     recurrent: RecurrentMixer | None = None
@@ -459,7 +493,7 @@ class Architecture(BaseModel):
         return _attention_layers(self.num_heads, self.num_kv_heads, self.head_dim, self.sliding_window,
                                  self.layer_types, self.mla, self.recurrent, dtype_bytes(self.torch_dtype),
                                  self.attention_chunk_size, self.sparse_indexer, self.full_attention_kv,
-                                 self.v_head_dim)
+                                 self.v_head_dim, self.compressed_attention)
 
     @property
     def attention_kinds(self) -> tuple[tuple[AttentionLayer, int], ...]:
@@ -546,8 +580,8 @@ class Architecture(BaseModel):
     @property
     def num_attention_layers(self) -> int:
         """Layers with attention (a hybrid's recurrent and MLP-only layers have none)."""
-        return sum(t in ("full_attention", "sliding_attention", "chunked_attention", "parallel_hybrid")
-                   for t in self.layer_types)
+        return sum(t in ("full_attention", "sliding_attention", "chunked_attention", "parallel_hybrid",
+                         "compressed_attention") for t in self.layer_types)
 
     @property
     def num_recurrent_layers(self) -> int:
@@ -1931,6 +1965,81 @@ def _check_architectures(raw: dict[str, Any], name: str) -> None:
 FamilyReader = Callable[[dict[str, Any], str], tuple[dict[str, Any], dict[str, Any]]]
 
 
+_DSV4_RATIOS = {0: 1, 1: 1, 4: 4, 128: 128}
+
+
+def _deepseek_v4(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """DeepSeek-V4 (``deepseek_v4``; vLLM 0.32's ``DeepseekV4ForCausalLM``, models/deepseek_v4/): every layer's
+    attention keeps one ``head_dim`` latent row a token (a single KV head) over a sliding window, and where
+    ``compress_ratios[i]`` is 4 or 128 a compressed cache beside it (analysis.model.layers.CompressedSparseAttention);
+    ``hc_mult`` hyper-connection streams around each block; every layer's MLP is ``n_routed_experts`` experts of
+    ``moe_intermediate_size`` beside ``n_shared_experts`` shared ones, the first ``num_hash_layers`` routed by token id.
+    ``compress_ratios`` runs past the decoder over the MTP layers (vLLM reads the decoder's entries). A vision tower
+    (``vision_n_layers``) is refused by name."""
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise UnsupportedArchitecture(f"{name}: hidden_act {cfg['hidden_act']!r}: vLLM's DeepSeek-V4 runs silu")
+    if cfg.get("vision_n_layers"):
+        raise UnsupportedArchitecture(f"{name}: vision_n_layers {cfg['vision_n_layers']!r}: DeepSeek-V4's vision "
+                                      "tower is not modelled")
+    if cfg.get("num_key_value_heads", 1) != 1:
+        raise UnsupportedArchitecture(f"{name}: num_key_value_heads {cfg['num_key_value_heads']!r}: DeepSeek-V4's "
+                                      "attention caches one latent row a token (vLLM builds one KV head)")
+    ratios = cfg.get("compress_ratios")
+    if not isinstance(ratios, list) or len(ratios) < n or any(
+            isinstance(r, bool) or r not in _DSV4_RATIOS for r in ratios):
+        raise UnsupportedArchitecture(f"{name}: compress_ratios must list 0, 4 or 128 for each of the {n} layers "
+                                      f"(vLLM's compressor takes ratios 4 and 128), got {ratios!r}")
+    heads = _positive_int(cfg.get("num_attention_heads"), "num_attention_heads", name)
+    groups = _positive_int(cfg.get("o_groups"), "o_groups", name)
+    if heads % groups:
+        raise UnsupportedArchitecture(f"{name}: {heads} attention heads cannot be split into o_groups {groups}")
+    head_dim = _positive_int(cfg.get("head_dim"), "head_dim", name)
+    attention = _validated(
+        CompressedAttention, name, compress_ratios=tuple(_DSV4_RATIOS[r] for r in ratios[:n]), head_dim=head_dim,
+        rope_head_dim=cfg.get("qk_rope_head_dim"), window=cfg.get("sliding_window"),
+        q_lora_rank=cfg.get("q_lora_rank"), o_lora_rank=cfg.get("o_lora_rank"), o_groups=groups,
+        index_n_heads=cfg.get("index_n_heads"), index_head_dim=cfg.get("index_head_dim"),
+        index_topk=cfg.get("index_topk"), hc_mult=cfg.get("hc_mult", 1), hash_layers=cfg.get("num_hash_layers", 0))
+    if attention.rope_head_dim >= head_dim:
+        raise UnsupportedArchitecture(f"{name}: qk_rope_head_dim {attention.rope_head_dim} must be below head_dim "
+                                      f"{head_dim}")
+    if cfg.get("first_k_dense_replace") or (cfg.get("moe_layer_freq") or 1) != 1:
+        raise UnsupportedArchitecture(f"{name}: DeepSeek-V4 builds experts on every layer; first_k_dense_replace and "
+                                      "moe_layer_freq are not read by vLLM's model")
+    moe = _moe(cfg, "deepseek_v4", n, 0, name)
+    if moe is None:
+        raise UnsupportedArchitecture(f"{name}: no n_routed_experts: DeepSeek-V4's MLP is its experts")
+    hybrid = dict(layer_types=("compressed_attention",) * n, compressed_attention=attention, num_kv_heads=1,
+                  head_dim=head_dim, moe=moe.model_copy(update={"router_bias": True}), qkv_bias=False, o_bias=False)
+    return {**cfg, "intermediate_size": cfg.get("moe_intermediate_size")}, hybrid
+
+
+_DSV4_FP8_KEYS = {"quant_method", "activation_scheme", "fmt", "scale_fmt", "weight_block_size"}
+
+
+def _deepseek_v4_scheme(scheme: AnyScheme | None, cfg: dict[str, Any], name: str) -> AnyScheme | None:
+    """DeepSeek-V4's ``quant_method: fp8``, which vLLM 0.32 reads as ``deepseek_v4_fp8`` with ``expert_dtype``
+    (analysis.model.quantization.DeepseekV4Fp8); any other quantization of it (NVIDIA's NVFP4 experts, written as a
+    mixed-precision ModelOpt config) is refused by name."""
+    expert = cfg.get("expert_dtype")
+    if expert not in (None, "fp4", "fp8"):
+        raise UnsupportedArchitecture(f"{name}: expert_dtype {expert!r}: vLLM 0.32 reads fp4 or fp8")
+    if scheme is None:
+        if expert is not None:
+            raise UnsupportedArchitecture(f"{name}: expert_dtype {expert!r} without an fp8 quantization_config: "
+                                          "vLLM 0.32 would load the experts unquantized")
+        return None
+    raw = cfg.get("quantization_config") or {}
+    extra = sorted(set(raw) - _DSV4_FP8_KEYS)
+    if not isinstance(scheme, Fp8) or scheme.weight_block_size != (128, 128) or extra:
+        raise UnsupportedArchitecture(
+            f"{name}: DeepSeek-V4's quantization_config is planned as its published fp8 128 × 128 blocks with fp4 or "
+            f"fp8 experts alone" + (f"; this one also sets {', '.join(extra)} (NVIDIA's NVFP4 experts are "
+                                    "not planned yet)" if extra else f", not {scheme.describe()}"))
+    return DeepseekV4Fp8(expert_dtype=expert or "fp8", ignore=scheme.ignore)
+
+
 def _fields(read: Callable[[dict[str, Any], str], dict[str, Any]]) -> FamilyReader:
     """A reading that only sets Architecture fields."""
     return lambda cfg, name: (cfg, read(cfg, name))
@@ -1962,6 +2071,7 @@ FAMILY_READERS: dict[str, FamilyReader] = {
     "lfm2": _lfm2,
     "lfm2_moe": _lfm2_moe,
     "llama4_text": _llama4_text,
+    "deepseek_v4": _deepseek_v4,
     **dict.fromkeys(("qwen3_next", *QWEN3_5_TEXT), _qwen3_next_text),
 }
 
@@ -2075,6 +2185,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
                                           MODULE_NAMES.get(str(raw.get("model_type"))) or MODULE_NAMES.get(model_type))
     except QuantizationError as exc:
         raise UnsupportedArchitecture(f"{name}: {exc}") from None
+    if model_type == "deepseek_v4":
+        quantization = _deepseek_v4_scheme(quantization, cfg, name)
     moe = hybrid.pop("moe") if "moe" in hybrid else _moe(cfg, model_type, n_layers, intermediate, name)
     fields.update(hybrid)
     sparse = _sparse_indexer(cfg, n_layers, name) if model_type in _SPARSE_ATTENTION else None
@@ -2101,8 +2213,15 @@ def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_
                       layer_types: tuple[str, ...], mla: MLA | None, recurrent: Mamba2 | GatedDeltaNet | None = None,
                       model_dtype_bytes: int = 2, chunk: int | None = None,
                       sparse: SparseIndexer | None = None,
-                      full_kv: tuple[int, int] | None = None, v_dim: int | None = None) -> tuple[AttentionLayer, ...]:
+                      full_kv: tuple[int, int] | None = None, v_dim: int | None = None,
+                      compressed: CompressedAttention | None = None) -> tuple[AttentionLayer, ...]:
     """Every layer with a cache, in order: its attention kind or its recurrent state (MLP-only layers have none)."""
+    if compressed is not None:
+        c = compressed
+        return tuple(CompressedSparseAttention(
+            num_heads=num_heads, head_dim=c.head_dim, rope_head_dim=c.rope_head_dim, window_size=c.window,
+            compress_ratio=r, index_head_dim=c.index_head_dim, index_n_heads=c.index_n_heads, index_topk=c.index_topk)
+            for r in c.compress_ratios[:len(layer_types)])
     if mla is not None and sparse is not None:
         return tuple(SparseMLA(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
                                qk_rope_head_dim=mla.qk_rope_head_dim, indexer=i in sparse.layers,

@@ -117,6 +117,13 @@ FAMILIES: dict[str, frozenset[str]] = {
                               "rope_local_base_freq", "cache_implementation"},
     "deepseek_v2": DECODER | DEEPSEEK,
     "deepseek_v3": DECODER | DEEPSEEK,
+    # DeepSeek-V4 (architecture._deepseek_v4): compressed and sparse attention layer by layer, the grouped output
+    # projection, hyper-connections, hash-routed first layers; swiglu_limit clamps an activation, compress_rope_theta
+    # and hc_sinkhorn_iters set values and iterations, not shapes; expert_dtype names the experts' checkpoint format
+    "deepseek_v4": DECODER | DEEPSEEK | {"index_n_heads", "index_head_dim", "index_topk", "compress_ratios",
+                                         "compress_rope_theta", "sliding_window", "o_groups", "o_lora_rank",
+                                         "hc_mult", "hc_sinkhorn_iters", "num_hash_layers", "swiglu_limit",
+                                         "expert_dtype", "vision_n_layers"},
     # DeepSeek-V3.2: V3 with a sparse-attention indexer on every layer
     "deepseek_v32": DECODER | DEEPSEEK | DSA,
     # GLM-5: DeepSeek-V3.2's layers (vLLM's GlmMoeDsaForCausalLM is the same class); qk_head_dim is qk_nope + qk_rope

@@ -376,3 +376,140 @@ class GatedDeltaNetState(RecurrentState):
         value head's dv × dk state (decay, the key's read-out, the rank-one update and the query's read-out): about
         seven FLOPs a state element."""
         return 2 * self.conv_kernel * self.conv_dim + 7 * self.num_heads * self.head_v_dim * self.head_k_dim
+
+
+@dataclass(frozen=True)
+class CachePage:
+    """One of the caches a multi-cache layer keeps (a vLLM ``KVCacheSpec`` of its own layer name): ``block_size``
+    tokens a block, ``page_bytes`` a block (padded as vLLM pads it), and its admission rule: every token
+    (``window`` None, ``FullAttentionSpec``/``MLAAttentionSpec``) or the last ``window`` tokens
+    (``SlidingWindowSpec``). ``role`` names it in tables."""
+
+    role: str
+    block_size: int
+    page_bytes: int
+    window: int | None = None
+
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
+        """``FullAttentionSpec.max_memory_usage_bytes`` or ``SlidingWindowSpec.max_admission_blocks_per_request`` over
+        the page (v1/kv_cache_interface.py, 0.32)."""
+        if self.window is None:
+            return cdiv(max_model_len, self.block_size)
+        return cdiv(min(self.window - 1 + in_flight_tokens, max_model_len), self.block_size) + 1
+
+
+def round_up(x: int, multiple: int) -> int:
+    return cdiv(x, multiple) * multiple
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompressedSparseAttention(AttentionLayer):
+    """DeepSeek-V4's attention (vLLM 0.32's ``DeepseekV4Attention``, models/deepseek_v4/attention.py): one latent
+    row of ``head_dim`` (``rope_head_dim`` of it rotary) a token, shared by every query head and replicated on every
+    rank (``max_tp_shards=1``), kept in up to five caches of their own:
+
+    * the last ``window`` tokens' rows (``DeepseekV4SWACache``: blocks of 64 tokens, every layer);
+    * with ``compress_ratio`` r > 1, one row for every r tokens (``MLAAttentionSpec`` with ``tokens_per_state`` r, in
+      blocks of the engine's block size) and the compressor's float32 state over the last ``coff·r`` tokens
+      (``CompressorStateCache``: ``2·coff·head_dim`` wide, coff 2 where r is 4, blocks of 4 tokens where r is 4 and
+      8 where it is 128);
+    * where r is 4 (CSA), a lightning indexer picks the ``index_topk`` compressed rows the query attends to: its
+      keys, one ``index_head_dim`` fp8 row and a float32 scale for every 4 tokens, and its own compressor's state.
+
+    A row is ``fp8_ds_mla``'s 584 bytes (448 fp8 NoPE values, 64 bf16 RoPE ones, 8 scale bytes), the only cache vLLM
+    0.32's FlashMLA-sparse path keeps; every page is padded to a multiple of 576 bytes (``_apply_alignment_padding``).
+    The pages differ, so vLLM packs them block-outermost (analysis.vllm.allocator, ``_get_packed_kv_cache_groups``).
+    """
+
+    kind: ClassVar[str] = "csa"
+    ROW_BYTES: ClassVar[int] = 584
+    ALIGNMENT: ClassVar[int] = 576
+    SWA_BLOCK: ClassVar[int] = 64
+    head_dim: int = 512
+    rope_head_dim: int = 64
+    window_size: int = 128
+    compress_ratio: int = 1
+    index_head_dim: int = 128
+    index_n_heads: int = 64
+    index_topk: int = 512
+
+    @property
+    def label(self) -> str:
+        return {1: "SWA", 4: "CSA (÷4)", 128: "HCA (÷128)"}.get(self.compress_ratio, f"C{self.compress_ratio}A")
+
+    @property
+    def indexer_row_bytes(self) -> int:
+        return self.index_head_dim + self.index_head_dim // 128 * 4 if self.compress_ratio == 4 else 0
+
+    def _page(self, data_bytes: int) -> int:
+        return round_up(data_bytes, self.ALIGNMENT)
+
+    def caches(self, block_size: int) -> tuple[CachePage, ...]:
+        """This layer's caches as vLLM 0.32 specs them for an engine block of ``block_size`` tokens."""
+        out = [CachePage("sliding window", self.SWA_BLOCK, self._page(self.SWA_BLOCK * self.ROW_BYTES),
+                         self.window_size)]
+        r = self.compress_ratio
+        if r > 1:
+            coff = 2 if r == 4 else 1
+            state_block = 4 if r == 4 else 8
+            out += [CachePage(f"compressed ÷{r}", block_size, self._page(block_size // r * self.ROW_BYTES)),
+                    CachePage(f"compressor ÷{r} state", state_block,
+                              self._page(state_block * 2 * coff * self.head_dim * 4), coff * r)]
+        if r == 4:
+            out += [CachePage("indexer keys", block_size, self._page(block_size // 4 * self.indexer_row_bytes)),
+                    CachePage("indexer compressor state", 4, self._page(4 * 2 * 2 * self.index_head_dim * 4), 8)]
+        return tuple(out)
+
+    def kv_bytes_per_token(self, tp: int = 1, dtype_bytes: int = 2) -> float:  # type: ignore[override]
+        """Bytes a token adds past the window, whatever the KV dtype (the fp8_ds_mla row): a compressed row's share
+        and the indexer key's, unpadded."""
+        r = self.compress_ratio
+        return 0.0 if r == 1 else (self.ROW_BYTES + (self.indexer_row_bytes * r // 4 if r == 4 else 0)) / r
+
+    def kv_elements_per_token(self, tp: int = 1) -> int:
+        # what the rows hold in bytes (one byte an fp8 element); the window's rows are state (state_bytes)
+        return max(1, round(self.kv_bytes_per_token()))
+
+    def state_bytes(self, tp: int = 1) -> int:
+        """Bytes a request holds whatever its length: the window's rows and the compressors' float32 states."""
+        r = self.compress_ratio
+        window = self.window_size * self.ROW_BYTES
+        if r == 1:
+            return window
+        coff = 2 if r == 4 else 1
+        state = coff * r * 2 * coff * self.head_dim * 4
+        if r == 4:
+            state += 8 * 2 * 2 * self.index_head_dim * 4
+        return window + state
+
+    def tokens_held(self, context: int) -> int:
+        return context
+
+    def kv_bytes_read(self, context: int, tp: int = 1, dtype_bytes: int = 2) -> float:  # type: ignore[override]
+        """A decode token reads the window's rows, then on a CSA layer every indexer key and the ``index_topk``
+        compressed rows it picked, on an HCA layer every compressed row."""
+        return sum(rate * (context if cap is None else min(context, cap))
+                   for rate, cap in self.read_rates(tp, dtype_bytes))
+
+    def read_rates(self, tp: int = 1, dtype_bytes: int = 2) -> list[tuple[float, int | None]]:  # type: ignore[override]
+        r = self.compress_ratio
+        rates: list[tuple[float, int | None]] = [(self.ROW_BYTES, self.window_size)]
+        if r == 4:
+            rates += [(self.ROW_BYTES / 4, 4 * self.index_topk), (self.indexer_row_bytes / 4, None)]
+        elif r > 1:
+            rates.append((self.ROW_BYTES / r, None))
+        return rates
+
+    def flops_per_held_token(self) -> float:
+        return 4 * self.num_heads * self.head_dim  # scores over the row and the output from it, per head
+
+    def attention_flops(self, context: int) -> float:
+        r = self.compress_ratio
+        attended = min(context, self.window_size)
+        scoring = 0.0
+        if r == 4:
+            attended += min(context // 4, self.index_topk)
+            scoring = 2 * self.index_n_heads * self.index_head_dim * (context // 4)
+        elif r > 1:
+            attended += context // r
+        return attended * self.flops_per_held_token() + scoring

@@ -22,12 +22,14 @@ class ParamCount:
     experts_active: int
     norms: int
     recurrent: int = 0  # a hybrid's recurrent mixers (Mamba2, gated DeltaNet)
-
+    hyper_connections: int = 0  # DeepSeek-V4's mHC mixing weights around each block and the head
+    # of the above, parameters the token id indexes rather than multiplies (DeepSeek-V4's hash-routing tables)
+    lookup_tables: int = 0
 
     @property
     def non_expert(self) -> int:
         return (self.embedding + self.lm_head + self.attention + self.dense_mlp
-                + self.router_and_shared + self.norms + self.recurrent)
+                + self.router_and_shared + self.norms + self.recurrent + self.hyper_connections)
 
     @property
     def total(self) -> int:
@@ -75,8 +77,65 @@ def _mlp_params(hidden: int, inter: int, gated: bool, bias: bool) -> int:
     return n
 
 
+def _dsv4_layer(a: Architecture, i: int) -> dict[str, int]:
+    """DeepSeek-V4 layer ``i``'s parameters by part, as vLLM 0.32 builds them (models/deepseek_v4/attention.py,
+    compressor.py, nvidia/model.py): attention (``fused_wqa_wkv``, the q and kv norms, ``wq_b``, the grouped
+    ``wo_a`` and ``wo_b``, a sink a head), the compressor (``ape`` of r·coff·d, ``fused_wkv_wgate`` 2·coff·d × H, a
+    norm), a CSA layer's indexer (``wq_b``, ``weights_proj`` and its own ratio-4 compressor), the hyper-connections
+    (``hc_attn``/``hc_ffn`` fn, base and scale), the router (a weight, and a score bias or on a hash layer a
+    vocab × top-k table of expert ids)."""
+    c, m = a.compressed_attention, a.moe
+    assert c is not None and m is not None
+    h, nh, d, qr = a.hidden_size, a.num_heads, c.head_dim, c.q_lora_rank
+    r = c.compress_ratios[i]
+    attention = h * (qr + d) + qr + d + qr * nh * d + nh * d * c.o_lora_rank + c.o_groups * c.o_lora_rank * h + nh
+    if r > 1:
+        coff = 2 if r == 4 else 1
+        attention += r * coff * d + 2 * coff * d * h + d
+    if r == 4:
+        ih, idim = c.index_n_heads, c.index_head_dim
+        attention += qr * ih * idim + h * ih + 4 * 2 * idim + 2 * 2 * idim * h + idim
+    mix = (2 + c.hc_mult) * c.hc_mult
+    table = a.vocab_size * m.experts_per_token if i < c.hash_layers else 0
+    return {"attention": attention, "hyper_connections": 2 * (mix * c.hc_mult * h + mix + 3),
+            "router": m.num_experts * h + (table or m.num_experts), "table": table}
+
+
+def _deepseek_v4_params(a: Architecture) -> ParamCount:
+    """DeepSeek-V4's counts (:func:`_dsv4_layer`; the MTP layer, loaded for speculative decoding alone, aside)."""
+    m, c = a.moe, a.compressed_attention
+    assert m is not None and c is not None
+    h = a.hidden_size
+    layers = [_dsv4_layer(a, i) for i in range(a.num_layers)]
+    one = _mlp_params(h, m.expert_intermediate_size, True, False)
+    return ParamCount(
+        embedding=a.vocab_size * h, lm_head=0 if a.tie_word_embeddings else a.vocab_size * h,
+        attention=sum(p["attention"] for p in layers), dense_mlp=0,
+        router_and_shared=sum(p["router"] for p in layers)
+        + a.num_layers * _mlp_params(h, m.shared_expert_intermediate_size, True, False),
+        experts_total=a.num_layers * m.num_experts * one, experts_active=a.num_layers * m.experts_per_token * one,
+        norms=a.num_norms * h + h,
+        hyper_connections=sum(p["hyper_connections"] for p in layers) + c.hc_mult ** 2 * h + c.hc_mult + 1,
+        lookup_tables=sum(p["table"] for p in layers))
+
+
+def _deepseek_v4_wide(a: Architecture) -> int:
+    """DeepSeek-V4's parameters vLLM keeps in 32 bits whatever the model dtype, every one on every rank: the
+    hyper-connections, the compressors' ``ape``, the routers' score biases (float32), the hash tables (int32) and
+    the attention sinks (float32; split by head, and on CUDA padded to 64 or 128 a rank: a few kilobytes)."""
+    c, m = a.compressed_attention, a.moe
+    assert c is not None and m is not None
+    ape = sum(r * (2 if r == 4 else 1) * c.head_dim + (8 * c.index_head_dim if r == 4 else 0)
+              for r in c.compress_ratios[:a.num_layers] if r > 1)
+    p = _deepseek_v4_params(a)
+    return p.hyper_connections + ape + a.num_layers * a.num_heads + sum(
+        _dsv4_layer(a, i)["router"] - m.num_experts * a.hidden_size for i in range(a.num_layers))
+
+
 def count_params(a: Architecture) -> ParamCount:
     """Total and active (per token, MoE) parameter counts from the config alone."""
+    if a.compressed_attention is not None:
+        return _deepseek_v4_params(a)
     h = a.hidden_size
     embedding = a.vocab_size * h + a.learned_position_embeddings * h
     lm_head = 0 if a.tie_word_embeddings else a.vocab_size * h
@@ -150,6 +209,8 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
     Biases, norms and attention sinks are not matrices; the routed experts are
     counted per layer by the scheme (:meth:`QuantScheme.experts_bytes`).
     """
+    if a.compressed_attention is not None:
+        return _deepseek_v4_matrices(a)
     h, out = a.hidden_size, []
     out.append(Matrix("model.embed_tokens", "embedding", a.vocab_size, h))
     if a.learned_position_embeddings:
@@ -208,6 +269,34 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
     return out
 
 
+def _deepseek_v4_matrices(a: Architecture) -> list[Matrix]:
+    """DeepSeek-V4's weight matrices by vLLM 0.32's names: the linears fp8 (``fused_wqa_wkv``, the indexer's
+    ``wq_b`` replicated), the compressors' ``fused_wkv_wgate`` and the indexer's ``weights_proj`` built without a
+    quant_config and replicated, the router replicated."""
+    c, m = a.compressed_attention, a.moe
+    assert c is not None and m is not None
+    h, nh, d, qr = a.hidden_size, a.num_heads, c.head_dim, c.q_lora_rank
+    out = [Matrix("model.embed_tokens", "embedding", a.vocab_size, h), Matrix("lm_head", "lm_head", a.vocab_size, h)]
+    for i, r in enumerate(c.compress_ratios[:a.num_layers]):
+        attn, ffn = f"model.layers.{i}.attn", f"model.layers.{i}.ffn"
+        out += [Matrix(f"{attn}.fused_wqa_wkv", "linear", qr + d, h, replicated=True),
+                Matrix(f"{attn}.wq_b", "linear", nh * d, qr),
+                Matrix(f"{attn}.wo_a", "linear", c.o_groups * c.o_lora_rank, nh * d // c.o_groups),
+                Matrix(f"{attn}.wo_b", "linear", h, c.o_groups * c.o_lora_rank)]
+        if r > 1:
+            coff = 2 if r == 4 else 1
+            out.append(Matrix(f"{attn}.compressor.fused_wkv_wgate", "unquantized", 2 * coff * d, h, replicated=True))
+        if r == 4:
+            out += [Matrix(f"{attn}.indexer.wq_b", "linear", c.index_n_heads * c.index_head_dim, qr,
+                           replicated=True),
+                    Matrix(f"{attn}.indexer.weights_proj", "unquantized", c.index_n_heads, h, replicated=True),
+                    Matrix(f"{attn}.indexer.compressor.fused_wkv_wgate", "unquantized", 4 * c.index_head_dim, h,
+                           replicated=True)]
+        out.append(Matrix(f"{ffn}.gate", "router", m.num_experts, h, replicated=True))
+        out += _mlp_matrices(f"{ffn}.shared_experts", h, m.shared_expert_intermediate_size, True)
+    return out
+
+
 def _mlp_matrices(prefix: str, hidden: int, inter: int, gated: bool) -> list[Matrix]:
     mats = [Matrix(f"{prefix}.up_proj", "linear", inter, hidden),
             Matrix(f"{prefix}.down_proj", "linear", hidden, inter)]
@@ -254,6 +343,8 @@ def weight_breakdown(a: Architecture, tp: int = 1) -> WeightBytes:
     fp32_router = 0
     if a.moe is not None and a.moe.router_fp32:
         fp32_router = (4 - d) * a.hidden_size * a.moe.num_experts * sum(map(a.is_moe_layer, range(a.num_layers)))
+    if a.compressed_attention is not None:
+        fp32_router = (4 - d) * _deepseek_v4_wide(a)  # its 32-bit parameters' bytes past the model dtype's
     if q is None:
         replicated = sum(m.out_features * m.in_features for m in weight_matrices(a) if m.replicated) * d
         return WeightBytes(embedding=p.embedding * d, lm_head=p.lm_head * d,

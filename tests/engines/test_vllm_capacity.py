@@ -178,3 +178,24 @@ def test_a_hybrid_recurrent_model_has_vllms_exact_capacity(hybrid):
     assert predicted.blocks_per_request == per_request
     assert facts["kv_cache_max_concurrency"] == pytest.approx(predicted.max_concurrency, rel=1e-12)
     assert facts["kv_cache_size_tokens"] == predicted.kv_cache_tokens == int(blocks / per_request * 2048)
+
+
+def test_tiny_deepseek_v4_has_vllms_exact_capacity():
+    """tiny-deepseek-v4: four layers, compress ratios 0, 4, 128, 4. Pages: the window's 64 rows of 584 B padded to
+    37,440 B, a ÷4 block of 256 tokens the same, a ÷128 block 1,728 B, the indexer's keys 8,640 B, the ÷4
+    compressor's state 32,832 B, the indexer compressor's 8,640 B, the ÷128 one's 32,832 B. The windows split in
+    two groups of two (vLLM's _approximate_gcd of 4, 2 and 1 from 2 is 2); the widest group is the every-token one,
+    2 × 37,440 + 1,728 + 2 × 8,640 = 93,888 B, so 128 MiB holds 1,429 blocks. A 2,048-token request with 2,048
+    tokens a step: 33 blocks a window group (cdiv(min(127 + 2,048, 2,048), 64) + 1), 8 every-token ones,
+    cdiv(min(7 + 2,048, 2,048), 4) + 1 = 513 of the ÷4 states and cdiv(2,048, 8) + 1 = 257 of the ÷128 one: 844, so
+    1,429 ÷ 844 = 1.69x and 3,467 tokens. The engine's block size is then its smallest group's, 4."""
+    facts = _engine_facts("tiny-deepseek-v4", 256, 2048, 128 * MiB)
+    arch, _ = resolve_model("tiny-deepseek-v4")
+    predicted = paged_capacity(arch, 128 * MiB, block_size=256, max_model_len=facts["max_model_len"],
+                               max_num_batched_tokens=facts["max_num_batched_tokens"],
+                               async_scheduling=facts["async_scheduling"])
+    assert (facts["num_gpu_blocks"], facts["kv_cache_size_tokens"]) == (predicted.num_blocks,
+                                                                        predicted.kv_cache_tokens)
+    assert facts["kv_cache_max_concurrency"] == pytest.approx(predicted.max_concurrency, rel=1e-12)
+    assert (facts["num_gpu_blocks"], facts["kv_cache_size_tokens"]) == (1429, 3467)
+    assert facts["block_size"] == min(g.block_size for g in predicted.groups) == 4
