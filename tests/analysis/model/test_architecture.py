@@ -27,8 +27,8 @@ from analysis.model.params import count_params, decode_weight_bytes, expected_ex
         ("glm-5", 744.0, None),  # Z.ai: 744B parameters
         ("minimax-m2.5", 230.0, None),  # MiniMax: 230B total parameters
         ("llama-4-maverick", 400.0, None),  # Meta: 400B total, 17B active
-        ("gemma-4-26b-a4b", 25.2, None),
-        ("deepseek-v4-flash", 284.0, None),  # deepseek-ai: 284B parameters, 13B activated (embedding lookup aside)  # 25.2B total, 3.8B active, as Gemma 4 pages quote it (tower aside)
+        ("gemma-4-26b-a4b", 25.2, None),  # 25.2B total, 3.8B active, as Gemma 4 pages quote it (tower aside)
+        ("deepseek-v4-flash", 284.0, None),  # deepseek-ai: 284B parameters, 13B activated (embedding lookup aside)
         ("qwen3.5-27b", 26.9, None),  # transformers' count of the decoder, its name 27B (the tower is 0.46B more)
     ],
 )
