@@ -2010,8 +2010,23 @@ def _deepseek_v4(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[s
     moe = _moe(cfg, "deepseek_v4", n, 0, name)
     if moe is None:
         raise UnsupportedArchitecture(f"{name}: no n_routed_experts: DeepSeek-V4's MLP is its experts")
+    # Two float32 RoPE caches (models/deepseek_v4/common/rope.py, DeepseekScalingRotaryEmbedding): the window's
+    # over max_position_embeddings, the compressed layers' over original_max_position_embeddings × the YaRN factor;
+    # rope_cache_widths count model-dtype elements, so a float32 row of qk_rope_head_dim is that × 4 / its bytes
+    mpe = _positive_int(cfg.get("max_position_embeddings"), "max_position_embeddings", name)
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    compressed = mpe
+    if isinstance(rope, dict) and rope.get("original_max_position_embeddings") and rope.get("factor"):
+        compressed = int(_positive_number(rope["original_max_position_embeddings"]) or mpe) * int(
+            _positive_number(rope["factor"]) or 1)
+    try:
+        width = attention.rope_head_dim * 4 // dtype_bytes(str(cfg.get("torch_dtype") or cfg.get("dtype") or
+                                                               "bfloat16"))
+    except ValueError as exc:
+        raise UnsupportedArchitecture(f"{name}: {exc}") from None
     hybrid = dict(layer_types=("compressed_attention",) * n, compressed_attention=attention, num_kv_heads=1,
-                  head_dim=head_dim, moe=moe.model_copy(update={"router_bias": True}), qkv_bias=False, o_bias=False)
+                  head_dim=head_dim, moe=moe.model_copy(update={"router_bias": True}), qkv_bias=False, o_bias=False,
+                  rope_cache_positions=(mpe, min(compressed, MAX_POSITIONS)), rope_cache_widths=(width, width))
     return {**cfg, "intermediate_size": cfg.get("moe_intermediate_size")}, hybrid
 
 

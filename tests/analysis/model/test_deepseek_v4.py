@@ -12,7 +12,7 @@ from helpers import ODD_CONFIG_VALUES, read_or_refuse
 
 from analysis.catalog import model_dir
 from analysis.model.architecture import Architecture, UnsupportedArchitecture
-from analysis.model.params import count_params, weight_breakdown
+from analysis.model.params import count_params, rotary_cache_bytes, weight_breakdown
 from analysis.planning.plan import PlanError, PlanInputs, make_plan
 
 CONFIGS = Path(__file__).resolve().parents[2] / "fixtures" / "published_configs"
@@ -54,6 +54,9 @@ def test_flash_layers_written_out():
     assert a.quantization.describe() == "fp8 block 128x128, MXFP4 experts"
     # routed experts: 43 layers × 256 × 3 × 4,096 × 2,048 values at 4.25 bits = 147,169,738,752 B
     assert weight_breakdown(a).experts == 43 * 256 * 3 * 4096 * 2048 * (0.5 + 1 / 32)
+    # two float32 RoPE caches (DeepseekScalingRotaryEmbedding): the window's over 1,048,576 positions, the compressed
+    # layers' over 65,536 × YaRN factor 16, each 64 values a position: 2 × 1,048,576 × 64 × 4 B = 512 MiB
+    assert rotary_cache_bytes(a) == 2 * 1_048_576 * 64 * 4
 
 
 def test_plan_runs_vllms_block_and_fp8_cache():
