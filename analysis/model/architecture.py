@@ -1987,7 +1987,7 @@ def _deepseek_v4(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[s
                                       "attention caches one latent row a token (vLLM builds one KV head)")
     ratios = cfg.get("compress_ratios")
     if not isinstance(ratios, list) or len(ratios) < n or any(
-            isinstance(r, bool) or r not in _DSV4_RATIOS for r in ratios):
+            type(r) is not int or r not in _DSV4_RATIOS for r in ratios):
         raise UnsupportedArchitecture(f"{name}: compress_ratios must list 0, 4 or 128 for each of the {n} layers "
                                       f"(vLLM's compressor takes ratios 4 and 128), got {ratios!r}")
     heads = _positive_int(cfg.get("num_attention_heads"), "num_attention_heads", name)

@@ -74,6 +74,8 @@ def test_plan_runs_vllms_block_and_fp8_cache():
 @pytest.mark.parametrize("change, words", [
     ({"compress_ratios": [0, 4]}, "compress_ratios"),
     ({"compress_ratios": [0, 2, 128, 4, 0]}, "compress_ratios"),
+    ({"compress_ratios": [[0], 4, 128, 4, 0]}, "compress_ratios"),  # an unhashable entry: was a TypeError
+    ({"compress_ratios": [0, 4.0, 128, 4, 0]}, "compress_ratios"),
     ({"num_key_value_heads": 2}, "one latent row"),
     ({"vision_n_layers": 2}, "vision"),
     ({"expert_dtype": "fp4"}, "without an fp8 quantization_config"),
