@@ -27,6 +27,17 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def round_up(x: int, multiple: int) -> int:
+    return cdiv(x, multiple) * multiple
+
+
+def sliding_window_blocks(window: int, block_size: int, max_model_len: int, in_flight_tokens: int) -> int:
+    """Blocks a request holds of a sliding-window cache (``SlidingWindowSpec.max_admission_blocks_per_request``,
+    v1/kv_cache_interface.py, 0.32): the window plus the tokens in flight (a step's batched tokens, two steps' with
+    async scheduling), never past max_model_len, plus one block for a window that straddles a block boundary."""
+    return cdiv(min(window - 1 + in_flight_tokens, max_model_len), block_size) + 1
+
+
 def kv_heads_per_rank(num_kv_heads: int, tp: int) -> int:
     """KV heads one rank stores: vLLM 0.32's ``ModelConfig.get_num_kv_heads`` (vllm/config/model.py),
     max(1, n_kv // tp). Past n_kv ranks each head is replicated on tp // n_kv ranks, which must be whole
@@ -137,9 +148,8 @@ class SlidingWindowAttention(FullAttention):
         return self.window_size
 
     def blocks_per_request(self, block_size: int, max_model_len: int, in_flight_tokens: int) -> int:
-        """The window plus the tokens in flight (a step's batched tokens, two steps' with async scheduling),
-        plus one block for a window that straddles a block boundary (``SlidingWindowManager``)."""
-        return cdiv(min(self.window_size - 1 + in_flight_tokens, max_model_len), block_size) + 1
+        """The window plus the tokens in flight, plus a straddling block (:func:`sliding_window_blocks`)."""
+        return sliding_window_blocks(self.window_size, block_size, max_model_len, in_flight_tokens)
 
     def as_full(self) -> FullAttention:
         """The layer as vLLM allocates it with the hybrid KV-cache manager off: like a full-attention layer."""
@@ -395,11 +405,7 @@ class CachePage:
         the page (v1/kv_cache_interface.py, 0.32)."""
         if self.window is None:
             return cdiv(max_model_len, self.block_size)
-        return cdiv(min(self.window - 1 + in_flight_tokens, max_model_len), self.block_size) + 1
-
-
-def round_up(x: int, multiple: int) -> int:
-    return cdiv(x, multiple) * multiple
+        return sliding_window_blocks(self.window, self.block_size, max_model_len, in_flight_tokens)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -444,20 +450,28 @@ class CompressedSparseAttention(AttentionLayer):
     def _page(self, data_bytes: int) -> int:
         return round_up(data_bytes, self.ALIGNMENT)
 
-    def caches(self, block_size: int) -> tuple[CachePage, ...]:
-        """This layer's caches as vLLM 0.32 specs them for an engine block of ``block_size`` tokens."""
-        out = [CachePage("sliding window", self.SWA_BLOCK, self._page(self.SWA_BLOCK * self.ROW_BYTES),
-                         self.window_size)]
+    def _windows(self) -> list[tuple[str, int, int, int]]:
+        """The caches that hold a window a request, as (role, block, window, bytes a token): the rows' window, and
+        where r > 1 the compressor's float32 state (``2·coff·head_dim`` wide over ``coff·r`` tokens, coff 2 where r
+        is 4) and where r is 4 the indexer compressor's (``2·2·index_head_dim`` over 8)."""
         r = self.compress_ratio
+        out = [("sliding window", self.SWA_BLOCK, self.window_size, self.ROW_BYTES)]
         if r > 1:
             coff = 2 if r == 4 else 1
-            state_block = 4 if r == 4 else 8
-            out += [CachePage(f"compressed ÷{r}", block_size, self._page(block_size // r * self.ROW_BYTES)),
-                    CachePage(f"compressor ÷{r} state", state_block,
-                              self._page(state_block * 2 * coff * self.head_dim * 4), coff * r)]
+            out.append((f"compressor ÷{r} state", 4 if r == 4 else 8, coff * r, 2 * coff * self.head_dim * 4))
         if r == 4:
-            out += [CachePage("indexer keys", block_size, self._page(block_size // 4 * self.indexer_row_bytes)),
-                    CachePage("indexer compressor state", 4, self._page(4 * 2 * 2 * self.index_head_dim * 4), 8)]
+            out.append(("indexer compressor state", 4, 8, 2 * 2 * self.index_head_dim * 4))
+        return out
+
+    def caches(self, block_size: int) -> tuple[CachePage, ...]:
+        """This layer's caches as vLLM 0.32 specs them for an engine block of ``block_size`` tokens."""
+        out = [CachePage(role, block, self._page(block * per_token), window)
+               for role, block, window, per_token in self._windows()]
+        r = self.compress_ratio
+        if r > 1:
+            out.append(CachePage(f"compressed ÷{r}", block_size, self._page(block_size // r * self.ROW_BYTES)))
+        if r == 4:
+            out.append(CachePage("indexer keys", block_size, self._page(block_size // 4 * self.indexer_row_bytes)))
         return tuple(out)
 
     def kv_bytes_per_token(self, tp: int = 1, dtype_bytes: int = 2) -> float:  # type: ignore[override]
@@ -472,15 +486,7 @@ class CompressedSparseAttention(AttentionLayer):
 
     def state_bytes(self, tp: int = 1) -> int:
         """Bytes a request holds whatever its length: the window's rows and the compressors' float32 states."""
-        r = self.compress_ratio
-        window = self.window_size * self.ROW_BYTES
-        if r == 1:
-            return window
-        coff = 2 if r == 4 else 1
-        state = coff * r * 2 * coff * self.head_dim * 4
-        if r == 4:
-            state += 8 * 2 * 2 * self.index_head_dim * 4
-        return window + state
+        return sum(window * per_token for _, _, window, per_token in self._windows())
 
     def tokens_held(self, context: int) -> int:
         return context

