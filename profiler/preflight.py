@@ -73,7 +73,8 @@ def cpu_cannot_run(cfg: EngineConfig, arch: Architecture | None) -> str | None:
     if is_fp8_kv(_effective_kv_dtype(cfg)) and not machine.cpu_runs_fp8_kv():
         return FP8_KV_SKIP_REASON
     mamba2 = arch is not None and arch.recurrent is not None and arch.recurrent.kind == "mamba2"
-    if mamba2 and cfg.llm_kwargs().get("enable_prefix_caching") is not False:
+    prefix = cfg.llm_kwargs().get("enable_prefix_caching")
+    if mamba2 and (prefix if prefix is not None else not arch.attention_free):  # vLLM's default: off without attention
         return MAMBA2_PREFIX_SKIP_REASON
     return None
 

@@ -222,6 +222,17 @@ class Mamba2(BaseModel):
     def inner(self) -> int:
         return self.num_heads * self.head_dim
 
+    def tp_problem(self, tp: int) -> str | None:
+        """Why vLLM's ``MambaMixer2`` cannot split over ``tp`` ranks (None: it can): its heads must split evenly,
+        its groups too unless there is one group (replicated)."""
+        if self.num_heads % tp:
+            return (f"does not divide the model's {self.num_heads} Mamba2 heads (vLLM: 'Tensor parallel world size "
+                    "must divide num heads.')")
+        if self.n_groups % tp and self.n_groups != 1:
+            return (f"does not divide the Mamba2 mixer's {self.n_groups} groups (vLLM: 'If tensor parallel world "
+                    "size does not divide num_groups, then num_groups must equal 1.')")
+        return None
+
     def state(self, model_dtype_bytes: int) -> Mamba2State:
         return Mamba2State(num_heads=self.num_heads, head_dim=self.head_dim, n_groups=self.n_groups,
                            state_size=self.state_size, conv_kernel=self.conv_kernel, conv_bytes=model_dtype_bytes,
@@ -258,6 +269,13 @@ class GatedDeltaNet(BaseModel):
     head_v_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
     conv_kernel: int = Field(gt=1, le=64)
     ssm_cache_dtype: str = "auto"
+
+    def tp_problem(self, tp: int) -> str | None:
+        """Why vLLM cannot split the layer over ``tp`` ranks (None: it can): its state splits by value head
+        (``gated_delta_net_state_shape``: ``divide(num_v_heads, tp)``)."""
+        if self.num_v_heads % tp:
+            return f"does not divide the gated DeltaNet's {self.num_v_heads} value heads"
+        return None
 
     def state(self, model_dtype_bytes: int) -> GatedDeltaNetState:
         return GatedDeltaNetState(num_heads=self.num_v_heads, num_k_heads=self.num_k_heads,
@@ -297,6 +315,13 @@ class Mamba1(BaseModel):
     dt_bc_norms: bool = True
     ssm_cache_dtype: str = "auto"
 
+    def tp_problem(self, tp: int) -> str | None:
+        """Why vLLM's ``MambaMixer`` cannot split over ``tp`` ranks (None: it can): its projections split the
+        inner width evenly (``divide``)."""
+        if self.inner % tp:
+            return f"does not divide the Mamba mixer's inner width {self.inner}"
+        return None
+
     def state(self, model_dtype_bytes: int) -> Mamba1State:
         return Mamba1State(num_heads=self.inner, state_size=self.state_size, conv_kernel=self.conv_kernel,
                            conv_bytes=model_dtype_bytes, ssm_bytes=_ssm_bytes(self.ssm_cache_dtype, model_dtype_bytes))
@@ -328,6 +353,12 @@ class ShortConv(BaseModel):
     dim: int = Field(gt=0, le=MAX_HIDDEN_SIZE)
     conv_kernel: int = Field(gt=1, le=64)
     bias: bool = False
+
+    def tp_problem(self, tp: int) -> str | None:
+        """Why vLLM cannot split the convolution over ``tp`` ranks (None: it can): its channels split evenly."""
+        if self.dim % tp:
+            return f"does not divide the short convolution's {self.dim} channels"
+        return None
 
     def state(self, model_dtype_bytes: int) -> ShortConvState:
         return ShortConvState(num_heads=self.dim, conv_kernel=self.conv_kernel, conv_bytes=model_dtype_bytes,
@@ -512,7 +543,9 @@ class Architecture(BaseModel):
 
     @property
     def attention_kind(self) -> str:
-        """MHA / GQA / MQA / MLA, for display."""
+        """MHA / GQA / MQA / MLA, or the mixer of an attention-free model, for display."""
+        if self.attention_free and self.recurrent is not None:
+            return f"attention-free, {self.recurrent.kind}"
         if self.mla:
             return "MLA"
         if self.num_kv_heads == self.num_heads:
@@ -582,6 +615,12 @@ class Architecture(BaseModel):
         """Layers with attention (a hybrid's recurrent and MLP-only layers have none)."""
         return sum(t in ("full_attention", "sliding_attention", "chunked_attention", "parallel_hybrid",
                          "compressed_attention") for t in self.layer_types)
+
+    @property
+    def attention_free(self) -> bool:
+        """No layer attends: every layer a recurrent mixer (Mamba, Mamba2). vLLM's ``IsAttentionFree`` models, for
+        which it turns the prefix cache off by default (``ModelConfig.is_prefix_caching_supported``)."""
+        return self.num_attention_layers == 0 and self.num_recurrent_layers == self.num_layers
 
     @property
     def num_recurrent_layers(self) -> int:
@@ -2055,6 +2094,72 @@ def _deepseek_v4_scheme(scheme: AnyScheme | None, cfg: dict[str, Any], name: str
     return DeepseekV4Fp8(expert_dtype=expert or "fp8", ignore=scheme.ignore)
 
 
+def _attention_free(cfg: dict[str, Any], name: str, mixer: Mamba1 | Mamba2, hidden: int, n: int,
+                    tie_default: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields every attention-free model shares: each layer one RMSNorm and one mixer, no MLP, no attention,
+    a final norm. The attention fields are placeholders no layer uses (one head of ``hidden``); vLLM reads no
+    ``num_attention_heads`` for these models either (its head check then passes). ``intermediate_size`` is the
+    mixer's inner width, which no MLP uses: the profile run's activations are the mixer's projections'."""
+    hybrid = dict(num_layers=n, layer_types=("recurrent",) * n, recurrent=mixer, mlp_layers=(), mlp_gated=False,
+                  qkv_bias=False, o_bias=False, mlp_bias=False, norms_per_layer=1, qk_norm=False,
+                  rotary_fraction=0.0)
+    return {**cfg, "num_hidden_layers": n, "hidden_size": hidden, "num_attention_heads": 1,
+            "num_key_value_heads": 1, "head_dim": hidden, "intermediate_size": mixer.inner,
+            "vocab_size": cfg.get("vocab_size", 50280),
+            "tie_word_embeddings": cfg.get("tie_word_embeddings", tie_default)}, hybrid
+
+
+def _mamba(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Mamba (v1) and Falcon-Mamba (vLLM's ``models/mamba.py``, ``MambaForCausalLM`` and ``FalconMambaForCausalLM``):
+    attention-free, every layer an RMSNorm and a ``MambaMixer`` of ``intermediate_size`` channels (vLLM reads it;
+    transformers' MambaConfig sets it to ``expand × hidden_size`` where config.json does not say it: Falcon-Mamba-7B
+    says 8,192 beside an ``expand`` of 16), Δ through ``time_step_rank`` ("auto": ⌈hidden/16⌉). Falcon-Mamba's
+    RMSNorms over Δ, B and C have no weight. transformers' defaults where a key is absent; embeddings tied unless
+    the config says otherwise."""
+    n = _positive_int(cfg.get("num_hidden_layers", 32), "num_hidden_layers", name)
+    hidden = _positive_int(cfg.get("hidden_size", 768), "hidden_size", name)
+    inner = cfg.get("intermediate_size")
+    if inner is None:
+        inner = _positive_int(cfg.get("expand", 2), "expand", name) * hidden
+    inner = _positive_int(inner, "intermediate_size", name)
+    dt_rank = cfg.get("time_step_rank", "auto")
+    if dt_rank == "auto":
+        dt_rank = math.ceil(hidden / 16)
+    mixer = _validated(Mamba1, name, inner=inner,
+                       state_size=_positive_int(cfg.get("state_size", 16), "state_size", name),
+                       conv_kernel=_positive_int(cfg.get("conv_kernel", 4), "conv_kernel", name),
+                       dt_rank=_positive_int(dt_rank, "time_step_rank", name),
+                       conv_bias=bool(cfg.get("use_conv_bias", True)), proj_bias=bool(cfg.get("use_bias", False)),
+                       dt_bc_norms=False)
+    return _attention_free(cfg, name, mixer, hidden, n, tie_default=True)
+
+
+def _mamba2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Mamba2 (vLLM's ``models/mamba2.py``, ``Mamba2ForCausalLM``: Mamba-Codestral): attention-free, every layer an
+    RMSNorm and a ``MambaMixer2`` of ``num_heads × head_dim`` channels with its gated RMSNorm, ``n_groups`` groups
+    of B and C. transformers refuses a config whose ``expand × hidden_size`` is not that width, and vLLM sizes the
+    state from the one and the mixer from the other, so kvprof refuses it too. transformers' defaults where a key
+    is absent; embeddings untied unless the config ties them."""
+    n = _positive_int(cfg.get("num_hidden_layers", 64), "num_hidden_layers", name)
+    hidden = _positive_int(cfg.get("hidden_size", 4096), "hidden_size", name)
+    inner = _positive_int(cfg.get("expand", 2), "expand", name) * hidden
+    mixer = _validated(Mamba2, name, num_heads=_positive_int(cfg.get("num_heads", 128), "num_heads", name),
+                       head_dim=_positive_int(cfg.get("head_dim", 64), "head_dim", name),
+                       n_groups=_positive_int(cfg.get("n_groups", 8), "n_groups", name),
+                       state_size=_positive_int(cfg.get("state_size", 128), "state_size", name),
+                       conv_kernel=_positive_int(cfg.get("conv_kernel", 4), "conv_kernel", name),
+                       conv_bias=bool(cfg.get("use_conv_bias", True)), proj_bias=bool(cfg.get("use_bias", False)),
+                       ssm_cache_dtype="auto")
+    for key, width in (("expand × hidden_size", inner), ("intermediate_size", cfg.get("intermediate_size", inner))):
+        if width != mixer.inner:
+            raise UnsupportedArchitecture(f"{name}: {key} ({width!r}) differs from num_heads × head_dim "
+                                          f"({mixer.inner}), the mixer's width; transformers refuses such a config")
+    if mixer.num_heads % mixer.n_groups:
+        raise UnsupportedArchitecture(f"{name}: {mixer.num_heads} Mamba2 heads cannot be split into n_groups "
+                                      f"{mixer.n_groups} groups")
+    return _attention_free(cfg, name, mixer, hidden, n, tie_default=False)
+
+
 def _fields(read: Callable[[dict[str, Any], str], dict[str, Any]]) -> FamilyReader:
     """A reading that only sets Architecture fields."""
     return lambda cfg, name: (cfg, read(cfg, name))
@@ -2087,6 +2192,8 @@ FAMILY_READERS: dict[str, FamilyReader] = {
     "lfm2_moe": _lfm2_moe,
     "llama4_text": _llama4_text,
     "deepseek_v4": _deepseek_v4,
+    **dict.fromkeys(("mamba", "falcon_mamba"), _mamba),
+    "mamba2": _mamba2,
     **dict.fromkeys(("qwen3_next", *QWEN3_5_TEXT), _qwen3_next_text),
 }
 

@@ -174,6 +174,20 @@ FAMILIES: dict[str, frozenset[str]] = {
                           "initial_context_length"},
     "phi3": DECODER | {"sliding_window", "original_max_position_embeddings", "partial_rotary_factor"},
     "olmo2": DECODER,
+    # Mamba, Falcon-Mamba and Mamba2 (architecture._mamba, _mamba2): attention-free, a mixer a layer; expand sets the
+    # mixer's width where intermediate_size is absent (Mamba2's is checked against it); the time-step initialisation,
+    # the residual's precision, chunk_size and the kernel choices (use_mambapy …) shape no weight
+    **dict.fromkeys(("mamba", "falcon_mamba"), frozenset({
+        "num_hidden_layers", "hidden_size", "vocab_size", "tie_word_embeddings", "hidden_act", "quantization_config",
+        "state_size", "expand", "conv_kernel", "intermediate_size", "time_step_rank", "use_bias", "use_conv_bias",
+        "residual_in_fp32", "time_step_scale", "time_step_min", "time_step_max", "time_step_init_scheme",
+        "time_step_floor", "rescale_prenorm_residual", "use_mambapy", "use_associative_scan", "use_falcon_mambapy",
+        "mixer_rms_eps"})),
+    "mamba2": frozenset({
+        "num_hidden_layers", "hidden_size", "vocab_size", "tie_word_embeddings", "hidden_act", "quantization_config",
+        "num_heads", "head_dim", "n_groups", "state_size", "expand", "conv_kernel", "intermediate_size", "use_bias",
+        "use_conv_bias", "residual_in_fp32", "time_step_rank", "time_step_min", "time_step_max", "time_step_floor",
+        "time_step_limit", "rescale_prenorm_residual", "chunk_size", "norm_before_gate"}),
     "dbrx": frozenset({"d_model", "n_heads", "n_layers", "max_seq_len", "vocab_size", "attn_config", "ffn_config",
                        "tie_word_embeddings", "quantization_config", "output_router_logits", "router_aux_loss_coef"}),
     # Nemotron-H: the layer pattern, Mamba2 mixers, relu² MLPs (architecture._nemotron_h); the mixers' time-step

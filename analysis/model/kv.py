@@ -101,13 +101,15 @@ class IdealCapacity:
 
 def ideal_capacity(a: Architecture, kv_budget_bytes: int, length: int,
                    kv_cache_dtype: str = "auto", tp: int = 1) -> IdealCapacity:
-    """The textbook answer: budget ÷ contiguous bytes per sequence of `length` tokens (no blocks)."""
+    """The textbook answer: budget ÷ contiguous bytes per sequence of `length` tokens (no blocks). An
+    attention-free model caches no token: its tokens are then the sequences that fit × ``length``, as vLLM counts
+    them."""
     per_token = kv_bytes_per_token(a, kv_cache_dtype, tp)
     per_seq = kv_bytes_per_sequence(a, length, kv_cache_dtype, tp)
     return IdealCapacity(
         kv_budget_bytes=kv_budget_bytes,
         kv_bytes_per_token=per_token,
         kv_bytes_per_sequence=per_seq,
-        tokens=kv_budget_bytes / per_token,
+        tokens=kv_budget_bytes / per_token if per_token else kv_budget_bytes / per_seq * length,
         max_concurrency=kv_budget_bytes / per_seq,
     )

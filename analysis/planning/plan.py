@@ -356,7 +356,8 @@ def _max_model_len(a: Architecture, inputs: PlanInputs) -> int:
         return inputs.max_model_len
     if a.max_len_limit:
         return a.max_len_limit
-    raise PlanError("--max-model-len is required: the config has no max_position_embeddings")
+    raise PlanError("--max-model-len is required: the config names no length (no max_position_embeddings; vLLM "
+                    "would assume 2,048 tokens)")
 
 
 def default_block_size(gpu: GPU | None, a: Architecture | None = None) -> int:
@@ -591,7 +592,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     paged = paged_capacity(a, budget or 0, block_size=inputs.block_size, max_model_len=mml,
                            max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype,
                            tp=tp, async_scheduling=async_sched,
-                           prefix_caching=inputs.enable_prefix_caching is not False,
+                           prefix_caching=inputs.enable_prefix_caching,
                            extra_bytes_per_block=inputs.block_size * drafter.kv_bytes_per_token if drafter else 0)
     pipeline: list[dict[str, Any]] | None = None
     if pp_stages is not None:
@@ -764,7 +765,7 @@ def _pipeline(a: Architecture, inputs: PlanInputs, gpu: GPU | None, total: int |
         cap = paged_capacity(stage(a, s.start, s.start + s.layers), budget or 0, block_size=inputs.block_size,
                              max_model_len=mml, max_num_batched_tokens=mnbt, kv_cache_dtype=inputs.kv_cache_dtype,
                              tp=tp, async_scheduling=async_sched,
-                             prefix_caching=inputs.enable_prefix_caching is not False)
+                             prefix_caching=inputs.enable_prefix_caching)
         pools.append(cap)
         rows.append({"stage": s.rank, "first_layer": s.start, "layers": s.layers, "weight_bytes": s.weight_bytes,
                      "activation_bytes": reserve.activation_bytes if reserve else None,

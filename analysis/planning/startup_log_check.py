@@ -224,7 +224,7 @@ def predict(record: dict[str, Any], model_ref: str | None = None) -> dict[str, A
         def capacity(a: Any, kv: int) -> Any:
             return paged_capacity(a, max(kv, 0), block_size=block, max_model_len=mml, max_num_batched_tokens=mnbt,
                                   kv_cache_dtype=kv_dtype, tp=tp,
-                                  prefix_caching=record.get("enable_prefix_caching") is not False,
+                                  prefix_caching=record.get("enable_prefix_caching"),
                                   extra_bytes_per_block=block * drafter.kv_bytes_per_token if drafter else 0)
 
         if parts is None:

@@ -316,7 +316,7 @@ def engine_cost(a: Architecture, gpu: GPU, engine: EngineSettings, points: list[
     budget = plan["kv_budget_bytes"]
     cap = paged_capacity(a, budget, block_size=engine.block_size, max_model_len=engine.max_model_len,
                          max_num_batched_tokens=mnbt, kv_cache_dtype=kv, tp=tp, async_scheduling=async_sched,
-                         prefix_caching=engine.enable_prefix_caching is not False)
+                         prefix_caching=engine.enable_prefix_caching)
     capacity_s = 0.0
     if "capacity" in phases:
         bs, mml = engine.block_size, engine.max_model_len

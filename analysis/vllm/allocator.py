@@ -185,15 +185,21 @@ def paged_capacity(
     async_scheduling: bool = False,
     hybrid_manager: bool = True,
     extra_bytes_per_block: int = 0,
-    prefix_caching: bool = True,
+    prefix_caching: bool | None = None,
     kernel_block_alignment: int = 16,
 ) -> PagedCapacity:
     """Blocks, concurrency and token capacity as vLLM computes them for a KV budget (per rank).
     ``extra_bytes_per_block``: other layers' pages in every block of a single-group pool (a speculative drafter's
-    attention layers, ``analysis.vllm.speculative``). ``prefix_caching`` (vLLM's default: on) and
-    ``kernel_block_alignment`` (the attention backend's smallest kernel block: 16 for CUDA's, 32 for vLLM's CPU
-    backend) matter to hybrid Mamba models alone; ``block_size`` is then the configured one and the result's the
-    raised one."""
+    attention layers, ``analysis.vllm.speculative``). ``prefix_caching`` (None: vLLM's default, on, and off for an
+    attention-free model) and ``kernel_block_alignment`` (the attention backend's smallest kernel block: 16 for
+    CUDA's, 32 for vLLM's CPU backend) matter to recurrent models alone; ``block_size`` is then the configured one
+    and the result's the raised one.
+
+    An attention-free model (Mamba, Mamba2) has one group of every layer, a page of one layer's state, unpadded,
+    and a block of ``max_model_len`` tokens without the prefix cache (``MambaModelConfig`` sets
+    ``mamba_block_size`` so), of ``block_size`` with it (align)."""
+    if prefix_caching is None:
+        prefix_caching = not a.attention_free
     for label, v in (("block_size", block_size), ("max_model_len", max_model_len),
                      ("max_num_batched_tokens", max_num_batched_tokens)):
         if v <= 0:
@@ -212,6 +218,15 @@ def paged_capacity(
     # the model's state, not this layer range's: vLLM sizes the block from the model class (a pipeline stage without
     # recurrent layers runs the raised block too)
     state = a.recurrent.state(a.weight_dtype_bytes).state_bytes(tp) if a.recurrent else 0
+    if state and a.attention_free:
+        if extra_bytes_per_block:
+            raise NotModelled(f"{a.name}: a drafter's pages beside an attention-free model's states")
+        block_size = block_size if prefix_caching else max_model_len
+        layer, count = kinds[0], len(kinds)  # one mixer kind on every layer
+        return PagedCapacity(block_size=block_size, max_model_len=max_model_len, page_bytes=state,
+                             bytes_per_block=count * state, num_blocks=kv_budget_bytes // (count * state),
+                             groups=(Group(layer=layer, layers=tuple(range(count)), block_size=block_size,
+                                           blocks_per_request=layer.blocks_per_request(block_size, max_model_len, 0)),))
     if state:
         if not per_token:
             raise NotModelled(f"{a.name}: recurrent layers with no attention layer to set the page")

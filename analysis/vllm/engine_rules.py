@@ -50,10 +50,15 @@ def tensor_parallel_problems(a: Architecture, tp: int) -> list[Problem]:
     """vLLM 0.32 ``ModelConfig.verify_with_parallel_config`` (vllm/config/model.py): the attention heads split
     evenly over the ranks; ``QKVParallelLinear.__init__`` (model_executor/layers/linear.py): KV heads split
     evenly (``divide(n_kv, tp)``) or, when tp ≥ n_kv, are replicated evenly (``divide(tp, n_kv)``). An MLA
-    latent is one per rank whatever tp is (``get_num_kv_heads`` returns 1)."""
+    latent is one per rank whatever tp is (``get_num_kv_heads`` returns 1). A recurrent mixer splits its own way
+    (its ``tp_problem``); an attention-free model has no attention heads to split."""
     if tp < 1:
         return [Problem("tensor_parallel_size", tp, "is not a rank count", "1 or more")]
     out = []
+    if a.recurrent is not None and (problem := a.recurrent.tp_problem(tp)):
+        out.append(Problem("tensor_parallel_size", tp, problem, "a divisor of the mixer's heads (and groups)"))
+    if a.attention_free:  # vLLM reads no attention heads for these models
+        return out
     heads = a.num_heads
     if heads % tp:
         divisors = [d for d in range(1, heads + 1) if heads % d == 0]

@@ -99,7 +99,7 @@ def dry_run_table(plan: Plan, platform: str | None = None, cost: Any = None, row
             cap = paged_capacity(arch, budget, block_size=cfg.block_size, max_model_len=cfg.max_model_len,
                                  max_num_batched_tokens=mnbt, kv_cache_dtype=cfg.kv_cache_dtype,
                                  tp=cfg.tensor_parallel_size, async_scheduling=async_scheduling(cfg, on),
-                                 prefix_caching=cfg.enable_prefix_caching is not False)
+                                 prefix_caching=cfg.enable_prefix_caching)
             blocks, conc = f"{cap.num_blocks:,}", f"{cap.max_concurrency:.2f}x"
             if sat:
                 from analysis.vllm.allocator import batch_ceiling

