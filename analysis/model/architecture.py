@@ -63,7 +63,7 @@ _LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt"}
 _QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "mimo"}
 # Families with q/k RMSNorm over head_dim (two small vectors per layer).
 _QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_vl", "qwen3_vl_moe",
-            "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text", "olmo2"}
+            "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text", "olmo2", "exaone4"}
 # Families with four norms per layer (pre/post attention, pre/post MLP).
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 # HF PretrainedConfig defaults tie_word_embeddings to True; these families override it.
@@ -71,7 +71,7 @@ _UNTIED_BY_DEFAULT = {
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4_text", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
     "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "minimax_m2", "falcon_h1",
-    "mimo", "jamba",
+    "mimo", "jamba", "granite", "granitemoe", "granitemoeshared", "olmoe", "exaone4", "glm4",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -2160,6 +2160,66 @@ def _mamba2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, A
     return _attention_free(cfg, name, mixer, hidden, n, tie_default=False)
 
 
+def _pattern_layers(cfg: dict[str, Any], name: str, default_pattern: int) -> tuple[LayerType, ...] | None:
+    """The layer types transformers' Exaone4Config and Cohere2Config derive where config.json lists none: every
+    ``sliding_window_pattern``-th layer global, the others sliding (None: ``layer_types`` is written, or there is no
+    window). vLLM then reads ``layer_types``."""
+    if cfg.get("layer_types") is not None or cfg.get("sliding_window") is None:
+        return None
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    pattern = _positive_int(cfg.get("sliding_window_pattern", default_pattern), "sliding_window_pattern", name)
+    return tuple("sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n))
+
+
+def _exaone4(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """EXAONE 4.0 (vLLM's ``models/exaone4.py``): GQA attention with per-head q/k norms, ``layer_types`` sliding
+    layers of ``sliding_window`` (RoPE on those alone), post-attention and post-MLP norms only."""
+    hybrid: dict[str, Any] = {}
+    if (kinds := _pattern_layers(cfg, name, 4)) is not None:
+        hybrid["layer_types"] = kinds
+    return cfg, hybrid
+
+
+def _cohere(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Command R and R7B / A (``cohere``, ``cohere2``; vLLM's ``models/commandr.py``): attention and the MLP side by
+    side after one weight-only LayerNorm a layer, q/k LayerNorms over every head where ``use_qk_norm``; Cohere2's
+    ``layer_types`` sliding layers attend over ``sliding_window + 1`` tokens (vLLM adds the one to match training)."""
+    hybrid: dict[str, Any] = dict(norms_per_layer=1, qk_norm=bool(cfg.get("use_qk_norm")), qk_norm_per_layer=True)
+    if cfg.get("model_type") == "cohere2":
+        if (kinds := _pattern_layers(cfg, name, 4)) is not None:
+            hybrid["layer_types"] = kinds
+        if cfg.get("sliding_window") is not None:
+            cfg = {**cfg, "sliding_window": _positive_int(cfg["sliding_window"], "sliding_window", name) + 1}
+    return cfg, hybrid
+
+
+def _glm4(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """GLM-4-0414 (``glm4``; vLLM's ``models/glm4.py``): GQA attention with a q/k/v bias where ``attention_bias``
+    (none on o_proj), RoPE over ``partial_rotary_factor`` of a head (0.5), four norms a layer (input, post
+    self-attention, post-attention, post-MLP)."""
+    return dict(o_bias=False, norms_per_layer=4,
+                rotary_fraction=_fraction(cfg.get("partial_rotary_factor", 0.5), "partial_rotary_factor", name))
+
+
+def _olmoe(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """OLMoE (vLLM's ``models/olmoe.py``): q and k RMSNorms over every head's width together, ``num_experts``
+    experts of ``intermediate_size`` on every layer, no dense MLP."""
+    return dict(qk_norm=True, qk_norm_per_layer=True)
+
+
+def _granite_moe_shared(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """Granite MoE with a shared expert (vLLM's ``models/granitemoeshared.py``): Mixtral-style experts beside one
+    ungated-by-router shared MLP of ``shared_intermediate_size`` (gate and up fused, no router gate)."""
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    moe = _moe(cfg, "granitemoeshared", n, _positive_int(cfg.get("intermediate_size"), "intermediate_size", name),
+               name)
+    shared = cfg.get("shared_intermediate_size") or 0
+    if moe is not None and shared:
+        moe = moe.model_copy(update={"shared_experts": 1, "shared_expert_intermediate_size": _positive_int(
+            shared, "shared_intermediate_size", name)})
+    return {} if moe is None else {"moe": moe}
+
+
 def _fields(read: Callable[[dict[str, Any], str], dict[str, Any]]) -> FamilyReader:
     """A reading that only sets Architecture fields."""
     return lambda cfg, name: (cfg, read(cfg, name))
@@ -2192,6 +2252,11 @@ FAMILY_READERS: dict[str, FamilyReader] = {
     "lfm2_moe": _lfm2_moe,
     "llama4_text": _llama4_text,
     "deepseek_v4": _deepseek_v4,
+    "exaone4": _exaone4,
+    **dict.fromkeys(("cohere", "cohere2"), _cohere),
+    "glm4": _fields(_glm4),
+    "olmoe": _fields(_olmoe),
+    "granitemoeshared": _fields(_granite_moe_shared),
     **dict.fromkeys(("mamba", "falcon_mamba"), _mamba),
     "mamba2": _mamba2,
     **dict.fromkeys(("qwen3_next", *QWEN3_5_TEXT), _qwen3_next_text),

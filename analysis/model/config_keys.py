@@ -63,6 +63,8 @@ MIXTRAL_MOE = frozenset({"num_local_experts", "num_experts_per_tok", "router_aux
 QWEN_MOE = frozenset({"num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
                       "mlp_only_layers", "norm_topk_prob", "router_aux_loss_coef", "output_router_logits",
                       "shared_expert_intermediate_size"})
+# Granite's muP-style scales: activations, residuals, attention scores and logits, no weight
+GRANITE_SCALES = frozenset({"embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"})
 # DeepSeek's multi-head latent attention and its MoE (routed and shared experts, the first k layers dense, a MoE
 # layer every moe_layer_freq), its grouped routing (same weights) and the MTP layers past the decoder.
 DEEPSEEK = frozenset({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
@@ -174,6 +176,22 @@ FAMILIES: dict[str, frozenset[str]] = {
                           "initial_context_length"},
     "phi3": DECODER | {"sliding_window", "original_max_position_embeddings", "partial_rotary_factor"},
     "olmo2": DECODER,
+    # IBM Granite 3.x (vLLM's granite.py, granitemoe.py, granitemoeshared.py): Llama's layers, Mixtral-style experts,
+    # a shared MLP; the multipliers scale activations and logits only (a sliding layer_types is not read: refused)
+    "granite": DECODER | {"mlp_bias", *GRANITE_SCALES},
+    "granitemoe": DECODER | MIXTRAL_MOE | GRANITE_SCALES,
+    "granitemoeshared": DECODER | MIXTRAL_MOE | GRANITE_SCALES | {"shared_intermediate_size"},
+    # OLMoE (architecture._olmoe): clip_qkv clamps activations, norm_topk_prob routes; neither is a weight
+    "olmoe": DECODER | {"num_experts", "num_experts_per_tok", "norm_topk_prob", "clip_qkv", "router_aux_loss_coef",
+                        "output_router_logits"},
+    # EXAONE 4.0 and Command R / R7B / A (architecture._exaone4, _cohere): layer_types or the sliding_window_pattern
+    # transformers derives them from; logit_scale scales the logits only
+    "exaone4": DECODER | {"layer_types", "sliding_window", "sliding_window_pattern", "mlp_bias"},
+    "cohere": DECODER | {"logit_scale", "use_qk_norm"},
+    "cohere2": DECODER | {"layer_types", "sliding_window", "sliding_window_pattern", "logit_scale"},
+    "glm4": DECODER | {"partial_rotary_factor"},
+    # Gemma (v1): hidden_activation picks GELU's approximation
+    "gemma": DECODER | {"hidden_activation"},
     # Mamba, Falcon-Mamba and Mamba2 (architecture._mamba, _mamba2): attention-free, a mixer a layer; expand sets the
     # mixer's width where intermediate_size is absent (Mamba2's is checked against it); the time-step initialisation,
     # the residual's precision, chunk_size and the kernel choices (use_mambapy …) shape no weight
