@@ -72,6 +72,7 @@ _UNTIED_BY_DEFAULT = {
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4_text", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
     "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "minimax_m2", "falcon_h1",
     "mimo", "jamba", "granite", "granitemoe", "granitemoeshared", "olmoe", "exaone4", "glm4",
+    "olmo_hybrid",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -2220,6 +2221,44 @@ def _granite_moe_shared(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     return {} if moe is None else {"moe": moe}
 
 
+def _olmo_hybrid(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """OLMo Hybrid (vLLM's ``models/olmo_hybrid.py``): gated DeltaNet (``linear_attention``) or attention
+    (``full_attention``: heads of ``hidden_size / num_attention_heads``, q and k RMSNorms over every head together,
+    RoPE where ``rope_parameters`` has a theta) on each layer, then a gated MLP; two norms a layer. Without
+    ``layer_types`` every fourth layer attends (transformers' OlmoHybridConfig, at least one); the DeltaNet's heads
+    default to the attention heads, its key width to ¾ of the hidden size over them and its value width to twice
+    that. The SSM state is cached in the model dtype."""
+    n = _positive_int(cfg.get("num_hidden_layers", 32), "num_hidden_layers", name)
+    explicit = cfg.get("layer_types")
+    if explicit is not None:
+        if not isinstance(explicit, list) or len(explicit) != n or not set(explicit) <= _QWEN3_NEXT_LAYERS.keys():
+            raise UnsupportedArchitecture(f"{name}: layer_types must be {n} of linear_attention and full_attention")
+        kinds = [_QWEN3_NEXT_LAYERS[t] for t in explicit]
+    else:
+        kinds = ["full_attention" if i % 4 == 3 else "recurrent" for i in range(n)]
+        if "full_attention" not in kinds:
+            kinds[-1] = "full_attention"
+    if "full_attention" not in kinds or "recurrent" not in kinds:
+        raise UnsupportedArchitecture(f"{name}: OLMo Hybrid needs both linear_attention and full_attention layers "
+                                      "(transformers refuses either alone)")
+    if cfg.get("attention_bias"):
+        raise UnsupportedArchitecture(f"{name}: attention_bias true: vLLM's OLMo Hybrid builds no attention bias")
+    hidden = _positive_int(cfg.get("hidden_size", 3840), "hidden_size", name)
+    heads = _positive_int(cfg.get("num_attention_heads", 30), "num_attention_heads", name)
+    k_heads = _positive_int(cfg.get("linear_num_key_heads") or heads, "linear_num_key_heads", name)
+    v_heads = _positive_int(cfg.get("linear_num_value_heads") or heads, "linear_num_value_heads", name)
+    k_dim = _positive_int(cfg.get("linear_key_head_dim") or int(0.75 * hidden / k_heads), "linear_key_head_dim", name)
+    v_dim = _positive_int(cfg.get("linear_value_head_dim") or 2 * k_dim, "linear_value_head_dim", name)
+    gdn = _validated(GatedDeltaNet, name, num_k_heads=k_heads, num_v_heads=v_heads, head_k_dim=k_dim,
+                     head_v_dim=v_dim, conv_kernel=cfg.get("linear_conv_kernel_dim", 4), ssm_cache_dtype="auto")
+    if hidden % heads:
+        raise UnsupportedArchitecture(f"{name}: hidden_size {hidden} is not a whole number of {heads} heads")
+    rope = cfg.get("rope_parameters")
+    with_rope = isinstance(rope, dict) and rope.get("rope_theta") is not None
+    return dict(layer_types=tuple(kinds), recurrent=gdn, qk_norm=True, qk_norm_per_layer=True, head_dim=hidden // heads,
+                rotary_fraction=1.0 if with_rope else 0.0)
+
+
 def _fields(read: Callable[[dict[str, Any], str], dict[str, Any]]) -> FamilyReader:
     """A reading that only sets Architecture fields."""
     return lambda cfg, name: (cfg, read(cfg, name))
@@ -2253,6 +2292,7 @@ FAMILY_READERS: dict[str, FamilyReader] = {
     "llama4_text": _llama4_text,
     "deepseek_v4": _deepseek_v4,
     "exaone4": _exaone4,
+    "olmo_hybrid": _fields(_olmo_hybrid),
     **dict.fromkeys(("cohere", "cohere2"), _cohere),
     "glm4": _fields(_glm4),
     "olmoe": _fields(_olmoe),

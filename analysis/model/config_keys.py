@@ -190,6 +190,12 @@ FAMILIES: dict[str, frozenset[str]] = {
     "cohere": DECODER | {"logit_scale", "use_qk_norm"},
     "cohere2": DECODER | {"layer_types", "sliding_window", "sliding_window_pattern", "logit_scale"},
     "glm4": DECODER | {"partial_rotary_factor"},
+    # OLMo Hybrid (architecture._olmo_hybrid): the DeltaNet's A and dt initialisation ranges and its negative
+    # eigenvalues change no shape
+    "olmo_hybrid": DECODER | {"layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                              "linear_value_head_dim", "linear_conv_kernel_dim", "linear_a_log_min",
+                              "linear_a_log_max", "linear_dt_min", "linear_dt_max", "linear_dt_init_floor",
+                              "linear_allow_neg_eigval"},
     # Gemma (v1): hidden_activation picks GELU's approximation
     "gemma": DECODER | {"hidden_activation"},
     # Mamba, Falcon-Mamba and Mamba2 (architecture._mamba, _mamba2): attention-free, a mixer a layer; expand sets the
