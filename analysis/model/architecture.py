@@ -72,7 +72,7 @@ _UNTIED_BY_DEFAULT = {
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4_text", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
     "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "minimax_m2", "falcon_h1",
     "mimo", "jamba", "granite", "granitemoe", "granitemoeshared", "olmoe", "exaone4", "glm4",
-    "olmo_hybrid",
+    "olmo_hybrid", "glm4_moe_lite",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -2259,6 +2259,30 @@ def _olmo_hybrid(cfg: dict[str, Any], name: str) -> dict[str, Any]:
                 rotary_fraction=1.0 if with_rope else 0.0)
 
 
+def _glm4_moe_lite(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """GLM-4.7-Flash (``glm4_moe_lite``; vLLM's ``models/glm4_moe_lite.py``): DeepSeek-V2's latent attention (MLA)
+    and GLM-4.5's MoE (a float32 router with a float32 score bias, ``n_shared_experts`` fused into one shared MLP)
+    from layer ``first_k_dense_replace`` on, a dense MLP before. vLLM reads ``first_k_dense_replace`` (a config
+    without it fails there); transformers' ``mlp_layer_types`` must say the same, or the config is refused."""
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    if cfg.get("first_k_dense_replace") is None:
+        raise UnsupportedArchitecture(f"{name}: no first_k_dense_replace, which vLLM's GLM-4.7-Flash reads to place "
+                                      "its MoE layers (its mlp_layer_types is transformers' alone)")
+    first = cfg["first_k_dense_replace"]
+    if not isinstance(first, int) or isinstance(first, bool) or not 0 <= first <= n:
+        raise UnsupportedArchitecture(f"{name}: first_k_dense_replace must be a layer count in [0, {n}], got "
+                                      f"{first!r}")
+    types = cfg.get("mlp_layer_types")
+    if types is not None and types != ["dense" if i < first else "sparse" for i in range(n)]:
+        raise UnsupportedArchitecture(f"{name}: mlp_layer_types disagrees with the MoE layers vLLM builds from "
+                                      f"first_k_dense_replace {first}")
+    if cfg.get("moe_layer_freq", 1) != 1:
+        raise UnsupportedArchitecture(f"{name}: moe_layer_freq {cfg['moe_layer_freq']!r}: vLLM's GLM-4.7-Flash makes "
+                                      "every layer from first_k_dense_replace on MoE")
+    moe = _moe(cfg, "glm4_moe_lite", n, 0, name)
+    return {} if moe is None else {"moe": moe.model_copy(update={"router_bias": True, "router_fp32": True})}
+
+
 def _fields(read: Callable[[dict[str, Any], str], dict[str, Any]]) -> FamilyReader:
     """A reading that only sets Architecture fields."""
     return lambda cfg, name: (cfg, read(cfg, name))
@@ -2293,6 +2317,7 @@ FAMILY_READERS: dict[str, FamilyReader] = {
     "deepseek_v4": _deepseek_v4,
     "exaone4": _exaone4,
     "olmo_hybrid": _fields(_olmo_hybrid),
+    "glm4_moe_lite": _fields(_glm4_moe_lite),
     **dict.fromkeys(("cohere", "cohere2"), _cohere),
     "glm4": _fields(_glm4),
     "olmoe": _fields(_olmoe),

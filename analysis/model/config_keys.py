@@ -190,6 +190,9 @@ FAMILIES: dict[str, frozenset[str]] = {
     "cohere": DECODER | {"logit_scale", "use_qk_norm"},
     "cohere2": DECODER | {"layer_types", "sliding_window", "sliding_window_pattern", "logit_scale"},
     "glm4": DECODER | {"partial_rotary_factor"},
+    # GLM-4.7-Flash (architecture._glm4_moe_lite): MLA and GLM's MoE; mlp_layer_types checked against vLLM's
+    # first_k_dense_replace, qk_head_dim is nope + rope again, rope_interleave a RoPE layout
+    "glm4_moe_lite": DECODER | DEEPSEEK | {"qk_head_dim", "rope_interleave", "mlp_layer_types", "output_router_logits"},
     # OLMo Hybrid (architecture._olmo_hybrid): the DeltaNet's A and dt initialisation ranges and its negative
     # eigenvalues change no shape
     "olmo_hybrid": DECODER | {"layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
