@@ -72,7 +72,7 @@ _UNTIED_BY_DEFAULT = {
     "deepseek_v2", "deepseek_v3", "kimi_k2", "llama4_text", "gpt_oss", "olmo2", "phi3", "nemotron_h", "qwen3_next",
     "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "deepseek_v32", "glm_moe_dsa", "minimax_m2", "falcon_h1",
     "mimo", "jamba", "granite", "granitemoe", "granitemoeshared", "olmoe", "exaone4", "glm4",
-    "olmo_hybrid", "glm4_moe_lite",
+    "olmo_hybrid", "glm4_moe_lite", "ministral3",
 }
 # Layer kinds that carry recurrent state rather than a KV cache.
 _STATEFUL_LAYER_TYPES = {"mamba", "linear_attention", "conv", "hybrid", "recurrent"}
@@ -2283,6 +2283,16 @@ def _glm4_moe_lite(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     return {} if moe is None else {"moe": moe.model_copy(update={"router_bias": True, "router_fp32": True})}
 
 
+def _ernie4_5(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """ERNIE 4.5 dense (vLLM's ``models/ernie45.py``: Llama's model with o_proj's bias removed). Llama reads
+    ``attention_bias`` for q, k and v and ``mlp_bias``; transformers' ``use_bias`` (biases on every projection),
+    which vLLM does not read, is refused where true."""
+    if cfg.get("use_bias"):
+        raise UnsupportedArchitecture(f"{name}: use_bias true: vLLM's ERNIE 4.5 (Llama's model) does not read it, so "
+                                      "the checkpoint's projection biases would not load")
+    return dict(o_bias=False)
+
+
 def _fields(read: Callable[[dict[str, Any], str], dict[str, Any]]) -> FamilyReader:
     """A reading that only sets Architecture fields."""
     return lambda cfg, name: (cfg, read(cfg, name))
@@ -2318,6 +2328,7 @@ FAMILY_READERS: dict[str, FamilyReader] = {
     "exaone4": _exaone4,
     "olmo_hybrid": _fields(_olmo_hybrid),
     "glm4_moe_lite": _fields(_glm4_moe_lite),
+    "ernie4_5": _fields(_ernie4_5),
     **dict.fromkeys(("cohere", "cohere2"), _cohere),
     "glm4": _fields(_glm4),
     "olmoe": _fields(_olmoe),

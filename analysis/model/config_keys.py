@@ -190,6 +190,10 @@ FAMILIES: dict[str, frozenset[str]] = {
     "cohere": DECODER | {"logit_scale", "use_qk_norm"},
     "cohere2": DECODER | {"layer_types", "sliding_window", "sliding_window_pattern", "logit_scale"},
     "glm4": DECODER | {"partial_rotary_factor"},
+    # ERNIE 4.5 dense (architecture._ernie4_5): Llama's keys and transformers' use_bias
+    "ernie4_5": DECODER | {"use_bias", "mlp_bias"},
+    # Ministral 3 (vLLM's MistralForCausalLM): Mistral's keys
+    "ministral3": DECODER | {"sliding_window"},
     # GLM-4.7-Flash (architecture._glm4_moe_lite): MLA and GLM's MoE; mlp_layer_types checked against vLLM's
     # first_k_dense_replace, qk_head_dim is nope + rope again, rope_interleave a RoPE layout
     "glm4_moe_lite": DECODER | DEEPSEEK | {"qk_head_dim", "rope_interleave", "mlp_layer_types", "output_router_logits"},

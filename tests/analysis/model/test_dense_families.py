@@ -1,4 +1,5 @@
-"""Granite 3.x, Granite MoE, OLMoE, EXAONE 4.0, Command R / R7B, GLM-4-0414 and Gemma (v1), read as vLLM 0.32's model
+"""Granite 3.x, Granite MoE, OLMoE, EXAONE 4.0, Command R / R7B, GLM-4-0414, Gemma (v1), ERNIE 4.5 and Ministral 3,
+read as vLLM 0.32's model
 files build them (issue #47). Each family's config is transformers' own (its config class's defaults at small sizes,
 as a checkpoint's config.json has them), and its parameters are the ones transformers' model class builds."""
 
@@ -44,6 +45,9 @@ def _transformers(d: dict) -> tuple[int, transformers.PretrainedConfig]:
     ("cohere2", {}),
     ("glm4", {}),
     ("gemma", {}),
+    ("ernie4_5", {}),
+    ("ministral3", {}),
+    ("ministral3", {"tie_word_embeddings": True}),
 ])
 def test_parameters_are_what_transformers_builds(model_type, change):
     d = _config(model_type, **change)
@@ -82,6 +86,7 @@ def test_the_tiny_engine_models_are_their_families():
     ("gemma", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
     ("cohere2", {"sliding_window_pattern": 0}, "sliding_window_pattern must be a positive integer"),
     ("glm4", {"partial_rotary_factor": 2}, r"partial_rotary_factor must be in \(0, 1\]"),
+    ("ernie4_5", {"use_bias": True}, "use_bias true"),
 ])
 def test_what_kvprof_does_not_read_is_refused_by_name(model_type, change, message):
     with pytest.raises(UnsupportedArchitecture, match=message):
