@@ -125,9 +125,10 @@ class Ceilings:
 
 # --- capacity ------------------------------------------------------------------------
 
-def _prefix_caching(setting: object) -> bool:
-    """The prefix cache as an engine ran it: vLLM's default (on) unless the setting turned it off."""
-    return not (setting is not None and pd.notna(setting) and not bool(setting))
+def _prefix_caching(setting: object) -> bool | None:
+    """The prefix cache as an engine ran it: the setting, or None where none is recorded (vLLM's default for the
+    model: on, off for an attention-free one; analysis.vllm.allocator.paged_capacity)."""
+    return None if setting is None or pd.isna(setting) else bool(setting)
 
 
 def _as_ran(a: Architecture, e: Any) -> Architecture:
