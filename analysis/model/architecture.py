@@ -2293,6 +2293,40 @@ def _ernie4_5(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     return dict(o_bias=False)
 
 
+def _ernie4_5_moe(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """ERNIE 4.5 MoE (vLLM's ``models/ernie45_moe.py``): GQA attention without bias (``use_bias``, which vLLM reads
+    only in part, is refused where true); layer ``i`` is MoE where ``use_moe`` (default: there are experts),
+    ``(i + 1) % moe_layer_interval == 0`` and ``moe_layer_start_index <= i <= moe_layer_end_index``, else a dense
+    MLP. A MoE layer: ``moe_num_experts`` experts of ``moe_intermediate_size``, ``moe_k`` a token, behind a float32
+    router with a float32 score bias, and ``moe_num_shared_experts`` of them fused into one shared MLP."""
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    experts = cfg.get("moe_num_experts", 0)
+    if not isinstance(experts, int) or isinstance(experts, bool) or experts < 0:
+        raise UnsupportedArchitecture(f"{name}: moe_num_experts must be an expert count, got {experts!r} (a list "
+                                      "splits experts by modality, which vLLM's text model does not build)")
+    bounds = {}
+    for key, default in (("moe_layer_start_index", 0), ("moe_layer_end_index", n - 1), ("moe_layer_interval", 1)):
+        v = cfg.get(key, default)
+        if not isinstance(v, int) or isinstance(v, bool) or v < (1 if key == "moe_layer_interval" else 0):
+            raise UnsupportedArchitecture(f"{name}: {key} must be a layer index (an interval of 1 or more), got {v!r}")
+        bounds[key] = v
+    use_moe = cfg.get("use_moe", experts > 0)
+    moe_layers = [i for i in range(n) if use_moe and (i + 1) % bounds["moe_layer_interval"] == 0
+                  and bounds["moe_layer_start_index"] <= i <= bounds["moe_layer_end_index"]]
+    if cfg.get("use_bias"):
+        raise UnsupportedArchitecture(f"{name}: use_bias true: vLLM's ERNIE 4.5 MoE biases q, k, v and the dense MLPs "
+                                      "but not o_proj or the shared experts, which transformers' model biases too")
+    out: dict[str, Any] = dict(o_bias=False)
+    if moe_layers:
+        shared = cfg.get("moe_num_shared_experts", 0) or 0
+        inter = _positive_int(cfg.get("moe_intermediate_size"), "moe_intermediate_size", name)
+        out["moe"] = _validated(
+            MoE, name, num_experts=experts, experts_per_token=cfg.get("moe_k", 2), expert_intermediate_size=inter,
+            shared_experts=shared, shared_expert_intermediate_size=shared * inter,
+            dense_layers=tuple(i for i in range(n) if i not in moe_layers), router_bias=True, router_fp32=True)
+    return out
+
+
 def _fields(read: Callable[[dict[str, Any], str], dict[str, Any]]) -> FamilyReader:
     """A reading that only sets Architecture fields."""
     return lambda cfg, name: (cfg, read(cfg, name))
@@ -2329,6 +2363,7 @@ FAMILY_READERS: dict[str, FamilyReader] = {
     "olmo_hybrid": _fields(_olmo_hybrid),
     "glm4_moe_lite": _fields(_glm4_moe_lite),
     "ernie4_5": _fields(_ernie4_5),
+    "ernie4_5_moe": _fields(_ernie4_5_moe),
     **dict.fromkeys(("cohere", "cohere2"), _cohere),
     "glm4": _fields(_glm4),
     "olmoe": _fields(_olmoe),

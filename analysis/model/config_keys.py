@@ -192,6 +192,10 @@ FAMILIES: dict[str, frozenset[str]] = {
     "glm4": DECODER | {"partial_rotary_factor"},
     # ERNIE 4.5 dense (architecture._ernie4_5): Llama's keys and transformers' use_bias
     "ernie4_5": DECODER | {"use_bias", "mlp_bias"},
+    # ERNIE 4.5 MoE (architecture._ernie4_5_moe): moe_norm_min and the router's loss shape no weight
+    "ernie4_5_moe": DECODER | {"use_bias", "use_moe", "moe_num_experts", "moe_k", "moe_intermediate_size",
+                               "moe_num_shared_experts", "moe_layer_start_index", "moe_layer_end_index",
+                               "moe_layer_interval", "moe_norm_min", "output_router_logits", "router_aux_loss_coef"},
     # Ministral 3 (vLLM's MistralForCausalLM): Mistral's keys
     "ministral3": DECODER | {"sliding_window"},
     # GLM-4.7-Flash (architecture._glm4_moe_lite): MLA and GLM's MoE; mlp_layer_types checked against vLLM's

@@ -1,4 +1,5 @@
-"""Granite 3.x, Granite MoE, OLMoE, EXAONE 4.0, Command R / R7B, GLM-4-0414, Gemma (v1), ERNIE 4.5 and Ministral 3,
+"""Granite 3.x, Granite MoE, OLMoE, EXAONE 4.0, Command R / R7B, GLM-4-0414, Gemma (v1), ERNIE 4.5 (dense and MoE) and
+Ministral 3,
 read as vLLM 0.32's model
 files build them (issue #47). Each family's config is transformers' own (its config class's defaults at small sizes,
 as a checkpoint's config.json has them), and its parameters are the ones transformers' model class builds."""
@@ -48,6 +49,9 @@ def _transformers(d: dict) -> tuple[int, transformers.PretrainedConfig]:
     ("ernie4_5", {}),
     ("ministral3", {}),
     ("ministral3", {"tie_word_embeddings": True}),
+    ("ernie4_5_moe", {"moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": 64}),
+    ("ernie4_5_moe", {"moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": 64, "moe_layer_interval": 2,
+                      "moe_layer_start_index": 0}),
 ])
 def test_parameters_are_what_transformers_builds(model_type, change):
     d = _config(model_type, **change)
@@ -62,6 +66,15 @@ def test_sliding_layers_are_the_ones_transformers_derives(model_type, pattern):
     a = Architecture.from_config(d, model_type)
     assert list(a.layer_types) == list(cfg.layer_types)
     assert "sliding_attention" in a.layer_types and "full_attention" in a.layer_types
+
+
+def test_ernie_moe_layers_are_where_vllm_builds_them():
+    # ernie45_moe.py: MoE where (i + 1) % moe_layer_interval == 0 and start <= i <= end
+    d = _config("ernie4_5_moe", moe_num_experts=8, moe_k=2, moe_intermediate_size=64, num_hidden_layers=6,
+                moe_layer_start_index=1, moe_layer_end_index=4, moe_layer_interval=2)
+    a = Architecture.from_config(d, "ernie4_5_moe")
+    assert [i for i in range(6) if a.is_moe_layer(i)] == [1, 3]
+    assert (a.moe.shared_experts, a.moe.router_bias, a.moe.router_fp32) == (2, True, True)
 
 
 def test_command_r7b_attends_one_token_past_its_window():
@@ -87,6 +100,9 @@ def test_the_tiny_engine_models_are_their_families():
     ("cohere2", {"sliding_window_pattern": 0}, "sliding_window_pattern must be a positive integer"),
     ("glm4", {"partial_rotary_factor": 2}, r"partial_rotary_factor must be in \(0, 1\]"),
     ("ernie4_5", {"use_bias": True}, "use_bias true"),
+    ("ernie4_5_moe", {"moe_num_experts": [64, 64]}, "moe_num_experts must be an expert count"),
+    ("ernie4_5_moe", {"use_bias": True}, "use_bias true"),
+    ("ernie4_5_moe", {"moe_layer_interval": 0}, "moe_layer_interval must be"),
 ])
 def test_what_kvprof_does_not_read_is_refused_by_name(model_type, change, message):
     with pytest.raises(UnsupportedArchitecture, match=message):
