@@ -177,6 +177,21 @@ class SparseIndexer(BaseModel):
         return sum(o * i for _, _, o, i in self.matrices(hidden, q_lora_rank)) + 2 * self.head_dim
 
 
+class SharedBlocks(BaseModel):
+    """Zamba2's shared transformer blocks (vLLM's ``Zamba2AttentionDecoderLayer``): ``blocks`` copies of attention
+    over the layer's input beside the embeddings (``2 × hidden``) and a gated MLP, taken in turn by the hybrid
+    layers; each hybrid layer adds its own ``linear`` projection and low-rank adapters of ``adapter_rank`` (on the
+    MLP's gate and up projections, and on q, k and v with ``attention_adapters``). The attention's and MLP's weights
+    are counted once a block, their KV cache once a hybrid layer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    blocks: int = Field(gt=0, le=MAX_LAYERS)
+    adapter_rank: int = Field(gt=0, le=MAX_HIDDEN_SIZE)
+    attention_adapters: bool = False
+    mlp_bias: bool = False
+
+
 class CompressedAttention(BaseModel):
     """DeepSeek-V4's attention (vLLM 0.32's ``DeepseekV4Attention``, models/deepseek_v4/attention.py; the cache kinds
     are analysis.model.layers.CompressedSparseAttention's): per layer a ``compress_ratios`` entry, 1 for a sliding
@@ -433,6 +448,8 @@ class Architecture(BaseModel):
     # DeepSeek Sparse Attention's indexer (DeepSeek-V3.2, GLM-5): MLA layers then attend to its top-k tokens
     sparse_indexer: SparseIndexer | None = None
     compressed_attention: CompressedAttention | None = None
+    # Zamba2's shared attention and MLP blocks (the layers of type "parallel_hybrid" run one, beside their mixer)
+    shared_blocks: SharedBlocks | None = None
     # A hybrid's recurrent mixer (the layers of type "recurrent"), and the layers that have an MLP where not every one
     # does (None: every layer; Nemotron-H's mixer layers have none).
     recurrent: RecurrentMixer | None = None
@@ -2327,6 +2344,65 @@ def _ernie4_5_moe(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
+_ZAMBA2_LAYERS = {"mamba": "recurrent", "linear_attention": "recurrent", "hybrid": "parallel_hybrid"}
+
+
+def _zamba2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Zamba2 (vLLM's ``models/zamba2.py``): a Mamba2 mixer on every layer; on the ``hybrid`` layers of
+    ``layers_block_type`` one of ``num_mem_blocks`` shared transformer blocks runs first (multi-head attention of
+    ``attention_head_dim`` over ``2 × hidden_size``, a GELU-gated MLP), each hybrid layer with its own KV cache,
+    ``linear`` projection and adapters (:class:`SharedBlocks`). The mixer's heads are ``mamba_expand × hidden /
+    n_mamba_heads`` wide, which ``mamba_headdim`` (vLLM's state shape) must equal; RoPE only with
+    ``use_mem_rope``; the SSM state in the model dtype."""
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    hidden = _positive_int(cfg.get("hidden_size"), "hidden_size", name)
+    types = cfg.get("layers_block_type")
+    if not isinstance(types, list) or len(types) != n or not all(isinstance(t, str) and t in _ZAMBA2_LAYERS
+                                                                  for t in types):
+        raise UnsupportedArchitecture(f"{name}: layers_block_type must list {n} layers of mamba (or "
+                                      f"linear_attention) and hybrid; got {types!r}")
+    kinds = tuple(_ZAMBA2_LAYERS[t] for t in types)
+    hybrid_ids = [i for i, k in enumerate(kinds) if k == "parallel_hybrid"]
+    if not hybrid_ids:
+        raise UnsupportedArchitecture(f"{name}: a Zamba2 without hybrid layers (none attends)")
+    if cfg.get("hybrid_layer_ids") is not None and cfg["hybrid_layer_ids"] != hybrid_ids:
+        raise UnsupportedArchitecture(f"{name}: hybrid_layer_ids {cfg['hybrid_layer_ids']!r} disagrees with "
+                                      f"layers_block_type's hybrid layers {hybrid_ids}")
+    if cfg.get("hidden_act", "gelu") != "gelu":
+        raise UnsupportedArchitecture(f"{name}: hidden_act {cfg['hidden_act']!r}: vLLM's Zamba2 MLP runs gelu only")
+    heads = _positive_int(cfg.get("num_attention_heads", 32), "num_attention_heads", name)
+    width = cfg.get("attention_hidden_size") or 2 * hidden
+    head_dim = cfg.get("attention_head_dim") or width // heads
+    if width != 2 * hidden or head_dim * heads != width:
+        raise UnsupportedArchitecture(f"{name}: attention_hidden_size {width!r} and attention_head_dim {head_dim!r}: "
+                                      f"vLLM's Zamba2 attends over 2 × hidden_size ({2 * hidden}) in heads that "
+                                      "fill it")
+    if cfg.get("num_key_value_heads") not in (None, heads):
+        raise UnsupportedArchitecture(f"{name}: num_key_value_heads {cfg['num_key_value_heads']!r}: vLLM's Zamba2 "
+                                      f"attention has as many KV heads as heads ({heads})")
+    inner = _positive_int(cfg.get("mamba_expand", 2), "mamba_expand", name) * hidden
+    m_heads = _positive_int(cfg.get("n_mamba_heads", 8), "n_mamba_heads", name)
+    m_dim = cfg.get("mamba_headdim") or inner // m_heads
+    if m_dim * m_heads != inner:
+        raise UnsupportedArchitecture(f"{name}: mamba_headdim {m_dim!r} × n_mamba_heads {m_heads} differs from the "
+                                      f"mixer's width mamba_expand × hidden_size ({inner})")
+    mamba = _validated(Mamba2, name, num_heads=m_heads, head_dim=m_dim, n_groups=cfg.get("mamba_ngroups", 1),
+                       state_size=cfg.get("mamba_d_state", 64), conv_kernel=cfg.get("mamba_d_conv", 4),
+                       conv_bias=bool(cfg.get("use_conv_bias", True)), proj_bias=bool(cfg.get("add_bias_linear")),
+                       ssm_cache_dtype="auto")
+    shared = _validated(SharedBlocks, name, blocks=cfg.get("num_mem_blocks", 1),
+                        adapter_rank=cfg.get("adapter_rank", 128),
+                        attention_adapters=bool(cfg.get("use_shared_attention_adapter")),
+                        mlp_bias=bool(cfg.get("add_bias_linear")))
+    hybrid = dict(num_layers=n, layer_types=kinds, recurrent=mamba, shared_blocks=shared, mlp_layers=(),
+                  mlp_gated=True, qkv_bias=False, o_bias=False, mlp_bias=shared.mlp_bias, norms_per_layer=1,
+                  qk_norm=False, head_dim=head_dim, rotary_fraction=1.0 if cfg.get("use_mem_rope") else 0.0)
+    return {**cfg, "num_hidden_layers": n, "hidden_size": hidden, "num_attention_heads": heads,
+            "num_key_value_heads": heads, "head_dim": head_dim,
+            "intermediate_size": cfg.get("intermediate_size", 4 * hidden),
+            "tie_word_embeddings": cfg.get("tie_word_embeddings", True)}, hybrid
+
+
 def _fields(read: Callable[[dict[str, Any], str], dict[str, Any]]) -> FamilyReader:
     """A reading that only sets Architecture fields."""
     return lambda cfg, name: (cfg, read(cfg, name))
@@ -2364,6 +2440,7 @@ FAMILY_READERS: dict[str, FamilyReader] = {
     "glm4_moe_lite": _fields(_glm4_moe_lite),
     "ernie4_5": _fields(_ernie4_5),
     "ernie4_5_moe": _fields(_ernie4_5_moe),
+    "zamba2": _zamba2,
     **dict.fromkeys(("cohere", "cohere2"), _cohere),
     "glm4": _fields(_glm4),
     "olmoe": _fields(_olmoe),

@@ -192,6 +192,15 @@ FAMILIES: dict[str, frozenset[str]] = {
     "glm4": DECODER | {"partial_rotary_factor"},
     # ERNIE 4.5 dense (architecture._ernie4_5): Llama's keys and transformers' use_bias
     "ernie4_5": DECODER | {"use_bias", "mlp_bias"},
+    # Zamba2 (architecture._zamba2): kv_channels and num_query_groups are transformers' derived widths, the rest
+    # of what vLLM does not read picks kernels (use_mamba_kernels, use_mem_eff_path) or a time-step initialisation
+    "zamba2": DECODER | {"layers_block_type", "hybrid_layer_ids", "num_mem_blocks", "adapter_rank",
+                         "use_shared_attention_adapter", "attention_hidden_size", "attention_head_dim",
+                         "mamba_expand", "n_mamba_heads", "mamba_headdim", "mamba_ngroups", "mamba_d_state",
+                         "mamba_d_conv", "use_conv_bias", "add_bias_linear", "use_mem_rope", "kv_channels",
+                         "num_query_groups", "chunk_size", "use_mamba_kernels", "use_mem_eff_path", "time_step_min",
+                         "time_step_max", "time_step_floor", "time_step_limit", "num_logits_to_keep",
+                         "use_long_context"},
     # ERNIE 4.5 MoE (architecture._ernie4_5_moe): moe_norm_min and the router's loss shape no weight
     "ernie4_5_moe": DECODER | {"use_bias", "use_moe", "moe_num_experts", "moe_k", "moe_intermediate_size",
                                "moe_num_shared_experts", "moe_layer_start_index", "moe_layer_end_index",

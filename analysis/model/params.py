@@ -135,10 +135,59 @@ def _deepseek_v4_wide(a: Architecture) -> int:
     return head + sum(_dsv4_layer(a, i)["wide"] for i in range(a.num_layers))
 
 
+def _zamba2_params(a: Architecture) -> ParamCount:
+    """Zamba2's counts (``Architecture.shared_blocks``): the embeddings; a Mamba2 mixer and its norm on every layer;
+    each shared block's attention (q, k and v over 2 × hidden, o back to hidden), gated MLP and two norms (over
+    2 × hidden and hidden), once a block; each hybrid layer's ``linear`` (hidden²) and adapters (q, k, v: 2h × r + r ×
+    2h each where the attention has them; gate and up: h × r + r × 2·inter); the final norm."""
+    s = a.shared_blocks
+    assert s is not None and a.recurrent is not None
+    h, width, r, inter = a.hidden_size, a.num_heads * a.head_dim, s.adapter_rank, a.intermediate_size
+    hybrids = a.layer_types.count("parallel_hybrid")
+    adapters = (3 * 2 * width * r if s.attention_adapters else 0) + h * r + r * 2 * inter
+    return ParamCount(
+        embedding=a.vocab_size * h, lm_head=0 if a.tie_word_embeddings else a.vocab_size * h,
+        attention=s.blocks * (3 * width * width + width * h) + hybrids * (h * h + adapters),
+        dense_mlp=s.blocks * _mlp_params(h, inter, True, s.mlp_bias), router_and_shared=0, experts_total=0,
+        experts_active=0, norms=a.num_layers * h + s.blocks * (width + h) + h,
+        recurrent=a.num_layers * a.recurrent.params(h))
+
+
+def _zamba2_matrices(a: Architecture) -> list[Matrix]:
+    """Zamba2's weight matrices by vLLM's names: the mixers, each shared block's attention and MLP once, each hybrid
+    layer's ``linear`` (ReplicatedLinear: whole on every rank) and adapters."""
+    s = a.shared_blocks
+    assert s is not None and a.recurrent is not None
+    h, width, r, inter = a.hidden_size, a.num_heads * a.head_dim, s.adapter_rank, a.intermediate_size
+    out = [Matrix("model.embed_tokens", "embedding", a.vocab_size, h)]
+    if not a.tie_word_embeddings:
+        out.append(Matrix("lm_head", "lm_head", a.vocab_size, h))
+    for b in range(s.blocks):
+        block = f"model.blocks.{b}"
+        out += [Matrix(f"{block}.self_attn.{x}_proj", "linear", width, width) for x in "qkv"]
+        out += [Matrix(f"{block}.self_attn.o_proj", "linear", h, width),
+                Matrix(f"{block}.feed_forward.gate_up_proj", "linear", 2 * inter, h),
+                Matrix(f"{block}.feed_forward.down_proj", "linear", h, inter)]
+    for i, t in enumerate(a.layer_types):
+        layer = f"model.layers.{i}"
+        out += [Matrix(f"{layer}.mamba.{n}", "linear", o, k) for n, o, k in a.recurrent.matrices(h)]
+        if t != "parallel_hybrid":
+            continue
+        out.append(Matrix(f"{layer}.linear", "linear", h, h, replicated=True))
+        if s.attention_adapters:
+            out += [m for x in "qkv" for m in (Matrix(f"{layer}.{x}_adapter.A", "linear", r, width),
+                                               Matrix(f"{layer}.{x}_adapter.B", "linear", width, r))]
+        out += [Matrix(f"{layer}.gate_up_proj_adapter.A", "linear", r, h),
+                Matrix(f"{layer}.gate_up_proj_adapter.B", "linear", 2 * inter, r)]
+    return out
+
+
 def count_params(a: Architecture) -> ParamCount:
     """Total and active (per token, MoE) parameter counts from the config alone."""
     if a.compressed_attention is not None:
         return _deepseek_v4_params(a)
+    if a.shared_blocks is not None:
+        return _zamba2_params(a)
     h = a.hidden_size
     embedding = a.vocab_size * h + a.learned_position_embeddings * h
     lm_head = 0 if a.tie_word_embeddings else a.vocab_size * h
@@ -214,6 +263,8 @@ def weight_matrices(a: Architecture) -> list[Matrix]:
     """
     if a.compressed_attention is not None:
         return _deepseek_v4_matrices(a)
+    if a.shared_blocks is not None:
+        return _zamba2_matrices(a)
     h, out = a.hidden_size, []
     out.append(Matrix("model.embed_tokens", "embedding", a.vocab_size, h))
     if a.learned_position_embeddings:
