@@ -2113,7 +2113,7 @@ def _deepseek_v4_scheme(scheme: AnyScheme | None, cfg: dict[str, Any], name: str
 
 
 def _attention_free(cfg: dict[str, Any], name: str, mixer: Mamba1 | Mamba2, hidden: int, n: int,
-                    tie_default: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+                    tie_default: bool, vocab_default: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fields every attention-free model shares: each layer one RMSNorm and one mixer, no MLP, no attention,
     a final norm. The attention fields are placeholders no layer uses (one head of ``hidden``); vLLM reads no
     ``num_attention_heads`` for these models either (its head check then passes). ``intermediate_size`` is the
@@ -2123,7 +2123,7 @@ def _attention_free(cfg: dict[str, Any], name: str, mixer: Mamba1 | Mamba2, hidd
                   rotary_fraction=0.0)
     return {**cfg, "num_hidden_layers": n, "hidden_size": hidden, "num_attention_heads": 1,
             "num_key_value_heads": 1, "head_dim": hidden, "intermediate_size": mixer.inner,
-            "vocab_size": cfg.get("vocab_size", 50280),
+            "vocab_size": cfg.get("vocab_size", vocab_default),
             "tie_word_embeddings": cfg.get("tie_word_embeddings", tie_default)}, hybrid
 
 
@@ -2149,7 +2149,7 @@ def _mamba(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, An
                        dt_rank=_positive_int(dt_rank, "time_step_rank", name),
                        conv_bias=bool(cfg.get("use_conv_bias", True)), proj_bias=bool(cfg.get("use_bias", False)),
                        dt_bc_norms=False)
-    return _attention_free(cfg, name, mixer, hidden, n, tie_default=True)
+    return _attention_free(cfg, name, mixer, hidden, n, tie_default=True, vocab_default=50280)
 
 
 def _mamba2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -2175,7 +2175,7 @@ def _mamba2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, A
     if mixer.num_heads % mixer.n_groups:
         raise UnsupportedArchitecture(f"{name}: {mixer.num_heads} Mamba2 heads cannot be split into n_groups "
                                       f"{mixer.n_groups} groups")
-    return _attention_free(cfg, name, mixer, hidden, n, tie_default=False)
+    return _attention_free(cfg, name, mixer, hidden, n, tie_default=False, vocab_default=32768)
 
 
 def _pattern_layers(cfg: dict[str, Any], name: str, default_pattern: int) -> tuple[LayerType, ...] | None:

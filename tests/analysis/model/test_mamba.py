@@ -112,3 +112,15 @@ def test_the_auto_time_step_rank_is_a_sixteenth_of_the_width():
     cfg = {k: v for k, v in _config("tiny-falcon-mamba").items() if k not in ("intermediate_size", "time_step_rank")}
     a = Architecture.from_config(cfg, "tiny-falcon-mamba")
     assert (a.recurrent.inner, a.recurrent.dt_rank) == (2 * 512, 512 // 16)
+
+
+@pytest.mark.parametrize("model_type", ["mamba", "falcon_mamba", "mamba2"])
+def test_a_config_of_defaults_reads_as_transformers_builds_it(model_type):
+    # every absent key at transformers' default: Mamba2Config's are Mamba-Codestral-7B's sizes (7,285,403,648)
+    config = transformers.AutoConfig.for_model(model_type)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    expected = sum(t.numel() for t in model.parameters())
+    assert count_params(Architecture.from_config({"model_type": model_type}, model_type)).total == expected
+    if model_type == "mamba2":
+        assert expected == 7_285_403_648
