@@ -105,6 +105,7 @@ HYBRIDS = [
     ("tiny-jamba", True, {"float32": (160, 204, 27), "auto": (96, 341, 36)}, 16),
     ("tiny-lfm2", True, {"float32": (32, 512, 68), "auto": (32, 512, 68)}, 16),
     ("tiny-lfm2-moe", True, {"float32": (32, 1024, 68), "auto": (32, 1024, 68)}, 16),
+    ("tiny-zamba2", True, {"float32": (32, 128, 73), "auto": (32, 128, 73)}, 16),
 ]
 
 
@@ -167,7 +168,13 @@ def test_a_hybrid_recurrent_model_has_vllms_exact_capacity(hybrid):
 
     LFM2-MoE, small (tiny-lfm2-moe): the same layer mix with 256-wide convolutions (1,536 B of state) and attention
     of 2 KV heads × 32 (256 B a token): a 32-token page of 8,192 B holds the state, the block stays 32; groups of two,
-    16,384 B a block, 1,024 blocks; 64 + 2 × 2 = 68 a request."""
+    16,384 B a block, 1,024 blocks; 64 + 2 × 2 = 68 a request.
+
+    Zamba2, small (tiny-zamba2): a Mamba2 mixer on all six layers, multi-head attention (4 × 128, 2,048 B a token) on
+    the two hybrid ones. A Mamba2 state: a conv state of 3 × 544 channels in bf16 (3,264 B) and an SSM state of
+    4 × 128 × 16 in float32 (32,768 B): 36,032 B, which a 32-token page (65,536 B) holds: the block stays 32. Six
+    Mamba layers against two attention layers make groups of two: 2 × 65,536 B a block, 16 MiB ÷ 131,072 = 128
+    blocks; a request holds 64 attention blocks and three a Mamba group (align): 73. In bf16 (19,648 B) the same."""
     model, prefix_caching, (block, blocks, per_request), facts = hybrid
     arch, _ = resolve_model(model)
     arch = arch.model_copy(update={"recurrent": arch.recurrent.model_copy(
