@@ -2092,8 +2092,8 @@ _DSV4_FP8_KEYS = {"quant_method", "activation_scheme", "fmt", "scale_fmt", "weig
 
 def _deepseek_v4_scheme(scheme: AnyScheme | None, cfg: dict[str, Any], name: str) -> AnyScheme | None:
     """DeepSeek-V4's ``quant_method: fp8``, which vLLM 0.32 reads as ``deepseek_v4_fp8`` with ``expert_dtype``
-    (analysis.model.quantization.DeepseekV4Fp8); any other quantization of it (NVIDIA's NVFP4 experts, written as a
-    mixed-precision ModelOpt config) is refused by name."""
+    (analysis.model.quantization.DeepseekV4Fp8), its experts NVFP4 where ``moe_quant_algo`` says so (NVIDIA's builds,
+    :func:`_nvidia_dsv4_recipe`); any other quantization of it is refused by name."""
     expert = cfg.get("expert_dtype")
     if expert not in (None, "fp4", "fp8"):
         raise UnsupportedArchitecture(f"{name}: expert_dtype {expert!r}: vLLM 0.32 reads fp4 or fp8")
@@ -2103,13 +2103,43 @@ def _deepseek_v4_scheme(scheme: AnyScheme | None, cfg: dict[str, Any], name: str
                                           "vLLM 0.32 would load the experts unquantized")
         return None
     raw = cfg.get("quantization_config") or {}
-    extra = sorted(set(raw) - _DSV4_FP8_KEYS)
+    nvfp4 = str(raw.get("moe_quant_algo") or "").upper() == "NVFP4"
+    if nvfp4:
+        _nvidia_dsv4_recipe(raw, expert, name)
+    extra = sorted(set(raw) - _DSV4_FP8_KEYS - (_DSV4_NVFP4_KEYS if nvfp4 else set()))
     if not isinstance(scheme, Fp8) or scheme.weight_block_size != (128, 128) or extra:
         raise UnsupportedArchitecture(
             f"{name}: DeepSeek-V4's quantization_config is planned as its published fp8 128 × 128 blocks with fp4 or "
             f"fp8 experts alone" + (f"; this one also sets {', '.join(extra)} (NVIDIA's NVFP4 experts are "
                                     "not planned yet)" if extra else f", not {scheme.describe()}"))
-    return DeepseekV4Fp8(expert_dtype=expert or "fp8", ignore=scheme.ignore)
+    return DeepseekV4Fp8(expert_dtype=expert or "fp8", ignore=scheme.ignore,
+                         expert_format="nvfp4" if nvfp4 else "mxfp4")
+
+
+# NVIDIA's DeepSeek-V4 NVFP4 builds: ModelOpt's record of the experts' requantization beside the fp8 keys. vLLM's
+# DeepseekV4FP8Config reads moe_quant_algo alone of them (its Fp8Config reads ignored_layers, not ignore, whose
+# attention and shared experts stay the original fp8 blocks)
+_DSV4_NVFP4_KEYS = {"moe_quant_algo", "quant_algo", "producer", "config_groups", "group_size", "ignore",
+                    "kv_cache_quant_algo", "quantized_layers"}
+
+
+def _nvidia_dsv4_recipe(raw: dict[str, Any], expert: Any, name: str) -> None:
+    """Refuse a DeepSeek-V4 ``moe_quant_algo: NVFP4`` config that is not NVIDIA's recipe: fp4 experts (vLLM takes
+    the NVFP4 path only for them), NVFP4 in groups of 16 on every listed layer, all of them experts, no KV-cache
+    quantization."""
+    if expert not in (None, "fp4"):
+        raise UnsupportedArchitecture(f"{name}: moe_quant_algo NVFP4 with expert_dtype {expert!r}: vLLM 0.32 runs "
+                                      "NVFP4 experts only where expert_dtype is fp4")
+    layers = raw.get("quantized_layers") or {}
+    if not isinstance(layers, dict) or not all(
+            isinstance(k, str) and k.endswith(".ffn.experts") and isinstance(v, dict)
+            and v.get("quant_algo") == "NVFP4" and v.get("group_size", 16) == 16 for k, v in layers.items()):
+        raise UnsupportedArchitecture(f"{name}: quantized_layers other than NVFP4 experts in groups of 16; vLLM 0.32's "
+                                      "DeepSeek-V4 makes every routed expert NVFP4 and nothing else")
+    if raw.get("group_size", 16) != 16 or raw.get("kv_cache_quant_algo") is not None:
+        raise UnsupportedArchitecture(f"{name}: group_size {raw.get('group_size')!r} / kv_cache_quant_algo "
+                                      f"{raw.get('kv_cache_quant_algo')!r}: NVIDIA's DeepSeek-V4 recipe has NVFP4 "
+                                      "groups of 16 and no quantized KV cache")
 
 
 def _attention_free(cfg: dict[str, Any], name: str, mixer: Mamba1 | Mamba2, hidden: int, n: int,

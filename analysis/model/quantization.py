@@ -376,12 +376,26 @@ class DeepseekV4Fp8(Fp8):
     32, w13 ``[E, 2I, H/2]`` and w2 ``[E, H, I/2]``); the linears' block scales are then ue8m0 too, one byte each
     (``is_scale_e8m0``), not float32. With ``expert_dtype: fp8`` the experts are fp8 blocks like the linears. The
     expert kernels round the per-rank intermediate to 128 and the hidden size to 256 (oracle/mxfp4.py), a no-op on
-    the published models."""
+    the published models. NVIDIA's builds keep that and make the experts NVFP4 (``moe_quant_algo: NVFP4``), which
+    vLLM runs with ModelOpt's NVFP4 MoE method (``DeepseekV4FP8Config.get_quant_method``)."""
 
     method: Literal["deepseek_v4_fp8"] = "deepseek_v4_fp8"  # type: ignore[assignment]
     strategy: Literal["tensor", "channel", "block"] = "block"
     weight_block_size: tuple[int, int] | None = (128, 128)
     expert_dtype: Literal["fp4", "fp8"] = "fp4"
+    # fp4 experts as MXFP4 (the published checkpoints) or, where the config's moe_quant_algo is NVFP4 (NVIDIA's
+    # builds), as ModelOpt NVFP4 (``ModelOptNvFp4FusedMoE``: its bytes and per-device padding are ModelOpt's)
+    expert_format: Literal["mxfp4", "nvfp4"] = "mxfp4"
+    moe_layout: Literal["checkpoint", "trtllm", "marlin"] = "checkpoint"
+
+    def for_device(self, generation: str | None, vllm_version: str | None = None,
+                   segment: str | None = None) -> DeepseekV4Fp8:
+        """NVFP4 experts run ModelOpt's NVFP4 MoE kernels, padded as they pad on the device
+        (:meth:`ModelOpt.for_device`); MXFP4 and fp8 experts keep one layout."""
+        if self.expert_dtype != "fp4" or self.expert_format != "nvfp4":
+            return self
+        layout = ModelOpt(algo="NVFP4").for_device(generation, vllm_version, segment).moe_layout
+        return self.model_copy(update={"moe_layout": layout})
 
     def matrix_bytes(self, out_features: int, in_features: int, dtype_bytes: int) -> float:
         scales = _scale_count(self.strategy, self.weight_block_size, out_features, in_features)
@@ -391,6 +405,9 @@ class DeepseekV4Fp8(Fp8):
                       bias: bool, dtype_bytes: int, tp: int = 1) -> float:
         if self.expert_dtype == "fp8":
             return super().experts_bytes(name, num_experts, hidden, intermediate, gated, bias, dtype_bytes, tp)
+        if self.expert_format == "nvfp4":
+            return ModelOpt(algo="NVFP4", moe_layout=self.moe_layout).experts_bytes(
+                name, num_experts, hidden, intermediate, gated, bias, dtype_bytes, tp)
         if intermediate % tp:
             raise QuantizationError(f"expert intermediate size {intermediate} does not split over {tp} ranks")
         h, i = round_up(hidden, 256), round_up(intermediate // tp, 128)
@@ -399,7 +416,8 @@ class DeepseekV4Fp8(Fp8):
         return num_experts * one * tp
 
     def describe(self) -> str:
-        return f"fp8 block 128x128, {'MXFP4' if self.expert_dtype == 'fp4' else 'fp8'} experts"
+        experts = "fp8" if self.expert_dtype == "fp8" else self.expert_format.upper()
+        return f"fp8 block 128x128, {experts} experts"
 
 
 def _hopper_mx_bytes(out_features: int, in_features: int) -> int:

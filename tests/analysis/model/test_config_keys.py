@@ -31,7 +31,7 @@ def test_a_key_that_changes_the_model_and_is_not_read_is_refused_by_name(model, 
         Architecture.from_config(cfg, model)
 
 
-@pytest.mark.parametrize("model_type", ["gemma3n", "kimi_k3", "minimax_m3", "bamba", "zamba2", "t5gemma", ""])
+@pytest.mark.parametrize("model_type", ["gemma3n", "kimi_k3", "minimax_m3", "bamba", "plamo3", "t5gemma", ""])
 def test_a_family_without_a_reader_is_refused_by_name(model_type):
     cfg = _catalog_config("llama-3.1-8b") | {"model_type": model_type}
     with pytest.raises(UnsupportedArchitecture, match=f"model_type '{model_type or 'custom'}' has no reader"):

@@ -79,7 +79,12 @@ def test_plan_runs_vllms_block_and_fp8_cache():
     ({"num_key_value_heads": 2}, "one latent row"),
     ({"vision_n_layers": 2}, "vision"),
     ({"expert_dtype": "fp4"}, "without an fp8 quantization_config"),
-    ({"quantization_config": {**FP8, "moe_quant_algo": "NVFP4"}, "expert_dtype": "fp4"}, "NVFP4"),
+    ({"quantization_config": {**FP8, "moe_quant_algo": "NVFP4"}, "expert_dtype": "fp8"},
+     "NVFP4 experts only where expert_dtype is fp4"),
+    ({"quantization_config": {**FP8, "moe_quant_algo": "NVFP4", "quantized_layers": {"layers.0.attn.wo_a": {
+        "quant_algo": "NVFP4", "group_size": 16}}}, "expert_dtype": "fp4"}, "quantized_layers other than NVFP4"),
+    ({"quantization_config": {**FP8, "moe_quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}, "expert_dtype": "fp4"},
+     "no quantized KV cache"),
     ({"o_groups": 3}, "o_groups"),
     ({"first_k_dense_replace": 1}, "every layer"),
 ])
@@ -88,10 +93,19 @@ def test_what_it_does_not_model_is_refused_by_name(change, words):
         Architecture.from_config(_tiny(**change), "tiny")
 
 
-def test_nvidia_nvfp4_builds_are_refused_by_name():
-    for build in ("nvidia--DeepSeek-V4-Flash-NVFP4", "nvidia--DeepSeek-V4-Pro-NVFP4"):
-        with pytest.raises(UnsupportedArchitecture, match="NVFP4 experts are not planned"):
-            Architecture.from_config(CONFIGS / build)
+def test_nvidia_nvfp4_builds_keep_the_fp8_linears_and_make_the_experts_nvfp4():
+    """vLLM 0.32's DeepseekV4FP8Config runs a routed-expert layer with ModelOptNvFp4FusedMoE where moe_quant_algo is
+    NVFP4 (and expert_dtype fp4), everything else as the published fp8 blocks. An expert of Flash (H 4,096, I 2,048)
+    is then 9/16 B a weight (w13 [2I, H/2] bytes and [2I, H/16] fp8 scales, w2 the same over I) and its float32 global
+    scales, against MXFP4's 17/32: 3 × 2,048 × 4,096 / 32 + 36 = 786,468 B more, on 256 experts × 43 layers."""
+    nvidia = Architecture.from_config(CONFIGS / "nvidia--DeepSeek-V4-Flash-NVFP4")
+    published = Architecture.from_config(FLASH)
+    assert nvidia.quantization.describe() == "fp8 block 128x128, NVFP4 experts"
+    assert weight_breakdown(nvidia).experts - weight_breakdown(published).experts == 256 * 43 * (
+        3 * 2048 * 4096 // 32 + 36)
+    assert weight_breakdown(nvidia).other == weight_breakdown(published).other
+    pro = Architecture.from_config(CONFIGS / "nvidia--DeepSeek-V4-Pro-NVFP4")
+    assert count_params(pro).total == count_params(Architecture.from_config(PRO)).total
 
 
 def test_odd_values_are_refused_not_crashed():
