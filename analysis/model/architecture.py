@@ -2401,8 +2401,8 @@ def _zamba2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, A
     if cfg.get("hidden_act", "gelu") != "gelu":
         raise UnsupportedArchitecture(f"{name}: hidden_act {cfg['hidden_act']!r}: vLLM's Zamba2 MLP runs gelu only")
     heads = _positive_int(cfg.get("num_attention_heads", 32), "num_attention_heads", name)
-    width = cfg.get("attention_hidden_size") or 2 * hidden
-    head_dim = cfg.get("attention_head_dim") or width // heads
+    width = _positive_int(cfg.get("attention_hidden_size", 2 * hidden), "attention_hidden_size", name)
+    head_dim = _positive_int(cfg.get("attention_head_dim", width // heads), "attention_head_dim", name)
     if width != 2 * hidden or head_dim * heads != width:
         raise UnsupportedArchitecture(f"{name}: attention_hidden_size {width!r} and attention_head_dim {head_dim!r}: "
                                       f"vLLM's Zamba2 attends over 2 × hidden_size ({2 * hidden}) in heads that "
@@ -2412,7 +2412,7 @@ def _zamba2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, A
                                       f"attention has as many KV heads as heads ({heads})")
     inner = _positive_int(cfg.get("mamba_expand", 2), "mamba_expand", name) * hidden
     m_heads = _positive_int(cfg.get("n_mamba_heads", 8), "n_mamba_heads", name)
-    m_dim = cfg.get("mamba_headdim") or inner // m_heads
+    m_dim = _positive_int(cfg.get("mamba_headdim", inner // m_heads), "mamba_headdim", name)
     if m_dim * m_heads != inner:
         raise UnsupportedArchitecture(f"{name}: mamba_headdim {m_dim!r} × n_mamba_heads {m_heads} differs from the "
                                       f"mixer's width mamba_expand × hidden_size ({inner})")

@@ -65,7 +65,8 @@ ODD_VALUES = [None, -1, 0, 0.5, 1e30, True, "x", [], [1, "a"], {}, {"a": [None]}
                                    "tiny-lfm2", "minimax-m2.5", "glm-5", "kimi-k2.5", "tiny-nemotron-nas",
                                    "gemma-4-26b-a4b", "tiny-gemma4", "tiny-mimo-v2", "tiny-lfm2-moe",
                                    "tiny-glm4-moe", "tiny-mamba2", "falcon-mamba-7b",
-                                   "tiny-cohere2", "tiny-exaone4", "tiny-olmo-hybrid"])
+                                   "tiny-cohere2", "tiny-exaone4", "tiny-olmo-hybrid",
+                                   "tiny-zamba2", "tiny-falcon-mamba"])
 def test_no_config_value_however_odd_gives_a_traceback(model):
     """Every key of a published config, set to each odd value in turn: the config is read or refused with an
     UnsupportedArchitecture; any other exception is a traceback for the user."""

@@ -107,3 +107,16 @@ def test_the_tiny_engine_models_are_their_families():
 def test_what_kvprof_does_not_read_is_refused_by_name(model_type, change, message):
     with pytest.raises(UnsupportedArchitecture, match=message):
         Architecture.from_config(_config(model_type) | change, model_type)
+
+
+@pytest.mark.parametrize("model_type, change", [
+    ("granite", {}), ("granitemoe", {}), ("granitemoeshared", {}), ("olmoe", {}), ("exaone4", {}), ("cohere", {}),
+    ("cohere2", {}), ("glm4", {}), ("gemma", {}), ("ernie4_5", {}), ("ministral3", {}),
+    ("ernie4_5_moe", {"moe_num_experts": 8, "moe_k": 2, "moe_intermediate_size": 64}),
+])
+def test_no_value_however_odd_gives_a_traceback(model_type, change):
+    """Every key of the family's config, set to each odd value in turn, is read or refused by name."""
+    from helpers import ODD_CONFIG_VALUES, read_or_refuse
+
+    d = _config(model_type, **change)
+    read_or_refuse(d | {k: v} for k in d for v in ODD_CONFIG_VALUES)

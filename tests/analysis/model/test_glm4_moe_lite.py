@@ -45,3 +45,10 @@ def test_parameters_are_transformers_count_plus_the_score_biases():
 def test_what_vllm_builds_otherwise_is_refused_by_name(change, message):
     with pytest.raises(UnsupportedArchitecture, match=message):
         Architecture.from_config(_config(**change), "glm4_moe_lite")
+
+
+def test_no_value_however_odd_gives_a_traceback():
+    from helpers import ODD_CONFIG_VALUES, read_or_refuse
+
+    d = _config()
+    read_or_refuse(d | {k: v} for k in d for v in ODD_CONFIG_VALUES)
