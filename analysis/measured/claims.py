@@ -13,7 +13,7 @@ import pandas as pd
 
 from analysis.measured.decode_fit import DecodeFit
 from analysis.measured.theory_vs_measured import architecture, rel
-from analysis.model.kv import kv_bytes_per_sequence
+from analysis.model.kv import is_fp8, kv_bytes_per_sequence
 from analysis.model.roofline import decode_step
 
 HOLDS, DIVERGES, UNTESTED = "holds", "diverges", "not tested"
@@ -125,7 +125,7 @@ SIXTEEN_BIT_KV = ("auto", "bfloat16", "float16", "bf16", "fp16")
 
 
 def _is_fp8(dtype: Any) -> bool:
-    return str(dtype).startswith("fp8")
+    return is_fp8(dtype)
 
 
 def _pair_keys(engines: pd.DataFrame | None, table: pd.DataFrame) -> pd.Series:

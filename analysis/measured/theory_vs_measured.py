@@ -23,7 +23,7 @@ from analysis.catalog import CATALOG_PREFIX, GPU, UnknownName, gpu, resolve_mode
 from analysis.latency import step as latency
 from analysis.measured.decode_fit import DecodeFit, FitError, fit_decode_selected
 from analysis.model.architecture import Architecture, UnsupportedArchitecture, dtype_bytes
-from analysis.model.kv import ideal_capacity, kv_bytes_per_token
+from analysis.model.kv import ideal_capacity, is_fp8, kv_bytes_per_token
 from analysis.model.params import model_loading_bytes
 from analysis.model.roofline import crossover_context, decode_step
 from analysis.planning.plan import PlanError, PlanInputs, make_plan
@@ -523,8 +523,8 @@ def kv_dtype_effect(dec: pd.DataFrame) -> pd.DataFrame:
     if dec.empty or "bytes" not in dec:
         return pd.DataFrame()
     keys = ["model", "block_size", "max_model_len", "concurrency", "prompt_len", "output_len"]
-    auto = dec[~dec["kv_cache_dtype"].astype(str).str.startswith("fp8")]
-    fp8 = dec[dec["kv_cache_dtype"].astype(str).str.startswith("fp8")]
+    fp8_rows = dec["kv_cache_dtype"].map(is_fp8)
+    auto, fp8 = dec[~fp8_rows], dec[fp8_rows]
     m = auto.merge(fp8, on=keys, suffixes=("_16", "_8"))
     if m.empty:
         return pd.DataFrame()

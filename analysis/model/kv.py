@@ -34,8 +34,10 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str = "bfloat16") -> int:
     return 2
 
 
-def is_fp8(kv_cache_dtype: str) -> bool:
-    return kv_cache_dtype.lower() in _FP8
+def is_fp8(kv_cache_dtype: object) -> bool:
+    """Whether a KV dtype is fp8: vLLM's rule (``is_quantized_kv_cache``, utils/torch_utils.py: the ``fp8`` prefix,
+    so fp8_e4m3, fp8_e5m2 and fp8_ds_mla too). The one definition kvprof asks."""
+    return str(kv_cache_dtype).lower().startswith("fp8")
 
 
 def kv_heads_per_rank(a: Architecture, tp: int = 1) -> int:

