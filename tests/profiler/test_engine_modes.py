@@ -34,6 +34,30 @@ def test_async_scheduling_is_an_engine_axis_passed_to_vllm():
     assert all("async_scheduling" not in e.llm_kwargs() for e in expand(parse_spec(raw)).engines)
 
 
+@pytest.mark.parametrize("engine, engine_args, expected", [
+    ({}, {}, True),  # CUDA's default from vLLM 0.14
+    ({"pipeline_parallel_size": 2}, {}, False),  # vLLM turns it off under pipeline parallelism
+    ({}, {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}, False),  # n-gram drafts on CPU
+    ({"async_scheduling": False}, {}, False),
+])
+def test_the_sweep_and_the_plan_take_one_async_scheduling_default(engine, engine_args, expected):
+    """The pre-flight and dry run price an engine with the async-scheduling default kvprof plan uses (#48: the
+    pre-flight once said "on" for every CUDA engine, the plan "off" under pipeline parallelism)."""
+    from analysis.planning.plan import PlanInputs
+    from analysis.planning.plan import async_scheduling as plan_async
+    from profiler.preflight import async_scheduling as sweep_async
+
+    raw = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text())
+    raw["engine"].update(max_model_len=1024, block_size=32, kv_cache_dtype="auto", **engine)
+    raw["engine_args"] = {**(raw.get("engine_args") or {}), **engine_args}
+    (cfg,) = expand(parse_spec(raw)).engines
+    spec = engine_args.get("speculative_config")
+    inputs = PlanInputs(max_model_len=1024, pipeline_parallel_size=engine.get("pipeline_parallel_size", 1),
+                        async_scheduling=engine.get("async_scheduling"),
+                        **({"speculative_config": spec} if spec else {}))
+    assert sweep_async(cfg, "cuda") == plan_async(inputs, on_gpu=True) == expected
+
+
 def test_async_scheduling_on_the_cpu_backend_is_refused_before_anything_runs(tmp_path):
     spec = _spec(tmp_path, async_scheduling=[True, False])
     res = runner.invoke(app, ["validate", str(spec), "--platform", "cpu"])
