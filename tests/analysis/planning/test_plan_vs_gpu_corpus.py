@@ -70,9 +70,12 @@ def _cases(field: str) -> list[str]:
 
 
 def _check(name: str, quantity: str, predicted: float, logged: float) -> None:
+    """Within the tolerance, or, for a record EXPLAINED names, an expected failure with its reason: every quantity
+    of an explained record is still checked, and the ones it does meet are asserted like any other's
+    (test_explained_records_still_miss keeps the list honest)."""
     err = _error(predicted, logged)
-    if name in EXPLAINED:
-        return  # test_explained_records_still_miss keeps the list honest
+    if abs(err) > TOLERANCE and name in EXPLAINED:
+        pytest.xfail(f"{quantity} {err:+.2%}: {EXPLAINED[name]}")
     assert abs(err) <= TOLERANCE, (f"{name} ({rec_line(name)}): {quantity} predicted {predicted:,.0f}, "
                                    f"logged {logged:,.0f} ({err:+.2%})")
 
@@ -113,11 +116,14 @@ def test_weights_as_vllm_loads_them(name):
 def test_kv_budget_from_the_spec_sheet(name):
     rec = RECORDS[name]
     if rec.logged.available_kv_gib < 0:  # vLLM refused to start: the plan must say it does not fit
-        if name in EXPLAINED:
-            return
-        with pytest.raises(PlanError, match="does not fit"):
+        try:
             _plan(name)
-        return
+        except PlanError as exc:
+            assert "does not fit" in str(exc)
+            return
+        if name in EXPLAINED:
+            pytest.xfail(f"planned although vLLM did not start: {EXPLAINED[name]}")
+        pytest.fail(f"{name}: vLLM logged a negative KV budget, the plan fits")
     plan = _plan(name)
     _check(name, "kv_budget", plan["kv_budget_bytes"], rec.logged.available_kv_gib * GiB)
 
@@ -176,10 +182,10 @@ def test_kv_tokens_given_the_logged_budget(name):
                     "sampler peak leaves it less), which the log does not print: test_kv_budget_from_the_spec_sheet "
                     "and the token tests hold the whole pipeline")
     plan = _plan(name, kv_budget_bytes=round(rec.logged.available_kv_gib * GiB))
-    if name in EXPLAINED:
-        return
     per_token = plan["bytes_per_block"] / plan["block_size"]
     # half the budget's printed 0.01 GiB rounding and one block, or 0.5 % (hybrid models' groups share the pool)
     slack = max(0.005 * GiB / per_token + plan["block_size"], 0.005 * rec.logged.kv_cache_tokens)
+    if abs(plan["kv_cache_tokens"] - rec.logged.kv_cache_tokens) > slack and name in EXPLAINED:
+        pytest.xfail(f"tokens {plan['kv_cache_tokens']:,} against {rec.logged.kv_cache_tokens:,}: {EXPLAINED[name]}")
     assert abs(plan["kv_cache_tokens"] - rec.logged.kv_cache_tokens) <= slack, (
         name, plan["kv_cache_tokens"], rec.logged.kv_cache_tokens)
