@@ -13,7 +13,8 @@ process under a 30 s timeout, as a user runs it. An answer is clean when all of 
   * the case's own check of the answer holds (e.g. no negative capacity, no decode step of hours).
 
 It prints one row per case (clean or the first property that failed) and the count of clean answers; it
-exits 0 in any case (a benchmark reports numbers; tests/profiler/test_hostile_cli.py holds the regressions).
+exits 1 when any case was not answered cleanly, 0 when every one was (tests/profiler/test_hostile_cli.py holds
+the regressions in the suite).
 Results-directory corruption is covered elsewhere (tests/profiler/test_results_safety.py) and not repeated here.
 """
 
@@ -529,10 +530,12 @@ def cases() -> list[Case]:
     add(Case("dry-run --platform tpu", [*D, "--platform", "tpu"], BAD, ("--platform",), files={"s.yaml": spec()}))
     add(Case("dry-run --gpu l4 --json, 405b", [*D, "--gpu", "l4", "--json"], BAD | OK, ("model", "weights"),
              files={"s.yaml": spec(model="llama-3.1-405b", engine={"block_size": 16, "kv_cache_dtype": "auto"},
+                                   serve={"engines": {"block_size": 16, "kv_cache_dtype": "auto"}},
                                    engine_args={"enforce_eager": True})}))
     add(Case("dry-run --gpu h100 --json, repeats 1e6", [*D, "--gpu", "h100-sxm", "--json"], BAD | OK,
              ("repeats",), files={"s.yaml": spec(workload={"repeats": 10**6},
-                                                 engine={"block_size": 16, "kv_cache_dtype": "auto"})}))
+                                                 engine={"block_size": 16, "kv_cache_dtype": "auto"},
+                                                 serve={"engines": {"block_size": 16, "kv_cache_dtype": "auto"}})}))
     add(Case("sweep --platform without dry-run", ["sweep", "s.yaml", "--platform", "cuda"], BAD, ("--platform",),
              files={"s.yaml": spec()}))
     add(Case("sweep --out a file", ["sweep", "s.yaml", "--out", "f", "--no-report"], BAD, ("--out",),
@@ -749,7 +752,7 @@ def main() -> int:
     clean = sum(o.problem is None for o in outcomes)
     print(f"\n{clean} of {len(outcomes)} answered cleanly ({100 * clean / len(outcomes):.0f} %); "
           f"slowest {max(o.seconds for o in outcomes):.1f} s")
-    return 0
+    return 0 if clean == len(outcomes) else 1
 
 
 if __name__ == "__main__":

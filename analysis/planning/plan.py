@@ -69,6 +69,10 @@ class PlanError(ValueError):
 
 # Integers that are integers: no True for 1, no "16" or 16.0 (pydantic's lax mode turns them into ints).
 StrictCount = Annotated[int, Field(strict=True)]
+# Bounds past any real deployment: a larger value is a typo, and past 2**63 numpy cannot hold it
+MAX_SEQUENCES = 10**9
+MAX_TOKENS = 2**31
+MAX_BYTES = 2**50  # a pebibyte
 
 
 class PlanInputs(BaseModel):
@@ -89,8 +93,8 @@ class PlanInputs(BaseModel):
     kv_offloading_backend: Literal["native", "lmcache"] = "native"
     # None: vLLM's default for the version (0.92 from 0.20, 0.9 before: AccountingRules.default_gpu_memory_utilization)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, strict=True, allow_inf_nan=False)
-    kv_cache_memory_bytes: StrictCount | None = Field(None, ge=0)
-    max_num_batched_tokens: StrictCount | None = Field(None, gt=0)
+    kv_cache_memory_bytes: StrictCount | None = Field(None, ge=0, le=MAX_BYTES)
+    max_num_batched_tokens: StrictCount | None = Field(None, gt=0, le=MAX_TOKENS)
     max_num_seqs: StrictCount | None = Field(None, gt=0)
     async_scheduling: bool | None = None
     # The prefix cache (None: vLLM's default, on). The plan's sequences share no prefix, so it changes nothing but a
@@ -103,13 +107,13 @@ class PlanInputs(BaseModel):
     entry: Literal["serve", "offline"] = "serve"
     vllm_version: str | None = None  # whose memory accounting and defaults (None: the vLLM kvprof pins)
     enforce_eager: bool = False
-    reserve_bytes: StrictCount | None = Field(None, ge=0)
-    batch: StrictCount | None = Field(None, gt=0)
-    context: StrictCount | None = Field(None, gt=0)
-    prompt_len: StrictCount | None = Field(None, gt=0)
+    reserve_bytes: StrictCount | None = Field(None, ge=0, le=MAX_BYTES)
+    batch: StrictCount | None = Field(None, gt=0, le=MAX_SEQUENCES)
+    context: StrictCount | None = Field(None, gt=0, le=MAX_TOKENS)
+    prompt_len: StrictCount | None = Field(None, gt=0, le=MAX_TOKENS)
     # Tokens each request generates (with prompt_len: the served TPOT and request latency, or under the offline entry
     # `vllm bench latency`'s average latency, of `batch` such requests).
-    output_len: StrictCount | None = Field(None, gt=0)
+    output_len: StrictCount | None = Field(None, gt=0, le=MAX_TOKENS)
     dtype: str = "auto"  # vLLM's --dtype: the weights' (and an auto KV cache's) dtype
     quantization: str | None = None  # vLLM's --quantization: overrides the checkpoint's quantization_config
     speculative_config: SpeculativeConfig | None = None  # vLLM's --speculative-config (analysis.vllm.speculative)

@@ -267,7 +267,7 @@ def plan_cmd(
     analysis.planning.procurement.ProcurementRow).
     """
     try:
-        tps = parse_tp_list(tp or ("1,2,4,8" if recommend else "1"))
+        tps = parse_tp_list(tp if tp is not None else ("1,2,4,8" if recommend else "1"))
         pps = parse_tp_list(pp, "--pp")
     except ValueError as exc:
         raise fail(str(exc)) from None

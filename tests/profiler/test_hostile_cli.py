@@ -291,3 +291,28 @@ def test_validate_refuses_arguments_vllm_does_not_take(tmp_path, changes, words)
         pytest.skip("vLLM is not installed here: its argument names cannot be read")
     assert {"enforce_eager", "max_num_seqs", "distributed_executor_backend"} <= vllm_llm_arguments()
     refused(["validate", str(_spec(tmp_path, **changes))], *words)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--tp", ""], ("--tp", "not a positive integer")),  # was read as no --tp: a plan at tp 1, exit 0
+    (["--gpu", "all", "--tp", ""], ("--tp",)),
+    (["--batch", "99999999999999999999"], ("--batch", "1000000000")),  # was an OverflowError traceback
+    (["--reserve-bytes", "99999999999999999999999GiB"], ("--reserve-bytes",)),  # was "does not fit", unnamed
+])
+def test_plan_options_out_of_range_are_refused_by_name(args, words):
+    refused([*(PLAN if "--gpu" not in args else PLAN[:3]), *args], *words)
+
+
+@pytest.mark.parametrize("section, words", [
+    ({"engine_args": {"enforce_eager": "yes please"}}, ("engine_args.enforce_eager", "takes bool")),
+    ({"engine_args": {"max_model_len": "big"}}, ("engine_args.max_model_len", "takes int")),
+    ({"engine_args_sweep": {"enable_chunked_prefill": ["maybe", 3]}}, ("engine_args_sweep.enable_chunked_prefill",)),
+    ({"output_dir": "/dev/null"}, ("output_dir", "not a directory")),
+])
+def test_a_spec_vllm_or_the_sweep_would_refuse_is_refused_by_validate(tmp_path, section, words):
+    """benchmarks/hostile_cli.py found these passing validate (exit 0) and failing later: a value of another type
+    than vLLM's EngineArgs field (vLLM refuses it at engine start), a results directory that is a device."""
+    raw = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text()) | section
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    refused(["validate", str(spec), "--platform", "cpu"], *words)
