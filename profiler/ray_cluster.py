@@ -632,8 +632,13 @@ class RemoteProc:
             f.write(f"\nkvprof: {why}\n".encode())
 
     def wait(self, timeout: float | None = None) -> int:
+        """The child's return code, polling until it ends; past ``timeout`` seconds (None: no limit)
+        ``subprocess.TimeoutExpired``, as a local Popen's ``wait`` raises (the child keeps running)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
-            time.sleep(0.2)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"remote pid {self.pid}", timeout)
+            time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
         return self.returncode  # type: ignore[return-value]
 
     def kill_group(self) -> None:

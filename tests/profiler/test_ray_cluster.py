@@ -408,3 +408,26 @@ def test_a_garbage_ray_address_is_one_short_line(tmp_path, address):
     text = str(err.value)
     assert text.startswith("--ray ") and "\n" not in text and len(text) < 300
     assert "not an address" in text or "Invalid address format" in text
+
+
+def test_a_remote_childs_wait_honours_its_timeout(tmp_path):
+    """RemoteProc.wait(timeout) polled forever whatever the timeout (#48); it now raises TimeoutExpired as a local
+    Popen's wait does, and returns the code once the child ends."""
+    import subprocess
+    import time
+    import types
+
+    from profiler.ray_cluster import RemoteProc
+
+    state = {"returncode": None}
+    actor = types.SimpleNamespace(poll=types.SimpleNamespace(remote=lambda: "poll"))
+    host = types.SimpleNamespace(actor=actor, root=tmp_path,
+                                 call=lambda _ref: {"returncode": state["returncode"], "logs": [], "files": [],
+                                                    "rows": []})
+    proc = RemoteProc(host, pid=4242, sampler=None, log_path=tmp_path / "child.log")
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 5
+    state["returncode"] = 3
+    assert proc.wait(timeout=5) == 3
