@@ -562,8 +562,10 @@ class Architecture(BaseModel):
     @property
     def attention_kind(self) -> str:
         """MHA / GQA / MQA / MLA, or the mixer of an attention-free model, for display."""
-        if self.attention_free and self.recurrent is not None:
-            return f"attention-free, {self.recurrent.kind}"
+        if self.attention_free:
+            return "attention-free"
+        if self.compressed_attention is not None:
+            return "CSA/HCA"  # DeepSeek-V4's compressed sparse and heavily compressed attention
         if self.mla:
             return "MLA"
         if self.num_kv_heads == self.num_heads:

@@ -55,7 +55,7 @@ def test_every_layer_keeps_a_state_and_no_kv():
     from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
 
     a, _ = resolve_model("tiny-mamba2")
-    assert a.attention_free and a.num_attention_layers == 0 and a.attention_kind == "attention-free, mamba2"
+    assert a.attention_free and a.num_attention_layers == 0 and a.attention_kind == "attention-free"
     assert [(layer.kind, n) for layer, n in a.attention_kinds] == [("mamba2", 4)]
     conv, ssm = MambaStateShapeCalculator.mamba2_state_shape(
         tp_world_size=2, intermediate_size=1024, n_groups=2, num_heads=16, head_dim=64, state_size=64, conv_kernel=4)
