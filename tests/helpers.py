@@ -48,3 +48,17 @@ def read_or_refuse(configs) -> None:
     for cfg in configs:
         with contextlib.suppress(UnsupportedArchitecture):
             Architecture.from_config(cfg, "odd")
+
+
+def transformers_build(cfg: dict):
+    """transformers' own config and causal-LM parameter count for a config.json dict (built on the meta device,
+    nothing allocated): the independent count a family reader is held to. A weight shared by several layers
+    counts once, as ``model.parameters()`` yields it once."""
+    import torch
+    import transformers
+
+    config = transformers.AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items()
+                                                                     if k != "model_type"})
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return config, sum(t.numel() for t in model.parameters())

@@ -5,8 +5,8 @@ files build them (issue #47). Each family's config is transformers' own (its con
 as a checkpoint's config.json has them), and its parameters are the ones transformers' model class builds."""
 
 import pytest
-import torch
 import transformers
+from helpers import transformers_build
 
 from analysis.catalog import resolve_model
 from analysis.model.architecture import Architecture, UnsupportedArchitecture
@@ -29,10 +29,8 @@ def _config(model_type: str, **change) -> dict:
 
 
 def _transformers(d: dict) -> tuple[int, transformers.PretrainedConfig]:
-    cfg = transformers.AutoConfig.for_model(d["model_type"], **{k: v for k, v in d.items() if k != "model_type"})
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(cfg)
-    return sum(t.numel() for t in model.parameters()), cfg
+    cfg, count = transformers_build(d)
+    return count, cfg
 
 
 @pytest.mark.parametrize("model_type, change", [

@@ -6,8 +6,7 @@ Qwen3-Next's same layer kinds (tests/engines/test_vllm_capacity.py)."""
 import json
 
 import pytest
-import torch
-import transformers
+from helpers import transformers_build
 
 from analysis.catalog import model_dir, resolve_model
 from analysis.model.architecture import Architecture, UnsupportedArchitecture
@@ -21,11 +20,9 @@ def _tiny() -> dict:
 
 def test_the_tiny_model_counts_what_transformers_builds():
     cfg = _tiny()
-    config = transformers.AutoConfig.for_model("olmo_hybrid", **{k: v for k, v in cfg.items() if k != "model_type"})
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
+    config, expected = transformers_build(cfg)
     a = Architecture.from_config(cfg, "tiny-olmo-hybrid")
-    assert count_params(a).total == sum(t.numel() for t in model.parameters())
+    assert count_params(a).total == expected
     assert list(a.layer_types) == ["recurrent" if t == "linear_attention" else t for t in config.layer_types]
 
 

@@ -4,8 +4,7 @@ vLLM's models/zamba2.py builds it (issue #47)."""
 import json
 
 import pytest
-import torch
-import transformers
+from helpers import transformers_build
 
 from analysis.catalog import model_dir, resolve_model
 from analysis.model.architecture import Architecture, UnsupportedArchitecture
@@ -18,10 +17,7 @@ def _tiny() -> dict:
 
 
 def _transformers_count(cfg: dict) -> int:
-    config = transformers.AutoConfig.for_model("zamba2", **{k: v for k, v in cfg.items() if k != "model_type"})
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
-    return sum(t.numel() for t in model.parameters())  # a shared block's weights once, however many layers run it
+    return transformers_build(cfg)[1]  # a shared block's weights once, however many layers run it
 
 
 @pytest.mark.parametrize("change", [{}, {"num_mem_blocks": 1, "use_shared_attention_adapter": False},
