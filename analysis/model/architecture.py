@@ -2516,6 +2516,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
             kv_heads = _positive_int(cfg[key], f"config.json {key}", name)
             break
     head_dim = cfg.get("head_dim")
+    if head_dim is None and cfg.get("kv_lora_rank"):
+        head_dim = 1  # MLA: set from qk_nope_head_dim + qk_rope_head_dim below (GLM-4.7-Flash: 2,048 over 20 heads)
     if head_dim is None:
         if hidden % heads:
             raise UnsupportedArchitecture(

@@ -50,3 +50,14 @@ def test_no_value_however_odd_gives_a_traceback():
 
     d = _config()
     read_or_refuse(d | {k: v} for k in d for v in ODD_CONFIG_VALUES)
+
+
+def test_heads_that_do_not_divide_the_hidden_size_read_as_latent_attention():
+    """transformers' Glm4MoeLiteConfig defaults (GLM-4.7-Flash's sizes: 20 heads over a hidden size of 2,048, no
+    head_dim) were refused ("hidden_size 2048 is not divisible by 20 heads"): an MLA model's head width is
+    qk_nope_head_dim + qk_rope_head_dim (192 + 64), not hidden ÷ heads."""
+    d = transformers.AutoConfig.for_model("glm4_moe_lite").to_dict() | {"first_k_dense_replace": 1}
+    a = Architecture.from_config(d, "glm4_moe_lite")
+    _, expected = transformers_build(d)
+    assert (a.num_heads, a.head_dim) == (20, 192 + 64)
+    assert count_params(a).total == expected + 46 * 64  # the 46 MoE layers' float32 score biases (buffers there)
