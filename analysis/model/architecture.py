@@ -63,7 +63,7 @@ _LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt"}
 _QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "mimo"}
 # Families with q/k RMSNorm over head_dim (two small vectors per layer).
 _QK_NORM = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_vl", "qwen3_vl_moe",
-            "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text", "olmo2", "exaone4"}
+            "qwen3_vl_text", "qwen3_vl_moe_text", "gemma3", "gemma3_text", "exaone4"}
 # Families with four norms per layer (pre/post attention, pre/post MLP).
 _FOUR_NORMS = {"gemma2", "gemma3", "gemma3_text"}
 # HF PretrainedConfig defaults tie_word_embeddings to True; these families override it.
@@ -1262,6 +1262,10 @@ def _layer_types(cfg: dict[str, Any], model_type: str, n_layers: int, name: str)
 
 
 def _moe(cfg: dict[str, Any], model_type: str, n_layers: int, intermediate: int, name: str) -> MoE | None:
+    counts = {k: cfg[k] for k in ("num_local_experts", "n_routed_experts", "num_experts") if cfg.get(k) is not None}
+    if len({repr(v) for v in counts.values()}) > 1:  # transformers 5 writes num_experts as num_local_experts too
+        listed = ", ".join(f"{k} {v!r}" for k, v in counts.items())
+        raise UnsupportedArchitecture(f"{name}: the expert counts disagree ({listed})")
     n_experts = cfg.get("num_local_experts") or cfg.get("n_routed_experts") or cfg.get("num_experts")
     if not n_experts:
         return None
@@ -1405,12 +1409,16 @@ def _sparse_indexer(cfg: dict[str, Any], n: int, name: str) -> SparseIndexer:
 _SPARSE_ATTENTION = ("deepseek_v32", "glm_moe_dsa")
 def _sparse_attention_keys(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     """The keys transformers 5 writes into GLM-5's configs that vLLM does not read: ``layer_types`` (every layer
-    ``deepseek_sparse_attention``), ``num_experts`` (``n_routed_experts`` again) and ``mlp_bias`` (no bias: vLLM's
-    MLPs have none). Read only where they say what vLLM builds anyway; refused by name otherwise."""
+    ``deepseek_sparse_attention``, or 5.19's ``indexed_attention``), ``num_experts`` (``n_routed_experts`` again)
+    and ``mlp_bias`` (no bias: vLLM's MLPs have none). Read only where they say what vLLM builds anyway; refused by
+    name otherwise."""
     n = cfg.get("num_hidden_layers")
-    if cfg.get("layer_types") is not None and cfg["layer_types"] != ["deepseek_sparse_attention"] * (n or 0):
-        raise UnsupportedArchitecture(f"{name}: layer_types other than deepseek_sparse_attention on every layer "
-                                      "(vLLM's DeepSeek-V3.2 model builds that on every layer)")
+    types = cfg.get("layer_types")
+    if types is not None and not (isinstance(types, list) and len(types) == (n or 0)
+                                  and all(t in ("deepseek_sparse_attention", "indexed_attention") for t in types)):
+        raise UnsupportedArchitecture(f"{name}: layer_types other than sparse attention (deepseek_sparse_attention, "
+                                      "transformers 5.19's indexed_attention) on every layer (vLLM's DeepSeek-V3.2 "
+                                      "model builds that on every layer)")
     if cfg.get("num_experts") not in (None, cfg.get("n_routed_experts")):
         raise UnsupportedArchitecture(f"{name}: num_experts {cfg['num_experts']!r} differs from n_routed_experts "
                                       f"{cfg.get('n_routed_experts')!r}, the count vLLM reads")
@@ -1850,7 +1858,8 @@ def _lfm2_moe(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str,
             "tie_word_embeddings": cfg.get("tie_word_embeddings", True)}, hybrid
 
 
-_GRANITE_LAYERS = {"mamba": "recurrent", "attention": "full_attention"}
+# transformers 5 writes a Mamba layer as "linear_attention" (GraniteMoeHybridConfig), published configs "mamba"
+_GRANITE_LAYERS = {"mamba": "recurrent", "linear_attention": "recurrent", "attention": "full_attention"}
 
 
 def _granite_hybrid(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -2251,9 +2260,10 @@ def _glm4(cfg: dict[str, Any], name: str) -> dict[str, Any]:
                 rotary_fraction=_fraction(cfg.get("partial_rotary_factor", 0.5), "partial_rotary_factor", name))
 
 
-def _olmoe(cfg: dict[str, Any], name: str) -> dict[str, Any]:
-    """OLMoE (vLLM's ``models/olmoe.py``): q and k RMSNorms over every head's width together, ``num_experts``
-    experts of ``intermediate_size`` on every layer, no dense MLP."""
+def _full_width_qk_norm(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """OLMo 2 and OLMoE (vLLM's ``models/olmo2.py``, ``models/olmoe.py``): q and k RMSNorms over every head's width
+    together (OLMoE's experts, ``num_experts`` of ``intermediate_size`` on every layer, are read as any Qwen-style
+    MoE's)."""
     return dict(qk_norm=True, qk_norm_per_layer=True)
 
 
@@ -2435,6 +2445,15 @@ def _zamba2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, A
             "tie_word_embeddings": cfg.get("tie_word_embeddings", True)}, hybrid
 
 
+def _qwen2_moe(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """Qwen2-MoE (vLLM's ``models/qwen2_moe.py``): q, k and v always biased, whatever transformers 5's
+    ``qkv_bias`` says; a config that turns it off is refused (its checkpoint would have no such bias)."""
+    if cfg.get("qkv_bias", True) is not True:
+        raise UnsupportedArchitecture(f"{name}: qkv_bias {cfg['qkv_bias']!r}: vLLM's Qwen2-MoE always biases q, k "
+                                      "and v")
+    return {}
+
+
 def _fields(read: Callable[[dict[str, Any], str], dict[str, Any]]) -> FamilyReader:
     """A reading that only sets Architecture fields."""
     return lambda cfg, name: (cfg, read(cfg, name))
@@ -2471,11 +2490,12 @@ FAMILY_READERS: dict[str, FamilyReader] = {
     "olmo_hybrid": _fields(_olmo_hybrid),
     "glm4_moe_lite": _fields(_glm4_moe_lite),
     "ernie4_5": _fields(_ernie4_5),
+    "qwen2_moe": _fields(_qwen2_moe),
     "ernie4_5_moe": _fields(_ernie4_5_moe),
     "zamba2": _zamba2,
     **dict.fromkeys(("cohere", "cohere2"), _cohere),
     "glm4": _fields(_glm4),
-    "olmoe": _fields(_olmoe),
+    **dict.fromkeys(("olmo2", "olmoe"), _fields(_full_width_qk_norm)),
     "granitemoeshared": _fields(_granite_moe_shared),
     **dict.fromkeys(("mamba", "falcon_mamba"), _mamba),
     "mamba2": _mamba2,
@@ -2498,6 +2518,9 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
     model_type = str(cfg.get("model_type") or raw.get("model_type") or "custom")
     if model_type in _ENCODER_DECODER or cfg.get("is_encoder_decoder"):
         raise UnsupportedArchitecture(f"{name}: encoder-decoder models ({model_type}) are not supported")
+    if cfg.get("use_bidirectional_attention") is True:  # Gemma-4's "vision" (image tokens only) is its reader's
+        raise UnsupportedArchitecture(f"{name}: use_bidirectional_attention true: an encoder (an embedding model), "
+                                      "not the causal decoder kvprof plans")
     _check_bounds(cfg, name)
     _check_keys(raw, cfg, model_type, name)
     reader = FAMILY_READERS.get(model_type)
@@ -2544,6 +2567,9 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
             q_lora_rank=cfg.get("q_lora_rank"),
         )
         head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        if cfg.get("mlp_bias"):
+            raise UnsupportedArchitecture(f"{name}: mlp_bias true: vLLM's latent-attention models build their MLPs "
+                                          "without bias")
 
     layer_types = hybrid.get("layer_types") or _layer_types(cfg, model_type, n_layers, name)
     derived_len, derived_from = _derived_max_len(cfg, model_type)

@@ -38,6 +38,10 @@ INERT = frozenset({
     "tokenizer_class", "top_k", "top_p", "torchscript", "typical_p", "use_bfloat16", "use_cache",
     "initializer_range", "pretraining_tp", "gradient_checkpointing", "torch_dtype", "dtype",
     "is_encoder_decoder",  # read: true is refused (architecture._from_dict)
+    # a MoE router's training-time loss, noise and logits output (transformers 5 writes them into every MoE config)
+    "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
+    # read: true (a bidirectional encoder, Gemma's embedding variants) is refused (architecture._from_dict)
+    "use_bidirectional_attention",
 })
 # Token ids (bos_token_id, image_token_id …), dropout rates and norm epsilons, by name.
 INERT_PATTERNS = (re.compile(r".*_token_ids?$"), re.compile(r".*_token_index$"), re.compile(r".*dropout.*"),
@@ -62,7 +66,9 @@ MIXTRAL_MOE = frozenset({"num_local_experts", "num_experts_per_tok", "router_aux
 # Qwen2-MoE's gated shared expert.
 QWEN_MOE = frozenset({"num_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
                       "mlp_only_layers", "norm_topk_prob", "router_aux_loss_coef", "output_router_logits",
-                      "shared_expert_intermediate_size"})
+                      "shared_expert_intermediate_size",
+                      # transformers 5 writes num_experts as num_local_experts (Qwen3MoeConfig.attribute_map)
+                      "num_local_experts"})
 # Granite's muP-style scales: activations, residuals, attention scores and logits, no weight
 GRANITE_SCALES = frozenset({"embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"})
 # DeepSeek's multi-head latent attention and its MoE (routed and shared experts, the first k layers dense, a MoE
@@ -71,7 +77,11 @@ DEEPSEEK = frozenset({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nop
                       "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
                       "first_k_dense_replace", "moe_layer_freq", "n_group", "topk_group", "topk_method",
                       "routed_scaling_factor", "scoring_func", "norm_topk_prob", "aux_loss_alpha", "seq_aux",
-                      "num_nextn_predict_layers", "ep_size"})
+                      "num_nextn_predict_layers", "ep_size",
+                      # transformers 5's: qk_head_dim (nope + rope: vLLM derives it, whatever is written),
+                      # rope_interleave (a RoPE layout),
+                      # mlp_bias (read: vLLM's DeepSeek MLPs have none, so true is refused)
+                      "qk_head_dim", "rope_interleave", "mlp_bias"})
 # DeepSeek Sparse Attention's indexer (architecture._sparse_indexer): its heads, top-k and which layers have one;
 # indexer_rope_interleave and index_share_for_mtp_iteration choose a RoPE style and an MTP behaviour, no weight.
 DSA = frozenset({"index_n_heads", "index_head_dim", "index_topk", "index_topk_freq", "index_skip_topk_offset",
@@ -100,7 +110,7 @@ FAMILIES: dict[str, frozenset[str]] = {
     "qwen2": DECODER | QWEN_WINDOW | {"use_mrope"},
     # MiMo-7B: Qwen2's decoder (vLLM's mimo.py subclasses it) and MTP layers its mapper drops ("model.mtp_layers.")
     "mimo": DECODER | QWEN_WINDOW | {"use_mrope", "num_nextn_predict_layers"},
-    "qwen2_moe": DECODER | QWEN_WINDOW | QWEN_MOE,
+    "qwen2_moe": DECODER | QWEN_WINDOW | QWEN_MOE | {"qkv_bias"},  # read: vLLM always biases q, k, v
     "qwen3": DECODER | QWEN_WINDOW,
     # Qwen3-Coder's qkv_bias and use_qk_norm: vLLM's qwen3_moe.py reads neither (its q/k norms always, the QKV bias
     # from attention_bias)
@@ -112,7 +122,7 @@ FAMILIES: dict[str, frozenset[str]] = {
     "qwen3_vl_text": DECODER,
     "qwen3_vl_moe_text": DECODER | QWEN_MOE,
     "gemma2": DECODER | {"sliding_window", "hidden_activation", "query_pre_attn_scalar", "attn_logit_softcapping",
-                         "final_logit_softcapping", "cache_implementation"},
+                         "final_logit_softcapping", "cache_implementation", "layer_types"},
     "gemma3": WRAPPER | {"tie_word_embeddings", "initializer_range"},
     "gemma3_text": DECODER | {"sliding_window", "sliding_window_pattern", "layer_types", "hidden_activation",
                               "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
@@ -127,7 +137,7 @@ FAMILIES: dict[str, frozenset[str]] = {
                                          "hc_mult", "hc_sinkhorn_iters", "num_hash_layers", "swiglu_limit",
                                          "expert_dtype", "vision_n_layers"},
     # DeepSeek-V3.2: V3 with a sparse-attention indexer on every layer
-    "deepseek_v32": DECODER | DEEPSEEK | DSA,
+    "deepseek_v32": DECODER | DEEPSEEK | DSA | {"layer_types", "mlp_layer_types"},
     # GLM-5: DeepSeek-V3.2's layers (vLLM's GlmMoeDsaForCausalLM is the same class); qk_head_dim is qk_nope + qk_rope
     # and head_dim unused by MLA, rope_interleave a RoPE style, moe_router_dtype float32 routing (vLLM forces it);
     # indexer_types and mlp_layer_types (GLM-5.2) are checked against what vLLM builds
@@ -148,7 +158,8 @@ FAMILIES: dict[str, frozenset[str]] = {
     "jamba": DECODER | {"attn_layer_period", "attn_layer_offset", "expert_layer_period", "expert_layer_offset",
                         "num_experts", "num_experts_per_tok", "mamba_d_state", "mamba_d_conv", "mamba_expand",
                         "mamba_dt_rank", "mamba_conv_bias", "mamba_proj_bias", "use_mamba_kernels",
-                        "num_logits_to_keep", "output_router_logits", "router_aux_loss_coef", "sliding_window"},
+                        "num_logits_to_keep", "output_router_logits", "router_aux_loss_coef", "sliding_window",
+                        "use_associative_scan", "use_mambapy"},  # kernel choices
     # LFM2 (architecture._lfm2): gated short convolutions and attention; the *_init_* and use_* keys describe
     # training-time choices, norm_eps and theta the norms and RoPE
     "lfm2": DECODER | {"layer_types", "full_attn_idxs", "block_dim", "block_ff_dim", "block_multiple_of",
@@ -173,7 +184,7 @@ FAMILIES: dict[str, frozenset[str]] = {
     # initial_context_length: the pre-YaRN length, which vLLM's gpt_oss.py takes from rope_scaling instead
     "gpt_oss": DECODER | {"num_local_experts", "num_experts_per_tok", "sliding_window", "layer_types",
                           "swiglu_limit", "router_aux_loss_coef", "output_router_logits", "experts_per_token",
-                          "initial_context_length"},
+                          "initial_context_length", "swiglu_alpha"},  # the activation's constant
     "phi3": DECODER | {"sliding_window", "original_max_position_embeddings", "partial_rotary_factor"},
     "olmo2": DECODER,
     # IBM Granite 3.x (vLLM's granite.py, granitemoe.py, granitemoeshared.py): Llama's layers, Mixtral-style experts,
