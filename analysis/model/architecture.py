@@ -59,6 +59,8 @@ class UnsupportedArchitecture(ValueError):
 # that carry biases and learned position embeddings (GPT-2 lineage).
 _NON_GATED = {"gpt2", "gpt_bigcode", "gpt_neox", "opt", "gptj", "falcon", "phi", "bloom"}
 _LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt"}
+# Families whose norms are LayerNorms with a bias beside the weight (vLLM's gpt2.py, gpt_bigcode.py: nn.LayerNorm)
+_NORM_BIAS = {"gpt2", "gpt_bigcode"}
 # Families whose q/k/v projections have biases even though the config says nothing.
 _QKV_BIAS = {"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "mimo"}
 # Families with q/k RMSNorm over head_dim (two small vectors per layer).
@@ -428,6 +430,7 @@ class Architecture(BaseModel):
     # V's head width where it is not K's (MiMo-V2: K 192, V 128 on every attention layer); None: head_dim
     v_head_dim: int | None = Field(None, gt=0, le=MAX_HEAD_DIM)
     norms_per_layer: int = 2
+    norm_bias: bool = False  # LayerNorms with a bias: two vectors a norm, not one
     learned_position_embeddings: int = 0
     max_position_embeddings: int | None = Field(None, le=MAX_POSITIONS)
     # vLLM's longest max_model_len for the model where it is not max_position_embeddings (another length key,
@@ -1242,6 +1245,7 @@ def _layer_types(cfg: dict[str, Any], model_type: str, n_layers: int, name: str)
     if not window:
         return ("full_attention",) * n_layers
     pattern = cfg.get("sliding_window_pattern")
+    pattern = pattern or cfg.get("_sliding_window_pattern")  # transformers 5 serialises it with an underscore
     if model_type in ("gemma3", "gemma3_text") and pattern:
         # Gemma 3: every `pattern`-th layer is global, the rest are local.
         return tuple(
@@ -1930,6 +1934,9 @@ def _llama4(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     if chunk is not None:
         chunk = _positive_int(chunk, "attention_chunk_size", name)
     kinds = tuple("chunked_attention" if r and chunk else "full_attention" for r in no_rope)
+    if cfg.get("layer_types") is not None and cfg["layer_types"] != list(kinds):
+        raise UnsupportedArchitecture(f"{name}: layer_types disagrees with the chunked and full layers vLLM builds "
+                                      "from no_rope_layers and attention_chunk_size (transformers 5 writes both)")
     step = _positive_int(cfg.get("interleave_moe_layer_step", 1), "interleave_moe_layer_step", name)
     moe_at = [i for i in range(n) if (i + 1) % step == 0]
     if cfg.get("moe_layers") is not None and sorted(cfg["moe_layers"]) != moe_at:
@@ -2533,6 +2540,10 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
                            "hidden size", name)
     heads = _positive_int(_first(cfg, ("num_attention_heads", "n_head"), "attention head count", name),
                           "attention head count", name)
+    if model_type == "gpt_bigcode" and cfg.get("num_key_value_heads") not in (None, 1 if cfg.get("multi_query")
+                                                                               else heads):
+        raise UnsupportedArchitecture(f"{name}: num_key_value_heads {cfg['num_key_value_heads']!r} disagrees with "
+                                      f"multi_query {bool(cfg.get('multi_query'))}, which vLLM's GPTBigCode reads")
     kv_heads = 1 if cfg.get("multi_query") else cfg.get("num_key_value_heads") or cfg.get("n_head_kv") or heads
     for key in ("num_key_value_heads", "n_head_kv"):  # written but 0 or negative: not "absent" (= heads)
         if not cfg.get("multi_query") and cfg.get(key) is not None:
@@ -2602,6 +2613,7 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         qk_norm=model_type in _QK_NORM,
         attention_sinks=model_type == "gpt_oss",
         norms_per_layer=4 if model_type in _FOUR_NORMS else 2,
+        norm_bias=model_type in _NORM_BIAS,
         learned_position_embeddings=learned_pos if model_type in _LEARNED_POSITIONS else 0,
         max_position_embeddings=cfg.get("max_position_embeddings") or cfg.get("n_positions"),
         derived_max_len=derived_len,

@@ -126,7 +126,7 @@ FAMILIES: dict[str, frozenset[str]] = {
     "gemma3": WRAPPER | {"tie_word_embeddings", "initializer_range"},
     "gemma3_text": DECODER | {"sliding_window", "sliding_window_pattern", "layer_types", "hidden_activation",
                               "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
-                              "rope_local_base_freq", "cache_implementation"},
+                              "rope_local_base_freq", "cache_implementation", "_sliding_window_pattern"},
     "deepseek_v2": DECODER | DEEPSEEK,
     "deepseek_v3": DECODER | DEEPSEEK,
     # DeepSeek-V4 (architecture._deepseek_v4): compressed and sparse attention layer by layer, the grouped output
@@ -322,9 +322,12 @@ FAMILIES: dict[str, frozenset[str]] = {
     "llama4_text": DECODER | {"intermediate_size_mlp", "num_local_experts", "num_experts_per_tok",
                               "interleave_moe_layer_step", "moe_layers", "no_rope_layers", "no_rope_layer_interval",
                               "attention_chunk_size", "use_qk_norm", "attn_temperature_tuning", "floor_scale",
-                              "attn_scale", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise"},
+                              "attn_scale", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise",
+                              "layer_types"},  # transformers 5's, checked against the reading's
     "gpt2": GPT2,
-    "gpt_bigcode": GPT2 | {"multi_query", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32"},
+    # transformers 5 writes num_key_value_heads (1 under multi_query, else n_head): checked, vLLM reads multi_query
+    "gpt_bigcode": GPT2 | {"multi_query", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32",
+                           "num_key_value_heads"},
 }
 
 _KIND = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list",

@@ -3,7 +3,8 @@
 rope_interleave, use_bidirectional_attention, num_local_experts, layer_types of ``indexed_attention`` or
 ``linear_attention`` …): each must be read or refused by name, and the count must be transformers' own. The sweep
 found a head width derived before the model was known to be MLA (GLM-4.7-Flash), OLMo 2's q/k norms counted per
-head instead of over every head, and seven families refused for keys they understand."""
+head instead of over every head, GPT-2's LayerNorm biases uncounted, and ten families refused for keys they
+understand."""
 
 import pytest
 import transformers
@@ -15,9 +16,10 @@ from analysis.model.params import count_params
 # every family whose transformers defaults form a model vLLM 0.32 builds; the others: wrappers (their towers
 # are tested with their published configs), defaults vLLM would refuse (GLM-4.5's 96 heads over 4,096 without a
 # head_dim, DeepSeek-V2's no experts per token, Granite-4.0-H's no attention layer), transformers 5 names kvprof
-# does not read yet (DeepSeek-V4's compress_rates, Llama-4's and MiMo-V2's layer_types: refused by name)
+# does not read yet (DeepSeek-V4's compress_rates, MiMo-V2's layer_types, Gemma-4's per_layer_config: refused by name)
 FAMILIES = ["cohere", "cohere2", "deepseek_v3", "deepseek_v32", "ernie4_5", "ernie4_5_moe", "exaone4", "falcon_h1",
-            "falcon_mamba", "gemma", "gemma2", "glm4", "glm_moe_dsa", "gpt_oss", "granite", "granitemoe",
+            "falcon_mamba", "gemma", "gemma2", "gemma3_text", "glm4", "glm_moe_dsa", "gpt2", "gpt_bigcode",
+            "gpt_oss", "granite", "granitemoe", "llama4_text",
             "granitemoeshared", "jamba", "llama", "mamba", "mamba2", "minimax_m2", "ministral3", "mistral", "mixtral",
             "olmo2", "olmo_hybrid", "olmoe", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_5_moe_text",
             "qwen3_5_text", "qwen3_moe", "qwen3_next", "zamba2"]
