@@ -1547,6 +1547,13 @@ def _mimo_v2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, 
         raise UnsupportedArchitecture(f"{name}: moe_router_dtype {cfg['moe_router_dtype']!r} is not read")
     factor = _fraction(cfg.get("partial_rotary_factor", 1.0), "partial_rotary_factor", name)
     types = tuple("sliding_attention" if p else "full_attention" for p in pattern)
+    # transformers 5 also writes what vLLM reads from the two patterns: they must agree
+    for key, written, built in (("layer_types", cfg.get("layer_types"), list(types)),
+                                ("mlp_layer_types", cfg.get("mlp_layer_types"),
+                                 ["sparse" if f else "dense" for f in moe_layers])):
+        if written is not None and written != built:
+            raise UnsupportedArchitecture(f"{name}: {key} disagrees with the layers vLLM builds from "
+                                          "hybrid_layer_pattern and moe_layer_freq")
     moe = None
     if any(moe_layers):
         moe = _validated(MoE, name, num_experts=cfg.get("n_routed_experts"),

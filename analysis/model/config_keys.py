@@ -296,7 +296,9 @@ FAMILIES: dict[str, frozenset[str]] = {
                                            "swa_num_key_value_heads", "swa_head_dim", "swa_v_head_dim",
                                            "hybrid_layer_pattern", "layernorm_epsilon", "attention_value_scale",
                                            "add_swa_attention_sink_bias", "add_full_attention_sink_bias",
-                                           "moe_router_dtype"},
+                                           "moe_router_dtype",
+                                           # transformers 5's, checked against the two patterns
+                                           "layer_types", "mlp_layer_types"},
     # GLM-4.5 / 4.6 / 4.7 (architecture._glm4_moe): GQA with partial RoPE and optional q/k norms, DeepSeek-style
     # experts with a shared one; the routing keys change no weight, num_mtp_layers and num_nextn_predict_layers name
     # MTP layers vLLM loads only for speculative decoding
