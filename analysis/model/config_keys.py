@@ -14,7 +14,7 @@ What a family lists is of three kinds, kept apart so that a reader of this file 
 * Hugging Face's generic ``PretrainedConfig`` keys (token ids, generation defaults, dropout): :data:`INERT`.
 
 A new family is one entry of :data:`FAMILIES` (and its reading, an entry of ``FAMILY_READERS`` in
-``analysis.model.architecture``, where its keys are new). Keys nested in a ``text_config`` are checked against the
+``analysis.model.families``, where its keys are new). Keys nested in a ``text_config`` are checked against the
 decoder's family, the wrapper's own keys against the wrapper's.
 """
 
@@ -82,11 +82,11 @@ DEEPSEEK = frozenset({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nop
                       # rope_interleave (a RoPE layout),
                       # mlp_bias (read: vLLM's DeepSeek MLPs have none, so true is refused)
                       "qk_head_dim", "rope_interleave", "mlp_bias"})
-# DeepSeek Sparse Attention's indexer (architecture._sparse_indexer): its heads, top-k and which layers have one;
+# DeepSeek Sparse Attention's indexer (families.attention._sparse_indexer): its heads, top-k and which layers have one;
 # indexer_rope_interleave and index_share_for_mtp_iteration choose a RoPE style and an MTP behaviour, no weight.
 DSA = frozenset({"index_n_heads", "index_head_dim", "index_topk", "index_topk_freq", "index_skip_topk_offset",
                  "index_topk_pattern", "indexer_rope_interleave", "index_share_for_mtp_iteration"})
-# Qwen3-Next's gated DeltaNet and gated attention (architecture._qwen3_next).
+# Qwen3-Next's gated DeltaNet and gated attention (families.hybrid._qwen3_next).
 QWEN3_NEXT = frozenset({"layer_types", "full_attention_interval", "linear_conv_kernel_dim", "linear_key_head_dim",
                         "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads",
                         "partial_rotary_factor", "attn_output_gate", "use_sliding_window",
@@ -129,7 +129,7 @@ FAMILIES: dict[str, frozenset[str]] = {
                               "rope_local_base_freq", "cache_implementation", "_sliding_window_pattern"},
     "deepseek_v2": DECODER | DEEPSEEK,
     "deepseek_v3": DECODER | DEEPSEEK,
-    # DeepSeek-V4 (architecture._deepseek_v4): compressed and sparse attention layer by layer, the grouped output
+    # DeepSeek-V4 (families.attention._deepseek_v4): compressed and sparse attention layer by layer, the grouped output
     # projection, hyper-connections, hash-routed first layers; swiglu_limit clamps an activation, compress_rope_theta
     # and hc_sinkhorn_iters set values and iterations, not shapes; expert_dtype names the experts' checkpoint format
     "deepseek_v4": DECODER | DEEPSEEK | {"index_n_heads", "index_head_dim", "index_topk", "compress_ratios",
@@ -144,7 +144,7 @@ FAMILIES: dict[str, frozenset[str]] = {
     "glm_moe_dsa": DECODER | DEEPSEEK | DSA | {"qk_head_dim", "rope_interleave", "moe_router_dtype",
                                                "indexer_types", "mlp_layer_types", "layer_types", "num_experts",
                                                "mlp_bias"},
-    # Falcon-H1 (architecture._falcon_h1): attention and Mamba2 side by side in every layer; the muP multipliers
+    # Falcon-H1 (families.hybrid._falcon_h1): attention and Mamba2 side by side in every layer; the muP multipliers
     # scale activations, mamba_chunk_size, mamba_norm_before_gate and time_step_limit shape no weight
     "falcon_h1": DECODER | {"mamba_d_ssm", "mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_d_state",
                             "mamba_d_conv", "mamba_expand", "mamba_chunk_size", "mamba_conv_bias", "mamba_proj_bias",
@@ -153,26 +153,26 @@ FAMILIES: dict[str, frozenset[str]] = {
                             "lm_head_multiplier", "embedding_multiplier", "mlp_multipliers", "key_multiplier",
                             "attention_out_multiplier", "attention_in_multiplier", "ssm_multipliers",
                             "ssm_in_multiplier", "ssm_out_multiplier", "num_logits_to_keep", "attn_layer_indices"},
-    # Jamba (architecture._jamba): attention every attn_layer_period-th layer, experts every expert_layer_period-th;
+    # Jamba (families.hybrid._jamba): attention every attn_layer_period-th layer, experts every expert_layer_period-th;
     # use_mamba_kernels picks kernels, num_logits_to_keep an output, no weight
     "jamba": DECODER | {"attn_layer_period", "attn_layer_offset", "expert_layer_period", "expert_layer_offset",
                         "num_experts", "num_experts_per_tok", "mamba_d_state", "mamba_d_conv", "mamba_expand",
                         "mamba_dt_rank", "mamba_conv_bias", "mamba_proj_bias", "use_mamba_kernels",
                         "num_logits_to_keep", "output_router_logits", "router_aux_loss_coef", "sliding_window",
                         "use_associative_scan", "use_mambapy"},  # kernel choices
-    # LFM2 (architecture._lfm2): gated short convolutions and attention; the *_init_* and use_* keys describe
+    # LFM2 (families.hybrid._lfm2): gated short convolutions and attention; the *_init_* and use_* keys describe
     # training-time choices, norm_eps and theta the norms and RoPE
     "lfm2": DECODER | {"layer_types", "full_attn_idxs", "block_dim", "block_ff_dim", "block_multiple_of",
                        "block_ffn_dim_multiplier", "block_auto_adjust_ff_dim", "block_norm_eps", "block_mlp_init_scale",
                        "block_out_init_scale", "block_use_swiglu", "block_use_xavier_init", "conv_L_cache",
                        "conv_bias", "conv_dim", "conv_dim_out", "conv_use_xavier_init", "norm_eps", "num_heads",
                        "theta", "tie_embedding", "use_pos_enc"},
-    # LFM2-MoE (architecture._lfm2_moe): LFM2's layers, experts past the first num_dense_layers; the routing keys
+    # LFM2-MoE (families.hybrid._lfm2_moe): LFM2's layers, experts past the first num_dense_layers; the routing keys
     # (top-k renormalising, scaling) change no weight
     "lfm2_moe": DECODER | {"layer_types", "conv_L_cache", "conv_bias", "norm_eps", "num_dense_layers",
                            "num_experts", "num_experts_per_tok", "moe_intermediate_size", "use_expert_bias",
                            "routed_scaling_factor", "norm_topk_prob", "output_router_logits"},
-    # MiniMax-M2 (architecture._minimax_m2): the MTP modules' keys describe layers vLLM does not load;
+    # MiniMax-M2 (families.attention._minimax_m2): the MTP modules' keys describe layers vLLM does not load;
     # attn_type_list and sliding_window are checked against the full attention vLLM builds
     "minimax_m2": DECODER | {"num_local_experts", "num_experts_per_tok", "rotary_dim", "partial_rotary_factor",
                              "use_qk_norm", "qk_norm_type", "use_routing_bias", "scoring_func", "use_mtp",
@@ -192,18 +192,20 @@ FAMILIES: dict[str, frozenset[str]] = {
     "granite": DECODER | {"mlp_bias", *GRANITE_SCALES},
     "granitemoe": DECODER | MIXTRAL_MOE | GRANITE_SCALES,
     "granitemoeshared": DECODER | MIXTRAL_MOE | GRANITE_SCALES | {"shared_intermediate_size"},
-    # OLMoE (architecture._olmoe): clip_qkv clamps activations, norm_topk_prob routes; neither is a weight
+    # OLMoE (families.attention._full_width_qk_norm): clip_qkv clamps activations, norm_topk_prob routes;
+    # neither is a weight
     "olmoe": DECODER | {"num_experts", "num_experts_per_tok", "norm_topk_prob", "clip_qkv", "router_aux_loss_coef",
                         "output_router_logits"},
-    # EXAONE 4.0 and Command R / R7B / A (architecture._exaone4, _cohere): layer_types or the sliding_window_pattern
+    # EXAONE 4.0 and Command R / R7B / A (families.attention._exaone4, _cohere): layer_types or the
+    # sliding_window_pattern
     # transformers derives them from; logit_scale scales the logits only
     "exaone4": DECODER | {"layer_types", "sliding_window", "sliding_window_pattern", "mlp_bias"},
     "cohere": DECODER | {"logit_scale", "use_qk_norm"},
     "cohere2": DECODER | {"layer_types", "sliding_window", "sliding_window_pattern", "logit_scale"},
     "glm4": DECODER | {"partial_rotary_factor"},
-    # ERNIE 4.5 dense (architecture._ernie4_5): Llama's keys and transformers' use_bias
+    # ERNIE 4.5 dense (families.attention._ernie4_5): Llama's keys and transformers' use_bias
     "ernie4_5": DECODER | {"use_bias", "mlp_bias"},
-    # Zamba2 (architecture._zamba2): kv_channels and num_query_groups are transformers' derived widths, the rest
+    # Zamba2 (families.hybrid._zamba2): kv_channels and num_query_groups are transformers' derived widths, the rest
     # of what vLLM does not read picks kernels (use_mamba_kernels, use_mem_eff_path) or a time-step initialisation
     "zamba2": DECODER | {"layers_block_type", "hybrid_layer_ids", "num_mem_blocks", "adapter_rank",
                          "use_shared_attention_adapter", "attention_hidden_size", "attention_head_dim",
@@ -212,16 +214,16 @@ FAMILIES: dict[str, frozenset[str]] = {
                          "num_query_groups", "chunk_size", "use_mamba_kernels", "use_mem_eff_path", "time_step_min",
                          "time_step_max", "time_step_floor", "time_step_limit", "num_logits_to_keep",
                          "use_long_context"},
-    # ERNIE 4.5 MoE (architecture._ernie4_5_moe): moe_norm_min and the router's loss shape no weight
+    # ERNIE 4.5 MoE (families.attention._ernie4_5_moe): moe_norm_min and the router's loss shape no weight
     "ernie4_5_moe": DECODER | {"use_bias", "use_moe", "moe_num_experts", "moe_k", "moe_intermediate_size",
                                "moe_num_shared_experts", "moe_layer_start_index", "moe_layer_end_index",
                                "moe_layer_interval", "moe_norm_min", "output_router_logits", "router_aux_loss_coef"},
     # Ministral 3 (vLLM's MistralForCausalLM): Mistral's keys
     "ministral3": DECODER | {"sliding_window"},
-    # GLM-4.7-Flash (architecture._glm4_moe_lite): MLA and GLM's MoE; mlp_layer_types checked against vLLM's
+    # GLM-4.7-Flash (families.attention._glm4_moe_lite): MLA and GLM's MoE; mlp_layer_types checked against vLLM's
     # first_k_dense_replace, qk_head_dim is nope + rope again, rope_interleave a RoPE layout
     "glm4_moe_lite": DECODER | DEEPSEEK | {"qk_head_dim", "rope_interleave", "mlp_layer_types", "output_router_logits"},
-    # OLMo Hybrid (architecture._olmo_hybrid): the DeltaNet's A and dt initialisation ranges and its negative
+    # OLMo Hybrid (families.hybrid._olmo_hybrid): the DeltaNet's A and dt initialisation ranges and its negative
     # eigenvalues change no shape
     "olmo_hybrid": DECODER | {"layer_types", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                               "linear_value_head_dim", "linear_conv_kernel_dim", "linear_a_log_min",
@@ -229,7 +231,7 @@ FAMILIES: dict[str, frozenset[str]] = {
                               "linear_allow_neg_eigval"},
     # Gemma (v1): hidden_activation picks GELU's approximation
     "gemma": DECODER | {"hidden_activation"},
-    # Mamba, Falcon-Mamba and Mamba2 (architecture._mamba, _mamba2): attention-free, a mixer a layer; expand sets the
+    # Mamba, Falcon-Mamba and Mamba2 (families.hybrid._mamba, _mamba2): attention-free, a mixer a layer; expand sets the
     # mixer's width where intermediate_size is absent (Mamba2's is checked against it); the time-step initialisation,
     # the residual's precision, chunk_size and the kernel choices (use_mambapy …) shape no weight
     **dict.fromkeys(("mamba", "falcon_mamba"), frozenset({
@@ -245,7 +247,7 @@ FAMILIES: dict[str, frozenset[str]] = {
         "time_step_limit", "rescale_prenorm_residual", "chunk_size", "norm_before_gate"}),
     "dbrx": frozenset({"d_model", "n_heads", "n_layers", "max_seq_len", "vocab_size", "attn_config", "ffn_config",
                        "tie_word_embeddings", "quantization_config", "output_router_logits", "router_aux_loss_coef"}),
-    # Nemotron-H: the layer pattern, Mamba2 mixers, relu² MLPs (architecture._nemotron_h); the mixers' time-step
+    # Nemotron-H: the layer pattern, Mamba2 mixers, relu² MLPs (families.hybrid._nemotron_h); the mixers' time-step
     # initialisation and kernel choice change no shape; MoE (E) layers' routing neither (a latent MoE is refused).
     "nemotron_h": DECODER | {"hybrid_override_pattern", "layers_block_type", "attention_head_dim", "mamba_num_heads",
                              "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel", "expand",
@@ -260,7 +262,7 @@ FAMILIES: dict[str, frozenset[str]] = {
                              "partial_rotary_factor",
                              # the MTP layers past the decoder: vLLM's mapper drops them ("mtp": None)
                              "mtp_layers_block_type", "num_nextn_predict_layers", "mtp_hybrid_override_pattern"},
-    # Granite-4.0-H (architecture._granite_hybrid): Mamba2 or attention, then experts and a shared MLP on every
+    # Granite-4.0-H (families.hybrid._granite_hybrid): Mamba2 or attention, then experts and a shared MLP on every
     # layer; the multipliers scale activations only, time_step_* and mamba_chunk_size shape no weight
     "granitemoehybrid": DECODER | {"layer_types", "mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups",
                                    "mamba_d_conv", "mamba_expand", "mamba_conv_bias", "mamba_proj_bias",
@@ -269,7 +271,7 @@ FAMILIES: dict[str, frozenset[str]] = {
                                    "embedding_multiplier", "attention_multiplier", "residual_multiplier",
                                    "logits_scaling", "router_aux_loss_coef", "output_router_logits", "init_method",
                                    "time_step_limit", "time_step_min", "time_step_max", "time_step_floor"},
-    # Qwen3-Next: gated DeltaNet and gated attention layers (architecture._qwen3_next), Qwen's MoE with a gated
+    # Qwen3-Next: gated DeltaNet and gated attention layers (families.hybrid._qwen3_next), Qwen's MoE with a gated
     # shared expert.
     "qwen3_next": DECODER | QWEN_MOE | QWEN3_NEXT,
     # Qwen3.5 and 3.6: Qwen3-Next's layers in a Qwen3-VL wrapper (its vision tower), the SSM state's dtype in
@@ -282,12 +284,12 @@ FAMILIES: dict[str, frozenset[str]] = {
                                             "mtp_use_dedicated_embeddings", "mlp_only_layers", "decoder_sparse_step"},
     "qwen3_5_moe_text": DECODER | QWEN3_NEXT | QWEN_MOE | {"mamba_ssm_dtype", "mtp_num_hidden_layers",
                                                            "mtp_use_dedicated_embeddings"},
-    # Llama 4 (architecture._llama4): chunked local attention on its RoPE layers, interleaved MoE with a shared expert,
-    # the NoPE layers' attention temperature (no weights)
+    # Llama 4 (families.attention._llama4): chunked local attention on its RoPE layers, interleaved MoE with a
+    # shared expert, the NoPE layers' attention temperature (no weights)
     "llama4": WRAPPER | {"tie_word_embeddings"},
-    # Llama-Nemotron NAS models (architecture._nemotron_nas): Llama layers reshaped by block_configs
+    # Llama-Nemotron NAS models (families.attention._nemotron_nas): Llama layers reshaped by block_configs
     "nemotron-nas": DECODER | {"block_configs", "mlp_bias"},
-    # MiMo-V2-Flash (architecture._mimo_v2): sliding-window and full attention layers of their own KV heads, K
+    # MiMo-V2-Flash (families.attention._mimo_v2): sliding-window and full attention layers of their own KV heads, K
     # wider than V, sinks on the sliding layers, DeepSeek-style experts on the layers moe_layer_freq marks; the
     # value scale, the routing keys and attention_chunk_size (the window again, which vLLM does not read) change no
     # weight or cache
@@ -299,14 +301,14 @@ FAMILIES: dict[str, frozenset[str]] = {
                                            "moe_router_dtype",
                                            # transformers 5's, checked against the two patterns
                                            "layer_types", "mlp_layer_types"},
-    # GLM-4.5 / 4.6 / 4.7 (architecture._glm4_moe): GQA with partial RoPE and optional q/k norms, DeepSeek-style
+    # GLM-4.5 / 4.6 / 4.7 (families.attention._glm4_moe): GQA with partial RoPE and optional q/k norms, DeepSeek-style
     # experts with a shared one; the routing keys change no weight, num_mtp_layers and num_nextn_predict_layers name
     # MTP layers vLLM loads only for speculative decoding
     "glm4_moe": DECODER | {"moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "n_routed_experts",
                            "routed_scaling_factor", "n_group", "topk_group", "first_k_dense_replace",
                            "norm_topk_prob", "use_qk_norm", "partial_rotary_factor", "num_nextn_predict_layers",
                            "num_mtp_layers", "output_router_logits", "topk_method", "scoring_func"},
-    # Gemma-4 (architecture._gemma4): sliding and global layers of their own shapes, experts beside the dense MLP;
+    # Gemma-4 (families.attention._gemma4): sliding and global layers of their own shapes, experts beside the dense MLP;
     # the softcap and the bidirectional vision mask change no weight or cache, vocab_size_per_layer_input only
     # sizes the per-layer embeddings that a hidden_size_per_layer_input of 0 turns off (others are refused)
     "gemma4": WRAPPER | {"tie_word_embeddings", "initializer_range", "vision_soft_tokens_per_image",
@@ -317,7 +319,7 @@ FAMILIES: dict[str, frozenset[str]] = {
                               "enable_moe_block", "num_experts", "top_k_experts", "moe_intermediate_size",
                               "expert_intermediate_size", "use_double_wide_mlp", "use_bidirectional_attention"},
     # Kimi-K2.5, K2.6, K2.7: DeepSeek-V3's decoder (text_config: kimi_k2 or deepseek_v3) beside MoonViT
-    # (architecture._moonvit_params); ignore_index is a training loss's, the placeholders and
+    # (encoders._moonvit_params); ignore_index is a training loss's, the placeholders and
     # use_unified_vision_chunk are the processor's
     "kimi_k25": WRAPPER | {"tie_word_embeddings", "ignore_index", "video_placeholder", "image_placeholder",
                            "use_unified_vision_chunk"},

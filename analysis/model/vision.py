@@ -15,7 +15,7 @@ Each kind answers:
   counted from the tensors vLLM's forward keeps alive, plus the pixel values in the model dtype;
 * ``output_bytes(tokens, dtype_bytes)``: the encoder outputs held through the decoder's profile.
 
-A new tower kind is a class here and the line of ``analysis.model.architecture._vision_tower`` that builds it.
+A new tower kind is a class here and the line of ``analysis.model.encoders._vision_tower`` that builds it.
 """
 
 from __future__ import annotations
