@@ -41,13 +41,10 @@ CASES = [
     # Command R7B: three sliding layers of 65 tokens (vLLM attends over sliding_window + 1 = 66) and a global one:
     # cdiv(66 − 1 + 512, 32) + 1 = 20 blocks a sliding group, 64 the global one; one layer a group (issue #47)
     ("tiny-cohere2", 32, 2048, 8 * MiB, {"max_num_batched_tokens": 512}),
-    # EXAONE 4.0: the same layout from its sliding_window_pattern, a 64-token window: 19 blocks a sliding group
-    ("tiny-exaone4", 32, 2048, 8 * MiB, {"max_num_batched_tokens": 512}),
 ]
 KNOWN = {"tiny-mistral-swa": (512, 15.52), "tiny-gemma3-hybrid": (2048, 10.40), "tiny-llama4": (1024, 7.53),
          "tiny-nemotron-nas": (170, 2.66), "tiny-gemma4": (256, 1.12),
-         "tiny-mimo-v2": (409, 1.80), "tiny-glm4-moe": (128, 2.0), "tiny-cohere2": (512, 4.13),
-         "tiny-exaone4": (512, 4.23)}
+         "tiny-mimo-v2": (409, 1.80), "tiny-glm4-moe": (128, 2.0), "tiny-cohere2": (512, 4.13)}
 
 
 def _engine_facts(model: str, block_size: int, max_model_len: int, kv_bytes: int, **more: object) -> dict:
