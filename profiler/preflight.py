@@ -165,18 +165,26 @@ def vllm_llm_arguments() -> frozenset[str] | None:
 
 # The annotations a value is checked against, by their written name; any other (Literal, a config class, a
 # dict …) is left to vLLM
-_PLAIN_TYPES: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,),
-                                             "None": (type(None),)}
+_PLAIN_TYPES: dict[str, type] = {"bool": bool, "int": int, "float": float, "str": str, "None": type(None)}
 
 
 def _fits(annotation: str, value: Any) -> bool | None:
-    """Whether ``value`` is of the annotation's type (``bool``, ``int | None`` …; an int is not a bool here, as
-    vLLM's pydantic configs take it), None where the annotation is not one kvprof reads."""
+    """Whether vLLM's configs take ``value`` for a field of this annotation (``bool``, ``int | None`` …): pydantic's
+    lax validation, as vLLM's config dataclasses apply it ("4096" is an int, "yes" a bool, "big" and "yes please"
+    neither); None where the annotation is not one kvprof reads."""
+    import functools
+    import operator
+
+    from pydantic import TypeAdapter, ValidationError
+
     parts = [a.strip().strip("'\"") for a in annotation.split("|")]
     if not parts or any(a not in _PLAIN_TYPES for a in parts):
         return None
-    return any(isinstance(value, _PLAIN_TYPES[a]) and not (a in ("int", "float") and isinstance(value, bool))
-               for a in parts)
+    try:
+        TypeAdapter(functools.reduce(operator.or_, (_PLAIN_TYPES[a] for a in parts))).validate_python(value)
+    except ValidationError:
+        return False
+    return True
 
 
 def _mistyped_engine_args(spec: SweepSpec) -> list[tuple[tuple[Any, ...], str]]:

@@ -316,3 +316,14 @@ def test_a_spec_vllm_or_the_sweep_would_refuse_is_refused_by_validate(tmp_path, 
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump(raw))
     refused(["validate", str(spec), "--platform", "cpu"], *words)
+
+
+def test_an_engine_arg_vllms_configs_coerce_is_not_refused(tmp_path):
+    """vLLM's config dataclasses validate in pydantic's lax mode: "4096" is an int and "yes" a bool there, so the
+    pre-flight's type check lets them through (a word for a length, "yes please" for a bool, it refuses)."""
+    raw = yaml.safe_load((ROOT / "sweeps" / "tiny-cpu.yaml").read_text()) | {
+        "engine_args": {"enforce_eager": "yes", "disable_log_stats": "false", "seed": "7"}}
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    r = runner.invoke(app, ["validate", str(spec), "--platform", "cpu"])
+    assert r.exit_code == 0, r.output
