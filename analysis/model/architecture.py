@@ -81,7 +81,7 @@ from analysis.model.quantization import (
     scheme_from_config,
 )
 from analysis.model.vision import VisionTower
-from analysis.model.vllm_models import supported_architectures
+from analysis.model.vllm_models import supported_architectures, transformers_backend_architectures
 
 # What other modules import from here, defined in the parts and encoders modules
 __all__ = ["ENCODER_MODALITIES", "MAX_POSITIONS", "MAX_VOCAB_SIZE", "Architecture", "UnsupportedArchitecture",
@@ -169,6 +169,11 @@ class Architecture(BaseModel):
     v_head_dim: int | None = Field(None, gt=0, le=MAX_HEAD_DIM)
     norms_per_layer: int = 2
     norm_bias: bool = False  # LayerNorms with a bias: two vectors a norm, not one
+    # Learned scalars of each dense MLP's activation (Apertus's xIELU: alpha_p and alpha_n)
+    mlp_activation_params: int = Field(0, ge=0, le=16)
+    # vLLM 0.32 runs the model through its Transformers modeling backend (analysis.model.vllm_models): transformers'
+    # own layers, whose rotary embedding keeps no cos/sin cache of every position
+    transformers_backend: bool = False
     learned_position_embeddings: int = 0
     max_position_embeddings: int | None = Field(None, le=MAX_POSITIONS)
     # vLLM's longest max_model_len for the model where it is not max_position_embeddings (another length key,
@@ -609,6 +614,13 @@ def _check_architectures(raw: dict[str, Any], name: str) -> None:
             "whose memory kvprof does not plan")
 
 
+def _runs_transformers_backend(raw: dict[str, Any]) -> bool:
+    """Whether the class config.json names is one vLLM 0.32 runs through its Transformers modeling backend (a
+    config naming none is read as its family's reader says)."""
+    archs = raw.get("architectures")
+    return bool(archs) and all(x in transformers_backend_architectures() for x in archs)
+
+
 def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
                video_max_pixels: int | None = None) -> Architecture:
     _check_architectures(raw, name)
@@ -725,6 +737,7 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         encoder_params=encoder[0], encoder_replicated_params=encoder[1], encoder_note=encoder[2],
         vision=_vision_tower(raw, hidden, max_pixels, video_max_pixels),
         encoder_modalities=_encoder_modalities(raw),
+        transformers_backend=_runs_transformers_backend(raw),
     )
     try:
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")),

@@ -231,6 +231,18 @@ FAMILIES: dict[str, frozenset[str]] = {
                               "linear_allow_neg_eigval"},
     # Gemma (v1): hidden_activation picks GELU's approximation
     "gemma": DECODER | {"hidden_activation"},
+    # Llama's layer with a twist (families.dense): OLMo 3's and CWM's sliding layers, SmolLM3's NoPE layers (the
+    # sliding ones where use_sliding_window), Seed-OSS's o_proj bias, GLM-4 v1's partial RoPE, the ungated MLPs of
+    # Arcee, Jais 2 and Apertus
+    "olmo3": DECODER | {"layer_types", "sliding_window"},
+    "cwm": DECODER | {"layer_types", "sliding_window", "mlp_bias"},
+    "smollm3": DECODER | {"layer_types", "sliding_window", "use_sliding_window", "no_rope_layers",
+                          "no_rope_layer_interval", "mlp_bias"},
+    "seed_oss": DECODER | {"attention_out_bias", "mlp_bias"},
+    "glm": DECODER | {"partial_rotary_factor"},
+    **dict.fromkeys(("arcee", "jais2"), DECODER | {"mlp_bias"}),
+    "apertus": DECODER,
+    "hunyuan_v1_dense": DECODER,
     # Mamba, Falcon-Mamba and Mamba2 (families.hybrid._mamba, _mamba2): attention-free, a mixer a layer; expand sets the
     # mixer's width where intermediate_size is absent (Mamba2's is checked against it); the time-step initialisation,
     # the residual's precision, chunk_size and the kernel choices (use_mambapy …) shape no weight

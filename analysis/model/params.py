@@ -208,7 +208,7 @@ def count_params(a: Architecture) -> ParamCount:
         if not a.has_mlp(i):
             continue
         if not a.is_moe_layer(i):
-            dense_mlp += _mlp_params(h, a.mlp_size(i), a.mlp_gated, a.mlp_bias)
+            dense_mlp += _mlp_params(h, a.mlp_size(i), a.mlp_gated, a.mlp_bias) + a.mlp_activation_params
             continue
         m = a.moe
         assert m is not None
@@ -443,8 +443,8 @@ def rotary_cache_bytes(a: Architecture) -> int:
     for Mistral-Nemo's 1,024,000 positions, 0.56 GiB for Gemma 3 12B (its global RoPE's linear factor 8 makes
     1,048,576 positions × 256 × 2 B, beside the sliding layers' 131,072).
     """
-    if not a.max_position_embeddings or a.learned_position_embeddings:
-        return 0
+    if not a.max_position_embeddings or a.learned_position_embeddings or a.transformers_backend:
+        return 0  # the Transformers backend runs transformers' rotary embedding: cos/sin computed a step, not kept
     rotary_dim = a.mla.qk_rope_head_dim if a.mla else int(a.head_dim * a.rotary_fraction)
     if a.rope_cache_widths:
         return sum(p * w for p, w in zip(a.rope_cache_positions, a.rope_cache_widths, strict=True)) \

@@ -1,7 +1,7 @@
 """The config readers, one a family (a ``model_type``): ``FAMILY_READERS`` maps each to its reading, which returns
 the config with the generic keys :func:`analysis.model.architecture._from_dict` reads and the architecture fields of
-its own. A new family is an entry here (its reader in :mod:`.hybrid` or :mod:`.attention`) and its key list in
-:data:`analysis.model.config_keys.FAMILIES`.
+its own. A new family is an entry here (its reader in :mod:`.hybrid`, :mod:`.attention` or :mod:`.dense`) and its
+key list in :data:`analysis.model.config_keys.FAMILIES`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from analysis.model.families.attention import (
     _qwen2_moe,
     _sparse_attention_keys,
 )
+from analysis.model.families.dense import READERS as DENSE_READERS
 from analysis.model.families.hybrid import (
     _falcon_h1,
     _granite_hybrid,
@@ -76,4 +77,5 @@ FAMILY_READERS: dict[str, FamilyReader] = {
     **dict.fromkeys(("mamba", "falcon_mamba"), _mamba),
     "mamba2": _mamba2,
     **dict.fromkeys(("qwen3_next", *QWEN3_5_TEXT), _qwen3_next_text),
+    **DENSE_READERS,
 }

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from analysis.model.architecture import Architecture, UnsupportedArchitecture
-from analysis.model.vllm_models import supported_architectures
+from analysis.model.vllm_models import supported_architectures, transformers_backend_architectures
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "tests" / "fixtures" / "published_configs"
@@ -17,9 +17,11 @@ CONFIGS = ROOT / "tests" / "fixtures" / "published_configs"
 def test_the_kept_list_is_the_installed_vllms_registry():
     pytest.importorskip("vllm")
     sys.path.insert(0, str(ROOT / "tests"))
-    from vllm_models import installed
+    from vllm_models import installed, installed_transformers_backend
 
     assert sorted(supported_architectures()) == installed(), "run: python tests/vllm_models.py --write"
+    assert sorted(transformers_backend_architectures()) == installed_transformers_backend(), \
+        "run: python tests/vllm_models.py --write"
 
 
 @pytest.mark.parametrize("checkpoint, arch", [

@@ -1,0 +1,158 @@
+"""Config readers of dense decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4
+(v1), CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``) and Apertus.
+
+vLLM 0.32 runs all but Apertus through its Transformers modeling backend (``registry.py``'s
+``_TRANSFORMERS_SUPPORTED_MODELS``; ``models/transformers/base.py``): the weights are transformers' own model's,
+and the KV cache is one ``Attention`` a layer of the config object's heads and ``head_dim``, sliding over
+``sliding_window`` where its ``layer_types`` says ``sliding_attention`` (every layer where it has no
+``layer_types``: ``EngineArgs.create_engine_config`` sets ``CacheConfig.sliding_window`` then). That config object
+is transformers' ``<Family>Config``, which fills what config.json leaves out from its own defaults, ``layer_types``
+included; each reader here applies the same defaults (``tests/analysis/model/test_families_dense.py`` holds them to
+transformers' classes), so a config.json that writes only part of its keys is read as vLLM reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analysis.model.parts import (
+    FamilyReader,
+    LayerType,
+    UnsupportedArchitecture,
+    _positive_int,
+)
+
+# transformers 5's config-class defaults for the keys kvprof reads (a key config.json omits takes these in vLLM)
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "olmo3": {"attention_bias": False, "tie_word_embeddings": False, "sliding_window": 4096,
+              "max_position_embeddings": 2048},
+    "smollm3": {"attention_bias": False, "mlp_bias": False, "tie_word_embeddings": True, "sliding_window": None,
+                "use_sliding_window": False, "no_rope_layer_interval": 4, "max_position_embeddings": 32768,
+                "num_key_value_heads": 4},
+    "seed_oss": {"head_dim": 128, "attention_bias": True, "attention_out_bias": False, "mlp_bias": False,
+                 "tie_word_embeddings": False, "max_position_embeddings": 524288, "num_key_value_heads": 8},
+    "glm": {"head_dim": 128, "attention_bias": True, "tie_word_embeddings": False, "max_position_embeddings": 131072,
+            "num_key_value_heads": 2},
+    "cwm": {"head_dim": 128, "mlp_bias": False, "tie_word_embeddings": False, "sliding_window": 8192,
+            "max_position_embeddings": 131072, "num_key_value_heads": 8},
+    "arcee": {"attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+              "max_position_embeddings": 4096},
+    "jais2": {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": False, "max_position_embeddings": 8192},
+    "hunyuan_v1_dense": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 2048},
+    "apertus": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 65536},
+}
+
+# Families whose activation is one vLLM's Transformers backend and transformers' model both build, with the MLP it
+# takes: relu2 (Arcee, Jais 2) and xIELU (Apertus) feed an up projection alone, with no gate
+_UNGATED_ACTIVATIONS = {"arcee": ("relu2",), "jais2": ("relu2",), "apertus": ("xielu",)}
+
+
+def _with_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {**DEFAULTS[str(cfg.get("model_type"))], **cfg}
+
+
+def _layers(cfg: dict[str, Any], name: str) -> int:
+    return _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+
+
+def _every_fourth(cfg: dict[str, Any], name: str, full: Any) -> tuple[LayerType, ...] | None:
+    """Where config.json lists no ``layer_types`` but has a window: the pattern transformers' config derives,
+    ``full(i)`` true for a full-attention layer (None: ``layer_types`` is written, or there is no window)."""
+    if cfg.get("layer_types") is not None or not cfg.get("sliding_window"):
+        return None
+    return tuple("full_attention" if full(i) else "sliding_attention" for i in range(_layers(cfg, name)))
+
+
+def _ungated(cfg: dict[str, Any], name: str) -> None:
+    allowed = _UNGATED_ACTIVATIONS[str(cfg.get("model_type"))]
+    act = cfg.get("hidden_act", allowed[0])
+    if act not in allowed:
+        raise UnsupportedArchitecture(f"{name}: hidden_act {act!r}: {cfg.get('model_type')}'s MLP is an up "
+                                      f"projection into {', '.join(allowed)} and a down projection; kvprof has not "
+                                      "checked another activation's weights")
+
+
+def _olmo3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """OLMo 3 (transformers' Olmo3): OLMo 2's layer (q and k RMSNorms over every head's width together, norms after
+    attention and after the MLP), three sliding layers of ``sliding_window`` to one full one where ``layer_types``
+    is not written."""
+    cfg = _with_defaults(cfg)
+    fields: dict[str, Any] = dict(qk_norm=True, qk_norm_per_layer=True)
+    if (kinds := _every_fourth(cfg, name, lambda i: (i + 1) % 4 == 0)) is not None:
+        fields["layer_types"] = kinds
+    return cfg, fields
+
+
+def _cwm(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """CWM (transformers' Cwm): Llama's layer, every fourth layer from the first full attention and the others
+    sliding over ``sliding_window`` where ``layer_types`` is not written."""
+    cfg = _with_defaults(cfg)
+    kinds = _every_fourth(cfg, name, lambda i: i % 4 == 0)
+    return cfg, {} if kinds is None else {"layer_types": kinds}
+
+
+def _smollm3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """SmolLM3 (transformers' SmolLM3): Llama's layer, RoPE left out on every ``no_rope_layer_interval``-th layer
+    (``no_rope_layers`` 0); where ``use_sliding_window`` and a window are set and ``layer_types`` is not written,
+    those NoPE layers are the sliding ones."""
+    cfg = _with_defaults(cfg)
+    if cfg.get("layer_types") is not None or not (cfg.get("use_sliding_window") and cfg.get("sliding_window")):
+        if not cfg.get("use_sliding_window") and cfg.get("layer_types") is None:
+            cfg = {**cfg, "sliding_window": None}  # transformers derives all-full layer_types: the window is unused
+        return cfg, {}
+    n = _layers(cfg, name)
+    interval = _positive_int(cfg.get("no_rope_layer_interval"), "no_rope_layer_interval", name)
+    rope = cfg.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n)]
+    if not isinstance(rope, list) or len(rope) < n or any(v not in (0, 1) for v in rope[:n]):
+        raise UnsupportedArchitecture(f"{name}: no_rope_layers must list a 0 or 1 for each of the {n} layers")
+    return cfg, {"layer_types": tuple("full_attention" if rope[i] else "sliding_attention" for i in range(n))}
+
+
+def _seed_oss(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Seed-OSS (transformers' SeedOss): Llama's layer with q/k/v biases where ``attention_bias`` and an o_proj
+    bias where ``attention_out_bias``."""
+    cfg = _with_defaults(cfg)
+    return cfg, dict(qkv_bias=bool(cfg.get("attention_bias")), o_bias=bool(cfg.get("attention_out_bias")))
+
+
+def _glm(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """GLM-4 (v1, ``glm``; transformers' Glm): Llama's layer with q/k/v biases where ``attention_bias`` (o_proj
+    has none), gate and up fused (the same weights), RoPE over ``partial_rotary_factor`` of a head."""
+    cfg = _with_defaults(cfg)
+    return cfg, dict(qkv_bias=bool(cfg.get("attention_bias")), o_bias=False)
+
+
+def _ungated_family(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Arcee (AFM), Jais 2 and Apertus: Llama's attention (q/k/v and o biases where ``attention_bias``) and an
+    MLP of an up and a down projection (biases where ``mlp_bias``) around a ReLU² or an xIELU. Jais 2's norms are
+    LayerNorms with a bias; Apertus has q and k RMSNorms over a head's width and xIELU's two learned scalars
+    (``alpha_p``, ``alpha_n``) in each MLP (vLLM's ``models/apertus.py``)."""
+    cfg = _with_defaults(cfg)
+    _ungated(cfg, name)
+    bias = bool(cfg.get("attention_bias"))
+    fields: dict[str, Any] = dict(mlp_gated=False, qkv_bias=bias, o_bias=bias, mlp_bias=bool(cfg.get("mlp_bias")))
+    if cfg["model_type"] == "jais2":
+        fields["norm_bias"] = True
+    if cfg["model_type"] == "apertus":
+        fields.update(qk_norm=True, mlp_activation_params=2)
+    return cfg, fields
+
+
+def _hunyuan_dense(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Hunyuan dense (transformers' HunYuanDenseV1): Llama's layer with q and k RMSNorms over a head's width. Its
+    attention reads ``head_dim`` and has no fallback, so a config.json without one does not build."""
+    if cfg.get("head_dim") is None:
+        raise UnsupportedArchitecture(f"{name}: no head_dim, which transformers' HunYuanDenseV1 attention (the model "
+                                      "vLLM's Transformers backend builds) reads with no default: it would not start")
+    return _with_defaults(cfg), dict(qk_norm=True)
+
+
+READERS: dict[str, FamilyReader] = {
+    "olmo3": _olmo3,
+    "cwm": _cwm,
+    "smollm3": _smollm3,
+    "seed_oss": _seed_oss,
+    "glm": _glm,
+    **dict.fromkeys(("arcee", "jais2", "apertus"), _ungated_family),
+    "hunyuan_v1_dense": _hunyuan_dense,
+}

@@ -1,0 +1,139 @@
+"""OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1), CWM, Arcee, Jais 2, Hunyuan dense and Apertus (analysis.model.families.dense,
+issue #47). All but Apertus run through vLLM 0.32's Transformers modeling backend, which builds transformers' own
+model from transformers' own config object: the expected values here are that model's parameters and that object's
+heads, widths and layer types, for configs written in full and for configs that leave keys to the class's
+defaults."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import transformers
+from helpers import ODD_CONFIG_VALUES, read_or_refuse, transformers_build
+
+from analysis.catalog import resolve_model
+from analysis.model.architecture import Architecture, UnsupportedArchitecture
+from analysis.model.config_keys import FAMILIES
+from analysis.model.families.dense import DEFAULTS
+from analysis.model.params import count_params, rotary_cache_bytes
+from analysis.model.vllm_models import transformers_backend_architectures
+
+FAMILIES_HERE = sorted(DEFAULTS)
+SMALL = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2,
+             vocab_size=1024, head_dim=64, max_position_embeddings=4096, sliding_window=128, pad_token_id=0,
+             bos_token_id=1, eos_token_id=2)
+# the least a config.json of the family writes: every other key is the config class's default
+MINIMAL = dict(hidden_size=512, intermediate_size=512, num_hidden_layers=8, num_attention_heads=8, vocab_size=1024,
+               pad_token_id=0, bos_token_id=1, eos_token_id=2)
+NEEDS = {"hunyuan_v1_dense": {"head_dim": 64}}  # its attention reads head_dim with no default
+
+
+def _config(model_type: str, **change) -> dict:
+    d = transformers.AutoConfig.for_model(model_type).to_dict()
+    d.update({k: v for k, v in SMALL.items() if k in d})
+    d.pop("layer_types", None)  # derived again from the small layer count
+    return d | NEEDS.get(model_type, {}) | change
+
+
+def _architecture(d: dict) -> tuple[Architecture, transformers.PretrainedConfig, int]:
+    cfg, count = transformers_build(d)
+    return Architecture.from_config(d, d["model_type"]), cfg, count
+
+
+@pytest.mark.parametrize("model_type", FAMILIES_HERE)
+def test_the_defaults_are_transformers_config_classs(model_type):
+    defaults = {f.name: f.default for f in dataclasses.fields(type(transformers.AutoConfig.for_model(model_type)))}
+    assert DEFAULTS[model_type] == {k: defaults[k] for k in DEFAULTS[model_type]}
+
+
+@pytest.mark.parametrize("model_type, change", [(m, {}) for m in FAMILIES_HERE] + [
+    ("seed_oss", {"attention_bias": False, "attention_out_bias": True}),
+    ("glm", {"attention_bias": False}),
+    ("jais2", {"attention_bias": False, "mlp_bias": False}),
+    ("arcee", {"attention_bias": True, "tie_word_embeddings": True}),
+    ("smollm3", {"use_sliding_window": True}),
+])
+def test_parameters_heads_and_layers_are_what_transformers_builds(model_type, change):
+    a, cfg, count = _architecture(_config(model_type, **change))
+    assert count_params(a).total == count
+    assert (a.num_kv_heads, a.head_dim) == (cfg.num_key_value_heads, getattr(cfg, "head_dim", None) or 256 // 4)
+    kinds = getattr(cfg, "layer_types", None) or ["full_attention"] * 8
+    assert list(a.layer_types) == list(kinds)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES_HERE)
+def test_a_config_that_leaves_keys_to_the_defaults_is_read_as_transformers_fills_them(model_type):
+    d = {"model_type": model_type} | MINIMAL | NEEDS.get(model_type, {})
+    a, cfg, count = _architecture(d)
+    assert count_params(a).total == count
+    assert (a.num_kv_heads, a.head_dim) == (cfg.num_key_value_heads, getattr(cfg, "head_dim", None) or 512 // 8)
+    assert a.tie_word_embeddings == cfg.tie_word_embeddings
+    kinds = getattr(cfg, "layer_types", None) or ["full_attention"] * 8
+    assert list(a.layer_types) == list(kinds)
+    windows = {layer.window for layer, _ in a.attention_kinds}
+    assert windows == ({cfg.sliding_window, None} if "sliding_attention" in kinds else {None})
+
+
+@pytest.mark.parametrize("model_type, change, expected", [
+    # Olmo3Config: "sliding_attention" if (i + 1) % 4 != 0; CwmConfig: "full_attention" if i % 4 == 0
+    ("olmo3", {}, ["sliding_attention"] * 3 + ["full_attention"]),
+    ("cwm", {}, ["full_attention"] + ["sliding_attention"] * 3),
+    # SmolLM3Config: no RoPE on every fourth layer, and with use_sliding_window those are the sliding ones
+    ("smollm3", {"use_sliding_window": True}, ["full_attention"] * 3 + ["sliding_attention"]),
+    ("smollm3", {"use_sliding_window": False}, ["full_attention"] * 4),
+])
+def test_the_derived_sliding_pattern(model_type, change, expected):
+    a = Architecture.from_config(_config(model_type, num_hidden_layers=4, **change), model_type)
+    assert list(a.layer_types) == expected
+
+
+def test_the_transformers_backend_is_known_from_vllms_registry():
+    """Every family kvprof reads whose transformers causal-LM class vLLM 0.32 maps to its Transformers backend is
+    marked so, and keeps no RoPE cos/sin cache; Apertus, which vLLM builds natively, keeps one (positions × head)."""
+    names = transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    backend = sorted(m for m in FAMILIES if names.get(m) in transformers_backend_architectures())
+    assert {"olmo3", "smollm3", "seed_oss", "glm", "cwm", "arcee", "jais2", "hunyuan_v1_dense", "olmo2"} <= set(backend)
+    for model_type in backend:
+        d = _config(model_type) | {"architectures": [names[model_type]]}
+        if model_type in ("olmo2", "gpt_bigcode"):
+            d = transformers.AutoConfig.for_model(model_type).to_dict() | {"architectures": [names[model_type]]}
+        a = Architecture.from_config(d, model_type)
+        assert a.transformers_backend and rotary_cache_bytes(a) == 0, model_type
+    apertus = Architecture.from_config(_config("apertus") | {"architectures": ["ApertusForCausalLM"]}, "apertus")
+    assert not apertus.transformers_backend and rotary_cache_bytes(apertus) == 4096 * 64 * 2
+
+
+@pytest.mark.parametrize("model_type, change, message", [
+    ("arcee", {"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+    ("apertus", {"hidden_act": "silu"}, "hidden_act 'silu'"),
+    ("hunyuan_v1_dense", {"head_dim": None}, "no head_dim"),
+    ("smollm3", {"use_sliding_window": True, "no_rope_layers": [1, 0]}, "no_rope_layers must list"),
+    ("apertus", {"mlp_bias": True}, "mlp_bias"),  # transformers' Apertus has none; vLLM's would build one
+    ("glm", {"sliding_window": 128}, "sliding_window"),
+])
+def test_what_kvprof_does_not_read_is_refused_by_name(model_type, change, message):
+    with pytest.raises(UnsupportedArchitecture, match=message):
+        Architecture.from_config(_config(model_type) | change, model_type)
+
+
+@pytest.mark.parametrize("model_type", FAMILIES_HERE)
+def test_no_value_however_odd_gives_a_traceback(model_type):
+    d = _config(model_type)
+    read_or_refuse(d | {k: v} for k in d for v in ODD_CONFIG_VALUES)
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_cpu"
+
+
+@pytest.mark.parametrize("model, layers", [
+    ("tiny-olmo3", [("sliding", 64, 3), ("full", None, 1)]),
+    ("tiny-smollm3", [("full", None, 3), ("sliding", 64, 1)]),
+    ("tiny-apertus", [("full", None, 4)]),
+])
+def test_the_tiny_engine_models_are_their_families(model, layers):
+    a, _ = resolve_model(model)
+    assert [(layer.kind, layer.window, n) for layer, n in a.attention_kinds] == layers
+    raw = json.loads((Path(__file__).resolve().parents[3] / "analysis" / "catalog" / "models" / model /
+                      "config.json").read_text())
+    assert count_params(a).total == transformers_build(raw)[1]
