@@ -243,6 +243,10 @@ FAMILIES: dict[str, frozenset[str]] = {
     **dict.fromkeys(("arcee", "jais2"), DECODER | {"mlp_bias"}),
     "apertus": DECODER,
     "hunyuan_v1_dense": DECODER,
+    "flex_olmo": DECODER | {"num_experts", "num_experts_per_tok", "norm_topk_prob"},
+    "mellum": DECODER | {"layer_types", "sliding_window", "mlp_layer_types", "num_experts", "num_local_experts",
+                         "num_experts_per_tok",
+                         "moe_intermediate_size", "norm_topk_prob"},
     # Mamba, Falcon-Mamba and Mamba2 (families.hybrid._mamba, _mamba2): attention-free, a mixer a layer; expand sets the
     # mixer's width where intermediate_size is absent (Mamba2's is checked against it); the time-step initialisation,
     # the residual's precision, chunk_size and the kernel choices (use_mambapy …) shape no weight

@@ -1,5 +1,5 @@
-"""Config readers of dense decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4
-(v1), CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``) and Apertus.
+"""Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
+CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``) and Apertus, and the MoE ones FlexOlmo and Mellum.
 
 vLLM 0.32 runs all but Apertus through its Transformers modeling backend (``registry.py``'s
 ``_TRANSFORMERS_SUPPORTED_MODELS``; ``models/transformers/base.py``): the weights are transformers' own model's,
@@ -40,6 +40,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "jais2": {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": False, "max_position_embeddings": 8192},
     "hunyuan_v1_dense": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 2048},
     "apertus": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 65536},
+    "flex_olmo": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 4096,
+                  "num_experts": 7, "num_experts_per_tok": 5},
+    "mellum": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 131072,
+               "num_key_value_heads": 4, "head_dim": 128, "sliding_window": 1024, "num_experts": 64,
+               "num_experts_per_tok": 8, "moe_intermediate_size": 896},
 }
 
 # Families whose activation is one vLLM's Transformers backend and transformers' model both build, with the MLP it
@@ -47,8 +52,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 _UNGATED_ACTIVATIONS = {"arcee": ("relu2",), "jais2": ("relu2",), "apertus": ("xielu",)}
 
 
+# a default not filled where config.json writes the key under the other name transformers maps it to (Mellum's
+# attribute_map: num_experts is num_local_experts)
+_ALIASES = {"num_experts": "num_local_experts"}
+
+
 def _with_defaults(cfg: dict[str, Any]) -> dict[str, Any]:
-    return {**DEFAULTS[str(cfg.get("model_type"))], **cfg}
+    defaults = {k: v for k, v in DEFAULTS[str(cfg.get("model_type"))].items() if _ALIASES.get(k) not in cfg}
+    return {**defaults, **cfg}
 
 
 def _layers(cfg: dict[str, Any], name: str) -> int:
@@ -147,6 +158,28 @@ def _hunyuan_dense(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict
     return _with_defaults(cfg), dict(qk_norm=True)
 
 
+def _flex_olmo(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """FlexOlmo (transformers' FlexOlmo): OLMo 2's attention (q and k RMSNorms over every head's width together) and
+    OLMoE's experts, ``num_experts`` of ``intermediate_size`` on every layer behind a bias-free router."""
+    return _with_defaults(cfg), dict(qk_norm=True, qk_norm_per_layer=True)
+
+
+def _mellum(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Mellum (transformers' Mellum): q and k RMSNorms over a head's width; ``layer_types`` (all full attention
+    where not written, whatever ``sliding_window`` says) and ``mlp_layer_types`` (all ``sparse`` where not written):
+    a sparse layer has ``num_experts`` experts of ``moe_intermediate_size`` behind a bias-free router, a dense one an
+    MLP of ``intermediate_size``."""
+    cfg = _with_defaults(cfg)
+    n = _layers(cfg, name)
+    kinds = cfg.get("layer_types") or ["full_attention"] * n
+    mlp = cfg.get("mlp_layer_types") or ["sparse"] * n
+    if not isinstance(mlp, list) or len(mlp) != n or any(t not in ("sparse", "dense") for t in mlp):
+        raise UnsupportedArchitecture(f"{name}: mlp_layer_types must list \"sparse\" or \"dense\" for each of the "
+                                      f"{n} layers")
+    cfg = {**cfg, "layer_types": kinds, "mlp_only_layers": [i for i, t in enumerate(mlp) if t == "dense"]}
+    return cfg, dict(qk_norm=True)
+
+
 READERS: dict[str, FamilyReader] = {
     "olmo3": _olmo3,
     "cwm": _cwm,
@@ -155,4 +188,6 @@ READERS: dict[str, FamilyReader] = {
     "glm": _glm,
     **dict.fromkeys(("arcee", "jais2", "apertus"), _ungated_family),
     "hunyuan_v1_dense": _hunyuan_dense,
+    "flex_olmo": _flex_olmo,
+    "mellum": _mellum,
 }

@@ -1,8 +1,8 @@
-"""OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1), CWM, Arcee, Jais 2, Hunyuan dense and Apertus (analysis.model.families.dense,
-issue #47). All but Apertus run through vLLM 0.32's Transformers modeling backend, which builds transformers' own
-model from transformers' own config object: the expected values here are that model's parameters and that object's
-heads, widths and layer types, for configs written in full and for configs that leave keys to the class's
-defaults."""
+"""OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1), CWM, Arcee, Jais 2, Hunyuan dense, Apertus, FlexOlmo and Mellum
+(analysis.model.families.dense, issue #47). All but Apertus run through vLLM 0.32's Transformers modeling backend,
+which builds transformers' own model from transformers' own config object: the expected values here are that model's
+parameters and that object's heads, widths and layer types, for configs written in full and for configs that leave
+keys to the class's defaults."""
 
 import dataclasses
 import json
@@ -33,6 +33,7 @@ def _config(model_type: str, **change) -> dict:
     d = transformers.AutoConfig.for_model(model_type).to_dict()
     d.update({k: v for k, v in SMALL.items() if k in d})
     d.pop("layer_types", None)  # derived again from the small layer count
+    d.pop("mlp_layer_types", None)
     return d | NEEDS.get(model_type, {}) | change
 
 
@@ -53,6 +54,9 @@ def test_the_defaults_are_transformers_config_classs(model_type):
     ("jais2", {"attention_bias": False, "mlp_bias": False}),
     ("arcee", {"attention_bias": True, "tie_word_embeddings": True}),
     ("smollm3", {"use_sliding_window": True}),
+    ("mellum", {"layer_types": ["sliding_attention", "full_attention"] * 4,
+                "mlp_layer_types": ["dense", "sparse", "sparse", "dense"] * 2}),
+    ("mellum", {"num_local_experts": 16}),
 ])
 def test_parameters_heads_and_layers_are_what_transformers_builds(model_type, change):
     a, cfg, count = _architecture(_config(model_type, **change))
@@ -82,6 +86,7 @@ def test_a_config_that_leaves_keys_to_the_defaults_is_read_as_transformers_fills
     # SmolLM3Config: no RoPE on every fourth layer, and with use_sliding_window those are the sliding ones
     ("smollm3", {"use_sliding_window": True}, ["full_attention"] * 3 + ["sliding_attention"]),
     ("smollm3", {"use_sliding_window": False}, ["full_attention"] * 4),
+    ("mellum", {}, ["full_attention"] * 4),  # MellumConfig: all full where not written, whatever sliding_window says
 ])
 def test_the_derived_sliding_pattern(model_type, change, expected):
     a = Architecture.from_config(_config(model_type, num_hidden_layers=4, **change), model_type)
@@ -111,6 +116,7 @@ def test_the_transformers_backend_is_known_from_vllms_registry():
     ("smollm3", {"use_sliding_window": True, "no_rope_layers": [1, 0]}, "no_rope_layers must list"),
     ("apertus", {"mlp_bias": True}, "mlp_bias"),  # transformers' Apertus has none; vLLM's would build one
     ("glm", {"sliding_window": 128}, "sliding_window"),
+    ("mellum", {"mlp_layer_types": ["moe"] * 8}, "mlp_layer_types must list"),
 ])
 def test_what_kvprof_does_not_read_is_refused_by_name(model_type, change, message):
     with pytest.raises(UnsupportedArchitecture, match=message):
@@ -130,6 +136,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_cpu"
     ("tiny-olmo3", [("sliding", 64, 3), ("full", None, 1)]),
     ("tiny-smollm3", [("full", None, 3), ("sliding", 64, 1)]),
     ("tiny-apertus", [("full", None, 4)]),
+    ("tiny-mellum", [("sliding", 64, 3), ("full", None, 1)]),
 ])
 def test_the_tiny_engine_models_are_their_families(model, layers):
     a, _ = resolve_model(model)
