@@ -244,6 +244,11 @@ FAMILIES: dict[str, frozenset[str]] = {
     "apertus": DECODER,
     "hunyuan_v1_dense": DECODER,
     "flex_olmo": DECODER | {"num_experts", "num_experts_per_tok", "norm_topk_prob"},
+    # K-EXAONE (families.moe._exaone_moe): layer_types and mlp_layer_types, or what transformers derives them from;
+    # the router's grouping and scaling change no weight
+    "exaone_moe": DECODER | {"layer_types", "sliding_window", "sliding_window_pattern", "mlp_layer_types",
+                             "first_k_dense_replace", "moe_intermediate_size", "num_experts", "num_experts_per_tok",
+                             "num_shared_experts", "norm_topk_prob", "routed_scaling_factor", "n_group", "topk_group"},
     "mellum": DECODER | {"layer_types", "sliding_window", "mlp_layer_types", "num_experts", "num_local_experts",
                          "num_experts_per_tok",
                          "moe_intermediate_size", "norm_topk_prob"},
@@ -414,7 +419,9 @@ def unread_keys(cfg: dict[str, Any], model_type: str) -> list[str]:
 
 
 # A key whose type differs in one family (MiMo-V2-Flash's moe_layer_freq: a 0/1 flag a layer, not DeepSeek's period).
-FAMILY_KEY_TYPES: dict[tuple[str, str], type] = {("mimo_v2_flash", "moe_layer_freq"): list}
+# K-EXAONE writes its sliding_window_pattern as a string ("LLLG") beside the layer_types it reads.
+FAMILY_KEY_TYPES: dict[tuple[str, str], type | tuple[type, ...]] = {
+    ("mimo_v2_flash", "moe_layer_freq"): list, ("exaone_moe", "sliding_window_pattern"): (int, str)}
 
 
 def mistyped_keys(cfg: dict[str, Any], model_type: str) -> list[str]:

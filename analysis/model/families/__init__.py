@@ -1,7 +1,7 @@
 """The config readers, one a family (a ``model_type``): ``FAMILY_READERS`` maps each to its reading, which returns
 the config with the generic keys :func:`analysis.model.architecture._from_dict` reads and the architecture fields of
-its own. A new family is an entry here (its reader in :mod:`.hybrid`, :mod:`.attention` or :mod:`.dense`) and its
-key list in :data:`analysis.model.config_keys.FAMILIES`.
+its own. A new family is an entry here (its reader in :mod:`.hybrid`, :mod:`.attention`, :mod:`.dense` or
+:mod:`.moe`) and its key list in :data:`analysis.model.config_keys.FAMILIES`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from analysis.model.families.hybrid import (
     _qwen3_next_text,
     _zamba2,
 )
+from analysis.model.families.moe import READERS as MOE_READERS
 from analysis.model.parts import (
     QWEN3_5_TEXT,
     FamilyReader,
@@ -78,4 +79,5 @@ FAMILY_READERS: dict[str, FamilyReader] = {
     "mamba2": _mamba2,
     **dict.fromkeys(("qwen3_next", *QWEN3_5_TEXT), _qwen3_next_text),
     **DENSE_READERS,
+    **MOE_READERS,
 }

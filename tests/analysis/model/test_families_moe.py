@@ -1,0 +1,87 @@
+"""K-EXAONE (``exaone_moe``; analysis.model.families.moe, issue #47), read as vLLM 0.32's models/exaone_moe.py builds
+it from transformers' ExaoneMoeConfig object. Expected values: transformers' own model's parameters (plus the float32
+score bias vLLM loads a MoE layer, ``e_score_correction_bias``, which transformers keeps as a buffer) and that config
+object's layer types and MLP kinds."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import transformers
+from helpers import ODD_CONFIG_VALUES, read_or_refuse, transformers_build
+
+from analysis.catalog import resolve_model
+from analysis.model.architecture import Architecture, UnsupportedArchitecture
+from analysis.model.families.moe import EXAONE_MOE_DEFAULTS
+from analysis.model.params import count_params
+
+SMALL = dict(hidden_size=512, num_attention_heads=8, num_key_value_heads=4, intermediate_size=1024,
+             moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2, num_hidden_layers=4, vocab_size=1000,
+             sliding_window=128, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _config(**change) -> dict:
+    d = transformers.AutoConfig.for_model("exaone_moe").to_dict()
+    d.pop("layer_types")
+    d.pop("mlp_layer_types")
+    return d | SMALL | change
+
+
+def _check(d: dict) -> Architecture:
+    cfg, count = transformers_build(d)
+    a = Architecture.from_config(d, "exaone_moe")
+    moe_layers = [i for i in range(a.num_layers) if a.is_moe_layer(i)]
+    assert moe_layers == [i for i, t in enumerate(cfg.mlp_layer_types) if t == "sparse"]
+    assert list(a.layer_types) == list(cfg.layer_types)
+    assert count_params(a).total == count + len(moe_layers) * cfg.num_experts
+    return a
+
+
+def test_the_defaults_are_transformers_config_classs():
+    defaults = {f.name: f.default for f in dataclasses.fields(transformers.ExaoneMoeConfig)}
+    assert {k: defaults[k] for k in EXAONE_MOE_DEFAULTS} == EXAONE_MOE_DEFAULTS
+
+
+@pytest.mark.parametrize("change", [
+    {},  # layer and MLP kinds derived: sliding_window_pattern 4, first_k_dense_replace 1
+    {"num_hidden_layers": 6, "first_k_dense_replace": 2, "sliding_window_pattern": 3},
+    {"num_hidden_layers": 8, "mlp_layer_types": ["dense"] * 2 + ["sparse"] * 6,
+     "layer_types": ["sliding_attention", "full_attention"] * 4, "sliding_window_pattern": "LGLG"},
+    {"num_shared_experts": 0},
+])
+def test_parameters_layers_and_experts_are_what_transformers_builds(change):
+    _check(_config(**change))
+
+
+def test_a_config_that_leaves_keys_to_the_defaults():
+    a = _check({"model_type": "exaone_moe", "hidden_size": 512, "num_attention_heads": 32, "intermediate_size": 1024,
+                "num_hidden_layers": 8, "vocab_size": 1000})
+    assert (a.num_kv_heads, a.head_dim, a.moe.num_experts, a.moe.shared_experts) == (32, 16, 64, 1)
+    assert {layer.window for layer, _ in a.attention_kinds} == {4096, None}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"sliding_window_pattern": "LLLG"}, "cannot derive them"),  # a string pattern and no layer_types
+    ({"sliding_window": None}, "cannot derive them"),
+    ({"mlp_layer_types": ["moe"] * 4}, "mlp_layer_types must list"),
+    ({"layer_types": ["full_attention"] * 3}, "layer_types must list"),
+    ({"sliding_windows": [64, 128, 64, 128]}, "sliding_windows"),  # per-layer windows: not read
+    ({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
+])
+def test_what_kvprof_does_not_read_is_refused_by_name(change, message):
+    with pytest.raises(UnsupportedArchitecture, match=message):
+        Architecture.from_config(_config(**change), "exaone_moe")
+
+
+def test_no_value_however_odd_gives_a_traceback():
+    d = _config()
+    read_or_refuse(d | {k: v} for k in d for v in ODD_CONFIG_VALUES)
+
+
+def test_the_tiny_engine_model_is_its_family():
+    a, _ = resolve_model("tiny-exaone-moe")
+    assert [(layer.kind, layer.window, n) for layer, n in a.attention_kinds] == [("sliding", 64, 3), ("full", None, 1)]
+    raw = json.loads((Path(__file__).resolve().parents[3] / "analysis" / "catalog" / "models" / "tiny-exaone-moe" /
+                      "config.json").read_text())
+    assert count_params(a).total == transformers_build(raw)[1] + 3 * 8
