@@ -249,6 +249,11 @@ FAMILIES: dict[str, frozenset[str]] = {
     "exaone_moe": DECODER | {"layer_types", "sliding_window", "sliding_window_pattern", "mlp_layer_types",
                              "first_k_dense_replace", "moe_intermediate_size", "num_experts", "num_experts_per_tok",
                              "num_shared_experts", "norm_topk_prob", "routed_scaling_factor", "n_group", "topk_group"},
+    # Arcee Trinity (families.moe._afmoe): layer_types or global_attn_every_n_layers; route_scale and muP scale
+    # activations only
+    "afmoe": DECODER | {"layer_types", "sliding_window", "global_attn_every_n_layers", "num_dense_layers",
+                        "moe_intermediate_size", "num_experts", "num_experts_per_tok", "num_shared_experts",
+                        "route_scale", "mup_enabled", "score_func", "route_norm", "n_group", "topk_group"},
     "mellum": DECODER | {"layer_types", "sliding_window", "mlp_layer_types", "num_experts", "num_local_experts",
                          "num_experts_per_tok",
                          "moe_intermediate_size", "norm_topk_prob"},

@@ -1,5 +1,5 @@
-"""Config readers of MoE families whose layer pattern is written per layer: K-EXAONE (``exaone_moe``; vLLM's
-``models/exaone_moe.py``)."""
+"""Config readers of MoE families with sliding layers and dense leading layers: K-EXAONE (``exaone_moe``; vLLM's
+``models/exaone_moe.py``) and Arcee Trinity (``afmoe``; ``models/afmoe.py``)."""
 
 from __future__ import annotations
 
@@ -56,11 +56,8 @@ def _exaone_moe(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[st
         mlp = ["dense" if i < first else "sparse" for i in range(n)]
     else:
         mlp = _per_layer(cfg, "mlp_layer_types", ("dense", "sparse"), n, name)
-    shared = cfg.get("num_shared_experts") or 0
-    if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
-        raise UnsupportedArchitecture(f"{name}: num_shared_experts must be an expert count, got {shared!r}")
     cfg = {**cfg, "layer_types": kinds, "mlp_only_layers": [i for i, t in enumerate(mlp) if t == "dense"],
-           "n_shared_experts": shared, "first_k_dense_replace": 0}
+           "n_shared_experts": _expert_count(cfg, "num_shared_experts", name), "first_k_dense_replace": 0}
     moe = _moe(cfg, "exaone_moe", n, _positive_int(cfg.get("intermediate_size"), "intermediate_size", name), name)
     fields: dict[str, Any] = dict(qk_norm=True)
     if moe is not None:
@@ -68,4 +65,48 @@ def _exaone_moe(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[st
     return cfg, fields
 
 
-READERS: dict[str, FamilyReader] = {"exaone_moe": _exaone_moe}
+# transformers 5's AfmoeConfig defaults for the keys kvprof reads
+AFMOE_DEFAULTS: dict[str, Any] = {
+    "head_dim": 128, "tie_word_embeddings": False, "max_position_embeddings": 16384, "sliding_window": 1024,
+    "global_attn_every_n_layers": 4, "num_dense_layers": 1, "moe_intermediate_size": 1408, "num_experts": 64,
+    "num_experts_per_tok": 6, "num_shared_experts": 2,
+}
+
+
+def _afmoe(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Arcee Trinity (``afmoe``): GQA attention without biases, q and k RMSNorms over a head's width and a sigmoid
+    gate on its output (``gate_proj``, the heads' width); sliding over ``sliding_window`` on the ``layer_types``
+    layers that say so (where not written, every ``global_attn_every_n_layers``-th layer full, as AfmoeConfig
+    derives them); four norms a layer; a dense MLP of ``intermediate_size`` on the first ``num_dense_layers``, then
+    ``num_experts`` of ``moe_intermediate_size`` behind a float32 router with a float32 expert bias, and
+    ``num_shared_experts`` fused into one shared MLP."""
+    cfg = {**AFMOE_DEFAULTS, **cfg}
+    if cfg.get("attention_bias"):
+        raise UnsupportedArchitecture(f"{name}: attention_bias true: vLLM's afmoe.py builds q, k, v and o without "
+                                      "biases, so the checkpoint's would not load")
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    if cfg.get("layer_types") is None:
+        every = _positive_int(cfg.get("global_attn_every_n_layers"), "global_attn_every_n_layers", name)
+        kinds = ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(n)]
+    else:
+        kinds = _per_layer(cfg, "layer_types", ("full_attention", "sliding_attention"), n, name)
+    dense = cfg.get("num_dense_layers")
+    if not isinstance(dense, int) or isinstance(dense, bool) or not 0 <= dense <= n:
+        raise UnsupportedArchitecture(f"{name}: num_dense_layers must be a layer count in [0, {n}], got {dense!r}")
+    cfg = {**cfg, "layer_types": kinds, "first_k_dense_replace": dense,
+           "n_shared_experts": _expert_count(cfg, "num_shared_experts", name)}
+    moe = _moe(cfg, "afmoe", n, _positive_int(cfg.get("intermediate_size"), "intermediate_size", name), name)
+    fields: dict[str, Any] = dict(qk_norm=True, attention_output_gate=True, norms_per_layer=4)
+    if moe is not None:
+        fields["moe"] = moe.model_copy(update={"router_bias": True, "router_fp32": True})
+    return cfg, fields
+
+
+def _expert_count(cfg: dict[str, Any], key: str, name: str) -> int:
+    v = cfg.get(key) or 0
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise UnsupportedArchitecture(f"{name}: {key} must be an expert count, got {v!r}")
+    return v
+
+
+READERS: dict[str, FamilyReader] = {"exaone_moe": _exaone_moe, "afmoe": _afmoe}

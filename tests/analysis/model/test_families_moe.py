@@ -1,7 +1,7 @@
-"""K-EXAONE (``exaone_moe``; analysis.model.families.moe, issue #47), read as vLLM 0.32's models/exaone_moe.py builds
-it from transformers' ExaoneMoeConfig object. Expected values: transformers' own model's parameters (plus the float32
-score bias vLLM loads a MoE layer, ``e_score_correction_bias``, which transformers keeps as a buffer) and that config
-object's layer types and MLP kinds."""
+"""K-EXAONE (``exaone_moe``) and Arcee Trinity (``afmoe``) (analysis.model.families.moe, issue #47), read as vLLM
+0.32's models/exaone_moe.py and afmoe.py build them from transformers' config objects. Expected values: transformers'
+own model's parameters (plus, for K-EXAONE, the float32 score bias vLLM loads a MoE layer, ``e_score_correction_bias``,
+which transformers keeps as a buffer) and that config object's layer types and MLP kinds."""
 
 import dataclasses
 import json
@@ -13,7 +13,7 @@ from helpers import ODD_CONFIG_VALUES, read_or_refuse, transformers_build
 
 from analysis.catalog import resolve_model
 from analysis.model.architecture import Architecture, UnsupportedArchitecture
-from analysis.model.families.moe import EXAONE_MOE_DEFAULTS
+from analysis.model.families.moe import AFMOE_DEFAULTS, EXAONE_MOE_DEFAULTS
 from analysis.model.params import count_params
 
 SMALL = dict(hidden_size=512, num_attention_heads=8, num_key_value_heads=4, intermediate_size=1024,
@@ -38,9 +38,11 @@ def _check(d: dict) -> Architecture:
     return a
 
 
-def test_the_defaults_are_transformers_config_classs():
-    defaults = {f.name: f.default for f in dataclasses.fields(transformers.ExaoneMoeConfig)}
-    assert {k: defaults[k] for k in EXAONE_MOE_DEFAULTS} == EXAONE_MOE_DEFAULTS
+@pytest.mark.parametrize("config_class, ours", [(transformers.ExaoneMoeConfig, EXAONE_MOE_DEFAULTS),
+                                                (transformers.AfmoeConfig, AFMOE_DEFAULTS)])
+def test_the_defaults_are_transformers_config_classs(config_class, ours):
+    defaults = {f.name: f.default for f in dataclasses.fields(config_class)}
+    assert {k: defaults[k] for k in ours} == ours
 
 
 @pytest.mark.parametrize("change", [
@@ -85,3 +87,47 @@ def test_the_tiny_engine_model_is_its_family():
     raw = json.loads((Path(__file__).resolve().parents[3] / "analysis" / "catalog" / "models" / "tiny-exaone-moe" /
                       "config.json").read_text())
     assert count_params(a).total == transformers_build(raw)[1] + 3 * 8
+
+
+def _afmoe(**change) -> dict:
+    d = transformers.AutoConfig.for_model("afmoe").to_dict()
+    d.pop("layer_types")
+    return d | SMALL | {"head_dim": 64} | change
+
+
+@pytest.mark.parametrize("change", [
+    {},  # every fourth layer full (global_attn_every_n_layers 4), the first dense (num_dense_layers 1)
+    {"num_hidden_layers": 6, "num_dense_layers": 2, "global_attn_every_n_layers": 3},
+    {"layer_types": ["full_attention", "sliding_attention"] * 2, "num_shared_experts": 0},
+])
+def test_afmoe_parameters_and_layers_are_what_transformers_builds(change):
+    d = _afmoe(**change)
+    cfg, count = transformers_build(d)
+    a = Architecture.from_config(d, "afmoe")
+    assert count_params(a).total == count
+    assert list(a.layer_types) == list(cfg.layer_types)
+    assert [i for i in range(a.num_layers) if not a.is_moe_layer(i)] == list(range(cfg.num_dense_layers))
+    assert (a.attention_output_gate, a.moe.router_fp32, a.norms_per_layer) == (True, True, 4)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"attention_bias": True}, "attention_bias true"),
+    ({"num_dense_layers": 9}, "num_dense_layers must be a layer count"),
+    ({"global_attn_every_n_layers": 0}, "global_attn_every_n_layers must be a positive integer"),
+])
+def test_afmoe_what_kvprof_does_not_read_is_refused_by_name(change, message):
+    with pytest.raises(UnsupportedArchitecture, match=message):
+        Architecture.from_config(_afmoe(**change), "afmoe")
+
+
+def test_afmoe_no_value_however_odd_gives_a_traceback():
+    d = _afmoe()
+    read_or_refuse(d | {k: v} for k in d for v in ODD_CONFIG_VALUES)
+
+
+def test_the_tiny_afmoe_is_its_family():
+    a, _ = resolve_model("tiny-afmoe")
+    assert [(layer.kind, layer.window, n) for layer, n in a.attention_kinds] == [("sliding", 64, 2), ("full", None, 2)]
+    raw = json.loads((Path(__file__).resolve().parents[3] / "analysis" / "catalog" / "models" / "tiny-afmoe" /
+                      "config.json").read_text())
+    assert count_params(a).total == transformers_build(raw)[1]
