@@ -254,6 +254,13 @@ FAMILIES: dict[str, frozenset[str]] = {
     "afmoe": DECODER | {"layer_types", "sliding_window", "global_attn_every_n_layers", "num_dense_layers",
                         "moe_intermediate_size", "num_experts", "num_experts_per_tok", "num_shared_experts",
                         "route_scale", "mup_enabled", "score_func", "route_norm", "n_group", "topk_group"},
+    # Cohere's MoE (families.moe._cohere2_moe): the routing function, the shared expert's averaging and logit_scale
+    # scale activations only
+    "cohere2_moe": DECODER | {"layer_types", "mlp_layer_types", "sliding_window", "sliding_window_pattern",
+                              "prefix_dense_sliding_window_pattern", "prefix_dense_intermediate_size",
+                              "first_k_dense_replace", "num_experts", "num_experts_per_tok", "num_shared_experts",
+                              "shared_expert_combination_strategy", "expert_selection_fn", "norm_topk_prob",
+                              "logit_scale"},
     "mellum": DECODER | {"layer_types", "sliding_window", "mlp_layer_types", "num_experts", "num_local_experts",
                          "num_experts_per_tok",
                          "moe_intermediate_size", "norm_topk_prob"},

@@ -1,5 +1,6 @@
 """Config readers of MoE families with sliding layers and dense leading layers: K-EXAONE (``exaone_moe``; vLLM's
-``models/exaone_moe.py``) and Arcee Trinity (``afmoe``; ``models/afmoe.py``)."""
+``models/exaone_moe.py``), Arcee Trinity (``afmoe``; ``models/afmoe.py``) and Cohere's MoE (``cohere2_moe``;
+``models/cohere2_moe.py``)."""
 
 from __future__ import annotations
 
@@ -109,4 +110,62 @@ def _expert_count(cfg: dict[str, Any], key: str, name: str) -> int:
     return v
 
 
-READERS: dict[str, FamilyReader] = {"exaone_moe": _exaone_moe, "afmoe": _afmoe}
+# transformers 5's Cohere2MoeConfig defaults for the keys kvprof reads
+COHERE2_MOE_DEFAULTS: dict[str, Any] = {
+    "head_dim": 128, "tie_word_embeddings": True, "max_position_embeddings": 8192, "sliding_window": 4096,
+    "sliding_window_pattern": 4, "prefix_dense_sliding_window_pattern": 1, "num_experts": 8, "num_experts_per_tok": 2,
+    "num_shared_experts": 0, "prefix_dense_intermediate_size": None,
+}
+
+
+def _cohere2_moe(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Cohere's MoE (``cohere2_moe``): Command R7B's layer (attention and the MLP side by side after one weight-only
+    norm, no biases, sliding layers attending over ``sliding_window + 1`` tokens) with ``num_experts`` experts of
+    ``intermediate_size`` behind a bias-free router and ``num_shared_experts`` fused into one shared MLP; the dense
+    prefix layers (``mlp_layer_types`` ``dense``) an MLP of ``prefix_dense_intermediate_size``. Where config.json
+    writes no ``layer_types`` / ``mlp_layer_types``, Cohere2MoeConfig derives them from ``first_k_dense_replace``: its
+    dense prefix on ``prefix_dense_sliding_window_pattern``, the rest on ``sliding_window_pattern``."""
+    cfg = {**COHERE2_MOE_DEFAULTS, **cfg}
+    if cfg.get("attention_bias"):
+        raise UnsupportedArchitecture(f"{name}: attention_bias true: vLLM's cohere2_moe.py builds q, k, v and o "
+                                      "without biases, so the checkpoint's would not load")
+    n = _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
+    first = cfg.get("first_k_dense_replace", 0)
+    if not isinstance(first, int) or isinstance(first, bool) or not 0 <= first <= n:
+        raise UnsupportedArchitecture(f"{name}: first_k_dense_replace must be a layer count in [0, {n}], got "
+                                      f"{first!r}")
+    if cfg.get("layer_types") is None:
+        prefix = _positive_int(cfg.get("prefix_dense_sliding_window_pattern"), "prefix_dense_sliding_window_pattern",
+                               name)
+        rest = _positive_int(cfg.get("sliding_window_pattern"), "sliding_window_pattern", name)
+        kinds = ["sliding_attention" if (i + 1) % prefix else "full_attention" for i in range(first)] + [
+            "sliding_attention" if (i + 1) % rest else "full_attention" for i in range(n - first)]
+    else:
+        kinds = _per_layer(cfg, "layer_types", ("full_attention", "sliding_attention"), n, name)
+    if cfg.get("mlp_layer_types") is None:
+        mlp = ["dense" if i < first else "sparse" for i in range(n)]
+    else:
+        mlp = _per_layer(cfg, "mlp_layer_types", ("dense", "sparse"), n, name)
+    dense = [i for i, t in enumerate(mlp) if t == "dense"]
+    width = _positive_int(cfg.get("intermediate_size"), "intermediate_size", name)
+    sizes = None
+    if dense:
+        if cfg.get("prefix_dense_intermediate_size") is None:
+            raise UnsupportedArchitecture(f"{name}: dense layers {dense} and no prefix_dense_intermediate_size, which "
+                                          "vLLM's and transformers' Cohere2Moe build their MLP from: it won't start")
+        prefix_width = _positive_int(cfg["prefix_dense_intermediate_size"], "prefix_dense_intermediate_size", name)
+        sizes = tuple(prefix_width if i in dense else width for i in range(n))
+    window = cfg.get("sliding_window")
+    if "sliding_attention" in kinds:
+        window = _positive_int(window, "sliding_window", name) + 1  # vLLM: "sees sliding_window + 1" tokens
+    cfg = {**cfg, "layer_types": kinds, "mlp_only_layers": dense, "sliding_window": window,
+           "n_shared_experts": _expert_count(cfg, "num_shared_experts", name), "first_k_dense_replace": 0}
+    moe = _moe(cfg, "cohere2_moe", n, width, name)
+    if moe is not None:
+        moe = moe.model_copy(update={"expert_intermediate_size": width,
+                                     "shared_expert_intermediate_size": moe.shared_experts * width})
+    fields: dict[str, Any] = dict(norms_per_layer=1, mlp_sizes=sizes, moe=moe)
+    return cfg, fields
+
+
+READERS: dict[str, FamilyReader] = {"exaone_moe": _exaone_moe, "afmoe": _afmoe, "cohere2_moe": _cohere2_moe}

@@ -1,7 +1,8 @@
-"""K-EXAONE (``exaone_moe``) and Arcee Trinity (``afmoe``) (analysis.model.families.moe, issue #47), read as vLLM
-0.32's models/exaone_moe.py and afmoe.py build them from transformers' config objects. Expected values: transformers'
-own model's parameters (plus, for K-EXAONE, the float32 score bias vLLM loads a MoE layer, ``e_score_correction_bias``,
-which transformers keeps as a buffer) and that config object's layer types and MLP kinds."""
+"""K-EXAONE (``exaone_moe``), Arcee Trinity (``afmoe``) and Cohere's MoE (``cohere2_moe``)
+(analysis.model.families.moe, issue #47), read as vLLM 0.32's model files build them from transformers' config
+objects. Expected values: transformers' own model's parameters (plus, for K-EXAONE, the float32 score bias vLLM loads a
+MoE layer, ``e_score_correction_bias``, which transformers keeps as a buffer) and that config object's layer types and
+MLP kinds."""
 
 import dataclasses
 import json
@@ -13,7 +14,7 @@ from helpers import ODD_CONFIG_VALUES, read_or_refuse, transformers_build
 
 from analysis.catalog import resolve_model
 from analysis.model.architecture import Architecture, UnsupportedArchitecture
-from analysis.model.families.moe import AFMOE_DEFAULTS, EXAONE_MOE_DEFAULTS
+from analysis.model.families.moe import AFMOE_DEFAULTS, COHERE2_MOE_DEFAULTS, EXAONE_MOE_DEFAULTS
 from analysis.model.params import count_params
 
 SMALL = dict(hidden_size=512, num_attention_heads=8, num_key_value_heads=4, intermediate_size=1024,
@@ -39,7 +40,8 @@ def _check(d: dict) -> Architecture:
 
 
 @pytest.mark.parametrize("config_class, ours", [(transformers.ExaoneMoeConfig, EXAONE_MOE_DEFAULTS),
-                                                (transformers.AfmoeConfig, AFMOE_DEFAULTS)])
+                                                (transformers.AfmoeConfig, AFMOE_DEFAULTS),
+                                                (transformers.Cohere2MoeConfig, COHERE2_MOE_DEFAULTS)])
 def test_the_defaults_are_transformers_config_classs(config_class, ours):
     defaults = {f.name: f.default for f in dataclasses.fields(config_class)}
     assert {k: defaults[k] for k in ours} == ours
@@ -129,5 +131,55 @@ def test_the_tiny_afmoe_is_its_family():
     a, _ = resolve_model("tiny-afmoe")
     assert [(layer.kind, layer.window, n) for layer, n in a.attention_kinds] == [("sliding", 64, 2), ("full", None, 2)]
     raw = json.loads((Path(__file__).resolve().parents[3] / "analysis" / "catalog" / "models" / "tiny-afmoe" /
+                      "config.json").read_text())
+    assert count_params(a).total == transformers_build(raw)[1]
+
+
+def _cohere2_moe(**change) -> dict:
+    d = transformers.AutoConfig.for_model("cohere2_moe").to_dict()
+    d.pop("layer_types")
+    d.pop("mlp_layer_types")
+    small = {k: v for k, v in SMALL.items() if k != "moe_intermediate_size"}  # its experts are intermediate_size wide
+    return d | small | {"head_dim": 64, "intermediate_size": 256} | change
+
+
+@pytest.mark.parametrize("change", [
+    {},  # every MoE layer, every fourth full
+    {"num_hidden_layers": 6, "first_k_dense_replace": 2, "prefix_dense_intermediate_size": 2048},
+    {"num_hidden_layers": 6, "first_k_dense_replace": 2, "prefix_dense_intermediate_size": 2048,
+     "prefix_dense_sliding_window_pattern": 2, "sliding_window_pattern": 2},
+    {"num_shared_experts": 2, "rms_norm_eps": 1e-5, "tie_word_embeddings": False},
+])
+def test_cohere2_moe_parameters_and_layers_are_what_transformers_builds(change):
+    d = _cohere2_moe(**change)
+    cfg, count = transformers_build(d)
+    a = Architecture.from_config(d, "cohere2_moe")
+    assert count_params(a).total == count
+    assert list(a.layer_types) == list(cfg.layer_types)
+    assert [i for i in range(a.num_layers) if a.is_moe_layer(i)] == [
+        i for i, t in enumerate(cfg.mlp_layer_types) if t == "sparse"]
+    # vLLM's cohere2_moe.py: a sliding layer attends over sliding_window + 1 tokens
+    assert {layer.window for layer, _ in a.attention_kinds} == {129, None}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"attention_bias": True}, "attention_bias true"),
+    ({"first_k_dense_replace": 1}, "no prefix_dense_intermediate_size"),
+    ({"first_k_dense_replace": 9}, "first_k_dense_replace must be a layer count"),
+])
+def test_cohere2_moe_what_kvprof_does_not_read_is_refused_by_name(change, message):
+    with pytest.raises(UnsupportedArchitecture, match=message):
+        Architecture.from_config(_cohere2_moe(**change), "cohere2_moe")
+
+
+def test_cohere2_moe_no_value_however_odd_gives_a_traceback():
+    d = _cohere2_moe(first_k_dense_replace=1, prefix_dense_intermediate_size=512)
+    read_or_refuse(d | {k: v} for k in d for v in ODD_CONFIG_VALUES)
+
+
+def test_the_tiny_cohere2_moe_is_its_family():
+    a, _ = resolve_model("tiny-cohere2-moe")
+    assert [(layer.kind, layer.window, n) for layer, n in a.attention_kinds] == [("full", None, 1), ("sliding", 65, 3)]
+    raw = json.loads((Path(__file__).resolve().parents[3] / "analysis" / "catalog" / "models" / "tiny-cohere2-moe" /
                       "config.json").read_text())
     assert count_params(a).total == transformers_build(raw)[1]
