@@ -71,6 +71,8 @@ QWEN_MOE = frozenset({"num_experts", "num_experts_per_tok", "moe_intermediate_si
                       "num_local_experts"})
 # Granite's muP-style scales: activations, residuals, attention scores and logits, no weight
 GRANITE_SCALES = frozenset({"embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"})
+# Granite's sliding-window builds (families.dense._granite): sliding layers, a sink a head, a RoPE base a layer
+GRANITE_SWA = frozenset({"layer_types", "sliding_window", "attention_sinks", "layer_rope_theta"})
 # DeepSeek's multi-head latent attention and its MoE (routed and shared experts, the first k layers dense, a MoE
 # layer every moe_layer_freq), its grouped routing (same weights) and the MTP layers past the decoder.
 DEEPSEEK = frozenset({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
@@ -189,9 +191,11 @@ FAMILIES: dict[str, frozenset[str]] = {
     "olmo2": DECODER,
     # IBM Granite 3.x (vLLM's granite.py, granitemoe.py, granitemoeshared.py): Llama's layers, Mixtral-style experts,
     # a shared MLP; the multipliers scale activations and logits only (a sliding layer_types is not read: refused)
-    "granite": DECODER | {"mlp_bias", *GRANITE_SCALES},
-    "granitemoe": DECODER | MIXTRAL_MOE | GRANITE_SCALES,
-    "granitemoeshared": DECODER | MIXTRAL_MOE | GRANITE_SCALES | {"shared_intermediate_size"},
+    "granite": DECODER | GRANITE_SWA | {"mlp_bias", *GRANITE_SCALES},
+    "granitemoe": DECODER | MIXTRAL_MOE | GRANITE_SCALES | GRANITE_SWA,
+    "granitemoeshared": DECODER | MIXTRAL_MOE | GRANITE_SCALES | GRANITE_SWA | {"shared_intermediate_size"},
+    "granite_swa": DECODER | GRANITE_SWA | {"mlp_bias", *GRANITE_SCALES},
+    "granitemoe_swa": DECODER | MIXTRAL_MOE | GRANITE_SCALES | GRANITE_SWA | {"shared_intermediate_size"},
     # OLMoE (families.attention._full_width_qk_norm): clip_qkv clamps activations, norm_topk_prob routes;
     # neither is a weight
     "olmoe": DECODER | {"num_experts", "num_experts_per_tok", "norm_topk_prob", "clip_qkv", "router_aux_loss_coef",

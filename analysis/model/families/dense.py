@@ -1,5 +1,6 @@
 """Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
-CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``) and Apertus, and the MoE ones FlexOlmo and Mellum.
+CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), Apertus and Granite 3.x with its sliding-window
+builds, and the MoE ones FlexOlmo, Mellum and Granite MoE.
 
 vLLM 0.32 runs all but Apertus through its Transformers modeling backend (``registry.py``'s
 ``_TRANSFORMERS_SUPPORTED_MODELS``; ``models/transformers/base.py``): the weights are transformers' own model's,
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from analysis.model.families.attention import _granite_moe_shared
 from analysis.model.parts import (
     FamilyReader,
     LayerType,
@@ -42,6 +44,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "apertus": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 65536},
     "flex_olmo": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 4096,
                   "num_experts": 7, "num_experts_per_tok": 5},
+    "granite_swa": {"tie_word_embeddings": True, "sliding_window": 128, "num_key_value_heads": 4,
+                    "attention_bias": False, "mlp_bias": False, "max_position_embeddings": 8192},
+    "granitemoe_swa": {"tie_word_embeddings": False, "sliding_window": 128, "attention_bias": False,
+                       "max_position_embeddings": 2048, "shared_intermediate_size": 0, "num_local_experts": 8,
+                       "num_experts_per_tok": 2},
     "mellum": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 131072,
                "num_key_value_heads": 4, "head_dim": 128, "sliding_window": 1024, "num_experts": 64,
                "num_experts_per_tok": 8, "moe_intermediate_size": 896},
@@ -180,6 +187,47 @@ def _mellum(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, A
     return cfg, dict(qk_norm=True)
 
 
+def _granite(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Granite 3.x, Granite MoE (shared) and their sliding-window builds (``granite_swa``, ``granitemoe_swa``; vLLM's
+    ``models/granite.py``, ``granitemoe.py``, ``granitemoeshared.py``): where the config has ``layer_types`` (the
+    SWA builds' config classes derive every fourth layer full from the first), its sliding layers attend over
+    ``sliding_window`` and every attention layer has a learned sink a head, unless ``attention_sinks`` says otherwise
+    (``granite_layer_attn_params``); ``layer_rope_theta`` gives each layer its RoPE base, 0 for none. Granite MoE
+    shared's MLP beside its experts is read as :func:`analysis.model.families.attention._granite_moe_shared`
+    reads it."""
+    model_type = str(cfg.get("model_type"))
+    if model_type in DEFAULTS:
+        cfg = _with_defaults(cfg)
+        if (kinds := _every_fourth(cfg, name, lambda i: i % 4 == 0)) is not None:
+            cfg = {**cfg, "layer_types": list(kinds)}
+    fields: dict[str, Any] = {}
+    if model_type in ("granitemoeshared", "granitemoe_swa"):
+        fields.update(_granite_moe_shared(cfg, name))
+    if cfg.get("layer_types") is None:
+        return cfg, fields
+    if not cfg.get("sliding_window") and "sliding_attention" in cfg["layer_types"]:
+        raise UnsupportedArchitecture(f"{name}: sliding_attention layers and no sliding_window, which vLLM's Granite "
+                                      "reads for them: it would not start")
+    sinks = cfg.get("attention_sinks", True)
+    if not isinstance(sinks, bool):
+        raise UnsupportedArchitecture(f"{name}: attention_sinks must be true or false, got {sinks!r}")
+    thetas = cfg.get("layer_rope_theta")
+    if thetas is not None:
+        n = _layers(cfg, name)
+        if not isinstance(thetas, list) or len(thetas) != n or not all(
+                isinstance(t, int | float) and not isinstance(t, bool) and t >= 0 for t in thetas):
+            raise UnsupportedArchitecture(f"{name}: layer_rope_theta must list a RoPE base (0: none) for each of the "
+                                          f"{n} layers")
+        bases = {t for t in thetas if t}
+        if len(bases) > 1:
+            raise UnsupportedArchitecture(f"{name}: layer_rope_theta has {len(bases)} RoPE bases; vLLM keeps a cos/sin "
+                                          "cache for each and kvprof counts one")
+        if not bases:
+            fields["rotary_fraction"] = 0.0  # no layer rotates: no cache
+    fields["attention_sinks"] = sinks
+    return cfg, fields
+
+
 READERS: dict[str, FamilyReader] = {
     "olmo3": _olmo3,
     "cwm": _cwm,
@@ -190,4 +238,5 @@ READERS: dict[str, FamilyReader] = {
     "hunyuan_v1_dense": _hunyuan_dense,
     "flex_olmo": _flex_olmo,
     "mellum": _mellum,
+    **dict.fromkeys(("granite", "granitemoe", "granitemoeshared", "granite_swa", "granitemoe_swa"), _granite),
 }

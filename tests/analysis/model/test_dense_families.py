@@ -93,7 +93,7 @@ def test_the_tiny_engine_models_are_their_families():
 
 
 @pytest.mark.parametrize("model_type, change, message", [
-    ("granite", {"layer_types": ["sliding_attention"] * 4}, "layer_types"),  # GraniteSWA's sinks: not read
+    ("granite", {"layer_types": ["sliding_attention"] * 4}, "no sliding_window"),  # GraniteConfig has no default
     ("gemma", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
     ("cohere2", {"sliding_window_pattern": 0}, "sliding_window_pattern must be a positive integer"),
     ("glm4", {"partial_rotary_factor": 2}, r"partial_rotary_factor must be in \(0, 1\]"),

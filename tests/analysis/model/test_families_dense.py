@@ -34,6 +34,7 @@ def _config(model_type: str, **change) -> dict:
     d.update({k: v for k, v in SMALL.items() if k in d})
     d.pop("layer_types", None)  # derived again from the small layer count
     d.pop("mlp_layer_types", None)
+    d.pop("layer_rope_theta", None)
     return d | NEEDS.get(model_type, {}) | change
 
 
@@ -137,6 +138,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_cpu"
     ("tiny-smollm3", [("full", None, 3), ("sliding", 64, 1)]),
     ("tiny-apertus", [("full", None, 4)]),
     ("tiny-mellum", [("sliding", 64, 3), ("full", None, 1)]),
+    ("tiny-granite-swa", [("full", None, 1), ("sliding", 64, 3)]),
 ])
 def test_the_tiny_engine_models_are_their_families(model, layers):
     a, _ = resolve_model(model)
@@ -144,3 +146,36 @@ def test_the_tiny_engine_models_are_their_families(model, layers):
     raw = json.loads((Path(__file__).resolve().parents[3] / "analysis" / "catalog" / "models" / model /
                       "config.json").read_text())
     assert count_params(a).total == transformers_build(raw)[1]
+
+
+@pytest.mark.parametrize("model_type, change, sinks, beyond_transformers", [
+    # GraniteSWAConfig: every fourth layer full from the first; transformers and vLLM both build a sink a head
+    ("granite_swa", {}, True, 0),
+    ("granitemoe_swa", {"shared_intermediate_size": 256}, True, 0),
+    ("granite_swa", {"layer_types": ["full_attention", "sliding_attention"] * 4}, True, 0),
+    # plain Granite with layer_types: transformers' Granite builds no sinks, vLLM's granite_layer_attn_params assumes
+    # them (8 layers × 4 heads) unless attention_sinks says no
+    ("granite", {"layer_types": ["full_attention", "sliding_attention"] * 4, "sliding_window": 128}, True, 32),
+    ("granite", {"layer_types": ["full_attention", "sliding_attention"] * 4, "sliding_window": 128,
+                 "attention_sinks": False}, False, 0),
+    ("granite", {}, False, 0),
+])
+def test_granite_sliding_layers_and_sinks(model_type, change, sinks, beyond_transformers):
+    a, cfg, count = _architecture(_config(model_type, **change))
+    assert a.attention_sinks is sinks
+    kinds = getattr(cfg, "layer_types", None) or ["full_attention"] * 8
+    assert list(a.layer_types) == list(kinds)
+    assert count_params(a).total == count + beyond_transformers
+
+
+def test_granite_layer_rope_theta():
+    layers = ["full_attention", "sliding_attention"] * 4
+    nope_full = Architecture.from_config(_config("granite_swa", layer_types=layers,
+                                                 layer_rope_theta=[0, 10000.0] * 4), "granite_swa")
+    assert nope_full.rotary_fraction == 1.0
+    no_rope = Architecture.from_config(_config("granite_swa", layer_rope_theta=[0] * 8), "granite_swa")
+    assert no_rope.rotary_fraction == 0
+    with pytest.raises(UnsupportedArchitecture, match="2 RoPE bases"):
+        Architecture.from_config(_config("granite_swa", layer_rope_theta=[10000.0, 50000.0] * 4), "granite_swa")
+    with pytest.raises(UnsupportedArchitecture, match="layer_rope_theta must list"):
+        Architecture.from_config(_config("granite_swa", layer_rope_theta=[10000.0] * 3), "granite_swa")
