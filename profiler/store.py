@@ -24,6 +24,7 @@ from analysis.results.schema import (
     EngineRecord,
     FailedPoint,
     Manifest,
+    PointSettings,
     ResultsError,
     ServerRecord,
     atomic_write_bytes,
@@ -230,20 +231,25 @@ class ResultsDir:
         record = ServerRecord.model_validate(record.model_dump(warnings=False))
         record.save_file(self.server_path(record.id))
 
-    def read_point(self, point_id: str) -> Any | None:
+    def point_file(self, point: PointSettings) -> Path:
+        """Where the point's record is: under its id, or under the id kvprof gave it before ids hashed every field
+        (``PointSettings.legacy_id``) where only that file exists, so a run started by an older kvprof resumes."""
+        path = self.point_path(point.id)
+        legacy = self.point_path(point.legacy_id)
+        return legacy if not path.exists() and legacy.exists() else path
+
+    def read_point(self, point: PointSettings) -> Any | None:
         """The point's record, or None when missing or off-contract (a truncated write: rerun it)."""
-        path = self.point_path(point_id)
         try:
-            return load_point(path)
+            return load_point(self.point_file(point))
         except ResultsError:
             return None
 
-    def point_status(self, point_id: str) -> str | None:
+    def point_status(self, point: PointSettings) -> str | None:
         """'ok', a failure status, 'corrupt' (unreadable or off-contract), or None when never run."""
-        path = self.point_path(point_id)
-        if not path.exists():
+        if not self.point_file(point).exists():
             return None
-        rec = self.read_point(point_id)
+        rec = self.read_point(point)
         return "corrupt" if rec is None else rec.status
 
     def read_engine(self, engine_id: str) -> EngineRecord | None:
@@ -261,6 +267,9 @@ class ResultsDir:
         assigned since it was built): nothing off-contract reaches disk."""
         record = type(record).model_validate(record.model_dump(warnings=False))
         record.save_file(self.point_path(record.id))
+        legacy = self.point_path(record.point.legacy_id)
+        if record.id != record.point.legacy_id and legacy.exists():
+            legacy.unlink()  # the rerun's record replaces the one an older kvprof kept, as a rerun overwrites
 
     def write_failure(self, base: dict[str, Any], status: str, message: str, **extra: Any) -> FailedPoint:
         rec = FailedPoint(**base, status=status, error_class=status, message=message, **extra)

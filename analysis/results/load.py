@@ -363,7 +363,9 @@ def load(root: str | Path) -> Results:
     engines = pd.DataFrame([_engine_row(r) for r in engine_recs.values()])
     rows, timeline, serve_rows = [], [], []
     orphans: dict[str, int] = {}
-    for path in sorted((root / "points").glob("*.json")):
+    paths = sorted((root / "points").glob("*.json"))
+    current = {path.stem for path in paths}
+    for path in paths:
         try:
             rec = load_point(path)
         except LoadError as exc:
@@ -371,6 +373,8 @@ def load(root: str | Path) -> Results:
                             "or remove the file") from None
         if rec.id != path.stem:
             raise LoadError(f"{path}: id: {rec.id!r} does not match the file name")
+        if rec.id != rec.point.id and rec.point.id in current:
+            continue  # an older kvprof's record of a point since rerun under its full id (the rerun's is kept)
         served = rec.point.phase == "serve" and rec.engine_id in server_recs  # a serve-only sweep has no engine
         if rec.engine_id not in engine_recs and not served:
             orphans[rec.engine_id] = orphans.get(rec.engine_id, 0) + 1

@@ -330,11 +330,11 @@ class PointSettings(BaseModel):
             data = dict(data)
             stored = data.pop("id")
             try:
-                expected = cls.model_validate(data).id
+                point = cls.model_validate(data)
             except ValidationError:
                 return data  # the fields' own errors are what this validation reports
-            if stored != expected:
-                raise ValueError(f"id {stored!r} does not match its fields (expected {expected!r})")
+            if stored not in (point.id, point.legacy_id):
+                raise ValueError(f"id {stored!r} does not match its fields (expected {point.id!r})")
         return data
 
     @model_validator(mode="after")
@@ -359,8 +359,17 @@ class PointSettings(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def id(self) -> str:
-        """``<engine id>--<phase>-c<concurrency>|x<factor>-p<prompt_len>-o<output_len>``; a serve point's level
-        is ``c<concurrency>``, ``r<rate>`` or both, followed by ``-n<requests>`` and, where set, ``-b<burstiness>``,
+        """``<engine id>--<label>-<digest>``: the readable :attr:`label` and a digest of every field but the engine
+        id (fields left None are not hashed, so a new optional field keeps every existing id, as
+        :attr:`EngineSettings.id` does). Two points that differ in any field have different ids, so resume never
+        takes one for the other."""
+        content = self.model_dump(exclude={"engine_id", "id"}, exclude_none=True)
+        return f"{self.engine_id}--{self.label}-{digest(content)}"
+
+    @property
+    def label(self) -> str:
+        """``<phase>-c<concurrency>|x<factor>-p<prompt_len>-o<output_len>``; a serve point's level is
+        ``c<concurrency>``, ``r<rate>`` or both, followed by ``-n<requests>`` and, where set, ``-b<burstiness>``,
         ``-s<shared prefix>``, ``-rr<range ratio>``."""
         if self.phase == "serve":
             level = (f"c{self.concurrency}" if self.concurrency is not None else "") + (
@@ -372,9 +381,15 @@ class PointSettings(BaseModel):
                 extra += f"-s{self.prefix_len}"
             if self.range_ratio:
                 extra += f"-rr{self.range_ratio:g}"
-            return f"{self.engine_id}--serve-{level}-p{self.prompt_len}-o{self.output_len}{extra}"
+            return f"serve-{level}-p{self.prompt_len}-o{self.output_len}{extra}"
         level = f"x{self.factor:g}" if self.concurrency is None else f"c{self.concurrency}"
-        return f"{self.engine_id}--{self.phase}-{level}-p{self.prompt_len}-o{self.output_len}"
+        return f"{self.phase}-{level}-p{self.prompt_len}-o{self.output_len}"
+
+    @property
+    def legacy_id(self) -> str:
+        """The id kvprof gave this point before ids hashed every field (``<engine id>--<label>``, which left
+        ``repeats`` and ``warmup`` out): records stored under it still load and resume."""
+        return f"{self.engine_id}--{self.label}"
 
 
 SERVE_ONLY_FIELDS = ("request_rate", "burstiness", "num_requests", "prefix_len", "range_ratio")
@@ -896,7 +911,7 @@ class _PointBase(Record):
 
     @model_validator(mode="after")
     def _ids(self) -> _PointBase:
-        if self.point.id != self.id:
+        if self.id not in (self.point.id, self.point.legacy_id):  # a record kept from before ids hashed every field
             raise ValueError(f"id {self.id!r} is not the point's id {self.point.id!r}")
         if self.point.engine_id != self.engine_id:
             raise ValueError(f"engine_id {self.engine_id!r} is not the point's engine {self.point.engine_id!r}")

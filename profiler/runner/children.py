@@ -57,7 +57,7 @@ def pending_points(store: ResultsDir, points: list[Point], retry_failed: bool) -
     only with ``retry_failed``. A point whose record says ok is never run again."""
     todo = []
     for p in points:
-        status = store.point_status(p.id)
+        status = store.point_status(p)
         if status == "ok":
             continue
         if status not in (None, "corrupt", ABORTED) and not retry_failed:
@@ -144,7 +144,7 @@ def supervise_child(proc: subprocess.Popen[bytes], store: ResultsDir, ready_now:
         time.sleep(POLL_S)
         ready = ready or ready_now()
         for p in points:
-            if p.id not in seen_done and store.point_status(p.id) is not None:
+            if p.id not in seen_done and store.point_status(p) is not None:
                 seen_done.add(p.id)
                 if on_point_done:
                     on_point_done(p)
@@ -271,7 +271,7 @@ SERVE_COMMAND = [sys.executable, "-u", "-m", "profiler.serve"]
 def recorded_death(store: ResultsDir, points: list[Point], launched_at: float) -> str | None:
     """The point this launch's serve child recorded as a crash (the server died during it), if any."""
     for p in points:
-        rec = store.read_point(p.id)
+        rec = store.read_point(p)
         if rec is not None and rec.status == "crash" and (rec.started_at or 0) >= launched_at - 1:
             return p.id
     return None
@@ -387,7 +387,7 @@ def store_telemetry(store: ResultsDir, engine_id: str, sampler: Any, launched_at
     if rec is None:  # the runner always leaves one; a vanished file is a write failure
         where = store.engine_path(engine_id) if owner == "engine" else store.server_path(engine_id)
         raise OSError(f"{owner} record {where} is missing or unreadable")
-    point_recs = [r for r in (store.read_point(p.id) for p in points) if r is not None]
+    point_recs = [r for r in (store.read_point(p) for p in points) if r is not None]
     df = tag_phases(df, rec.model_dump(), [r.model_dump() | {"id": r.id} for r in point_recs], launched_at)
     info = rec.telemetry or EngineTelemetry(file=f"telemetry/{engine_id}.parquet")
     path = store.telemetry / f"{engine_id}.parquet"
@@ -467,7 +467,7 @@ def fail_unfinished(store: ResultsDir, cfg: EngineConfig, points: list[Point], o
     it died on. Never ready: every point shares the failure. Up and died on a point: that point failed,
     the ones after it were never tried (aborted: a plain rerun runs them). ``where``: what it died in when
     not on a point (the capacity phase)."""
-    unfinished = [p for p in points if store.point_status(p.id) in (None, "corrupt")]
+    unfinished = [p for p in points if store.point_status(p) in (None, "corrupt")]
     culprit = unfinished[0] if ready and unfinished else None
     for p in unfinished:
         base = {"id": p.id, "engine_id": cfg.id, "engine": cfg, "point": p}

@@ -129,5 +129,5 @@ def fail_work(store: ResultsDir, w: Work, status: str, message: str) -> None:
         store.write_engine(EngineRecord(id=w.cfg.id, status=status, engine=w.cfg, llm_kwargs=w.cfg.llm_kwargs(),
                                         telemetry=rec.telemetry if rec else None, message=message))
     for p in [*w.points, *w.serve_points]:
-        if store.point_status(p.id) in (None, "corrupt", ABORTED):
+        if store.point_status(p) in (None, "corrupt", ABORTED):
             store.write_failure({"id": p.id, "engine_id": w.cfg.id, "engine": w.cfg, "point": p}, status, message)

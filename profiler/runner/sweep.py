@@ -204,7 +204,7 @@ def run_sweep(plan: Plan, out_dir: Path, *, retry_failed: bool = False, console:
         store.update_manifest(status="interrupted", finished_at=time.time(),
                               engine_launches=outcome.engines_launched)
     except OSError as exc:  # disk full, directory gone: say what failed and what is safe on disk
-        saved = sum(1 for e in plan.engines for p in plan.points[e.id] if store.point_status(p.id) == "ok")
+        saved = sum(1 for e in plan.engines for p in plan.points[e.id] if store.point_status(p) == "ok")
         with contextlib.suppress(OSError):
             store.update_manifest(status="write_failed", finished_at=time.time(),
                                   engine_launches=outcome.engines_launched, write_error=str(exc))
@@ -253,7 +253,7 @@ def _run_with_relaunch(store: ResultsDir, pts: list[Point], outcome: SweepOutcom
         with COUNT_LOCK:
             outcome.engines_launched += 1
         run = launch(pts)
-        retry = [p for p in pts if store.point_status(p.id) == ABORTED]
+        retry = [p for p in pts if store.point_status(p) == ABORTED]
         if run.outcome not in relaunch_on or not run.failed_point or not retry or pts is not first:
             return
         pts = retry
@@ -279,11 +279,11 @@ def _count(store: ResultsDir, plan: Plan, outcome: SweepOutcome) -> None:
     engine's capacity phase when the spec asks for it (a capacity-only sweep has no point at all)."""
     for e in plan.engines:
         for p in plan.points[e.id]:
-            status = store.point_status(p.id)
+            status = store.point_status(p)
             if status == "ok":
                 outcome.points_ok += 1
             else:
-                rec = store.read_point(p.id)
+                rec = store.read_point(p)
                 outcome.points_failed.append({"id": p.id, "status": status or "missing",
                                               "message": getattr(rec, "message", "") or ""})
     if "capacity" not in plan.spec.phases:

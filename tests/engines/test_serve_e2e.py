@@ -159,9 +159,9 @@ def _serve_child(out: Path, engine_id: str) -> int | None:
 
 
 def freeze_serve_point(proc: subprocess.Popen, out: Path, plan, want: str, timeout: float = 600) -> Frozen:
-    """Stop the serve child's process group while point ``want`` (an id suffix) is in flight."""
+    """Stop the serve child's process group while point ``want`` (its label) is in flight."""
     (engine,) = plan.engines
-    point = next(p for p in plan.points[engine.id] if p.id.endswith(want))
+    point = next(p for p in plan.points[engine.id] if p.label == want)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, "the sweep ended before the point could be frozen in flight"
@@ -207,7 +207,7 @@ def test_server_killed_mid_point_is_a_crash_the_rest_runs_and_a_rerun_resumes(tm
     spec, plan, out, proc = start_serve_only(tmp_path, concurrency=[2], request_rate=[2, 8], num_requests=12)
     # 12 requests at 2/s: the rate point lasts seconds; the c2 point before it is done, the r8 point follows.
     frozen = freeze_serve_point(proc, out, plan, "serve-r2-p64-o16-n12")
-    assert any(k.endswith("serve-c2-p64-o16-n12") for k in frozen.ok_before)
+    assert any(k.split("--", 1)[1].startswith("serve-c2-p64-o16-n12-") for k in frozen.ok_before)
     server = _server_tree(frozen.pid)
     assert server  # the server and its engine core, stopped with the client
     for pid in server:

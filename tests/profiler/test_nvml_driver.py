@@ -13,7 +13,6 @@ import os
 import sys
 import time
 import types
-from types import SimpleNamespace
 
 import pandas as pd
 import pynvml
@@ -315,7 +314,7 @@ def test_a_launch_stored_with_per_point_gpu_aggregates(driver, tmp_path):
         time.sleep(0.5)
         rec = decode_point("e", concurrency=c, started_at=start, finished_at=time.time())
         store.write_point(rec)
-        points.append(SimpleNamespace(id=rec.id))
+        points.append(rec.point)
         loads[rec.id] = (pct, mem)
         time.sleep(0.1)  # a row is stamped before its reads: no state change right at a point's end
     store.write_engine(engine_record("e", started_at=launched, ready_at=ready, cuda_uuids=[uuid]))
@@ -375,7 +374,7 @@ def _launch_with_power_steps(driver, tmp_path, steps, fail_energy=False):
         _sampled_after(sampler, end)  # … to one after its end, however slow the machine
         rec = decode_point("e", concurrency=c, started_at=start, finished_at=end)
         store.write_point(rec)
-        points.append(SimpleNamespace(id=rec.id))
+        points.append(rec.point)
         windows[rec.id] = (watts, end - start, c)
     store.write_engine(engine_record("e", started_at=launched, ready_at=ready, cuda_uuids=[uuid]))
     store_telemetry(store, "e", sampler, launched_at=launched, points=points)

@@ -24,19 +24,19 @@ def _spec(**serve):
 def _ids(spec):
     plan = expand(spec)
     (engine,) = plan.engines
-    return [p.id.split("--", 1)[1] for p in plan.points[engine.id]], plan
+    return [p.label for p in plan.points[engine.id]], plan
 
 
 def test_one_point_per_concurrency_level_and_per_rate():
     ids, plan = _ids(_spec())
-    # Written out from the id format: level, lengths, then -n<requests>.
+    # Written out from the label format: level, lengths, then -n<requests>.
     assert ids == ["serve-c1-p128-o32-n16", "serve-c4-p128-o32-n16", "serve-r2.5-p128-o32-n16"]
     points = plan.points[plan.engines[0].id]
     assert [(p.concurrency, p.request_rate) for p in points] == [(1, None), (4, None), (None, 2.5)]
     assert all(p.repeats == 1 and p.warmup == 2 and p.num_requests == 16 for p in points)
 
 
-def test_prefix_fraction_range_ratio_burstiness_and_cap_are_in_the_id():
+def test_prefix_fraction_range_ratio_burstiness_and_cap_are_in_the_label():
     ids, plan = _ids(_spec(concurrency=[], request_rate=[4], prefix_fraction=[0, 0.5], range_ratio=0.25,
                            burstiness=0.5, max_concurrency=8))
     # prefix 0.5 × 128 = 64 shared tokens; the rate point keeps the cap of 8 in flight.

@@ -113,7 +113,7 @@ def test_saturation_points_by_factor_and_by_explicit_level():
     pts = plan.points[plan.engines[0].id]
     assert [p.factor for p in pts] == [0.5, 1.0, 1.25, 2.0]
     assert all(p.concurrency is None and p.phase == "saturation" for p in pts)
-    assert pts[2].id.endswith("--saturation-x1.25-p448-o65")
+    assert pts[2].label == "saturation-x1.25-p448-o65"
     explicit = expand(parse_spec(BASE | {"phases": ["saturation"], "saturation": {"concurrency": [8, 40]}}))
     pts = explicit.points[explicit.engines[0].id]
     assert [p.concurrency for p in pts] == [8, 40]

@@ -4,6 +4,7 @@ Expected values are the contract's own statements (field names, the file layout)
 arithmetic on ids written out here, never values computed by the loader under test.
 """
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -138,9 +139,12 @@ def test_a_stored_point_reads_back_as_written(tmp_path):
     rec = decode_point("e", concurrency=4, started_at=1.0, finished_at=2.0)
     store.write_point(rec)
     raw = json.loads(store.point_path(rec.id).read_text())
-    # The file carries the id the fields give: "<engine>--<phase>-c<concurrency>-p<prompt>-o<output>".
-    assert raw["id"] == raw["point"]["id"] == "e--decode-c4-p64-o16"
-    assert store.read_point(rec.id) == rec and store.point_status(rec.id) == "ok"
+    # The file carries the id the fields give: "<engine>--<phase>-c<concurrency>-p<prompt>-o<output>-<digest>", the
+    # digest the first 8 hex digits of the SHA-256 of every field but the engine's, as sorted JSON.
+    fields = {"phase": "decode", "concurrency": 4, "prompt_len": 64, "output_len": 16, "repeats": 1, "warmup": 0}
+    sha = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
+    assert raw["id"] == raw["point"]["id"] == f"e--decode-c4-p64-o16-{sha}"
+    assert store.read_point(rec.point) == rec and store.point_status(rec.point) == "ok"
 
 
 # --- engine ids: content, not paths (defect 2) ---------------------------------------------------------
