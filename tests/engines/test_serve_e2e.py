@@ -85,7 +85,7 @@ def test_serve_points_next_to_the_offline_ones(served):
     assert left == []  # no server or serve child outlived the sweep
     recs = records(out)
     serve = [p for p in plan.points[engine.id] if p.phase == "serve"]
-    assert [p.id.split("--")[1] for p in serve] == DEMO_SERVE
+    assert [p.label for p in serve] == DEMO_SERVE
     for p in plan.points[engine.id]:
         assert recs[p.id]["status"] == "ok", recs[p.id]
     for p in serve:
