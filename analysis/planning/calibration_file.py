@@ -14,13 +14,13 @@ from pydantic import ValidationError
 
 from analysis import catalog
 from analysis.catalog import GPU
-from analysis.planning.plan import (
+from analysis.planning.calibration import (
     Calibration,
     CalibrationMismatch,
-    PlanError,
     calibration_provenance,
     transferred_calibration,
 )
+from analysis.planning.plan_inputs import PlanError
 from analysis.planning.startup_log_check import LOG_KIND, calibration_from_log
 from analysis.results.inputs import InputFileError, read_json
 from analysis.results.schema import describe_errors
