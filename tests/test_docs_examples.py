@@ -118,6 +118,16 @@ def test_the_layout_names_every_module_in_its_folder():
     assert not stale, f"docs/layout.md lists modules that do not exist: {stale}"
 
 
+def test_where_a_change_goes_names_files_that_exist():
+    """ARCHITECTURE.md's "Where a change goes" table sends a newcomer to files: each one it names is there."""
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    section = text.split("## 4. Where a change goes", 1)[1].split("\n## ", 1)[0]
+    paths = set(re.findall(r"`((?:analysis|profiler|tests|sweeps|benchmarks|docs)/[\w/.-]+\.(?:py|yaml|md|txt))`",
+                           section))
+    assert len(paths) > 30  # the table is where this reads it from
+    assert sorted(p for p in paths if not (ROOT / p).exists()) == []
+
+
 def test_the_sweep_page_names_every_engine_axis():
     # An engine axis is one marked EngineSettings field; the sweep page's list of axes is where a user finds it.
     from profiler.spec import EngineAxes

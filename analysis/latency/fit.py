@@ -33,6 +33,7 @@ from scipy.optimize import least_squares
 
 from analysis import catalog
 from analysis.latency.corpus import LatencyRecord, load_latency_corpus, vllm_version
+from analysis.latency.intervals import held_out_interval
 from analysis.latency.step import (
     FEATURES,
     GENERATION_SIGMA,
@@ -43,7 +44,6 @@ from analysis.latency.step import (
     burst_tpot_schedule,
     burst_ttft_schedule,
     decode_schedule,
-    held_out_interval,
     latency_schedule,
     parameter_names,
     prefill_schedule,
@@ -417,7 +417,7 @@ def evaluate(records: dict[str, LatencyRecord] | None = None) -> tuple[LatencyCo
 
 def intervals(rows: list[Row]) -> dict[str, Interval]:
     """Per regime (and pooled over decode), the leave-one-source-out ratios' 10th–90th percentiles, widened until
-    they hold 80 % of the figures of campaigns they are not built on (``step.held_out_interval``)."""
+    they hold 80 % of the figures of campaigns they are not built on (``intervals.held_out_interval``)."""
     groups: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         if r.regime == QUEUED:  # reported apart: a queue's figure, not a step's

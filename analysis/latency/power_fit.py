@@ -26,8 +26,10 @@ from scipy.optimize import least_squares
 from analysis import catalog
 from analysis.catalog import CATALOG_DIR
 from analysis.catalog.evidence import PublishedRecord
+from analysis.latency.intervals import held_out_interval
 from analysis.latency.power import ACTIVITIES, PRIORS, PowerConstants, board_power_w, fractions
-from analysis.latency.step import ERAS, Engine, era, held_out_interval, served_step_schedule, step_time
+from analysis.latency.step import Engine, served_step_schedule, step_time
+from analysis.vllm.release import ERAS, era
 
 POWER_DIR = CATALOG_DIR / "power"
 # Chat datasets (LMArena, ShareGPT) state no prompt length per configuration; their prompts average a few hundred

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from packaging.version import Version
+
 from analysis.model.architecture import Architecture
 from analysis.vllm.speculative import EAGLE3_AUX_HIDDEN_STATES, SpeculativeConfig
 
@@ -104,16 +106,16 @@ def speculation(target: Architecture, spec: SpeculativeConfig, draft: Architectu
 # once a step, and again for every later pass. vLLM PR 24539 ("Efficient padded speculation", 0.11.0) made the
 # drafter's bookkeeping GPU-only ("free of GPU->CPU sync during the EAGLE drafting phase"), and Model Runner V2,
 # the pinned vLLM's, has none: from 0.11 on the step model prices the passes' kernels alone.
-PADDED_DRAFTER_BATCH = (0, 11)
+PADDED_DRAFTER_BATCH = Version("0.11")
 # Fitted on the published runs of analysis/catalog/speculative_latency (speculative_evidence.fit_host_costs; a test
 # holds these to the fit): seconds a speculative step, and a later drafter pass, cost the host before vLLM 0.11.
 V1_STEP_S = 1.19e-3
 V1_PASS_S = 0.43e-3
 
 
-def speculative_host_s(v: tuple[int, int] | None, s: Speculation, passes: int,
+def speculative_host_s(v: Version | None, s: Speculation, passes: int,
                        costs: tuple[float, float] | None = None) -> float:
-    """The host time a speculative step of vLLM version ``v`` (major, minor; None: the pinned) adds before 0.11
+    """The host time a speculative step of vLLM release ``v`` (analysis.vllm.release; None: the pinned) adds before 0.11
     (``V1_STEP_S`` + ``V1_PASS_S`` a later pass), 0 from 0.11 on and for ngram (its proposals were host work in
     any version, priced with the step's host time)."""
     if s.drafter is None or v is None or v >= PADDED_DRAFTER_BATCH:

@@ -1,8 +1,8 @@
 """The latency model: one vLLM engine step as the sum of the terms a real GPU pays (issue #25).
 
 A step is the work of one scheduler iteration on one GPU of a tensor-parallel group
-(:class:`StepWork`): decoding sequences and prompt tokens, the weight bytes it streams,
-the KV it reads, its FLOPs and its all-reduces. Its time is
+(:class:`analysis.latency.work.StepWork`): decoding sequences and prompt tokens, the weight bytes it
+streams, the KV it reads, its FLOPs and its all-reduces. Its time is
 
     weights_s        smooth-max(weight bytes / (BW · η_w[generation] · κ[kernel] (· κ_moe for experts))
                                 + experts called × t_expert[vLLM era]   (one GEMM per touched expert per MoE layer,
@@ -28,7 +28,8 @@ step reads the experts its tokens touch, E·(1 − (1 − k/E)^tokens), not the 
 (``analysis.model.params.expected_experts_touched``). The constants (η, κ, latencies, floors) are fitted on
 the corpus of published vLLM measurements (``analysis.latency.corpus``) by ``analysis.latency.fit``
 and shipped in ``catalog/latency.yaml`` with the leave-one-source-out error of every regime, which
-gives each prediction its interval.
+gives each prediction its interval (:mod:`analysis.latency.intervals`). What differs between vLLM releases (eras,
+graph modes, kernels, all-reduce hops) is :mod:`analysis.vllm.release`'s.
 
 Workloads are schedules of steps (:class:`Schedule`): a decode step, a prefill in chunks of
 ``max_num_batched_tokens``, the time to first token of a request arriving while others decode, a
@@ -41,37 +42,39 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.catalog import CATALOG_DIR, GENERATIONS, GPU
+from analysis.latency.intervals import (
+    Interval,
+    interval_words,
+)
 from analysis.latency.speculative import Speculation, speculative_host_s
+from analysis.latency.work import (
+    StepWork,
+    kernel_family,
+    step_work,
+)
 from analysis.model.architecture import Architecture
-from analysis.model.kv import kv_bytes_per_sequence, kv_bytes_read, state_bytes_per_sequence
-from analysis.model.layers import MultiHeadLatentAttention
-from analysis.model.params import count_params, expected_experts_touched, weight_breakdown
-from analysis.model.quantization import Awq, BitsAndBytes, CompressedTensors, Fp8, Gptq, ModelOpt, Mxfp4
-from analysis.model.roofline import attention_flops_per_token
 from analysis.vllm.budget import async_scheduling_default
+from analysis.vllm.release import (
+    ERAS,
+    EXPERT_CALL_ERAS,
+    chunked_prefill_default,
+    known_release,
+)
 
 CONSTANTS_FILE = CATALOG_DIR / "latency.yaml"
 
 KERNELS = ("bf16", "fp8", "int8", "int4", "fp4", "mxfp4", "nf4")
 # How an all-reduce runs: vLLM's custom all-reduce over NVLink (0.3.0 on), or NCCL (before it, and on PCIe).
 LINKS = ("nvlink", "pcie", "nccl")
-# vLLM eras whose host cost per step differs: before 0.6 (no async output processing), 0.6 to 0.8
-# (V0's async output processing, V1 arriving), 0.9 on (V1 with its persistent batch, async scheduling later).
-ERAS = ("0.5", "0.6", "0.9")
-# Eras whose fused-MoE kernels pay a cost per expert GEMM on top of the expert's bytes. From vLLM 0.9 on the corpus
-# shows none: fitted, it came to 1.1 µs an expert call and held out it made the decode step worse (13.1 % against
-# 12.3 % by figure) by predicting gpt-oss and Qwen3-30B-A3B at concurrency 10–64 up to twice too slow.
-EXPERT_CALL_ERAS = ("0.5", "0.6")
-ACTIVATION_BYTES = 2  # bf16/fp16 activations in every all-reduce
 SMOOTH_MAX_POWER = 4.0  # weight stream vs GEMM arithmetic: max() rounded at the ridge, where neither hides the other
 
 # A tensor-core MMA tile is 16 rows: a GEMM of fewer rows (a decode of a few sequences) runs the tile's
@@ -83,235 +86,6 @@ MMA_ROWS = 16
 # bf16 rate (vLLM's AWQ dequantizes and calls the bf16 GEMM from 256 tokens on for that reason:
 # ``quantization/auto_awq.py`` FP16_MATMUL_HEURISTIC_CONDITION).
 WEIGHT_ONLY = ("int4", "mxfp4", "nf4")
-
-Kernel = Literal["bf16", "fp8", "int8", "int4", "fp4", "mxfp4", "nf4"]
-
-
-def kernel_family(a: Architecture) -> Kernel:
-    """Which kind of weight kernel vLLM runs the model's linear layers with (its efficiency is fitted)."""
-    q = a.quantization
-    if q is None:
-        return "bf16"
-    if isinstance(q, Fp8):
-        return "fp8"
-    if isinstance(q, Mxfp4):
-        return "mxfp4"
-    if isinstance(q, BitsAndBytes):
-        return "nf4"
-    if isinstance(q, Awq | Gptq):
-        return "int4" if getattr(q, "bits", 4) <= 4 else "int8"
-    if isinstance(q, CompressedTensors):
-        w = q.groups[0][1]
-        if w.num_bits >= 8:
-            return "fp8" if w.type == "float" else "int8"
-        return "fp4" if w.type == "float" else "int4"
-    if isinstance(q, ModelOpt):  # NVFP4 (mixed precision: NVFP4 where it matters, the experts) or an FP8 variant
-        return "fp8" if q.algo.startswith(("FP8", "MXFP8")) else "fp4"
-    return "bf16"
-
-
-def _version(vllm_version: str | None) -> tuple[int, int] | None:
-    """(major, minor) of a version string, None when absent or unreadable."""
-    try:
-        major, minor = (int(x) for x in (vllm_version or "").lstrip("v").split(".")[:2])
-    except ValueError:
-        return None
-    return major, minor
-
-
-def era(vllm_version: str | None) -> str:
-    """The host-cost era of a vLLM version (None or unreadable: the newest)."""
-    v = _version(vllm_version)
-    if v is None:
-        return ERAS[-1]
-    return "0.5" if v < (0, 6) else "0.6" if v < (0, 9) else "0.9"
-
-
-def allreduce_kind(gpu: GPU, vllm_version: str | None) -> str:
-    """How a tensor-parallel all-reduce runs: vLLM's custom all-reduce over NVLink (since 0.3.0, vLLM PR 2192),
-    or NCCL: before it on NVLink, and over PCIe (``pcie``)."""
-    if (gpu.interconnect or "pcie") == "pcie":
-        return "pcie"
-    v = _version(vllm_version)
-    return "nccl" if v is not None and v < (0, 3) else "nvlink"
-
-
-def allreduce_hops(tp: int, vllm_version: str | None) -> float:
-    """How an all-reduce's latency grows with the ranks it synchronises, as the corpus shows it: as log2(tp)
-    before vLLM 0.9 (its A100 runs at tp 2, 4 and 8 of one model grow so), flat from 0.9 on (V1 with CUDA graphs
-    over the whole step: gpt-oss-120b at tp 8 on H100 and H200 decodes 72 all-reduces a step in ~4 ms in all)."""
-    if tp <= 1:
-        return 0.0
-    return 1.0 if era(vllm_version) == ERAS[-1] else float(np.log2(tp))
-
-
-def attention_kernel(gpu: GPU, vllm_version: str | None) -> str:
-    """Which decode-attention kernel family reads the KV cache: FlashAttention 3 on Hopper from vLLM 0.7.0 on
-    (vLLM PR 12093; "On Hopper, Flash Attention 3 is enabled by default (since the v0.7.0 release)", PR 15231),
-    which streams the paged KV at a larger share of HBM bandwidth than the FlashAttention 2 and paged-attention
-    kernels before it (``fa3``); ``fa2`` otherwise (every other part, and Hopper before 0.7)."""
-    v = _version(vllm_version)
-    return "fa3" if gpu.generation == "hopper" and (v is None or v >= (0, 7)) else "fa2"
-
-
-def graph_mode(vllm_version: str | None, *, enforce_eager: bool = False,
-               prompt_tokens: bool = False) -> Literal["eager", "piecewise", "full"]:
-    """How a step's kernels launch: one by one (``--enforce-eager``); from one whole CUDA graph, for a pure decode
-    step from vLLM 0.11.0 on, whose default cudagraph mode is FULL_AND_PIECEWISE (its start-up logs print
-    ``"cudagraph_mode":[2,1]`` and "Capturing CUDA graphs (decode, FULL)": the corpus's
-    sipeed_qwen3_vl_30b_a3b_tp4_rtx3090); or from graphs broken around every attention layer (PIECEWISE), before
-    0.11 and for a step that carries prompt tokens."""
-    if enforce_eager:
-        return "eager"
-    v = _version(vllm_version)
-    return "full" if not prompt_tokens and (v is None or v >= (0, 11)) else "piecewise"
-
-
-def chunked_prefill_default(vllm_version: str | None) -> bool:
-    """Whether prompts are chunked and mixed into decode steps by default: V1 (vLLM 0.8 on) always does."""
-    v = _version(vllm_version)
-    return v is None or v >= (0, 8)
-
-
-@dataclass(frozen=True)
-class StepWork:
-    """What one engine step does on one GPU of the tensor-parallel group, and what it runs on."""
-
-    decode_seqs: float
-    prefill_tokens: float
-    dense_bytes: float  # weights streamed outside the routed experts
-    expert_bytes: float  # routed experts the step's tokens touch
-    experts_touched: float | None
-    kv_bytes: float  # KV read by decode attention + KV written by the prompt tokens
-    gemm_flops: float  # dense GEMMs (attention projections, dense MLPs, shared experts, the LM head)
-    expert_gemm_flops: float  # routed experts' grouped GEMMs
-    attention_flops: float
-    layers: int
-    gemms: float  # GEMM kernels a step launches on a rank (linear layers, fused as vLLM fuses them; the LM head)
-    moe_layers: int
-    expert_calls: float  # routed experts the step's tokens touch, summed over the MoE layers: each a GEMM of its own
-    mla_layers: int  # latent-attention layers: absorbed up-projections and more kernels a layer
-    allreduces: float
-    allreduce_hops: float  # how the all-reduce latency grows with tp (allreduce_hops())
-    allreduce_bytes: float  # bytes each GPU sends and receives in them (ring: 2(tp−1)/tp of the tensor)
-    graphs: Literal["eager", "piecewise", "full"]  # how its kernels launch (graph_mode())
-    overlap: bool  # async scheduling: the host's work for the next step runs while this one is on the GPU
-    generation: str
-    kernel: str
-    era: str
-    attention: str  # decode-attention kernel family (attention_kernel())
-    link: str
-    bandwidth_Bps: float
-    gemm_peak_flops: float  # the tensor rate the GEMMs run at (fp8/int8 where the kernel and part have it)
-    peak_flops: float  # bf16 tensor rate (attention)
-    link_Bps: float
-    decode_query: float = 1.0  # tokens each decoding sequence carries: 1, or 1 + k verifying k draft tokens
-    host: bool = True  # whether it is a scheduler iteration of its own (a drafter's pass is not: no host cost)
-    drafter: tuple[StepWork, ...] = ()  # a speculative drafter's forward passes in the same step (latency.speculative)
-    speculative_host_s: float = 0.0  # host work speculation adds to the step, outside any overlap (before vLLM 0.11)
-
-    @property
-    def tokens(self) -> float:
-        return self.decode_seqs * self.decode_query + self.prefill_tokens
-
-
-@lru_cache(maxsize=256)
-def _weights(a: Architecture, tp: int) -> tuple[Any, Any]:
-    """A model's weight breakdown per rank and parameter counts: the same for every step of a schedule (a burst's
-    thousands of chunks), so worked out once per model and tensor-parallel size."""
-    return weight_breakdown(a, tp), count_params(a)
-
-
-def step_work(a: Architecture, gpu: GPU, *, tp: int = 1, decode_seqs: float = 0, decode_context: float = 0,
-              prefill_tokens: float = 0, prefill_prefix: float = 0, prefill_seqs: float | None = None,
-              kv_cache_dtype: str = "auto", enforce_eager: bool = False,
-              vllm_version: str | None = None, async_scheduling: bool = False, decode_query: float = 1,
-              sampled_per_seq: float | None = None) -> StepWork:
-    """The work of one step: ``decode_seqs`` sequences each holding ``decode_context`` tokens generate one
-    token each, and ``prefill_tokens`` prompt tokens (of ``prefill_seqs`` prompts, after ``prefill_prefix``
-    tokens already cached) are processed. Byte and FLOP counts are per GPU.
-
-    ``decode_query``: the tokens each decoding sequence carries, 1 + k where the target verifies k draft tokens
-    (speculative decoding): every one runs through the GEMMs and the LM head (vLLM samples all 1 + k positions to
-    accept or reject them) and attends over the context, whose KV the step still reads once a sequence.
-    ``sampled_per_seq``: the LM head's rows a decoding sequence takes where fewer than its tokens (a drafter's
-    first pass runs over the target's 1 + k tokens a sequence and samples one)."""
-    if decode_seqs < 0 or prefill_tokens < 0 or decode_seqs + prefill_tokens <= 0:
-        raise ValueError("a step processes at least one token")
-    if decode_query < 1:
-        raise ValueError("a decoding sequence carries at least one token a step")
-    tokens = decode_seqs * decode_query + prefill_tokens
-    w, p = _weights(a, tp)
-    dense = w.non_expert - (0 if a.tie_word_embeddings else w.embedding)
-    experts, touched = 0.0, None
-    if a.moe:
-        touched = expected_experts_touched(a.moe.num_experts, a.moe.experts_per_token, max(tokens, 1e-9))
-        experts = w.experts * touched / a.moe.num_experts
-    # the KV read once a sequence; a recurrent layer's state is read and written back (held bytes, then once more)
-    kv = decode_seqs * (kv_bytes_read(a, round(decode_context), kv_cache_dtype, tp)
-                        + state_bytes_per_sequence(a, tp))
-    # A step's prompt tokens belong to prefill_seqs prompts of per_prompt tokens each: the KV they write and the
-    # context their attention spans are each prompt's, not one sequence's of all the step's tokens.
-    per_prompt = prefill_tokens / max(prefill_seqs or 1.0, 1.0)
-    if prefill_tokens:
-        whole = max(round(per_prompt), 1)
-        kv += prefill_tokens / whole * kv_bytes_per_sequence(a, whole, kv_cache_dtype, tp)
-    # GEMMs over every token, the LM head only over the rows sampled (one per sequence).
-    lm_head = p.lm_head or (p.embedding if a.tie_word_embeddings else 0)
-    lookup = 0 if a.tie_word_embeddings else p.embedding
-    body = p.active - lookup - lm_head
-    per_seq = decode_query if sampled_per_seq is None else sampled_per_seq
-    sampled = decode_seqs * per_seq + (prefill_seqs if prefill_seqs is not None else (1 if prefill_tokens else 0))
-    gemm = 2 * (body * tokens + lm_head * sampled) / tp
-    expert_gemm = 2 * p.experts_active * tokens / tp  # the routed experts' share of it (grouped GEMMs)
-    attn = decode_seqs * decode_query * attention_flops_per_token(a, round(decode_context))
-    if prefill_tokens:
-        attn += prefill_tokens * attention_flops_per_token(a, round(prefill_prefix + per_prompt / 2))
-    kern = kernel_family(a)
-    bf16 = gpu.peak_flops()
-    gemm_peak = gpu.peak_flops(fp8=True) if kern in ("fp8", "int8", "fp4") else bf16
-    moe_layers = sum(1 for i in range(a.num_layers) if a.is_moe_layer(i))
-    gemms = gemm_kernels(a)
-    allreduces = a.sublayers if tp > 1 else 0
-    ar_bytes = allreduces * tokens * a.hidden_size * ACTIVATION_BYTES * 2 * (tp - 1) / tp if tp > 1 else 0.0
-    return StepWork(
-        decode_seqs=decode_seqs, prefill_tokens=prefill_tokens, dense_bytes=w.per_rank(tp, dense),
-        expert_bytes=experts / tp,
-        experts_touched=touched, kv_bytes=kv, gemm_flops=gemm - expert_gemm, expert_gemm_flops=expert_gemm,
-        attention_flops=attn / tp, layers=a.num_layers, gemms=gemms,
-        moe_layers=moe_layers, expert_calls=(touched or 0.0) * moe_layers,
-        mla_layers=sum(n for layer, n in a.attention_kinds if isinstance(layer, MultiHeadLatentAttention)),
-        allreduces=allreduces,
-        allreduce_hops=allreduce_hops(tp, vllm_version), allreduce_bytes=ar_bytes,
-        graphs=graph_mode(vllm_version, enforce_eager=enforce_eager, prompt_tokens=prefill_tokens > 0),
-        overlap=async_scheduling,
-        generation=gpu.generation or "pooled", kernel=kern, era=era(vllm_version),
-        attention=attention_kernel(gpu, vllm_version),
-        link=allreduce_kind(gpu, vllm_version), bandwidth_Bps=gpu.bandwidth_Bps, gemm_peak_flops=gemm_peak,
-        peak_flops=bf16, link_Bps=(gpu.interconnect_gbs or 32) * 1e9, decode_query=decode_query)
-
-
-def gemm_kernels(a: Architecture) -> int:
-    """The GEMM kernels one forward pass launches, as vLLM fuses its linear layers: per layer the fused QKV and
-    O projections (latent attention, ``DeepseekV2MLAAttention``: two projections in (the fused q_a/kv_a
-    down-projection and q_b, or q and kv_a), the absorbed K and V up-projections and O), the fused gate/up and
-    down projections of a dense MLP, or an MoE layer's router, its two grouped expert GEMMs and its shared
-    experts' two (and their gate); and the LM head. Each costs a fixed time besides its bytes (on a lent H200,
-    5.6 µs + bytes / 4.48 TB/s from 0.5 to 512 MB: benchmarks/results/h200-2026-12-04)."""
-    attention = 5 if a.mla else 2
-    n = 1
-    for i in range(a.num_layers):
-        # a recurrent mixer's input and output projections, as attention's QKV and O
-        n += {"mlp": 0, "parallel_hybrid": attention + 2}.get(a.layer_types[i], attention)
-        if not a.has_mlp(i):
-            continue
-        if a.is_moe_layer(i):
-            m = a.moe
-            n += 3 + (2 + m.shared_expert_gate if m.shared_experts else 0)
-        else:
-            n += 2
-    return n
-
 
 def drafter_passes(e: Engine, s: Speculation, target_step: StepWork, **kw: float) -> tuple[StepWork, ...]:
     """The drafter's k passes within a step whose target work is ``target_step`` (built from ``kw``, the
@@ -392,76 +166,6 @@ GENERATION_SIGMA = 0.25  # how far a generation's efficiency may sit from the po
 
 def prior(name: str) -> tuple[float, float]:
     return PRIORS.get(name) or PRIORS[name.split(".")[0]]
-
-
-class Interval(BaseModel):
-    """Measured ÷ predicted over the corpus records of one regime, each predicted by a fit that did not see
-    its source (leave-one-source-out): the interval a prediction of that regime carries."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    n: int
-    sources: int
-    median_ratio: float
-    low_ratio: float = Field(description="the interval's low end: the 10th percentile of measured ÷ predicted, "
-                                         "widened (``widening``) to hold unseen campaigns' figures")
-    high_ratio: float = Field(description="its high end: the 90th percentile, widened alike")
-    median_abs_error: float = Field(description="median |measured ÷ predicted − 1|")
-    p10_ratio: float | None = Field(None, description="10th percentile of measured ÷ predicted")
-    p90_ratio: float | None = Field(None, description="90th percentile of measured ÷ predicted")
-    widening: float = Field(1.0, ge=1.0, description="how many times farther from the median (in log space) the "
-                                                      "ends sit than the 10th and 90th percentiles")
-    held_out_coverage: float | None = Field(
-        None, description="the share of the regime's figures inside the interval built, at that widening, "
-                          "without their own campaign (None: a single campaign, nothing to hold out)")
-
-
-HELD_OUT_COVERAGE = 0.8  # the share of an unseen campaign's figures an interval is widened to hold
-# What a shipped range is, in the words the plan's tables print beside it.
-INTERVAL_MEANING = "published runs' measured ÷ predicted, 10th–90th pct widened to hold 80% of an unseen campaign's"
-_WIDENINGS = np.round(np.arange(1.0, 4.0001, 0.05), 2)
-
-
-def _percentile_range(ratios: np.ndarray, widening: float = 1.0) -> tuple[float, float]:
-    """The 10th–90th percentiles of measured ÷ predicted, each moved ``widening`` times as far from the median
-    in log space (1: the percentiles themselves)."""
-    med, lo, hi = (float(np.percentile(ratios, q)) for q in (50, 10, 90))
-    # min/max: at a widening of 1 the power can round a last bit inside the percentile it starts from
-    return min(lo, med * (lo / med) ** widening), max(hi, med * (hi / med) ** widening)
-
-
-def _held_out_coverage(ratios: np.ndarray, sources: np.ndarray, widening: float) -> float | None:
-    """The share of the figures inside the range built, at ``widening``, from the other sources' figures alone:
-    how often the interval would have held a figure of a campaign it was not built on. None with one source."""
-    if len(set(sources)) < 2:
-        return None
-    inside = 0
-    for source in set(sources):
-        lo, hi = _percentile_range(ratios[sources != source], widening)
-        own = ratios[sources == source]
-        inside += int(np.sum((own >= lo) & (own <= hi)))
-    return inside / len(ratios)
-
-
-def held_out_interval(ratios: Any, sources: Any) -> Interval:
-    """The interval of figures measured ÷ predicted (each already predicted without its source), from their
-    sources: the 10th–90th percentiles, widened until they hold 80 % of an unseen campaign's figures.
-
-    A campaign's figures share an offset (its vLLM build, host, harness), so a range built on the campaigns at
-    hand holds fewer of a new campaign's figures than the 80 % its percentiles suggest: on the 2026-12-04 latency
-    corpus the per-regime ranges held 61 % (tensor parallel) to 74 % (dense) of the figures of the campaign each
-    was built without. The range is widened about its median in log space by the smallest factor (steps of 0.05,
-    at most 4) at which, built without each campaign in turn, it holds ``HELD_OUT_COVERAGE`` of that campaign's
-    figures; the factor and the coverage it reached are kept."""
-    r, src = np.asarray(ratios, dtype=float), np.asarray(sources)
-    for widening in map(float, _WIDENINGS):
-        coverage = _held_out_coverage(r, src, widening)
-        if coverage is None or coverage >= HELD_OUT_COVERAGE:
-            break
-    lo, hi = _percentile_range(r, widening)
-    return Interval(n=len(r), sources=len(set(src)), median_ratio=float(np.median(r)), low_ratio=lo, high_ratio=hi,
-                    median_abs_error=float(np.median(np.abs(r - 1))), p10_ratio=float(np.percentile(r, 10)),
-                    p90_ratio=float(np.percentile(r, 90)), widening=widening, held_out_coverage=coverage)
 
 
 class LatencyConstants(BaseModel):
@@ -705,7 +409,7 @@ class Engine:
         if s is not None:
             passes = drafter_passes(self, s, w, **kw)
             w = replace(w, drafter=passes, speculative_host_s=speculative_host_s(
-                _version(self.vllm_version), s, len(passes)))
+                known_release(self.vllm_version), s, len(passes)))
         return w
 
     def chunks(self, tokens: float) -> list[float]:
@@ -955,15 +659,6 @@ def describe(time_s: float, r: str, c: LatencyConstants | None = None) -> dict[s
             "checked_against": (f"{iv.n} published vLLM measurements from {iv.sources} sources ({r} regime), each "
                                 f"predicted without its source: median |error| {100 * iv.median_abs_error:.0f}%, "
                                 f"measured/predicted {iv.low_ratio:.2f}–{iv.high_ratio:.2f} ({interval_words(iv)})")}
-
-
-def interval_words(iv: Interval) -> str:
-    """How an interval's ends were set, in words."""
-    if iv.widening == 1.0 or iv.p10_ratio is None or iv.p90_ratio is None:
-        return "10th–90th pct"
-    held = ("" if iv.held_out_coverage is None else
-            f"; built without a source, it held {100 * iv.held_out_coverage:.0f}% of its figures")
-    return f"10th–90th pct {iv.p10_ratio:.2f}–{iv.p90_ratio:.2f} widened ×{iv.widening:g}{held}"
 
 
 def named_terms(s: Schedule, c: LatencyConstants | None = None, overrides: Overrides | None = None

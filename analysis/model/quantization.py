@@ -26,10 +26,12 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
+from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from analysis.model.layers import round_up
 from analysis.model.module_names import ModuleNames
+from analysis.versions import known_release
 
 # "unquantized": a matrix vLLM keeps in the model dtype whatever the scheme (DeepSeek-V3.2's indexer wk and
 # weights_proj, dequantized at load)
@@ -428,10 +430,6 @@ def _hopper_mx_bytes(out_features: int, in_features: int) -> int:
     return values + scales
 
 
-def _version(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
-
-
 def mxfp4_kernel(generation: str | None, vllm_version: str | None = None) -> Literal["marlin", "triton"]:
     """The MoE kernel vLLM runs mxfp4 experts with on a GPU of ``generation`` (``GPU.generation``).
 
@@ -442,7 +440,7 @@ def mxfp4_kernel(generation: str | None, vllm_version: str | None = None) -> Lit
     """
     if (generation or "hopper") != "hopper":
         return "marlin"
-    if vllm_version and _version(vllm_version) < (0, 10, 2):
+    if (v := known_release(vllm_version)) is not None and v < Version("0.10.2"):
         return "marlin"
     return "triton"
 

@@ -18,9 +18,10 @@ from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.model.architecture import Architecture
-from analysis.vllm.memory import ENTRIES, default_batching, release, rules_for
+from analysis.vllm.memory import ENTRIES, default_batching, rules_for
 from analysis.vllm.memory import activation_bytes as _activation_bytes
 from analysis.vllm.memory import encoder_profile as _encoder_profile
+from analysis.vllm.release import release
 
 GiB = 2**30
 

@@ -50,14 +50,14 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.model.architecture import Architecture
 from analysis.model.params import model_loading_bytes
 from analysis.model.vision import EncoderProfile
 from analysis.model.vision import encoder_profile as tower_profile
-from analysis.results.schema import TESTED_VLLM_VERSIONS
+from analysis.vllm.release import release
 
 GiB = 2**30
 MiB = 2**20
@@ -282,24 +282,6 @@ RULE_SETS: tuple[AccountingRules, ...] = (
         default_gpu_memory_utilization=0.92,
     ),
 )
-
-DEFAULT_VERSION = TESTED_VLLM_VERSIONS[0]
-
-
-class UnknownVLLMVersion(ValueError):
-    """A --vllm-version that is not a version number."""
-
-
-def release(version: str | None = None) -> Version:
-    """The vLLM release a version string names (default: the version kvprof pins): 0.6.3.post1, 0.11.0rc2 and
-    v0.14.0 are 0.6.3, 0.11.0 and 0.14.0; anything that is not a version number is refused by name."""
-    text = version or DEFAULT_VERSION
-    try:
-        v = Version(text.lstrip("v"))
-    except InvalidVersion:
-        raise UnknownVLLMVersion(f"vllm_version {text!r} is not a version number (e.g. 0.32.0, 0.10.1)") from None
-    return Version(v.base_version)
-
 
 def rules_for(version: str | None = None) -> AccountingRules:
     """The accounting rules of a vLLM version (default: the version kvprof pins)."""

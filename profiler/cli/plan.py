@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from analysis import catalog
-from analysis.latency.step import INTERVAL_MEANING
+from analysis.latency.intervals import INTERVAL_MEANING
 from analysis.model.architecture import UnsupportedArchitecture
 from analysis.model.vision import parse_mm_limits
 from analysis.planning.calibration_file import checked_calibration, load_calibration

@@ -13,11 +13,9 @@ from analysis.latency import step as latency
 from analysis.latency.step import (
     Engine,
     LatencyConstants,
-    allreduce_kind,
     burst_tpot_schedule,
     burst_ttft_schedule,
     decode_schedule,
-    era,
     kernel_family,
     latency_schedule,
     prefill_schedule,
@@ -27,6 +25,8 @@ from analysis.latency.step import (
     step_time,
     ttft_schedule,
 )
+from analysis.latency.work import gemm_kernels
+from analysis.vllm.release import allreduce_kind, era
 
 H100 = catalog.resolve_gpu("h100-sxm")[0]  # 3.35 TB/s, 989 TFLOP/s bf16, NVLink 450 GB/s per direction
 LLAMA8B = catalog.resolve_model("llama-3.1-8b")[0]
@@ -65,7 +65,7 @@ def test_a_dense_decode_step_is_its_terms_written_out():
 def test_each_gemm_kernel_pays_a_fixed_time_besides_its_bytes():
     # vLLM launches per Llama layer the fused QKV, O, fused gate/up and down GEMMs, and the LM head once:
     # 32 × 4 + 1 = 129 kernels. At 5 µs each, besides the 15 GB stream at half of 3.35 TB/s.
-    assert latency.gemm_kernels(LLAMA8B) == 129
+    assert gemm_kernels(LLAMA8B) == 129
     c = constants(**{"eta_weights.hopper": 0.5}, gemm_call_s=5e-6)
     w = Engine(LLAMA8B, H100).step(decode_seqs=1, decode_context=100)
     assert step_terms(w, c)["weights_s"] == pytest.approx(LLAMA8B_WEIGHTS_READ / (3.35e12 * 0.5) + 129 * 5e-6,
@@ -75,11 +75,11 @@ def test_each_gemm_kernel_pays_a_fixed_time_besides_its_bytes():
     assert step_terms(w4, c)["weights_s"] == pytest.approx(
         LLAMA8B_WEIGHTS_READ / 4 / (3.35e12 * 0.5) + 129 * 5e-6, rel=1e-6)
     # Mixtral-8x7B: per layer QKV, O, the router and the two grouped expert GEMMs: 32 × 5 + 1.
-    assert latency.gemm_kernels(catalog.resolve_model("mixtral-8x7b")[0]) == 161
+    assert gemm_kernels(catalog.resolve_model("mixtral-8x7b")[0]) == 161
     # DeepSeek-V3: 61 latent-attention layers of five GEMMs (the fused q_a/kv_a down-projection, q_b, the
     # absorbed K and V up-projections, O); 3 dense MLPs of two; 58 MoE layers: router, two grouped GEMMs and the
     # shared expert's two; and the LM head: 61 × 5 + 3 × 2 + 58 × 5 + 1.
-    assert latency.gemm_kernels(catalog.resolve_model("deepseek-v3")[0]) == 61 * 5 + 3 * 2 + 58 * 5 + 1
+    assert gemm_kernels(catalog.resolve_model("deepseek-v3")[0]) == 61 * 5 + 3 * 2 + 58 * 5 + 1
 
 
 def test_gemm_arithmetic_binds_a_large_batch():

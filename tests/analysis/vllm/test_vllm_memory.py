@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from analysis.catalog import MODELS_DIR, gpu, resolve_model
 from analysis.model.architecture import Architecture
+from analysis.versions import UnknownVLLMVersion
 from analysis.vllm.allocator import paged_capacity
 from analysis.vllm.memory import (
-    UnknownVLLMVersion,
     default_batching,
     normalize_entry,
     predict,
