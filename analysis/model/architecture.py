@@ -9,7 +9,6 @@ wrapper's towers in :mod:`analysis.model.encoders`. Anything kvprof cannot model
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -19,7 +18,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from analysis.model import config_keys
+from analysis.model.config_checks import (
+    MAX_LEN_KEYS,
+    check_architectures,
+    check_bounds,
+    check_keys,
+    read_config_file,
+    runs_transformers_backend,
+    with_modelopt_sidecar,
+)
 from analysis.model.encoders import (
     ENCODER_MODALITIES,
     _encoder_modalities,
@@ -47,8 +54,6 @@ from analysis.model.layers import (
 from analysis.model.module_names import MODULE_NAMES
 from analysis.model.parts import (
     _DTYPE_BYTES,
-    MAX_CONFIG_BYTES,
-    MAX_EXPERTS,
     MAX_HEAD_DIM,
     MAX_HEADS,
     MAX_HIDDEN_SIZE,
@@ -77,11 +82,9 @@ from analysis.model.parts import (
 from analysis.model.quantization import (
     AnyScheme,
     QuantizationError,
-    scheme_for_override,
-    scheme_from_config,
 )
+from analysis.model.quantization_config import scheme_for_override, scheme_from_config
 from analysis.model.vision import VisionTower
-from analysis.model.vllm_models import supported_architectures, transformers_backend_architectures
 
 # What other modules import from here, defined in the parts and encoders modules
 __all__ = ["ENCODER_MODALITIES", "MAX_POSITIONS", "MAX_VOCAB_SIZE", "Architecture", "UnsupportedArchitecture",
@@ -123,12 +126,6 @@ _UNTIED_BY_DEFAULT = {
 
 
 _ENCODER_DECODER = {"t5", "mt5", "bart", "mbart", "whisper", "pegasus", "marian"}
-
-
-# vLLM 0.32's keys for a model's length (ModelArchConfigConvertorBase.derive_max_model_len_and_key,
-# transformers_utils/model_arch_config_convertor.py): the smallest one present counts, model_max_length wins.
-_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
 
 
 # RoPE types whose max_position_embeddings is already the scaled length (_get_and_verify_max_len).
@@ -406,75 +403,11 @@ class Architecture(BaseModel):
         if isinstance(source, dict):
             return _from_dict(source, name or source.get("_name_or_path") or "model")
         path = Path(source)
-        if path.is_dir():
-            path = path / "config.json"
-        if not path.is_file():
-            raise UnsupportedArchitecture(f"no config.json at {path}")
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise UnsupportedArchitecture(f"{path}: {path.stat().st_size:,} bytes; a model's config.json is at most "
-                                          f"{MAX_CONFIG_BYTES:,} bytes")
-        try:
-            cfg = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise UnsupportedArchitecture(f"{path} is not valid JSON: {exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise UnsupportedArchitecture(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        except RecursionError:
-            raise UnsupportedArchitecture(f"{path}: nested too deeply to be a model's config.json") from None
-        if not isinstance(cfg, dict):
-            raise UnsupportedArchitecture(f"{path} does not hold a JSON object")
-        cfg = _with_modelopt_sidecar(path.parent / "hf_quant_config.json", cfg, name or path.parent.name)
+        path = path / "config.json" if path.is_dir() else path
+        cfg = read_config_file(path)
+        cfg = with_modelopt_sidecar(path.parent / "hf_quant_config.json", cfg, name or path.parent.name)
         return _from_dict(cfg, name or path.parent.name, _max_pixels(path.parent / "preprocessor_config.json"),
                           _max_pixels(path.parent / "video_preprocessor_config.json"))
-
-
-def _check_keys(raw: dict[str, Any], cfg: dict[str, Any], model_type: str, name: str) -> None:
-    """Refuse a config whose family has no reader, or that has a key its reader does not understand or a read key
-    of another type than published configs give it (analysis.model.config_keys), naming each."""
-    checks = [(cfg, model_type)]
-    if cfg is not raw:  # a multimodal wrapper: its own keys against its family, the decoder's against the decoder's
-        checks.insert(0, (raw, str(raw.get("model_type") or model_type)))
-    for keys, family in checks:
-        if not config_keys.has_reader(family):
-            raise UnsupportedArchitecture(
-                f"{name}: model_type {family!r} has no reader in kvprof, so its layer mix and weights are unknown "
-                f"(read: {', '.join(config_keys.families())})")
-        unread = config_keys.unread_keys(keys, family)
-        if unread:
-            raise UnsupportedArchitecture(
-                f"{name}: config.json {'key' if len(unread) == 1 else 'keys'} {', '.join(unread)} "
-                f"{'is' if len(unread) == 1 else 'are'} not read by kvprof's {family} reader; such a key may change "
-                "the layer mix, the weights or the KV cache, so the model is refused rather than planned as "
-                "something else")
-        mistyped = config_keys.mistyped_keys(keys, family)
-        if mistyped:
-            raise UnsupportedArchitecture(f"{name}: config.json {'; '.join(mistyped)} (as every published "
-                                          f"{family} config has it)")
-
-
-def _check_bounds(cfg: dict[str, Any], name: str) -> None:
-    """Refuse a size past its plausibility bound (MAX_*) before anything is built per layer or per expert,
-    naming the config key, its value and the bound."""
-    bounds = (
-        (("num_hidden_layers", "n_layer", "num_layers"), MAX_LAYERS),
-        (("hidden_size", "n_embd", "d_model"), MAX_HIDDEN_SIZE),
-        (("num_attention_heads", "n_head", "num_key_value_heads", "n_head_kv"), MAX_HEADS),
-        (("head_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"), MAX_HEAD_DIM),
-        (("intermediate_size", "n_inner", "ffn_dim", "moe_intermediate_size"), MAX_INTERMEDIATE_SIZE),
-        (("vocab_size", "padded_vocab_size"), MAX_VOCAB_SIZE),
-        (("num_local_experts", "n_routed_experts", "num_experts", "num_experts_per_tok", "moe_topk",
-          "n_shared_experts"), MAX_EXPERTS),
-        (("kv_lora_rank", "q_lora_rank"), MAX_HIDDEN_SIZE),
-        # model_max_length is left out: tokenizer-style configs write 1e30 for "no limit"
-        ((*(k for k in _MAX_LEN_KEYS if k != "model_max_length"), "sliding_window"), MAX_POSITIONS),
-    )
-    for keys, bound in bounds:
-        for key in keys:
-            value = cfg.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value > bound:
-                raise UnsupportedArchitecture(
-                    f"{name}: config.json {key} {value:,} is past kvprof's bound of {bound:,} (far above any "
-                    "published model): not a real model's config")
 
 
 def _derived_max_len(cfg: dict[str, Any], model_type: str) -> tuple[int | None, str | None]:
@@ -483,7 +416,7 @@ def _derived_max_len(cfg: dict[str, Any], model_type: str) -> tuple[int | None, 
     already scales max_position_embeddings (llama3, yarn, longrope …) or the model is a Gemma 3. (None, None)
     when that is just max_position_embeddings, or when config.json names no length."""
     derived, key = math.inf, None
-    for k in _MAX_LEN_KEYS:
+    for k in MAX_LEN_KEYS:
         v = cfg.get(k)
         if isinstance(v, int | float) and not isinstance(v, bool) and v < derived:
             derived, key = v, k
@@ -553,77 +486,9 @@ def _rope_cache_positions(cfg: dict[str, Any], model_type: str) -> tuple[int, ..
     return tuple(out)
 
 
-def _with_modelopt_sidecar(path: Path, cfg: dict[str, Any], name: str) -> dict[str, Any]:
-    """config.json with the quantization vLLM 0.32 reads for it (``transformers_utils/config.py``): its own
-    ``quantization_config`` (or ``text_config``'s) wins; without one, a ModelOpt ``hf_quant_config.json`` beside it
-    (the legacy ``{"producer", "quantization"}`` shape, ``quant_method`` set from its ``quant_algo`` as
-    ``_normalize_quantization_config`` does); a config.json MIXED_PRECISION without ``quantized_layers`` takes the
-    file's (``weight_utils.get_quant_config``). Where vLLM would refuse the file, so does kvprof, by name."""
-    if not path.is_file():
-        return cfg
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise UnsupportedArchitecture(f"{name}: {path}: {path.stat().st_size:,} bytes; a quantization config is at "
-                                      f"most {MAX_CONFIG_BYTES:,} bytes")
-    try:
-        side = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError):
-        raise UnsupportedArchitecture(f"{name}: {path.name} is not readable JSON") from None
-    quant = side.get("quantization") if isinstance(side, dict) else None
-    if not isinstance(quant, dict):
-        raise UnsupportedArchitecture(f"{name}: {path.name} has no \"quantization\" object, so vLLM cannot read it")
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
-    own = cfg.get("quantization_config") or text.get("quantization_config")
-    if isinstance(own, dict):
-        method = str(own.get("quant_method") or "").lower()
-        algo = str(own.get("quant_algo") or "").upper()
-        if method.startswith("modelopt") and algo == "MIXED_PRECISION" and not own.get("quantized_layers"):
-            where = "quantization_config" if cfg.get("quantization_config") else "text_config.quantization_config"
-            merged = {**own, "quantized_layers": quant.get("quantized_layers")}
-            if where == "quantization_config":
-                return {**cfg, "quantization_config": merged}
-            return {**cfg, "text_config": {**text, "quantization_config": merged}}
-        return cfg
-    producer = side.get("producer") if isinstance(side.get("producer"), dict) else {}
-    if producer.get("name") != "modelopt" and "modelopt_quant_config" not in quant:
-        raise UnsupportedArchitecture(
-            f"{name}: {path.name} names no producer \"modelopt\", so vLLM 0.32 does not read it as a ModelOpt "
-            f"checkpoint and would not start; kvprof cannot say which scheme it would run")
-    algo = str(quant.get("quant_algo") or "").upper()
-    methods = {"FP8": "modelopt", "FP8_PER_CHANNEL_PER_TOKEN": "modelopt", "FP8_PB_WO": "modelopt",
-               "NVFP4": "modelopt_fp4"}
-    if algo not in methods:
-        raise UnsupportedArchitecture(
-            f"{name}: {path.name} has quant_algo {quant.get('quant_algo')!r}; vLLM 0.32 reads only "
-            f"{', '.join(methods)} from this file (\"Unknown ModelOpt quant algo\") and would not start")
-    return {**cfg, "quantization_config": {**side, "quant_method": methods[algo]}}
-
-
-def _check_architectures(raw: dict[str, Any], name: str) -> None:
-    """Refuse a config.json whose ``architectures`` names a class vLLM 0.32 has no model for (where it names any)."""
-    archs = raw.get("architectures")
-    if archs is None or archs == []:
-        return
-    if not isinstance(archs, list) or not all(isinstance(x, str) for x in archs):
-        raise UnsupportedArchitecture(f"{name}: config.json architectures must be a list of class names, got "
-                                      f"{archs!r}")
-    unknown = [x for x in archs if x not in supported_architectures()]
-    if unknown:
-        raise UnsupportedArchitecture(
-            f"{name}: config.json names architecture {', '.join(unknown)}, which vLLM 0.32 has no model class for "
-            "(its model registry); it would refuse the model or run it through its Transformers modeling backend, "
-            "whose memory kvprof does not plan")
-
-
-def _runs_transformers_backend(raw: dict[str, Any]) -> bool:
-    """Whether the class config.json names is one vLLM 0.32 runs through its Transformers modeling backend (a
-    config naming none is read as its family's reader says)."""
-    archs = raw.get("architectures")
-    return bool(archs) and all(x in transformers_backend_architectures() for x in archs)
-
-
 def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
                video_max_pixels: int | None = None) -> Architecture:
-    _check_architectures(raw, name)
+    check_architectures(raw, name)
     cfg = dict(raw)
     text = cfg.get("text_config")
     if isinstance(text, dict):
@@ -639,8 +504,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
     if cfg.get("use_bidirectional_attention") is True:  # Gemma-4's "vision" (image tokens only) is its reader's
         raise UnsupportedArchitecture(f"{name}: use_bidirectional_attention true: an encoder (an embedding model), "
                                       "not the causal decoder kvprof plans")
-    _check_bounds(cfg, name)
-    _check_keys(raw, cfg, model_type, name)
+    check_bounds(cfg, name)
+    check_keys(raw, cfg, model_type, name)
     reader = FAMILY_READERS.get(model_type)
     cfg, hybrid = reader(cfg, name) if reader is not None else (cfg, {})
 
@@ -737,7 +602,7 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
         encoder_params=encoder[0], encoder_replicated_params=encoder[1], encoder_note=encoder[2],
         vision=_vision_tower(raw, hidden, max_pixels, video_max_pixels),
         encoder_modalities=_encoder_modalities(raw),
-        transformers_backend=_runs_transformers_backend(raw),
+        transformers_backend=runs_transformers_backend(raw),
     )
     try:
         quantization = scheme_from_config(cfg.get("quantization_config", raw.get("quantization_config")),

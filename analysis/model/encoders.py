@@ -5,14 +5,13 @@ and the tower whose start-up profile run kvprof plans (analysis.model.vision), f
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from analysis.model import config_keys
+from analysis.model.config_checks import read_json_file
 from analysis.model.parts import (
-    MAX_CONFIG_BYTES,
     QWEN3_VL,
     UnsupportedArchitecture,
 )
@@ -231,13 +230,7 @@ def _max_pixels(path: Path) -> int | None:
     ``size.longest_edge``), None where the file is absent or names none."""
     if not path.is_file():
         return None
-    if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise UnsupportedArchitecture(f"{path}: {path.stat().st_size:,} bytes; a preprocessor config is at most "
-                                      f"{MAX_CONFIG_BYTES:,} bytes")
-    try:
-        pre = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        raise UnsupportedArchitecture(f"{path} is not a readable JSON preprocessor config") from None
+    pre = read_json_file(path, "a preprocessor config")
     size = pre.get("size") if isinstance(pre, dict) else None
     value = (pre.get("max_pixels") if isinstance(pre, dict) else None) or (
         size.get("longest_edge") if isinstance(size, dict) else None)

@@ -31,8 +31,8 @@ from analysis.model.quantization import (
     WeightArgs,
     module_matches,
     mxfp4_kernel,
-    scheme_from_config,
 )
+from analysis.model.quantization_config import scheme_from_config
 from analysis.planning.plan import PlanError, PlanInputs, make_plan
 from analysis.vllm.lora import DEFAULT_MAX_LORA_RANK, lora_bytes
 from tests.gpu_corpus import load_corpus

@@ -122,7 +122,10 @@ def test_a_checkpoint_preprocessor_config_sets_the_largest_image(tmp_path):
     with pytest.raises(ValueError, match="max_pixels must be a positive integer"):
         Architecture.from_config(tmp_path)
     (tmp_path / "preprocessor_config.json").write_bytes(b"\xff\xfe\x00binary")
-    with pytest.raises(ValueError, match="is not a readable JSON preprocessor config"):
+    with pytest.raises(ValueError, match=r"preprocessor_config\.json is not UTF-8 text"):
+        Architecture.from_config(tmp_path)
+    (tmp_path / "preprocessor_config.json").write_text("{max_pixels: 1}")
+    with pytest.raises(ValueError, match=r"is not valid JSON \(a preprocessor config\)"):
         Architecture.from_config(tmp_path)
     (tmp_path / "preprocessor_config.json").write_bytes(b" " * (16 * 2**20 + 1))
     with pytest.raises(ValueError, match="a preprocessor config is at most 16,777,216 bytes"):
