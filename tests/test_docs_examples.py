@@ -87,6 +87,38 @@ def test_every_example_runs_or_at_least_parses(where, words, workdir, monkeypatc
         pytest.fail(f"{where}: kvprof {words}: {exc} (not run: {why})")
 
 
+def printed_outputs() -> list[tuple[str, str, str]]:
+    """(where, the command's words, the output printed under it) for every ```bash block of one `kvprof` command
+    followed directly by a plain ``` block: what the docs show that command printing."""
+    out = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for command, printed in re.findall(r"```bash\n(kvprof [^\n`]*)\n```\s*\n```\n(.*?)```", text, re.S):
+            out.append((doc.name, command[len("kvprof "):], printed))
+    return out
+
+
+PRINTED = printed_outputs()
+
+
+def _normalized(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_printed_outputs_are_what_the_commands_print(workdir, monkeypatch):
+    """Each line the docs show a command printing (numbers included) is in what the command prints now, at 80
+    columns (a "..." line marks rows left out; a long line may wrap at another place)."""
+    assert PRINTED, "the README shows the cost table a plan prints"
+    monkeypatch.chdir(workdir)
+    for where, words, printed in PRINTED:
+        res = CliRunner().invoke(app, shlex.split(words), env={"COLUMNS": "80"})
+        assert res.exit_code == 0, f"{where}: kvprof {words}\n{res.output[-3000:]}"
+        output = _normalized(res.output)
+        missing = [line.strip() for line in printed.splitlines()
+                   if line.strip() and line.strip() != "..." and _normalized(line) not in output]
+        assert missing == [], f"{where}: kvprof {words} no longer prints these lines the docs show"
+
+
 def _layout_paths() -> set[str]:
     """The paths docs/layout.md's tree names: a line's first word, under the folders its indentation puts it in
     (two spaces a level)."""
