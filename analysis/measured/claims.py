@@ -124,10 +124,6 @@ def batching_amortises_energy(dec: pd.DataFrame, energy: pd.DataFrame | None, to
 SIXTEEN_BIT_KV = ("auto", "bfloat16", "float16", "bf16", "fp16")
 
 
-def _is_fp8(dtype: Any) -> bool:
-    return is_fp8(dtype)
-
-
 def _pair_keys(engines: pd.DataFrame | None, table: pd.DataFrame) -> pd.Series:
     """Per row of ``table`` (which has engine_id): every engine setting but the KV dtype, as one string.
     From the engine table's requested_* and engine_arg_* columns where it has them, else the few
@@ -152,19 +148,19 @@ def _pairs(table: pd.DataFrame, engines: pd.DataFrame | None, on: list[str] | No
         return pd.DataFrame()
     t = table.assign(_pair=_pair_keys(engines, table))
     auto = t[t["kv_cache_dtype"].astype(str).isin(SIXTEEN_BIT_KV)]
-    fp8 = t[t["kv_cache_dtype"].map(_is_fp8)]
+    fp8 = t[t["kv_cache_dtype"].map(is_fp8)]
     return auto.merge(fp8, on=["_pair", *(on or [])], suffixes=("_16", "_8"))
 
 
 def _why_no_pair(engines: pd.DataFrame | None, dropped: list[dict[str, Any]] | None) -> str:
     """Why a sweep has no auto/fp8 pair of otherwise equal engines that ran."""
-    skipped = [d for d in dropped or [] if d.get("engine") and _is_fp8(d["engine"].get("kv_cache_dtype", ""))]
+    skipped = [d for d in dropped or [] if d.get("engine") and is_fp8(d["engine"].get("kv_cache_dtype", ""))]
     if skipped:
         reasons = "; ".join(dict.fromkeys(str(d["reason"]) for d in skipped))
         return f"the sweep's {len(skipped)} fp8 engine(s) never started — {reasons}"
     if engines is None or engines.empty or "kv_cache_dtype" not in engines:
         return "no engines"
-    fp8 = engines[engines["kv_cache_dtype"].map(_is_fp8)]
+    fp8 = engines[engines["kv_cache_dtype"].map(is_fp8)]
     if fp8.empty:
         return "the sweep has no fp8 KV engine (add fp8 to engine.kv_cache_dtype)"
     failed = fp8[fp8["status"] != "ok"]
