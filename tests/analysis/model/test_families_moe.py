@@ -65,32 +65,6 @@ def test_a_config_that_leaves_keys_to_the_defaults():
     assert {layer.window for layer, _ in a.attention_kinds} == {4096, None}
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"sliding_window_pattern": "LLLG"}, "cannot derive them"),  # a string pattern and no layer_types
-    ({"sliding_window": None}, "cannot derive them"),
-    ({"mlp_layer_types": ["moe"] * 4}, "mlp_layer_types must list"),
-    ({"layer_types": ["full_attention"] * 3}, "layer_types must list"),
-    ({"sliding_windows": [64, 128, 64, 128]}, "sliding_windows"),  # per-layer windows: not read
-    ({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
-])
-def test_what_kvprof_does_not_read_is_refused_by_name(change, message):
-    with pytest.raises(UnsupportedArchitecture, match=message):
-        Architecture.from_config(_config(**change), "exaone_moe")
-
-
-def test_no_value_however_odd_gives_a_traceback():
-    d = _config()
-    read_or_refuse(d | {k: v} for k in d for v in ODD_CONFIG_VALUES)
-
-
-def test_the_tiny_engine_model_is_its_family():
-    a, _ = resolve_model("tiny-exaone-moe")
-    assert [(layer.kind, layer.window, n) for layer, n in a.attention_kinds] == [("sliding", 64, 3), ("full", None, 1)]
-    raw = json.loads((Path(__file__).resolve().parents[3] / "analysis" / "catalog" / "models" / "tiny-exaone-moe" /
-                      "config.json").read_text())
-    assert count_params(a).total == transformers_build(raw)[1] + 3 * 8
-
-
 def _afmoe(**change) -> dict:
     d = transformers.AutoConfig.for_model("afmoe").to_dict()
     d.pop("layer_types")
@@ -110,29 +84,6 @@ def test_afmoe_parameters_and_layers_are_what_transformers_builds(change):
     assert list(a.layer_types) == list(cfg.layer_types)
     assert [i for i in range(a.num_layers) if not a.is_moe_layer(i)] == list(range(cfg.num_dense_layers))
     assert (a.attention_output_gate, a.moe.router_fp32, a.norms_per_layer) == (True, True, 4)
-
-
-@pytest.mark.parametrize("change, message", [
-    ({"attention_bias": True}, "attention_bias true"),
-    ({"num_dense_layers": 9}, "num_dense_layers must be a layer count"),
-    ({"global_attn_every_n_layers": 0}, "global_attn_every_n_layers must be a positive integer"),
-])
-def test_afmoe_what_kvprof_does_not_read_is_refused_by_name(change, message):
-    with pytest.raises(UnsupportedArchitecture, match=message):
-        Architecture.from_config(_afmoe(**change), "afmoe")
-
-
-def test_afmoe_no_value_however_odd_gives_a_traceback():
-    d = _afmoe()
-    read_or_refuse(d | {k: v} for k in d for v in ODD_CONFIG_VALUES)
-
-
-def test_the_tiny_afmoe_is_its_family():
-    a, _ = resolve_model("tiny-afmoe")
-    assert [(layer.kind, layer.window, n) for layer, n in a.attention_kinds] == [("sliding", 64, 2), ("full", None, 2)]
-    raw = json.loads((Path(__file__).resolve().parents[3] / "analysis" / "catalog" / "models" / "tiny-afmoe" /
-                      "config.json").read_text())
-    assert count_params(a).total == transformers_build(raw)[1]
 
 
 def _cohere2_moe(**change) -> dict:
@@ -162,24 +113,46 @@ def test_cohere2_moe_parameters_and_layers_are_what_transformers_builds(change):
     assert {layer.window for layer, _ in a.attention_kinds} == {129, None}
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"attention_bias": True}, "attention_bias true"),
-    ({"first_k_dense_replace": 1}, "no prefix_dense_intermediate_size"),
-    ({"first_k_dense_replace": 9}, "first_k_dense_replace must be a layer count"),
+def _configs() -> dict:
+    return {"exaone_moe": _config, "afmoe": _afmoe, "cohere2_moe": _cohere2_moe}
+
+
+@pytest.mark.parametrize("model_type, change, message", [
+    ("exaone_moe", {"sliding_window_pattern": "LLLG"}, "cannot derive them"),  # a string pattern, no layer_types
+    ("exaone_moe", {"sliding_window": None}, "cannot derive them"),
+    ("exaone_moe", {"mlp_layer_types": ["moe"] * 4}, "mlp_layer_types must list"),
+    ("exaone_moe", {"layer_types": ["full_attention"] * 3}, "layer_types must list"),
+    ("exaone_moe", {"sliding_windows": [64, 128, 64, 128]}, "sliding_windows"),  # per-layer windows: not read
+    ("exaone_moe", {"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
+    ("afmoe", {"attention_bias": True}, "attention_bias true"),
+    ("afmoe", {"num_dense_layers": 9}, "num_dense_layers must be a layer count"),
+    ("afmoe", {"global_attn_every_n_layers": 0}, "global_attn_every_n_layers must be a positive integer"),
+    ("cohere2_moe", {"attention_bias": True}, "attention_bias true"),
+    ("cohere2_moe", {"first_k_dense_replace": 1}, "no prefix_dense_intermediate_size"),
+    ("cohere2_moe", {"first_k_dense_replace": 9}, "first_k_dense_replace must be a layer count"),
 ])
-def test_cohere2_moe_what_kvprof_does_not_read_is_refused_by_name(change, message):
+def test_what_kvprof_does_not_read_is_refused_by_name(model_type, change, message):
     with pytest.raises(UnsupportedArchitecture, match=message):
-        Architecture.from_config(_cohere2_moe(**change), "cohere2_moe")
+        Architecture.from_config(_configs()[model_type](**change), model_type)
 
 
-def test_cohere2_moe_no_value_however_odd_gives_a_traceback():
-    d = _cohere2_moe(first_k_dense_replace=1, prefix_dense_intermediate_size=512)
+@pytest.mark.parametrize("model_type, change", [
+    ("exaone_moe", {}), ("afmoe", {}),
+    ("cohere2_moe", {"first_k_dense_replace": 1, "prefix_dense_intermediate_size": 512}),
+])
+def test_no_value_however_odd_gives_a_traceback(model_type, change):
+    d = _configs()[model_type](**change)
     read_or_refuse(d | {k: v} for k in d for v in ODD_CONFIG_VALUES)
 
 
-def test_the_tiny_cohere2_moe_is_its_family():
-    a, _ = resolve_model("tiny-cohere2-moe")
-    assert [(layer.kind, layer.window, n) for layer, n in a.attention_kinds] == [("full", None, 1), ("sliding", 65, 3)]
-    raw = json.loads((Path(__file__).resolve().parents[3] / "analysis" / "catalog" / "models" / "tiny-cohere2-moe" /
+@pytest.mark.parametrize("model, layers, beyond_transformers", [
+    ("tiny-exaone-moe", [("sliding", 64, 3), ("full", None, 1)], 3 * 8),  # a score bias an expert of 3 MoE layers
+    ("tiny-afmoe", [("sliding", 64, 2), ("full", None, 2)], 0),
+    ("tiny-cohere2-moe", [("full", None, 1), ("sliding", 65, 3)], 0),
+])
+def test_the_tiny_engine_models_are_their_families(model, layers, beyond_transformers):
+    a, _ = resolve_model(model)
+    assert [(layer.kind, layer.window, n) for layer, n in a.attention_kinds] == layers
+    raw = json.loads((Path(__file__).resolve().parents[3] / "analysis" / "catalog" / "models" / model /
                       "config.json").read_text())
-    assert count_params(a).total == transformers_build(raw)[1]
+    assert count_params(a).total == transformers_build(raw)[1] + beyond_transformers
