@@ -247,6 +247,10 @@ FAMILIES: dict[str, frozenset[str]] = {
     **dict.fromkeys(("arcee", "jais2"), DECODER | {"mlp_bias"}),
     "apertus": DECODER,
     "hunyuan_v1_dense": DECODER,
+    # VaultGemma (families.dense._vaultgemma): Gemma 2's activation, query scaling and soft-capping, which shape no
+    # weight and no cache
+    "vaultgemma": DECODER | {"layer_types", "sliding_window", "hidden_activation", "query_pre_attn_scalar",
+                             "attn_logit_softcapping", "final_logit_softcapping"},
     "flex_olmo": DECODER | {"num_experts", "num_experts_per_tok", "norm_topk_prob"},
     # K-EXAONE (families.moe._exaone_moe): layer_types and mlp_layer_types, or what transformers derives them from;
     # the router's grouping and scaling change no weight

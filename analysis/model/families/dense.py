@@ -1,6 +1,6 @@
 """Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
-CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), Apertus and Granite 3.x with its sliding-window
-builds, and the MoE ones FlexOlmo, Mellum and Granite MoE.
+CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, Apertus and Granite 3.x with its
+sliding-window builds, and the MoE ones FlexOlmo, Mellum and Granite MoE.
 
 vLLM 0.32 runs all but Apertus through its Transformers modeling backend (``registry.py``'s
 ``_TRANSFORMERS_SUPPORTED_MODELS``; ``models/transformers/base.py``): the weights are transformers' own model's,
@@ -49,6 +49,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "granitemoe_swa": {"tie_word_embeddings": False, "sliding_window": 128, "attention_bias": False,
                        "max_position_embeddings": 2048, "shared_intermediate_size": 0, "num_local_experts": 8,
                        "num_experts_per_tok": 2},
+    "vaultgemma": {"head_dim": 256, "num_key_value_heads": 4, "tie_word_embeddings": True, "attention_bias": False,
+                   "sliding_window": 4096, "max_position_embeddings": 8192},
     "mellum": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 131072,
                "num_key_value_heads": 4, "head_dim": 128, "sliding_window": 1024, "num_experts": 64,
                "num_experts_per_tok": 8, "moe_intermediate_size": 896},
@@ -73,8 +75,8 @@ def _layers(cfg: dict[str, Any], name: str) -> int:
     return _positive_int(cfg.get("num_hidden_layers"), "num_hidden_layers", name)
 
 
-def _every_fourth(cfg: dict[str, Any], name: str, full: Any) -> tuple[LayerType, ...] | None:
-    """Where config.json lists no ``layer_types`` but has a window: the pattern transformers' config derives,
+def _derived_layer_types(cfg: dict[str, Any], name: str, full: Any) -> tuple[LayerType, ...] | None:
+    """Where config.json lists no ``layer_types`` but has a window: the layer types transformers' config derives,
     ``full(i)`` true for a full-attention layer (None: ``layer_types`` is written, or there is no window)."""
     if cfg.get("layer_types") is not None or not cfg.get("sliding_window"):
         return None
@@ -96,7 +98,7 @@ def _olmo3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, An
     is not written."""
     cfg = _with_defaults(cfg)
     fields: dict[str, Any] = dict(qk_norm=True, qk_norm_per_layer=True)
-    if (kinds := _every_fourth(cfg, name, lambda i: (i + 1) % 4 == 0)) is not None:
+    if (kinds := _derived_layer_types(cfg, name, lambda i: (i + 1) % 4 == 0)) is not None:
         fields["layer_types"] = kinds
     return cfg, fields
 
@@ -105,7 +107,16 @@ def _cwm(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]
     """CWM (transformers' Cwm): Llama's layer, every fourth layer from the first full attention and the others
     sliding over ``sliding_window`` where ``layer_types`` is not written."""
     cfg = _with_defaults(cfg)
-    kinds = _every_fourth(cfg, name, lambda i: i % 4 == 0)
+    kinds = _derived_layer_types(cfg, name, lambda i: i % 4 == 0)
+    return cfg, {} if kinds is None else {"layer_types": kinds}
+
+
+def _vaultgemma(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """VaultGemma (transformers' VaultGemma): Gemma 2's attention (GQA of 256-wide heads, logit soft-capping) with
+    two norms a layer, every other layer from the first sliding over ``sliding_window`` where ``layer_types`` is not
+    written (VaultGemmaConfig)."""
+    cfg = _with_defaults(cfg)
+    kinds = _derived_layer_types(cfg, name, lambda i: (i + 1) % 2 == 0)
     return cfg, {} if kinds is None else {"layer_types": kinds}
 
 
@@ -198,7 +209,7 @@ def _granite(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, 
     model_type = str(cfg.get("model_type"))
     if model_type in DEFAULTS:
         cfg = _with_defaults(cfg)
-        if (kinds := _every_fourth(cfg, name, lambda i: i % 4 == 0)) is not None:
+        if (kinds := _derived_layer_types(cfg, name, lambda i: i % 4 == 0)) is not None:
             cfg = {**cfg, "layer_types": list(kinds)}
     fields: dict[str, Any] = {}
     if model_type in ("granitemoeshared", "granitemoe_swa"):
@@ -238,5 +249,6 @@ READERS: dict[str, FamilyReader] = {
     "hunyuan_v1_dense": _hunyuan_dense,
     "flex_olmo": _flex_olmo,
     "mellum": _mellum,
+    "vaultgemma": _vaultgemma,
     **dict.fromkeys(("granite", "granitemoe", "granitemoeshared", "granite_swa", "granitemoe_swa"), _granite),
 }

@@ -1,8 +1,8 @@
-"""OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1), CWM, Arcee, Jais 2, Hunyuan dense, Apertus, FlexOlmo and Mellum
-(analysis.model.families.dense, issue #47). All but Apertus run through vLLM 0.32's Transformers modeling backend,
-which builds transformers' own model from transformers' own config object: the expected values here are that model's
-parameters and that object's heads, widths and layer types, for configs written in full and for configs that leave
-keys to the class's defaults."""
+"""OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1), CWM, Arcee, Jais 2, Hunyuan dense, VaultGemma, Apertus, FlexOlmo, Mellum
+and Granite's sliding-window builds (analysis.model.families.dense, issue #47). All but Apertus and Granite run
+through vLLM 0.32's Transformers modeling backend, which builds transformers' own model from transformers' own config
+object: the expected values here are that model's parameters and that object's heads, widths and layer types, for
+configs written in full and for configs that leave keys to the class's defaults."""
 
 import dataclasses
 import json
@@ -88,6 +88,7 @@ def test_a_config_that_leaves_keys_to_the_defaults_is_read_as_transformers_fills
     ("smollm3", {"use_sliding_window": True}, ["full_attention"] * 3 + ["sliding_attention"]),
     ("smollm3", {"use_sliding_window": False}, ["full_attention"] * 4),
     ("mellum", {}, ["full_attention"] * 4),  # MellumConfig: all full where not written, whatever sliding_window says
+    ("vaultgemma", {}, ["sliding_attention", "full_attention"] * 2),  # VaultGemmaConfig: (i + 1) % 2 slides
 ])
 def test_the_derived_sliding_pattern(model_type, change, expected):
     a = Architecture.from_config(_config(model_type, num_hidden_layers=4, **change), model_type)
