@@ -249,6 +249,7 @@ FAMILIES: dict[str, frozenset[str]] = {
     "hunyuan_v1_dense": DECODER,
     # VaultGemma (families.dense._vaultgemma): Gemma 2's activation, query scaling and soft-capping, which shape no
     # weight and no cache
+    "starcoder2": DECODER | {"use_bias", "sliding_window"},
     "vaultgemma": DECODER | {"layer_types", "sliding_window", "hidden_activation", "query_pre_attn_scalar",
                              "attn_logit_softcapping", "final_logit_softcapping"},
     "flex_olmo": DECODER | {"num_experts", "num_experts_per_tok", "norm_topk_prob"},

@@ -1,5 +1,5 @@
 """Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
-CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, Apertus and Granite 3.x with its
+CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, Apertus and Granite 3.x with its
 sliding-window builds, and the MoE ones FlexOlmo, Mellum and Granite MoE.
 
 vLLM 0.32 runs all but Apertus through its Transformers modeling backend (``registry.py``'s
@@ -49,6 +49,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "granitemoe_swa": {"tie_word_embeddings": False, "sliding_window": 128, "attention_bias": False,
                        "max_position_embeddings": 2048, "shared_intermediate_size": 0, "num_local_experts": 8,
                        "num_experts_per_tok": 2},
+    "starcoder2": {"num_key_value_heads": 2, "max_position_embeddings": 4096, "use_bias": True,
+                   "tie_word_embeddings": True, "sliding_window": None},
     "vaultgemma": {"head_dim": 256, "num_key_value_heads": 4, "tie_word_embeddings": True, "attention_bias": False,
                    "sliding_window": 4096, "max_position_embeddings": 8192},
     "mellum": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 131072,
@@ -118,6 +120,15 @@ def _vaultgemma(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[st
     cfg = _with_defaults(cfg)
     kinds = _derived_layer_types(cfg, name, lambda i: (i + 1) % 2 == 0)
     return cfg, {} if kinds is None else {"layer_types": kinds}
+
+
+def _starcoder2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """StarCoder2 (transformers' Starcoder2): GQA attention and an ungated MLP (``c_fc``, ``c_proj``), biases on every
+    projection where ``use_bias``, LayerNorms with a bias; a ``sliding_window`` covers every layer (the config has no
+    layer_types, so vLLM's CacheConfig takes the window for all)."""
+    cfg = _with_defaults(cfg)
+    bias = bool(cfg.get("use_bias"))
+    return cfg, dict(mlp_gated=False, qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm_bias=True)
 
 
 def _smollm3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -250,5 +261,6 @@ READERS: dict[str, FamilyReader] = {
     "flex_olmo": _flex_olmo,
     "mellum": _mellum,
     "vaultgemma": _vaultgemma,
+    "starcoder2": _starcoder2,
     **dict.fromkeys(("granite", "granitemoe", "granitemoeshared", "granite_swa", "granitemoe_swa"), _granite),
 }

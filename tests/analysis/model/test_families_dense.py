@@ -38,6 +38,15 @@ def _config(model_type: str, **change) -> dict:
     return d | NEEDS.get(model_type, {}) | change
 
 
+def _vllm_layer_types(cfg: transformers.PretrainedConfig) -> list[str]:
+    """The layer types vLLM attends with for transformers' config object: its layer_types, or where it has none,
+    every layer sliding over its sliding_window if it has one (EngineArgs.create_engine_config then sets
+    CacheConfig.sliding_window, which every Attention without a window of its own takes), else every layer full."""
+    if getattr(cfg, "layer_types", None):
+        return list(cfg.layer_types)
+    return ["sliding_attention" if getattr(cfg, "sliding_window", None) else "full_attention"] * cfg.num_hidden_layers
+
+
 def _architecture(d: dict) -> tuple[Architecture, transformers.PretrainedConfig, int]:
     cfg, count = transformers_build(d)
     return Architecture.from_config(d, d["model_type"]), cfg, count
@@ -63,7 +72,7 @@ def test_parameters_heads_and_layers_are_what_transformers_builds(model_type, ch
     a, cfg, count = _architecture(_config(model_type, **change))
     assert count_params(a).total == count
     assert (a.num_kv_heads, a.head_dim) == (cfg.num_key_value_heads, getattr(cfg, "head_dim", None) or 256 // 4)
-    kinds = getattr(cfg, "layer_types", None) or ["full_attention"] * 8
+    kinds = _vllm_layer_types(cfg)
     assert list(a.layer_types) == list(kinds)
 
 
@@ -74,7 +83,7 @@ def test_a_config_that_leaves_keys_to_the_defaults_is_read_as_transformers_fills
     assert count_params(a).total == count
     assert (a.num_kv_heads, a.head_dim) == (cfg.num_key_value_heads, getattr(cfg, "head_dim", None) or 512 // 8)
     assert a.tie_word_embeddings == cfg.tie_word_embeddings
-    kinds = getattr(cfg, "layer_types", None) or ["full_attention"] * 8
+    kinds = _vllm_layer_types(cfg)
     assert list(a.layer_types) == list(kinds)
     windows = {layer.window for layer, _ in a.attention_kinds}
     assert windows == ({cfg.sliding_window, None} if "sliding_attention" in kinds else {None})
@@ -164,7 +173,7 @@ def test_the_tiny_engine_models_are_their_families(model, layers):
 def test_granite_sliding_layers_and_sinks(model_type, change, sinks, beyond_transformers):
     a, cfg, count = _architecture(_config(model_type, **change))
     assert a.attention_sinks is sinks
-    kinds = getattr(cfg, "layer_types", None) or ["full_attention"] * 8
+    kinds = _vllm_layer_types(cfg)
     assert list(a.layer_types) == list(kinds)
     assert count_params(a).total == count + beyond_transformers
 
