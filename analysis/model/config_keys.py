@@ -245,6 +245,7 @@ FAMILIES: dict[str, frozenset[str]] = {
     "seed_oss": DECODER | {"attention_out_bias", "mlp_bias"},
     "glm": DECODER | {"partial_rotary_factor"},
     **dict.fromkeys(("arcee", "jais2"), DECODER | {"mlp_bias"}),
+    "nemotron": DECODER | {"mlp_bias", "partial_rotary_factor"},  # the RoPE share changes no weight
     "apertus": DECODER,
     "hunyuan_v1_dense": DECODER,
     # VaultGemma (families.dense._vaultgemma): Gemma 2's activation, query scaling and soft-capping, which shape no

@@ -1,15 +1,6 @@
 """Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
-CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, Apertus and Granite 3.x with its
-sliding-window builds, and the MoE ones FlexOlmo, Mellum and Granite MoE.
-
-vLLM 0.32 runs all but Apertus through its Transformers modeling backend (``registry.py``'s
-``_TRANSFORMERS_SUPPORTED_MODELS``; ``models/transformers/base.py``): the weights are transformers' own model's,
-and the KV cache is one ``Attention`` a layer of the config object's heads and ``head_dim``, sliding over
-``sliding_window`` where its ``layer_types`` says ``sliding_attention`` (every layer where it has no
-``layer_types``: ``EngineArgs.create_engine_config`` sets ``CacheConfig.sliding_window`` then). That config object
-is transformers' ``<Family>Config``, which fills what config.json leaves out from its own defaults, ``layer_types``
-included; each reader here applies the same defaults (``tests/analysis/model/test_families_dense.py`` holds them to
-transformers' classes), so a config.json that writes only part of its keys is read as vLLM reads it.
+CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, Nemotron (v1), Apertus and
+Granite 3.x with its sliding-window builds, and the MoE ones FlexOlmo, Mellum and Granite MoE.
 """
 
 from __future__ import annotations
@@ -49,6 +40,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "granitemoe_swa": {"tie_word_embeddings": False, "sliding_window": 128, "attention_bias": False,
                        "max_position_embeddings": 2048, "shared_intermediate_size": 0, "num_local_experts": 8,
                        "num_experts_per_tok": 2},
+    "nemotron": {"attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+                 "max_position_embeddings": 4096},
     "starcoder2": {"num_key_value_heads": 2, "max_position_embeddings": 4096, "use_bias": True,
                    "tie_word_embeddings": True, "sliding_window": None},
     "vaultgemma": {"head_dim": 256, "num_key_value_heads": 4, "tie_word_embeddings": True, "attention_bias": False,
@@ -58,9 +51,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                "num_experts_per_tok": 8, "moe_intermediate_size": 896},
 }
 
-# Families whose activation is one vLLM's Transformers backend and transformers' model both build, with the MLP it
-# takes: relu2 (Arcee, Jais 2) and xIELU (Apertus) feed an up projection alone, with no gate
-_UNGATED_ACTIVATIONS = {"arcee": ("relu2",), "jais2": ("relu2",), "apertus": ("xielu",)}
+# Families whose activation is one vLLM and transformers' model both build, with the MLP it takes: relu2 (Arcee,
+# Jais 2, Nemotron) and xIELU (Apertus) feed an up projection alone, with no gate
+_UNGATED_ACTIVATIONS = {"arcee": ("relu2",), "jais2": ("relu2",), "nemotron": ("relu2",), "apertus": ("xielu",)}
 
 
 # a default not filled where config.json writes the key under the other name transformers maps it to (Mellum's
@@ -163,15 +156,16 @@ def _glm(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]
 
 
 def _ungated_family(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Arcee (AFM), Jais 2 and Apertus: Llama's attention (q/k/v and o biases where ``attention_bias``) and an
-    MLP of an up and a down projection (biases where ``mlp_bias``) around a ReLU² or an xIELU. Jais 2's norms are
-    LayerNorms with a bias; Apertus has q and k RMSNorms over a head's width and xIELU's two learned scalars
+    """Arcee (AFM), Jais 2, Nemotron (v1: Nemotron-4, Minitron; vLLM's ``models/nemotron.py``) and Apertus: Llama's
+    attention (q/k/v and o biases where ``attention_bias``) and an MLP of an up and a down projection (biases where
+    ``mlp_bias``) around a ReLU² or an xIELU. Jais 2's and Nemotron's norms are LayerNorms with a bias; Apertus has
+    q and k RMSNorms over a head's width and xIELU's two learned scalars
     (``alpha_p``, ``alpha_n``) in each MLP (vLLM's ``models/apertus.py``)."""
     cfg = _with_defaults(cfg)
     _ungated(cfg, name)
     bias = bool(cfg.get("attention_bias"))
     fields: dict[str, Any] = dict(mlp_gated=False, qkv_bias=bias, o_bias=bias, mlp_bias=bool(cfg.get("mlp_bias")))
-    if cfg["model_type"] == "jais2":
+    if cfg["model_type"] in ("jais2", "nemotron"):  # LayerNorms with a bias (Nemotron's LayerNorm1P too)
         fields["norm_bias"] = True
     if cfg["model_type"] == "apertus":
         fields.update(qk_norm=True, mlp_activation_params=2)
@@ -256,7 +250,7 @@ READERS: dict[str, FamilyReader] = {
     "smollm3": _smollm3,
     "seed_oss": _seed_oss,
     "glm": _glm,
-    **dict.fromkeys(("arcee", "jais2", "apertus"), _ungated_family),
+    **dict.fromkeys(("arcee", "jais2", "nemotron", "apertus"), _ungated_family),
     "hunyuan_v1_dense": _hunyuan_dense,
     "flex_olmo": _flex_olmo,
     "mellum": _mellum,

@@ -1,8 +1,9 @@
-"""OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1), CWM, Arcee, Jais 2, Hunyuan dense, VaultGemma, Apertus, FlexOlmo, Mellum
-and Granite's sliding-window builds (analysis.model.families.dense, issue #47). All but Apertus and Granite run
-through vLLM 0.32's Transformers modeling backend, which builds transformers' own model from transformers' own config
-object: the expected values here are that model's parameters and that object's heads, widths and layer types, for
-configs written in full and for configs that leave keys to the class's defaults."""
+"""OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1), CWM, Arcee, Jais 2, Hunyuan dense, VaultGemma, StarCoder2, Nemotron (v1),
+Apertus, FlexOlmo, Mellum and Granite's sliding-window builds (analysis.model.families.dense, issue #47). All but
+Apertus, Nemotron and Granite run through vLLM 0.32's Transformers modeling backend, which builds transformers' own
+model from transformers' own config object: the expected values here are that model's parameters and that object's
+heads, widths and layer types, for configs written in full and for configs that leave keys to the class's
+defaults."""
 
 import dataclasses
 import json
@@ -26,7 +27,8 @@ SMALL = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=8, num_at
 # the least a config.json of the family writes: every other key is the config class's default
 MINIMAL = dict(hidden_size=512, intermediate_size=512, num_hidden_layers=8, num_attention_heads=8, vocab_size=1024,
                pad_token_id=0, bos_token_id=1, eos_token_id=2)
-NEEDS = {"hunyuan_v1_dense": {"head_dim": 64}}  # its attention reads head_dim with no default
+# what transformers' model needs written (its attention reads head_dim, num_key_value_heads, with no fallback)
+NEEDS = {"hunyuan_v1_dense": {"head_dim": 64}, "nemotron": {"num_key_value_heads": 4}}
 
 
 def _config(model_type: str, **change) -> dict:
