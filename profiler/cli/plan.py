@@ -32,17 +32,32 @@ from profiler.cli.common import (
     output_path,
 )
 
+# Below this many columns (a pipe, CI, a narrow terminal) the plan is one value a quantity, not two columns
+NARROW_COLUMNS = 110
 
-def _plan_table(p: dict[str, Any]) -> Table:
+
+def _plan_table(p: dict[str, Any], width: int | None = None) -> Table:
+    """The plan as a table: a column of the seeds' ideal arithmetic beside vLLM's; narrower than
+    ``NARROW_COLUMNS``, one value a quantity: vLLM's, the ideal one in brackets where it differs or stands alone."""
+    narrow = width is not None and width < NARROW_COLUMNS
     t = Table(title=f"kvprof plan — {p['model']} ({p['attention']})"
               + (f" on {p['gpu']}" if p["gpu"] else "") + f", tp={p['tensor_parallel_size']}"
-              + (f", pp={p['pipeline_parallel_size']}" if p.get("pipeline_stages") else ""))
+              + (f", pp={p['pipeline_parallel_size']}" if p.get("pipeline_stages") else ""),
+              box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD)
     t.add_column("quantity")
-    t.add_column("ideal (seed arithmetic; roofline)", justify="right")
-    t.add_column("vLLM (paged allocator; latency model)", justify="right")
+    if narrow:
+        t.add_column(escape("vLLM [ideal: seed arithmetic]"), justify="right")
+    else:
+        t.add_column("ideal (seed arithmetic; roofline)", justify="right")
+        t.add_column("vLLM (paged allocator; latency model)", justify="right")
 
     def row(label: str, ideal: str = "", paged: str = "") -> None:
-        t.add_row(label, ideal, paged)
+        if not narrow:
+            t.add_row(label, ideal, paged)
+        elif paged and ideal and paged != ideal:
+            t.add_row(label, escape(f"{paged} [{ideal}]"))
+        else:
+            t.add_row(label, paged or (escape(f"[{ideal}]") if ideal else ""))
 
     row("weights per GPU" + (" (stage 0)" if p.get("pipeline_stages") else ""), fmt_bytes(p["weight_bytes"]),
         fmt_bytes(p["weight_bytes"]))
@@ -359,7 +374,7 @@ def plan_cmd(
         return
     if gpu_note:
         err.print(f"note: {gpu_note}", highlight=False)
-    console.print(_plan_table(result))
+    console.print(_plan_table(result, console.width))
     for key in ("weights_note", "latency_note", "calibration_speculative_note"):
         if result.get(key):
             console.print(f"note: {result[key]}", highlight=False)

@@ -5,6 +5,7 @@ datasheet or vLLM's own behaviour, never from the helpers under test.
 """
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -101,9 +102,26 @@ def test_no_gpu_table_shows_dashes_for_budget_numbers():
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "327,680 B" in out and "40.00 GiB" in out
-    blocks_row = next(line for line in out.splitlines() if "│ blocks " in line)
+    blocks_row = next(line for line in out.splitlines() if re.match(r"\W*blocks\s", line))
     assert "—" in blocks_row
     assert "no KV budget" in out
+
+
+def test_the_plan_reads_at_80_columns_and_keeps_both_columns_when_wide():
+    """At 80 columns (a pipe, CI) one value a quantity: vLLM's, the seeds' ideal one in brackets where it differs or
+    stands alone; wide, the two columns side by side (issue #48)."""
+    args = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "16"]
+    narrow = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert narrow.exit_code == 0, narrow.output
+    lines = narrow.stdout.splitlines()
+    assert max(len(x.rstrip()) for x in lines) <= 80
+    assert "vLLM [ideal: seed arithmetic]" in narrow.stdout
+    assert re.search(r"^\s*KV cache tokens\s+[\d,]+ \[[\d,]+\]\s*$", narrow.stdout, re.M)  # vLLM's, then the ideal
+    assert re.search(r"^\s*KV bytes / token \(all layers\)\s+\[[\d,]+ B\]\s*$", narrow.stdout, re.M)  # ideal alone
+    wide = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert wide.exit_code == 0, wide.output
+    assert "ideal (seed arithmetic; roofline)" in wide.stdout
+    assert "[" not in wide.stdout.split("KV cache tokens")[1].splitlines()[0]  # two columns, no brackets
 
 
 def test_no_gpu_with_batch_leaves_batch_fits_unknown():
