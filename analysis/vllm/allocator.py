@@ -57,6 +57,7 @@ from analysis.model.layers import (
     SparseMLA,
     cdiv,
 )
+from analysis.vllm.budget import prefix_caching_default
 
 # Kinds that keep every token of a request (vLLM's full-attention spec types, FullAttentionSpec and MLAAttentionSpec)
 _EVERY_TOKEN = (FullAttention, MultiHeadLatentAttention, SparseMLA)
@@ -199,7 +200,7 @@ def paged_capacity(
     and a block of ``max_model_len`` tokens without the prefix cache (``MambaModelConfig`` sets
     ``mamba_block_size`` so), of ``block_size`` with it (align)."""
     if prefix_caching is None:
-        prefix_caching = not a.attention_free
+        prefix_caching = prefix_caching_default(attention_free=a.attention_free)
     for label, v in (("block_size", block_size), ("max_model_len", max_model_len),
                      ("max_num_batched_tokens", max_num_batched_tokens)):
         if v <= 0:

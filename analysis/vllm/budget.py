@@ -125,8 +125,9 @@ def async_scheduling_default(vllm_version: str | None = None, *, on_gpu: bool = 
     return release(vllm_version) >= ASYNC_SCHEDULING_DEFAULT_FROM
 
 
-def prefix_caching_default(vllm_version: str | None = None) -> bool:
+def prefix_caching_default(vllm_version: str | None = None, *, attention_free: bool = False) -> bool:
     """Whether vLLM caches full KV blocks of earlier prompts for reuse when the user does not say: the V1 engine
     (vLLM's default from 0.8.0) does (CacheConfig.enable_prefix_caching None -> True for generative models in 0.32's
-    VllmConfig); V0 did not."""
-    return rules_for(vllm_version).engine == "v1"
+    VllmConfig), except for an attention-free model (Mamba, Mamba2: vLLM turns it off, and MambaModelConfig then
+    makes a block max_model_len tokens); V0 did not. The one definition kvprof asks (the allocator too)."""
+    return rules_for(vllm_version).engine == "v1" and not attention_free
