@@ -251,6 +251,11 @@ FAMILIES: dict[str, frozenset[str]] = {
     # VaultGemma (families.dense._vaultgemma): Gemma 2's activation, query scaling and soft-capping, which shape no
     # weight and no cache
     "starcoder2": DECODER | {"use_bias", "sliding_window"},
+    # OPT (families.dense._opt): multi-head attention whose MLP is ffn_dim wide (vLLM's opt.py reads neither KV heads,
+    # head_dim nor intermediate_size); the activation (relu) shapes no weight
+    "opt": (DECODER - {"num_key_value_heads", "head_dim", "intermediate_size"}) | {
+        "ffn_dim", "do_layer_norm_before", "_remove_final_layer_norm", "word_embed_proj_dim",
+                      "enable_bias", "layer_norm_elementwise_affine", "activation_function", "layerdrop", "init_std"},
     "vaultgemma": DECODER | {"layer_types", "sliding_window", "hidden_activation", "query_pre_attn_scalar",
                              "attn_logit_softcapping", "final_logit_softcapping"},
     "flex_olmo": DECODER | {"num_experts", "num_experts_per_tok", "norm_topk_prob"},

@@ -1,5 +1,5 @@
 """Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
-CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, Nemotron (v1), Apertus and
+CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, OPT, Nemotron (v1), Apertus and
 Granite 3.x with its sliding-window builds, and the MoE ones FlexOlmo, Mellum and Granite MoE.
 """
 
@@ -42,6 +42,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                        "num_experts_per_tok": 2},
     "nemotron": {"attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
                  "max_position_embeddings": 4096},
+    "opt": {"max_position_embeddings": 2048, "do_layer_norm_before": True, "enable_bias": True,
+            "layer_norm_elementwise_affine": True, "tie_word_embeddings": True, "ffn_dim": 3072},
     "starcoder2": {"num_key_value_heads": 2, "max_position_embeddings": 4096, "use_bias": True,
                    "tie_word_embeddings": True, "sliding_window": None},
     "vaultgemma": {"head_dim": 256, "num_key_value_heads": 4, "tie_word_embeddings": True, "attention_bias": False,
@@ -122,6 +124,26 @@ def _starcoder2(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[st
     cfg = _with_defaults(cfg)
     bias = bool(cfg.get("use_bias"))
     return cfg, dict(mlp_gated=False, qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm_bias=True)
+
+
+def _opt(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """OPT (vLLM's ``models/opt.py``): multi-head attention and an ungated MLP (``fc1``, ``fc2``), biases on every
+    projection where ``enable_bias``, LayerNorms with a weight and a bias, learned positions of
+    ``max_position_embeddings + 2`` rows (``OPTLearnedPositionalEmbedding``'s offset of 2), a final LayerNorm where
+    ``do_layer_norm_before``. A ``word_embed_proj_dim`` other than the hidden size (OPT-350m's project_in and
+    project_out), post-layer norms and norms without weights are refused by name."""
+    cfg = _with_defaults(cfg)
+    hidden = _positive_int(cfg.get("hidden_size"), "hidden_size", name)
+    for key, want in (("word_embed_proj_dim", hidden), ("do_layer_norm_before", True),
+                      ("layer_norm_elementwise_affine", True), ("_remove_final_layer_norm", False)):
+        if cfg.get(key) is not None and cfg[key] != want:  # None: OPTConfig's default (the hidden size for the first)
+            raise UnsupportedArchitecture(f"{name}: {key} {cfg[key]!r}: kvprof plans OPT with {key} {want!r} "
+                                          "(OPT-125m's, 1.3b's and larger) and not this variant's weights")
+    positions = _positive_int(cfg.get("max_position_embeddings"), "max_position_embeddings", name)
+    bias = bool(cfg.get("enable_bias"))
+    cfg = {**cfg, "intermediate_size": _positive_int(cfg.get("ffn_dim"), "ffn_dim", name)}  # OPT's MLP width
+    return cfg, dict(mlp_gated=False, qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm_bias=True,
+                     learned_position_embeddings=positions + 2)
 
 
 def _smollm3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -256,5 +278,6 @@ READERS: dict[str, FamilyReader] = {
     "mellum": _mellum,
     "vaultgemma": _vaultgemma,
     "starcoder2": _starcoder2,
+    "opt": _opt,
     **dict.fromkeys(("granite", "granitemoe", "granitemoeshared", "granite_swa", "granitemoe_swa"), _granite),
 }

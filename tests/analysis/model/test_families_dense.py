@@ -28,7 +28,8 @@ SMALL = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=8, num_at
 MINIMAL = dict(hidden_size=512, intermediate_size=512, num_hidden_layers=8, num_attention_heads=8, vocab_size=1024,
                pad_token_id=0, bos_token_id=1, eos_token_id=2)
 # what transformers' model needs written (its attention reads head_dim, num_key_value_heads, with no fallback)
-NEEDS = {"hunyuan_v1_dense": {"head_dim": 64}, "nemotron": {"num_key_value_heads": 4}}
+NEEDS = {"hunyuan_v1_dense": {"head_dim": 64}, "nemotron": {"num_key_value_heads": 4},
+         "opt": {"word_embed_proj_dim": None}}  # OPTConfig's default: the hidden size
 
 
 def _config(model_type: str, **change) -> dict:
@@ -73,17 +74,21 @@ def test_the_defaults_are_transformers_config_classs(model_type):
 def test_parameters_heads_and_layers_are_what_transformers_builds(model_type, change):
     a, cfg, count = _architecture(_config(model_type, **change))
     assert count_params(a).total == count
-    assert (a.num_kv_heads, a.head_dim) == (cfg.num_key_value_heads, getattr(cfg, "head_dim", None) or 256 // 4)
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads  # OPT: multi-head
+    assert (a.num_kv_heads, a.head_dim) == (kv_heads, getattr(cfg, "head_dim", None) or 256 // 4)
     kinds = _vllm_layer_types(cfg)
     assert list(a.layer_types) == list(kinds)
 
 
 @pytest.mark.parametrize("model_type", FAMILIES_HERE)
 def test_a_config_that_leaves_keys_to_the_defaults_is_read_as_transformers_fills_them(model_type):
-    d = {"model_type": model_type} | MINIMAL | NEEDS.get(model_type, {})
+    read = FAMILIES[model_type]  # OPT reads ffn_dim, not intermediate_size
+    d = {"model_type": model_type} | {k: v for k, v in MINIMAL.items() if k in read or k.endswith("_token_id")} \
+        | NEEDS.get(model_type, {})
     a, cfg, count = _architecture(d)
     assert count_params(a).total == count
-    assert (a.num_kv_heads, a.head_dim) == (cfg.num_key_value_heads, getattr(cfg, "head_dim", None) or 512 // 8)
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads  # OPT: multi-head
+    assert (a.num_kv_heads, a.head_dim) == (kv_heads, getattr(cfg, "head_dim", None) or 512 // 8)
     assert a.tie_word_embeddings == cfg.tie_word_embeddings
     kinds = _vllm_layer_types(cfg)
     assert list(a.layer_types) == list(kinds)
@@ -129,6 +134,9 @@ def test_the_transformers_backend_is_known_from_vllms_registry():
     ("smollm3", {"use_sliding_window": True, "no_rope_layers": [1, 0]}, "no_rope_layers must list"),
     ("apertus", {"mlp_bias": True}, "mlp_bias"),  # transformers' Apertus has none; vLLM's would build one
     ("glm", {"sliding_window": 128}, "sliding_window"),
+    ("opt", {"word_embed_proj_dim": 128}, "word_embed_proj_dim 128"),  # OPT-350m's project_in / project_out
+    ("opt", {"do_layer_norm_before": False}, "do_layer_norm_before False"),
+    ("opt", {"num_key_value_heads": 2}, "num_key_value_heads"),  # vLLM's OPT is multi-head: not read
     ("mellum", {"mlp_layer_types": ["moe"] * 8}, "mlp_layer_types must list"),
 ])
 def test_what_kvprof_does_not_read_is_refused_by_name(model_type, change, message):
