@@ -159,6 +159,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_cpu"
     ("tiny-apertus", [("full", None, 4)]),
     ("tiny-mellum", [("sliding", 64, 3), ("full", None, 1)]),
     ("tiny-granite-swa", [("full", None, 1), ("sliding", 64, 3)]),
+    ("tiny-opt", [("full", None, 4)]),
 ])
 def test_the_tiny_engine_models_are_their_families(model, layers):
     a, _ = resolve_model(model)

