@@ -561,6 +561,8 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
     layer_types = hybrid.get("layer_types") or _layer_types(cfg, model_type, n_layers, name)
     derived_len, derived_from = _derived_max_len(cfg, model_type)
     window = cfg.get("sliding_window") if "sliding_attention" in layer_types else None
+    if window is not None:  # however the layer types were read or derived: -3 or 0.5 is no window size
+        window = _positive_int(window, "config.json sliding_window", name)
     learned_pos = cfg.get("n_positions") or cfg.get("max_position_embeddings") or 0
     torch_dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     try:

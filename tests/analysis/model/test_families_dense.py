@@ -134,6 +134,7 @@ def test_the_transformers_backend_is_known_from_vllms_registry():
     ("smollm3", {"use_sliding_window": True, "no_rope_layers": [1, 0]}, "no_rope_layers must list"),
     ("apertus", {"mlp_bias": True}, "mlp_bias"),  # transformers' Apertus has none; vLLM's would build one
     ("glm", {"sliding_window": 128}, "sliding_window"),
+    ("olmo3", {"sliding_window": -3}, "sliding_window must be a positive integer"),  # derived layer types too
     ("opt", {"word_embed_proj_dim": 128}, "word_embed_proj_dim 128"),  # OPT-350m's project_in / project_out
     ("opt", {"do_layer_norm_before": False}, "do_layer_norm_before False"),
     ("opt", {"num_key_value_heads": 2}, "num_key_value_heads"),  # vLLM's OPT is multi-head: not read
