@@ -44,10 +44,12 @@ def outcomes() -> list[tuple[str, str, str, str]]:
             arch = Architecture.from_config(d, name=name)
             try:
                 plan = make_plan(arch, PlanInputs(tensor_parallel_size=8), b200)
+                weights, quant = plan.weight_bytes, plan.quantization
             except PlanError as exc:  # Gemma-4's mixed head sizes: the block size FA4 takes on Blackwell, given
                 if "--block-size (unset) must be given" not in str(exc):
                     raise
                 plan, given = make_plan(arch, PlanInputs(tensor_parallel_size=8, block_size=128), b200), " · block 128"
+                weights, quant = plan.weight_bytes, plan.quantization
         except (UnsupportedArchitecture, NotModelled) as exc:
             reason = str(exc).removeprefix(f"{name}: ")
             rows.append((name, model_type, "refused", reason.split("; such a key")[0].split(" (read: ")[0]))
@@ -56,11 +58,11 @@ def outcomes() -> list[tuple[str, str, str, str]]:
             if "does not fit" not in str(exc):
                 raise
             weights = weight_bytes(arch.with_quantization(None, "blackwell"), 8)
-            plan = {"weight_bytes": weights, "quantization": "does not fit on 8 B200s"}
+            quant = "does not fit on 8 B200s"
         kinds = ", ".join(f"{n} {layer.label}" for layer, n in arch.attention_kinds)
-        quant = f" · {plan['quantization']}" if plan["quantization"] else ""
+        quant = f" · {quant}" if quant else ""
         rows.append((name, model_type, "planned", f"{(count_params(arch).total + arch.encoder_params) / 1e9:.2f} · "
-                                                  f"{plan['weight_bytes'] / 2**30:.1f} · {kinds}{quant}{given}"))
+                                                  f"{weights / 2**30:.1f} · {kinds}{quant}{given}"))
     return rows
 
 

@@ -19,6 +19,7 @@ from analysis.measured import energy as energy_mod
 from analysis.measured import serve as serve_analysis
 from analysis.measured import theory_vs_measured as tvm
 from analysis.measured.decode_fit import DecodeFit, calibration_dict
+from analysis.planning.calibration import Calibration
 from analysis.results.load import Results
 from analysis.table import Table, fbw, fbytes, fms, fnum, format_columns, fpct
 
@@ -450,7 +451,8 @@ def calibration(a: Analysis) -> dict[str, Any]:
                             device_memory_bytes=probe.get("memory_total_bytes") or e.get("device_memory_bytes"))
     if (power := energy_mod.measured_power(a.energy)) is not None:
         out["power"] = power
-    return out
+    # written through the model `kvprof plan --calibration` reads it with: a key it would refuse is never written
+    return Calibration.model_validate(out).model_dump(mode="json")
 
 
 def results_table(a: Analysis) -> pd.DataFrame:

@@ -263,13 +263,12 @@ def _predicted_budget(a: Architecture, e: Any, g: GPU) -> dict[str, Any]:
         return {"predicted_kv_budget_bytes": kv_budget(total, util, weights, reserve),
                 "predicted_reserve_bytes": reserve.total, "weights_bytes_predicted": weights,
                 "plan_note": " ".join(str(exc).split())[:300]}
-    parts = p.get("reserve") or {}
-    reserve_total = sum(parts.get(k) or 0 for k in ("activation_bytes", "non_torch_bytes", "cuda_graph_bytes"))
-    budget = p["kv_budget_bytes"]
+    reserve_total = p.reserve.total if p.reserve is not None else 0
+    budget = p.kv_budget_bytes
     if inputs.pipeline_parallel_size == 1:  # the device total vLLM saw, not the catalog's
-        budget = math.ceil(total * util) - p["weight_bytes"] - reserve_total
+        budget = math.ceil(total * util) - p.weight_bytes - reserve_total
     return {"predicted_kv_budget_bytes": budget, "predicted_reserve_bytes": reserve_total,
-            "weights_bytes_predicted": p["weight_bytes"]}
+            "weights_bytes_predicted": p.weight_bytes}
 
 
 def _value(e: Any, name: str) -> Any:

@@ -18,7 +18,7 @@ class CalibrationDevice(BaseModel):
     """The device a calibration was measured on: the ceilings its fit was set against (the probe's where one
     ran, else the spec sheet's) and its total memory (device memory on a GPU, host RAM on a CPU)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1)
     kind: Literal["cpu", "cuda"] | None = None
@@ -32,7 +32,7 @@ class CalibrationPower(BaseModel):
     """The draw a calibrating sweep measured (analysis.measured.energy.measured_power): per GPU at each decode
     batch, its idle draw, what was counted and how."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
     power_w_by_batch: list[tuple[int, float]] = Field(min_length=1)
     idle_power_w: float | None = None
@@ -49,10 +49,51 @@ class CalibrationPower(BaseModel):
         return float(np.interp(np.log2(max(batch, 1)), b, w))
 
 
-class Calibration(BaseModel):
-    """Measured corrections from a sweep (written by analysis.measured.decode_fit)."""
+class CalibrationRegime(BaseModel):
+    """What the calibrating sweep's decode steps were made of (analysis.measured.decode_fit.DecodeRegime)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["overhead", "memory", "compute"]
+    overhead_share: float = Field(ge=0, le=1)
+    memory_share: float = Field(ge=0, le=1)
+    compute_share: float = Field(ge=0, le=1)
+    arithmetic_intensity: float | None = Field(None, description="FLOP per byte, the points' median")
+    ridge_point: float | None = None
+    ridge_source: str | None = None
+    roofline_bound: Literal["memory", "compute"] | None = None
+    sentence: str = ""
+
+
+class CalibrationFit(BaseModel):
+    """The decode fit a calibration carries (analysis.measured.decode_fit.DecodeFit): step time = step_overhead_s +
+    bytes / effective_bandwidth_Bps (+ FLOPs / effective_flops), with its goodness and leave-one-out errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    effective_bandwidth_Bps: float | None = Field(None, gt=0)
+    step_overhead_s: float = Field(ge=0)
+    effective_flops: float | None = Field(None, gt=0)
+    r2: float
+    n: int = Field(ge=0, description="decode points fitted")
+    loo_rel_errors: list[float] = Field(default_factory=list, description="each point's (predicted − measured) ÷ "
+                                                                          "measured, predicted without it")
+    loo_median_abs_rel_error: float | None = None
+    spec_bandwidth_Bps: float | None = None
+    probe_bandwidth_Bps: float | None = None
+    spec_flops: float | None = None
+    probe_flops: float | None = None
+    mbu_spec: float | None = Field(None, description="effective ÷ spec-sheet bandwidth")
+    mbu_probe: float | None = Field(None, description="effective ÷ probed bandwidth")
+    regime: CalibrationRegime | None = None
+    note: str = ""
+
+
+class Calibration(BaseModel):
+    """``calibration.json``: measured corrections from a sweep (written by ``kvprof report``,
+    analysis.measured.decode_fit.calibration_dict), or a start-up log's reserve."""
+
+    model_config = ConfigDict(extra="forbid", title="Calibration")
 
     effective_bandwidth_Bps: float | None = Field(None, gt=0)
     effective_flops: float | None = Field(None, gt=0)
@@ -67,6 +108,10 @@ class Calibration(BaseModel):
     vllm_version: str | None = None  # the vLLM the calibrating sweep ran
     measured_on: CalibrationDevice | None = None
     power: CalibrationPower | None = None  # measured draw per batch (the device's own; not carried to another)
+    kv_cache_dtype: str | None = None  # the KV-cache dtype the calibrating sweep ran
+    regime: Literal["overhead", "memory", "compute"] | None = None  # what its decode steps were made of
+    fit: CalibrationFit | None = None  # the decode fit, with its leave-one-out errors
+    log_available_kv_cache_bytes: int | None = None  # a start-up log's KV budget, beside the reserve taken from it
 
     def device_spec(self) -> GPU | None:
         """The calibration's device as a plan target (its ceilings and memory), or None where the
@@ -208,8 +253,7 @@ def calibration_interval(calibration: Calibration) -> tuple[float, float, str] |
     (its leave-one-out errors): the 10th–90th percentiles, or None where the file carries no such errors."""
     import numpy as np
 
-    fit = (calibration.model_extra or {}).get("fit") or {}
-    errors = [e for e in fit.get("loo_rel_errors") or [] if isinstance(e, int | float) and e > -1]
+    errors = [e for e in (calibration.fit.loo_rel_errors if calibration.fit else []) if e > -1]
     if len(errors) < 3:
         return None
     ratios = 1 / (1 + np.array(errors, dtype=float))  # errors are (predicted − measured) / measured

@@ -35,6 +35,7 @@ from analysis.model.params import count_params, model_loading_bytes
 from analysis.planning.calibration import Calibration, calibration_warnings
 from analysis.planning.plan_inputs import MAX_BYTES, MAX_SEQUENCES, MAX_TOKENS, PlanError, PlanInputs, async_scheduling
 from analysis.planning.plan_latency import latency_terms
+from analysis.planning.plan_schema import PLAN_VERSION, Plan
 from analysis.vllm.allocator import kv_ceiling, paged_capacity
 from analysis.vllm.budget import (
     Reserve,
@@ -56,8 +57,8 @@ from analysis.vllm.speculative import (
 
 # Defined in plan_inputs and calibration, importable from here as before those modules were split off
 __all__ = ["ENGINE_SETTINGS_NOT_PLANNED", "MAX_BYTES", "MAX_SEQUENCES", "MAX_TOKENS", "OPTION_FLAGS", "Calibration",
-           "PlanError", "PlanInputs", "async_scheduling", "default_batching", "default_block_size", "input_problems",
-           "make_plan", "problems_line", "refuse_unrunnable"]
+           "Plan", "PlanError", "PlanInputs", "async_scheduling", "default_batching", "default_block_size",
+           "input_problems", "make_plan", "problems_line", "refuse_unrunnable"]
 
 
 def _max_model_len(a: Architecture, inputs: PlanInputs) -> int:
@@ -171,8 +172,8 @@ def _mixed_head_block_problem(a: Architecture, gpu: GPU | None) -> Problem | Non
 
 
 def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
-              calibration: Calibration | None = None) -> dict[str, Any]:
-    """All predictions as one flat-ish dict (bytes and seconds as plain numbers)."""
+              calibration: Calibration | None = None) -> Plan:
+    """Every prediction for these inputs, as one typed ``Plan`` (analysis.planning.plan_schema)."""
     tp = inputs.tensor_parallel_size
     if inputs.block_size is None:
         if problem := _mixed_head_block_problem(a, gpu):
@@ -308,6 +309,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     at_context = kv_ceiling(paged, held, None, mnbt, async_sched)
     params = count_params(a)
     out: dict[str, Any] = {
+        "plan_version": PLAN_VERSION,
         "model": a.name,
         "dtype": a.torch_dtype,
         "attention": a.attention_kind,
@@ -335,7 +337,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         "accounting_rules": rules.name,
         "entry": inputs.entry,
         "device_total_bytes": total if gpu is not None else None,
-        "reserve": reserve.model_dump() if reserve else None,
+        "reserve": reserve,
         "bytes_per_block": paged.bytes_per_block,
         # the block vLLM allocates: the configured one, raised on a hybrid Mamba model until a page holds a state
         "kv_block_size": paged.block_size,
@@ -405,7 +407,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
             out["latency_note"] = "; ".join(notes)
     if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
         out["calibration_warnings"] = warnings
-    return out
+    return Plan.model_validate(out)
 
 
 def _flashinfer_hint(a: Architecture, inputs: PlanInputs, reserve: Reserve, mnbt: int, max_num_seqs: int,
@@ -475,19 +477,19 @@ def _pipeline(a: Architecture, inputs: PlanInputs, gpu: GPU | None, total: int |
         first["_reserve"], (stage(a, parts[r].start, parts[r].start + parts[r].layers), rows[r]["kv_budget_bytes"])
 
 
-def refuse_unrunnable(plan: dict[str, Any], inputs: PlanInputs) -> None:
+def refuse_unrunnable(plan: Plan, inputs: PlanInputs) -> None:
     """A PlanError where vLLM would not run ``plan`` as asked: a decode batch above max_num_seqs (a step vLLM
     never takes), or a KV budget holding less than one sequence of max_model_len (vLLM refuses to start).
     The procurement table shows these as configurations that do not fit instead."""
-    if inputs.batch is not None and inputs.batch > plan["max_num_seqs"]:
-        raise PlanError(f"--batch {inputs.batch:,} is more than max_num_seqs {plan['max_num_seqs']:,}: vLLM schedules "
+    if inputs.batch is not None and inputs.batch > plan.max_num_seqs:
+        raise PlanError(f"--batch {inputs.batch:,} is more than max_num_seqs {plan.max_num_seqs:,}: vLLM schedules "
                         "at most max_num_seqs sequences per step (raise --max-num-seqs, or plan a smaller batch)")
-    if plan["max_concurrency"] is not None and plan["max_concurrency"] < 1:
-        need = plan["blocks_per_request"] * plan["bytes_per_block"]
+    if plan.max_concurrency is not None and plan.max_concurrency < 1:
+        need = plan.blocks_per_request * plan.bytes_per_block
         given = "--kv-cache-memory-bytes" if inputs.kv_cache_memory_bytes is not None else "the KV budget"
-        raise PlanError(f"{given} {plan['kv_budget_bytes']:,} B holds {plan['max_concurrency']:.2f} sequences "
-                        f"of max_model_len {plan['max_model_len']:,} (block {plan['block_size']}); vLLM will "
-                        f"refuse to start. Allowed: at least {need:,} B ({plan['blocks_per_request']:,} blocks "
-                        f"of {plan['bytes_per_block']:,} B), or a shorter --max-model-len")
+        raise PlanError(f"{given} {plan.kv_budget_bytes:,} B holds {plan.max_concurrency:.2f} sequences "
+                        f"of max_model_len {plan.max_model_len:,} (block {plan.block_size}); vLLM will "
+                        f"refuse to start. Allowed: at least {need:,} B ({plan.blocks_per_request:,} blocks "
+                        f"of {plan.bytes_per_block:,} B), or a shorter --max-model-len")
 
 

@@ -42,7 +42,7 @@ from analysis.catalog import GPU
 from analysis.latency.power import energy_interval
 from analysis.model.architecture import Architecture
 from analysis.planning.cost import Pricing, usd_per_million_tokens
-from analysis.planning.plan import Calibration, PlanError, PlanInputs, make_plan
+from analysis.planning.plan import Calibration, Plan, PlanError, PlanInputs, make_plan
 from analysis.units import fmt_bytes, fmt_seconds
 from analysis.vllm.engine_rules import tensor_parallel_problems
 from analysis.vllm.pipeline import layer_partition
@@ -209,48 +209,48 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
     except PlanError as exc:  # inputs were checked without a GPU: only the budget can fail here
         # "M does not fit on G at tp=N(, pp=M): weights … exceed …" → the part after the configuration it names
         return _Figures(reason_kind="weights", reason=re.sub(r"^.* at tp=\d+(, pp=\d+)?: ", "", str(exc)))
-    f = _Figures(weight_bytes=plan["weight_bytes"], kv_budget_bytes=plan["kv_budget_bytes"],
-                 kv_bytes_per_sequence=plan["kv_bytes_per_sequence"], max_num_seqs=plan["max_num_seqs"])
-    if inputs.kv_cache_memory_bytes is not None and plan["weight_bytes"] + plan["kv_budget_bytes"] > gpu.memory_bytes:
+    f = _Figures(weight_bytes=plan.weight_bytes, kv_budget_bytes=plan.kv_budget_bytes,
+                 kv_bytes_per_sequence=plan.kv_bytes_per_sequence, max_num_seqs=plan.max_num_seqs)
+    if inputs.kv_cache_memory_bytes is not None and plan.weight_bytes + plan.kv_budget_bytes > gpu.memory_bytes:
         f.reason_kind, f.reason = "weights", (
-            f"weights {plan['weight_bytes'] / 2**30:.1f} GiB + the fixed KV budget "
-            f"{plan['kv_budget_bytes'] / 2**30:.1f} GiB exceed {gpu.name}'s "
+            f"weights {plan.weight_bytes / 2**30:.1f} GiB + the fixed KV budget "
+            f"{plan.kv_budget_bytes / 2**30:.1f} GiB exceed {gpu.name}'s "
             f"{gpu.memory_bytes / 2**30:.1f} GiB at tp={tp}")
         return f
-    usable = plan["num_blocks"] - 1
-    per_seq = plan["blocks_per_sequence_at_context"]
+    usable = plan.num_blocks - 1
+    per_seq = plan.blocks_per_sequence_at_context
     f.kv_fraction_needed = concurrency * per_seq / usable if usable > 0 else None
-    f.sequences_fit = fit = plan["kv_full_batch"]
+    f.sequences_fit = fit = plan.kv_full_batch
     if fit == 0:
         f.reason_kind, f.reason = "one_sequence", (
-            f"one sequence of {plan['context']:,} tokens needs {per_seq:,} blocks "
-            f"({fmt_bytes(per_seq * plan['bytes_per_block'])}); the {fmt_bytes(plan['kv_budget_bytes'])} KV budget "
+            f"one sequence of {plan.context:,} tokens needs {per_seq:,} blocks "
+            f"({fmt_bytes(per_seq * plan.bytes_per_block)}); the {fmt_bytes(plan.kv_budget_bytes)} KV budget "
             f"holds {max(usable, 0):,} (null block excluded)")
         return f
 
     # The prompt whose TTFT is predicted: --prompt-len, else the whole context (one token short of
     # max_model_len, which vLLM keeps for an output token).
-    prompt = inputs.prompt_len or min(plan["context"], plan["max_model_len"] - 1)
+    prompt = inputs.prompt_len or min(plan.context, plan.max_model_len - 1)
 
-    def at_batch(b: int) -> dict:
+    def at_batch(b: int) -> Plan:
         """The plan at batch b (decode step calibrated when the calibration has rates; TTFT of a prompt arriving
         while b − 1 others decode)."""
         return make_plan(a, inputs.model_copy(update={"batch": b, "prompt_len": prompt}), gpu, cal)
 
-    def step(p: dict) -> float:
-        """The time per output token the SLO and the tokens/s are judged by: the calibrated step; else, for whole
-        requests (--output-len), the served TPOT with arriving prompts mixed in; else the decode step (under
-        speculative decoding, over the tokens it yields: ``tpot_s``)."""
-        return p.get("calibrated_decode_step_s", p.get("served_tpot_s", p.get("tpot_s", p["decode_step_s"])))
+    def step(p: Plan) -> float:
+        """The time per output token the SLO and the tokens/s are judged by (``Plan.time_per_output_token_s``)."""
+        t = p.time_per_output_token_s
+        assert t is not None, "a plan on a GPU with a batch has a decode step"
+        return t
 
-    def misses(p: dict) -> Reason | None:
+    def misses(p: Plan) -> Reason | None:
         if tpot_slo_s is not None and step(p) > tpot_slo_s:
             return "tpot_slo"
-        if ttft_slo_s is not None and p.get("ttft_s") is not None and p["ttft_s"] > ttft_slo_s:
+        if ttft_slo_s is not None and p.ttft_s is not None and p.ttft_s > ttft_slo_s:
             return "ttft_slo"
         return None
 
-    cap, limited = (fit, "kv_cache") if fit <= plan["max_num_seqs"] else (plan["max_num_seqs"], "max_num_seqs")
+    cap, limited = (fit, "kv_cache") if fit <= plan.max_num_seqs else (plan.max_num_seqs, "max_num_seqs")
     if pp > 1:  # capacity only: the latency model has no pipeline stages yet
         if tpot_slo_s is not None or ttft_slo_s is not None:
             f.reason_kind, f.reason = "pipeline", ("latency with pipeline parallelism is not modelled yet: the SLOs "
@@ -268,7 +268,7 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
             f.reason_kind = why
             f.reason = (f"even batch 1 steps in {fmt_seconds(step(one))}, over the TPOT SLO of "
                         f"{fmt_seconds(tpot_slo_s)}" if why == "tpot_slo" else
-                        f"even alone a {prompt:,}-token prompt takes {fmt_seconds(one['ttft_s'])} to its first "
+                        f"even alone a {prompt:,}-token prompt takes {fmt_seconds(one.ttft_s)} to its first "
                         f"token, over the TTFT SLO of {fmt_seconds(ttft_slo_s)}")
             return f
         lo, hi = 1, cap  # largest batch meeting the SLOs (the step and the TTFT grow with the batch)
@@ -285,23 +285,23 @@ def _evaluate(a: Architecture, inputs: PlanInputs, gpu: GPU, concurrency: int, t
     f.batch = math.ceil(concurrency / f.replicas)
     f.batch_limited_by = "concurrency" if f.replicas == 1 else limited
     p = at_batch(f.batch)
-    calibrated = "calibrated_decode_step_s" in p
+    calibrated = p.calibrated_decode_step_s is not None
     f.decode_step_s = step(p)
-    f.decode_bound = p["calibrated_decode_bound"] if calibrated else p["decode_bound"]
-    served = not calibrated and "served_tpot_s" in p
-    iv = (p.get("calibrated_decode_step_interval_s") if calibrated else
-          p.get("served_tpot_interval_s") if served else p.get("tpot_interval_s", p.get("decode_step_interval_s")))
+    f.decode_bound = p.calibrated_decode_bound if calibrated else p.decode_bound
+    served = not calibrated and p.served_tpot_s is not None
+    iv = (p.calibrated_decode_step_interval_s if calibrated else p.served_tpot_interval_s if served else
+          p.tpot_interval_s if p.tpot_s is not None else p.decode_step_interval_s)
     f.decode_step_interval_s = iv
     f.served_tpot = served
-    f.speculative_tokens_per_step = None if calibrated else p.get("decode_tokens_per_step")
-    f.roofline_decode_step_s = p.get("roofline_decode_step_s")
+    f.speculative_tokens_per_step = None if calibrated else p.decode_tokens_per_step
+    f.roofline_decode_step_s = p.roofline_decode_step_s
     f.tokens_per_s_per_gpu = f.batch / f.decode_step_s / tp
     f.tokens_per_s_per_gpu_interval = [f.batch / x / tp for x in reversed(iv)] if iv else None
-    f.ttft_s, f.ttft_interval_s, f.prompt_len = p.get("ttft_s"), p.get("ttft_interval_s"), prompt
-    if "calibrated_decode_power_w" in p:  # the device's own measured draw: no model interval
-        f.power_w_per_gpu, f.power_w_interval = p["calibrated_decode_power_w"], None
+    f.ttft_s, f.ttft_interval_s, f.prompt_len = p.ttft_s, p.ttft_interval_s, prompt
+    if p.calibrated_decode_power_w is not None:  # the device's own measured draw: no model interval
+        f.power_w_per_gpu, f.power_w_interval = p.calibrated_decode_power_w, None
     else:
-        f.power_w_per_gpu, f.power_w_interval = p.get("decode_power_w"), p.get("decode_power_interval_w")
+        f.power_w_per_gpu, f.power_w_interval = p.decode_power_w, p.decode_power_interval_w
     f.fits = True
     return f
 

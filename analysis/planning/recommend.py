@@ -105,29 +105,27 @@ def recommend(a: Architecture, base: PlanInputs, gpu: GPU, tps: Sequence[int], *
     at_max = make_plan(a, inputs, gpu)
     notes: list[str] = []
     max_num_seqs = max_num_batched_tokens = None
-    if b > at_max["max_num_seqs"]:
+    if b > at_max.max_num_seqs:
         # vLLM would run at most max_num_seqs at once: raise it to b (and the token budget with it, which
         # vLLM requires to be at least max_num_seqs).
         max_num_seqs = b
-        if b > at_max["max_num_batched_tokens"]:
+        if b > at_max.max_num_batched_tokens:
             max_num_batched_tokens = b
         inputs = inputs.model_copy(update={"max_num_seqs": max_num_seqs,
                                            "max_num_batched_tokens": max_num_batched_tokens
                                            or inputs.max_num_batched_tokens})
         at_max = make_plan(a, inputs, gpu)
-    per_seq = at_max["blocks_per_sequence_at_context"]
-    total = at_max["device_total_bytes"]
-    reserve = at_max["reserve"]
-    fixed = reserve["non_torch_bytes"] + reserve["cuda_graph_bytes"]
+    per_seq = at_max.blocks_per_sequence_at_context
+    total, reserve = at_max.device_total_bytes, at_max.reserve
+    assert total is not None and reserve is not None, "planned on a GPU without a fixed KV budget"
+    fixed = reserve.non_torch_bytes + reserve.cuda_graph_bytes
     # Every GPU of a stage must hold the replica's sequences in its own layers' blocks: (stage weights, stage
-    # reserve, stage bytes per block); one stage without a pipeline.
-    parts = at_max.get("pipeline_stages") or [{"weight_bytes": at_max["weight_bytes"],
-                                               "activation_bytes": reserve["activation_bytes"],
-                                               "bytes_per_block": at_max["bytes_per_block"]}]
-    needs = [((b * per_seq + NULL_BLOCKS) * st["bytes_per_block"], st["weight_bytes"], st["activation_bytes"] + fixed)
-             for st in parts]
+    # activation peak, stage bytes per block); one stage without a pipeline.
+    parts = ([(st.weight_bytes, st.activation_bytes or 0, st.bytes_per_block) for st in at_max.pipeline_stages]
+             if at_max.pipeline_stages else [(at_max.weight_bytes, reserve.activation_bytes, at_max.bytes_per_block)])
+    needs = [((b * per_seq + NULL_BLOCKS) * block, weights, activation + fixed) for weights, activation, block in parts]
     _, weights, reserve_total = max(needs, key=sum)  # the stage that needs the most memory (reported)
-    block = max(st["bytes_per_block"] for st in parts)
+    block = max(block for _, _, block in parts)
     budget = max(n[0] for n in needs)  # a fixed budget per GPU serves every stage
     scale = 10 ** UTILIZATION_DECIMALS
 
@@ -141,7 +139,9 @@ def recommend(a: Architecture, base: PlanInputs, gpu: GPU, tps: Sequence[int], *
         raise PlanError(f"internal: {util} exceeds the ceiling {base.gpu_memory_utilization}")
 
     def fit(**update) -> int:
-        return make_plan(a, inputs.model_copy(update=update), gpu)["kv_full_batch"]
+        fits = make_plan(a, inputs.model_copy(update=update), gpu).kv_full_batch
+        assert fits is not None, "a plan with a KV budget counts the sequences that fit"
+        return fits
 
     holds, less = fit(gpu_memory_utilization=util), fit(kv_cache_memory_bytes=budget - block)
     if holds < b or fit(kv_cache_memory_bytes=budget) < b or less >= b:

@@ -1,8 +1,8 @@
 """The file `kvprof plan … --save` writes and `kvprof check-plan` reads, as a pydantic model.
 
-Only what check-plan reads is checked (the engine the plan describes and the predicted quantities); every
-other key the plan carries is kept as written. A file that is not such a plan is a ``SavedPlanError`` naming
-the file and the field.
+The prediction is a ``Plan`` (analysis.planning.plan_schema), checked field by field as it is read; of the inputs,
+what check-plan reads is checked and the rest kept as written. A file that is not such a plan is a
+``SavedPlanError`` naming the file and the field.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from analysis.planning.plan_schema import Plan
 from analysis.results.schema import atomic_write_bytes, check_finite, describe_errors, read_record_text
 
 PLAN_KIND = "kvprof-plan"
@@ -23,62 +24,33 @@ class SavedPlanError(ValueError):
     """A file that is not a readable saved plan (the message names the file and what is wrong)."""
 
 
-# Strict: a hand-edited `true` or "16" is not a block size; finite: NaN or inf is no prediction.
-Positive = Annotated[int, Field(strict=True, gt=0)]
-Count = Annotated[int, Field(strict=True, ge=0)]
-Real = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Duration = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-
-
-class PlanPrediction(BaseModel):
-    """``make_plan``'s result as saved: the engine it describes and the quantities check-plan measures."""
-
-    model_config = ConfigDict(extra="allow")
-
-    block_size: Positive
-    max_model_len: Positive
-    kv_cache_dtype: str
-    tensor_parallel_size: Positive
-    max_num_batched_tokens: Positive
-    max_num_seqs: Positive
-    async_scheduling: bool
-    context: Positive
-    batch: Positive | None = None
-    gpu: str | None = None
-    weight_bytes: Count | None = None
-    kv_budget_bytes: Count | None = None
-    num_blocks: Count | None = None
-    kv_cache_tokens: Count | None = None
-    max_concurrency: Real | None = None
-    decode_step_s: Duration | None = None
-    calibrated_decode_step_s: Duration | None = None
-    tokens_per_s: Real | None = None
-
-
 class PlanInputsSaved(BaseModel):
     """The plan's inputs as saved (analysis.planning.plan.PlanInputs); check-plan reads the fixed KV budget."""
 
     model_config = ConfigDict(extra="allow")
 
-    kv_cache_memory_bytes: Positive | None = None
+    kv_cache_memory_bytes: Annotated[int, Field(strict=True, gt=0)] | None = None
 
 
 class SavedPlan(BaseModel):
     """A plan saved for `kvprof check-plan`: the prediction, its inputs and the model it was made for."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid", title="SavedPlan")
 
     kind: Literal["kvprof-plan"]
-    model: str
+    created_at: float | None = Field(None, description="when it was saved, Unix seconds")
+    model: str = Field(description="the --model given")
     architecture: dict[str, Any] | None = Field(None, description="the architecture planned (absent: re-resolve "
                                                                   "`model`)")
-    gpu: str | None = None
+    gpu: str | None = Field(None, description="the --gpu given")
+    probe: str | None = Field(None, description="the --probe file given")
+    calibration: str | None = Field(None, description="the --calibration file given")
     inputs: PlanInputsSaved
-    prediction: PlanPrediction
+    prediction: Plan
 
 
-def load_saved_plan(path: str | Path) -> dict[str, Any]:
-    """A saved plan as a dict (every key as written, the checked ones validated), or SavedPlanError."""
+def load_saved_plan(path: str | Path) -> SavedPlan:
+    """A saved plan, validated, or SavedPlanError."""
     path = Path(path)
     try:
         text = read_record_text(path)
@@ -95,15 +67,16 @@ def load_saved_plan(path: str | Path) -> dict[str, Any]:
                                  ) from None
         raise SavedPlanError(f"{path}: not a readable plan: {describe_errors(exc)} — save it again with "
                              "`kvprof plan … --save FILE`") from None
-    return plan.model_dump()
+    return plan
 
 
 def save_plan(path: str | Path, *, model: str, architecture: dict[str, Any], gpu: str | None, probe: str | None,
-              calibration: str | None, inputs: dict[str, Any], prediction: dict[str, Any]) -> None:
+              calibration: str | None, inputs: dict[str, Any], prediction: Plan) -> None:
     """Write a plan for `kvprof check-plan`, whole or not at all. It is held against ``SavedPlan`` first, so a
     plan is never saved that check-plan would refuse (SavedPlanError names the field)."""
     plan = {"kind": PLAN_KIND, "created_at": time.time(), "model": model, "architecture": architecture,
-            "gpu": gpu, "probe": probe, "calibration": calibration, "inputs": inputs, "prediction": prediction}
+            "gpu": gpu, "probe": probe, "calibration": calibration, "inputs": inputs,
+            "prediction": prediction.to_json()}
     try:
         SavedPlan.model_validate(plan)
     except ValidationError as exc:

@@ -312,8 +312,8 @@ def engine_cost(a: Architecture, gpu: GPU, engine: EngineSettings, points: list[
                           max_num_batched_tokens=defaults[0],
                           max_num_seqs=defaults[1], kv_budget_bytes=None, num_blocks=None, startup=startup,
                           capacity_s=0.0, saturation_warmup_s=0.0, points=[], error=str(exc))
-    mnbt, seqs, async_sched = plan["max_num_batched_tokens"], plan["max_num_seqs"], plan["async_scheduling"]
-    budget = plan["kv_budget_bytes"]
+    mnbt, seqs, async_sched = plan.max_num_batched_tokens, plan.max_num_seqs, plan.async_scheduling
+    budget = plan.kv_budget_bytes
     cap = paged_capacity(a, budget, block_size=engine.block_size, max_model_len=engine.max_model_len,
                          max_num_batched_tokens=mnbt, kv_cache_dtype=kv, tp=tp, async_scheduling=async_sched,
                          prefix_caching=engine.enable_prefix_caching)

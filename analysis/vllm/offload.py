@@ -18,7 +18,9 @@ the GPU's prefix cache, so a later request sharing that prefix loads it back ins
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 PAGE_BYTES = 4096  # mmap.PAGESIZE on Linux: SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT
 Backend = Literal["native", "lmcache"]
@@ -35,20 +37,34 @@ def offloaded_chunks(cpu_bytes: int, bytes_per_block: int, workers: int, blocks_
     return int(cpu_bytes) // aligned
 
 
+class OffloadPlan(BaseModel):
+    """What ``--kv-offloading-size`` adds to a plan: the host memory it pins and the prefix cache's reach there."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Backend
+    size_gib: float = Field(gt=0, description="--kv-offloading-size: GiB of pinned host memory")
+    cpu_bytes: int = Field(ge=0)
+    gpu_resident_sequences: int | None = Field(description="what runs at once: the GPU-resident sequences")
+    offloaded_blocks: int | None = Field(None, ge=0, description="GPU blocks the host buffer holds (native)")
+    offloaded_kv_tokens: int | None = Field(None, ge=0)
+    offloaded_sequences: int | None = Field(None, ge=0)
+    note: str
+
+
 def offload_plan(size_gib: float, backend: Backend, *, bytes_per_block: int, block_size: int, workers: int,
-                 blocks_per_sequence: int, gpu_resident_sequences: int | None, mla_over_tp: bool) -> dict[str, Any]:
+                 blocks_per_sequence: int, gpu_resident_sequences: int | None, mla_over_tp: bool) -> OffloadPlan:
     """What ``--kv-offloading-size`` adds to a plan: the host memory it pins and the prefix cache's reach there."""
     cpu_bytes = int(size_gib * (1 << 30))
-    out: dict[str, Any] = {"backend": backend, "size_gib": size_gib, "cpu_bytes": cpu_bytes,
-                           "gpu_resident_sequences": gpu_resident_sequences}
+    common = {"backend": backend, "size_gib": size_gib, "cpu_bytes": cpu_bytes,
+              "gpu_resident_sequences": gpu_resident_sequences}
     if backend == "lmcache":
-        out["note"] = ("the LMCache backend keeps its store in LMCache's own server, which --kv-offloading-size does "
-                       "not size: its reach is LMCache's configuration, not planned here")
-        return out
+        return OffloadPlan(**common, note=(
+            "the LMCache backend keeps its store in LMCache's own server, which --kv-offloading-size does not size: "
+            "its reach is LMCache's configuration, not planned here"))
     chunks = offloaded_chunks(cpu_bytes, bytes_per_block, workers, single_copy=mla_over_tp)
-    out.update(offloaded_blocks=chunks, offloaded_kv_tokens=chunks * block_size,
-               offloaded_sequences=chunks // blocks_per_sequence if blocks_per_sequence else None,
-               note="running sequences stay on the GPU: what runs at once is the GPU-resident capacity; the "
-                    "offloaded blocks hold prefixes evicted from the GPU's prefix cache, loaded back instead of "
-                    "recomputed")
-    return out
+    return OffloadPlan(**common, offloaded_blocks=chunks, offloaded_kv_tokens=chunks * block_size,
+                       offloaded_sequences=chunks // blocks_per_sequence if blocks_per_sequence else None,
+                       note="running sequences stay on the GPU: what runs at once is the GPU-resident capacity; the "
+                            "offloaded blocks hold prefixes evicted from the GPU's prefix cache, loaded back instead "
+                            "of recomputed")

@@ -20,6 +20,7 @@ from analysis.model.vision import parse_mm_limits
 from analysis.planning.calibration_file import checked_calibration, load_calibration
 from analysis.planning.cost import Pricing, parse_power_price, parse_prices
 from analysis.planning.plan import OPTION_FLAGS, Calibration, PlanError, PlanInputs, make_plan, refuse_unrunnable
+from analysis.planning.plan_schema import Plan
 from analysis.planning.procurement import RANK_BY, parse_gpu_list, parse_tp_list, procurement
 from analysis.results.inputs import InputFileError, read_json
 from analysis.units import fmt_bytes, fmt_count, fmt_seconds, parse_bytes, parse_seconds
@@ -36,13 +37,13 @@ from profiler.cli.common import (
 NARROW_COLUMNS = 110
 
 
-def _plan_table(p: dict[str, Any], width: int | None = None) -> Table:
+def _plan_table(p: Plan, width: int | None = None) -> Table:
     """The plan as a table: a column of the seeds' ideal arithmetic beside vLLM's; narrower than
     ``NARROW_COLUMNS``, one value a quantity: vLLM's, the ideal one in brackets where it differs or stands alone."""
     narrow = width is not None and width < NARROW_COLUMNS
-    t = Table(title=f"kvprof plan — {p['model']} ({p['attention']})"
-              + (f" on {p['gpu']}" if p["gpu"] else "") + f", tp={p['tensor_parallel_size']}"
-              + (f", pp={p['pipeline_parallel_size']}" if p.get("pipeline_stages") else ""),
+    t = Table(title=f"kvprof plan — {p.model} ({p.attention})"
+              + (f" on {p.gpu}" if p.gpu else "") + f", tp={p.tensor_parallel_size}"
+              + (f", pp={p.pipeline_parallel_size}" if p.pipeline_stages else ""),
               box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD)
     t.add_column("quantity")
     if narrow:
@@ -59,92 +60,92 @@ def _plan_table(p: dict[str, Any], width: int | None = None) -> Table:
         else:
             t.add_row(label, paged or (escape(f"[{ideal}]") if ideal else ""))
 
-    row("weights per GPU" + (" (stage 0)" if p.get("pipeline_stages") else ""), fmt_bytes(p["weight_bytes"]),
-        fmt_bytes(p["weight_bytes"]))
-    if p.get("lora_bytes") is not None:
-        row("  of which LoRA slots", "", fmt_bytes(p["lora_bytes"]))
-    if (sp := p.get("speculative")) is not None:
-        row(f"  of which the {sp['method']} drafter (k={sp['num_speculative_tokens']})", "",
-            fmt_bytes(sp["draft_weight_bytes"]))
-        row("  drafter KV bytes / token (its layers in every block)", "", f"{sp['draft_kv_bytes_per_token']:,} B")
-        row("  slots a request holds past its context (1 + k + lookahead)", "", str(sp["slots_beyond_context"]))
-    for st in p.get("pipeline_stages") or []:
-        pool = " (sets the pool)" if st["stage"] == p["pool_stage"] else ""
-        row(f"  stage {st['stage']}: layers {st['first_layer']}–{st['first_layer'] + st['layers'] - 1}{pool}", "",
-            f"weights {fmt_bytes(st['weight_bytes'])}, activation {fmt_bytes(st['activation_bytes'])}, "
-            f"KV {fmt_bytes(st['kv_budget_bytes'])}, {fmt_count(st['num_blocks'])} blocks")
-    row("KV bytes / token (all layers)", f"{p['kv_bytes_per_token']:,} B")
-    row(f"KV bytes / sequence @ {p['context']:,} tok", fmt_bytes(p["kv_bytes_per_sequence"]))
-    row("KV budget per GPU", fmt_bytes(p["kv_budget_bytes"]), fmt_bytes(p["kv_budget_bytes"]))
-    row(f"block ({p['kv_block_size']:,} tok, all layers of a group)", "", f"{p['bytes_per_block']:,} B")
-    row("blocks", "", fmt_count(p["num_blocks"]))
-    groups = ", ".join(f"{g['kind']}×{g['layers']}:{g['blocks_per_request']}" for g in p["kv_cache_groups"])
-    row("blocks reserved per request", "", f"{p['blocks_per_request']:,} ({groups})")
-    row("KV cache tokens", fmt_count(p["ideal_kv_cache_tokens"]), fmt_count(p["kv_cache_tokens"]))
-    row(f"max concurrency @ {p['max_model_len']:,} tok", *(
-        "—" if p[k] is None else f"{p[k]:.2f}x" for k in ("ideal_max_concurrency", "max_concurrency")))
-    row(f"sequences of {p['context']:,} tok that fit (null block excluded)", "", fmt_count(p["kv_full_batch"]))
-    if (off := p.get("kv_offloading")) is not None:
-        reach = ("not planned (LMCache sizes its own store)" if off.get("offloaded_kv_tokens") is None else
-                 f"{fmt_count(off['offloaded_kv_tokens'])} tokens ({fmt_count(off['offloaded_sequences'])} sequences)")
-        row(f"KV offloaded to CPU ({off['backend']}, {off['size_gib']:g} GiB pinned)", "",
-            f"prefix cache beyond the GPU: {reach}; runs at once: {fmt_count(off['gpu_resident_sequences'])}")
-    if p.get("crossover_context") is not None:
-        row("crossover context t* (KV read = weight read)", fmt_count(p["crossover_context"]))
-    if "ridge_point" in p:
-        row("ridge point", f"{p['ridge_point']:.0f} FLOP/B")
+    row("weights per GPU" + (" (stage 0)" if p.pipeline_stages else ""), fmt_bytes(p.weight_bytes),
+        fmt_bytes(p.weight_bytes))
+    if p.lora_bytes is not None:
+        row("  of which LoRA slots", "", fmt_bytes(p.lora_bytes))
+    if (sp := p.speculative) is not None:
+        row(f"  of which the {sp.method} drafter (k={sp.num_speculative_tokens})", "",
+            fmt_bytes(sp.draft_weight_bytes))
+        row("  drafter KV bytes / token (its layers in every block)", "", f"{sp.draft_kv_bytes_per_token:,} B")
+        row("  slots a request holds past its context (1 + k + lookahead)", "", str(sp.slots_beyond_context))
+    for st in p.pipeline_stages or []:
+        pool = " (sets the pool)" if st.stage == p.pool_stage else ""
+        row(f"  stage {st.stage}: layers {st.first_layer}–{st.first_layer + st.layers - 1}{pool}", "",
+            f"weights {fmt_bytes(st.weight_bytes)}, activation {fmt_bytes(st.activation_bytes)}, "
+            f"KV {fmt_bytes(st.kv_budget_bytes)}, {fmt_count(st.num_blocks)} blocks")
+    row("KV bytes / token (all layers)", f"{p.kv_bytes_per_token:,} B")
+    row(f"KV bytes / sequence @ {p.context:,} tok", fmt_bytes(p.kv_bytes_per_sequence))
+    row("KV budget per GPU", fmt_bytes(p.kv_budget_bytes), fmt_bytes(p.kv_budget_bytes))
+    row(f"block ({p.kv_block_size:,} tok, all layers of a group)", "", f"{p.bytes_per_block:,} B")
+    row("blocks", "", fmt_count(p.num_blocks))
+    groups = ", ".join(f"{g.kind}×{g.layers}:{g.blocks_per_request}" for g in p.kv_cache_groups)
+    row("blocks reserved per request", "", f"{p.blocks_per_request:,} ({groups})")
+    row("KV cache tokens", fmt_count(p.ideal_kv_cache_tokens), fmt_count(p.kv_cache_tokens))
+    row(f"max concurrency @ {p.max_model_len:,} tok", *(
+        "—" if c is None else f"{c:.2f}x" for c in (p.ideal_max_concurrency, p.max_concurrency)))
+    row(f"sequences of {p.context:,} tok that fit (null block excluded)", "", fmt_count(p.kv_full_batch))
+    if (off := p.kv_offloading) is not None:
+        reach = ("not planned (LMCache sizes its own store)" if off.offloaded_kv_tokens is None else
+                 f"{fmt_count(off.offloaded_kv_tokens)} tokens ({fmt_count(off.offloaded_sequences)} sequences)")
+        row(f"KV offloaded to CPU ({off.backend}, {off.size_gib:g} GiB pinned)", "",
+            f"prefix cache beyond the GPU: {reach}; runs at once: {fmt_count(off.gpu_resident_sequences)}")
+    if p.crossover_context is not None:
+        row("crossover context t* (KV read = weight read)", fmt_count(p.crossover_context))
+    if p.ridge_point is not None:
+        row("ridge point", f"{p.ridge_point:.0f} FLOP/B")
     def with_range(t: float, iv: list[float] | None) -> str:
         return fmt_seconds(t) + (f" ({fmt_seconds(iv[0])}–{fmt_seconds(iv[1])})" if iv else "")
 
-    if "decode_step_s" in p:
-        bound = p["decode_bound"] + ("" if p["decode_bound"] in ("memory", "compute") else " term largest")
-        row(f"decode step (batch {p['batch']}; {bound})", "", with_range(p["decode_step_s"],
-                                                                          p.get("decode_step_interval_s")))
-        for k, v in (p.get("decode_terms") or {}).items():
+    if p.decode_step_s is not None:
+        bound = p.decode_bound + ("" if p.decode_bound in ("memory", "compute") else " term largest")
+        row(f"decode step (batch {p.batch}; {bound})", "", with_range(p.decode_step_s,
+                                                                          p.decode_step_interval_s))
+        for k, v in (p.decode_terms or {}).items():
             if v:
                 row(f"  {k.removesuffix('_s')}", "", fmt_seconds(v))
-        if "tpot_s" in p:
-            row(f"  time per output token ({p['decode_tokens_per_step']:g} tokens a step)", "",
-                with_range(p["tpot_s"], p.get("tpot_interval_s")))
-        row("decode throughput", "", f"{p['tokens_per_s']:,.0f} tok/s")
-        if p.get("decode_power_w") is not None:
-            iv = p.get("decode_power_interval_w")
-            row(f"board power per GPU (TDP {p['tdp_w']:,.0f} W)", "", f"{p['decode_power_w']:,.0f} W"
+        if p.tpot_s is not None:
+            row(f"  time per output token ({p.decode_tokens_per_step:g} tokens a step)", "",
+                with_range(p.tpot_s, p.tpot_interval_s))
+        row("decode throughput", "", f"{p.tokens_per_s:,.0f} tok/s")
+        if p.decode_power_w is not None:
+            iv = p.decode_power_interval_w
+            row(f"board power per GPU (TDP {p.tdp_w:,.0f} W)", "", f"{p.decode_power_w:,.0f} W"
                 + (f" ({iv[0]:,.0f}–{iv[1]:,.0f} W)" if iv else ""))
-            jv = p.get("decode_j_per_output_token_interval")
-            row("energy per output token", "", f"{p['decode_j_per_output_token']:.3g} J"
+            jv = p.decode_j_per_output_token_interval
+            row("energy per output token", "", f"{p.decode_j_per_output_token:.3g} J"
                 + (f" ({jv[0]:.3g}–{jv[1]:.3g} J)" if jv else ""))
-        if "roofline_decode_step_s" in p:
-            row(f"decode step, bare roofline ({p['roofline_decode_bound']}-bound)", fmt_seconds(
-                p["roofline_decode_step_s"]))
-    if "calibrated_decode_step_s" in p:
-        row("decode step, calibrated", fmt_seconds(p["calibrated_decode_step_s"]))
-        row("decode throughput, calibrated", f"{p['calibrated_tokens_per_s']:,.0f} tok/s")
-    if "calibrated_decode_power_w" in p:
-        row("board power per GPU, measured by the calibration", f"{p['calibrated_decode_power_w']:,.0f} W")
-        row("energy per output token, calibrated", f"{p['calibrated_j_per_output_token']:.3g} J")
-    if "prefill_s" in p:
-        row(f"prefill of {p['prompt_len']:,} tokens", fmt_seconds(p["roofline_prefill_s"]), fmt_seconds(p["prefill_s"]))
-    if "ttft_s" in p:
-        row(f"time to first token ({p['ttft_running_sequences']} others decoding)", "",
-            with_range(p["ttft_s"], p.get("ttft_interval_s")))
-    if "served_tpot_s" in p:
-        row(f"served TPOT ({p['request_concurrency']} in flight, {p['prompt_len']:,} in / {p['output_len']:,} out)",
-            "", with_range(p["served_tpot_s"], p.get("served_tpot_interval_s")))
-    if "burst_ttft_s" in p:
-        row(f"TTFT, {p['request_concurrency']} prompts at once (a closed loop's waves; mean, median "
-            f"{fmt_seconds(p['burst_ttft_median_s'])})", "",
-            with_range(p["burst_ttft_s"], p.get("burst_ttft_interval_s")))
-    if "request_latency_s" in p:
+        if p.roofline_decode_step_s is not None:
+            row(f"decode step, bare roofline ({p.roofline_decode_bound}-bound)", fmt_seconds(
+                p.roofline_decode_step_s))
+    if p.calibrated_decode_step_s is not None:
+        row("decode step, calibrated", fmt_seconds(p.calibrated_decode_step_s))
+        row("decode throughput, calibrated", f"{p.calibrated_tokens_per_s:,.0f} tok/s")
+    if p.calibrated_decode_power_w is not None:
+        row("board power per GPU, measured by the calibration", f"{p.calibrated_decode_power_w:,.0f} W")
+        row("energy per output token, calibrated", f"{p.calibrated_j_per_output_token:.3g} J")
+    if p.prefill_s is not None:
+        row(f"prefill of {p.prompt_len:,} tokens", fmt_seconds(p.roofline_prefill_s), fmt_seconds(p.prefill_s))
+    if p.ttft_s is not None:
+        row(f"time to first token ({p.ttft_running_sequences} others decoding)", "",
+            with_range(p.ttft_s, p.ttft_interval_s))
+    if p.served_tpot_s is not None:
+        row(f"served TPOT ({p.request_concurrency} in flight, {p.prompt_len:,} in / {p.output_len:,} out)",
+            "", with_range(p.served_tpot_s, p.served_tpot_interval_s))
+    if p.burst_ttft_s is not None:
+        row(f"TTFT, {p.request_concurrency} prompts at once (a closed loop's waves; mean, median "
+            f"{fmt_seconds(p.burst_ttft_median_s)})", "",
+            with_range(p.burst_ttft_s, p.burst_ttft_interval_s))
+    if p.request_latency_s is not None:
         row("request latency (TTFT + TPOT × the rest)", "",
-            with_range(p["request_latency_s"], p.get("request_latency_interval_s")))
-    if "bench_latency_s" in p:
-        row(f"vllm bench latency (batch {p['request_concurrency']}, {p['prompt_len']:,} in / {p['output_len']:,} out)",
-            "", with_range(p["bench_latency_s"], p.get("bench_latency_interval_s")))
-    if p.get("accounting_rules"):
-        t.caption = (f"accounting rules: {p['accounting_rules']}; {p['entry']} defaults: "
-                     f"max_num_batched_tokens {p['max_num_batched_tokens']:,}, max_num_seqs {p['max_num_seqs']:,}")
-    if p.get("decode_step_interval_s"):
+            with_range(p.request_latency_s, p.request_latency_interval_s))
+    if p.bench_latency_s is not None:
+        row(f"vllm bench latency (batch {p.request_concurrency}, {p.prompt_len:,} in / {p.output_len:,} out)",
+            "", with_range(p.bench_latency_s, p.bench_latency_interval_s))
+    if p.accounting_rules:
+        t.caption = (f"accounting rules: {p.accounting_rules}; {p.entry} defaults: "
+                     f"max_num_batched_tokens {p.max_num_batched_tokens:,}, max_num_seqs {p.max_num_seqs:,}")
+    if p.decode_step_interval_s:
         t.caption = ((t.caption + "\n") if t.caption else "") + (
             f"(ranges): {INTERVAL_MEANING} (--json: *_checked_against)")
     return t
@@ -346,9 +347,9 @@ def plan_cmd(
         result = make_plan(arch, inputs, gpu_spec, cal)
         refuse_unrunnable(result, inputs)
         if provenance is not None:
-            result["calibration_provenance"] = provenance
+            result.calibration_provenance = provenance
         if gpu_note:
-            result["gpu_note"] = gpu_note
+            result.gpu_note = gpu_note
     except ValidationError as exc:
         raise fail(_plan_options_line(exc)) from None
     except (PlanError, UnsupportedArchitecture, catalog.UnknownName, ValueError, OSError, KeyError) as exc:
@@ -364,32 +365,32 @@ def plan_cmd(
                           inputs=inputs.model_dump(), prediction=result)
         except (OutputPathError, SavedPlanError) as exc:
             raise fail(str(exc)) from None
-    prov = result.get("calibration_provenance") or {}
-    for warning in [*result.get("calibration_warnings", []), *prov.get("warnings", [])]:
+    prov = result.calibration_provenance
+    for warning in [*(result.calibration_warnings or []), *(prov.warnings if prov else [])]:
         err.print(f"[bold yellow]warning:[/] {escape(warning)}", highlight=False)
-    for unknown in prov.get("unknown", []):
+    for unknown in prov.unknown if prov else []:
         err.print(f"note: {unknown}", highlight=False)
     if json_out:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result.to_json(), indent=2))
         return
     if gpu_note:
         err.print(f"note: {gpu_note}", highlight=False)
     console.print(_plan_table(result, console.width))
-    for key in ("weights_note", "latency_note", "calibration_speculative_note"):
-        if result.get(key):
-            console.print(f"note: {result[key]}", highlight=False)
-    if (sp := result.get("speculative")) is not None and "decode_step_s" in result:
-        console.print(f"note: speculative decoding: {sp['latency']}", highlight=False)
-    if result["kv_budget_bytes"] is None:
+    for note in (result.weights_note, result.latency_note, result.calibration_speculative_note):
+        if note:
+            console.print(f"note: {note}", highlight=False)
+    if (sp := result.speculative) is not None and result.decode_step_s is not None:
+        console.print(f"note: speculative decoding: {sp.latency}", highlight=False)
+    if result.kv_budget_bytes is None:
         console.print("no KV budget: give --gpu (or --probe) or --kv-cache-memory-bytes for blocks, "
                       "concurrency and sequences that fit", highlight=False)
-    if result.get("calibration_source"):  # a transferred calibration's source says so, and from what
-        console.print(f"calibrated with {escape(result['calibration_source'])}", highlight=False)
-    if result.get("reserve"):
-        r = result["reserve"]
+    if result.calibration_source:  # a transferred calibration's source says so, and from what
+        console.print(f"calibrated with {escape(result.calibration_source)}", highlight=False)
+    if result.reserve:
+        r = result.reserve
         console.print(
-            f"reserve ({r['source']}): activations {fmt_bytes(r['activation_bytes'])}, non-torch "
-            f"{fmt_bytes(r['non_torch_bytes'])}, CUDA graphs {fmt_bytes(r['cuda_graph_bytes'])}",
+            f"reserve ({r.source}): activations {fmt_bytes(r.activation_bytes)}, non-torch "
+            f"{fmt_bytes(r.non_torch_bytes)}, CUDA graphs {fmt_bytes(r.cuda_graph_bytes)}",
             highlight=False)
 
 
@@ -489,7 +490,7 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, sizes: tup
                                            model, settings.get("vllm_version"), calibration[1])[0]
         if context is not None and context < 1:
             raise PlanError(f"--context {context}: Input should be greater than 0 (tokens each sequence holds)")
-        ctx = context if context is not None else make_plan(arch, base).get("max_model_len")
+        ctx = context if context is not None else make_plan(arch, base).max_model_len
         rows = procurement(arch, base, [g for g, _ in gpus], sizes[0], concurrency=concurrency, context=ctx,
                            tpot_slo_s=slo, calibration=cal_for, ttft_slo_s=ttft_slo, pps=sizes[1],
                            pricing=pricing, rank_by=money[2])  # type: ignore[arg-type]

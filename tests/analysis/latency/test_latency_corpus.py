@@ -302,14 +302,14 @@ def test_the_plan_of_a_latency_run_is_the_schedule_the_corpus_holds_against_it()
         rec = CORPUS[name]
         p = _plan_of(rec, entry="offline")
         target = next(t for t in record_targets(name, rec) if t.kind == "decode")
-        assert p["bench_latency_s"] == pytest.approx(target.schedule.time(), rel=1e-9), name
-        lo, hi = p["bench_latency_interval_s"]
+        assert p.bench_latency_s == pytest.approx(target.schedule.time(), rel=1e-9), name
+        lo, hi = p.bench_latency_interval_s
         inside += lo <= rec.reported.latency_s <= hi
     # its interval is the regime's 10th–90th percentile of held-out step ratios: most whole runs fall inside
     assert inside >= 0.8 * len(LATENCY_RUNS)
     # vLLM PR 23197's H100 table, Llama-3.1-8B at batch 8, 256 in / 32 out (vLLM 0.10): 0.284 s measured
     p = _plan_of(CORPUS["pr23197_llama-3.1-8b_h100_tp1_b8_256x32"], entry="offline")
-    assert p["bench_latency_s"] == pytest.approx(0.284, rel=0.05)
+    assert p.bench_latency_s == pytest.approx(0.284, rel=0.05)
 
 
 def test_the_plan_of_a_served_workload_gives_its_tpot_and_request_latency():
@@ -318,14 +318,14 @@ def test_the_plan_of_a_served_workload_gives_its_tpot_and_request_latency():
     # three slots' prompts mixed into its steps), within 10 % of it and its interval holding it.
     rec = CORPUS["inferencex828_gpt-oss-120b_h100-sxm_tp8_c4_1024x1024"]
     p = _plan_of(rec)
-    assert p["request_concurrency"] == 4 and p["context"] == 922 + 922
-    assert p["served_tpot_s"] == pytest.approx(3.72e-3, rel=0.10)
-    lo, hi = p["served_tpot_interval_s"]
+    assert p.request_concurrency == 4 and p.context == 922 + 922
+    assert p.served_tpot_s == pytest.approx(3.72e-3, rel=0.10)
+    lo, hi = p.served_tpot_interval_s
     assert lo <= 3.72e-3 <= hi
     # a request's latency is its TTFT and 921 more tokens at that TPOT (the intervals add the same way)
-    assert p["request_latency_s"] == pytest.approx(p["ttft_s"] + 921 * p["served_tpot_s"], rel=1e-12)
-    assert p["request_latency_interval_s"][0] == pytest.approx(p["ttft_interval_s"][0] + 921 * lo, rel=1e-12)
-    assert "bench_latency_s" not in p  # `vllm bench latency` is the offline entry's
+    assert p.request_latency_s == pytest.approx(p.ttft_s + 921 * p.served_tpot_s, rel=1e-12)
+    assert p.request_latency_interval_s[0] == pytest.approx(p.ttft_interval_s[0] + 921 * lo, rel=1e-12)
+    assert p.bench_latency_s is None  # `vllm bench latency` is the offline entry's
 
 
 def test_the_plan_of_a_closed_loop_gives_the_ttft_of_its_waves():
@@ -348,13 +348,13 @@ def test_the_plan_of_a_closed_loop_gives_the_ttft_of_its_waves():
         p = _plan_of(rec)
         key = "burst_ttft_median_s" if r.median_ttft_ms is not None else "burst_ttft_s"
         # the fit's closed loop, where the record states its token budget as the plan does
-        assert p[key] == pytest.approx(target.schedule.time(), rel=1e-9), name
+        assert getattr(p, key) == pytest.approx(target.schedule.time(), rel=1e-9), name
         checked += 1
     assert checked >= 10
     # dstack's DeepSeek-R1 at concurrency 64, 3,200-token prompts: the median request waits for half the wave's
     # 204,800 prompt tokens; a lone arrival waits for its own 3,200
     p = _plan_of(CORPUS["dstackr1_deepseek-v3-fp8_h200_tp8_c64_3200x800"])
-    assert p["burst_ttft_median_s"] > 20 * p["ttft_s"]
+    assert p.burst_ttft_median_s > 20 * p.ttft_s
 
 
 def test_an_engine_that_ran_held_at_least_what_its_throughput_shows_running():

@@ -434,13 +434,13 @@ def test_the_plan_reports_the_model_its_terms_the_roofline_and_intervals():
     from analysis.planning.plan import PlanInputs, make_plan
 
     p = make_plan(LLAMA8B, PlanInputs(batch=1, context=1024, prompt_len=512, max_model_len=8192), H100)
-    assert p["decode_step_s"] == pytest.approx(sum(p["decode_terms"][k] for k in latency.TERMS))
-    assert p["roofline_decode_step_s"] == pytest.approx((LLAMA8B_WEIGHTS_READ + 1024 * KV_PER_TOKEN) / 3.35e12)
-    assert p["decode_step_s"] > p["roofline_decode_step_s"]
-    assert p["tokens_per_s"] == pytest.approx(1 / p["decode_step_s"])
-    lo, hi = p["decode_step_interval_s"]
-    assert lo < hi and "published vLLM measurements" in p["decode_checked_against"]
-    assert p["ttft_s"] > p["prefill_s"] > 0 and p["ttft_interval_s"][0] < p["ttft_interval_s"][1]
+    assert p.decode_step_s == pytest.approx(sum(p.decode_terms[k] for k in latency.TERMS))
+    assert p.roofline_decode_step_s == pytest.approx((LLAMA8B_WEIGHTS_READ + 1024 * KV_PER_TOKEN) / 3.35e12)
+    assert p.decode_step_s > p.roofline_decode_step_s
+    assert p.tokens_per_s == pytest.approx(1 / p.decode_step_s)
+    lo, hi = p.decode_step_interval_s
+    assert lo < hi and "published vLLM measurements" in p.decode_checked_against
+    assert p.ttft_s > p.prefill_s > 0 and p.ttft_interval_s[0] < p.ttft_interval_s[1]
 
 
 def test_a_cpu_plan_keeps_the_roofline_and_says_why():
@@ -449,8 +449,8 @@ def test_a_cpu_plan_keeps_the_roofline_and_says_why():
     cpu = catalog.GPU(name="probe: cpu", display="cpu", memory_mib=65536, bandwidth_tbs=0.02, bf16_tflops=1.0,
                       cpu=True)
     p = make_plan(LLAMA8B, PlanInputs(batch=1, context=1024, max_model_len=8192), cpu)
-    assert p["decode_step_s"] == p["roofline_decode_step_s"]
-    assert "no evidence-fitted constants for CPUs" in p["latency_model"]
+    assert p.decode_step_s == p.roofline_decode_step_s
+    assert "no evidence-fitted constants for CPUs" in p.latency_model
 
 
 def test_a_gpu_of_no_catalogued_generation_gets_the_pooled_efficiencies():

@@ -69,10 +69,10 @@ def test_the_plans_energy_per_token_is_its_power_over_its_tokens():
     a, _ = catalog.resolve_model("llama-3.1-70b")
     h100, _ = catalog.resolve_gpu("h100-sxm")
     p = make_plan(a, PlanInputs(tensor_parallel_size=4, batch=64, context=2048), h100)
-    assert h100.tdp_w > p["decode_power_w"] > idle_w(h100)
+    assert h100.tdp_w > p.decode_power_w > idle_w(h100)
     # four GPUs each drawing P for a step that gives 64 tokens
-    assert p["decode_j_per_output_token"] == pytest.approx(p["decode_power_w"] * 4 * p["decode_step_s"] / 64)
-    lo, hi = p["decode_j_per_output_token_interval"]
-    assert lo < p["decode_j_per_output_token"] < hi
-    assert "published energy-per-token measurements" in p["decode_energy_checked_against"]
-    assert "published power or energy measurements" in p["decode_power_checked_against"]
+    assert p.decode_j_per_output_token == pytest.approx(p.decode_power_w * 4 * p.decode_step_s / 64)
+    lo, hi = p.decode_j_per_output_token_interval
+    assert lo < p.decode_j_per_output_token < hi
+    assert "published energy-per-token measurements" in p.decode_energy_checked_against
+    assert "published power or energy measurements" in p.decode_power_checked_against

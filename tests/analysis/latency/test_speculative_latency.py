@@ -79,20 +79,20 @@ def test_a_step_yields_the_acceptance_length_and_tpot_is_the_step_over_it():
     assert served_step_schedule(e, 1, 100, 400).time() == pytest.approx(step / 2.8)
     p = make_plan(llama(), PlanInputs(batch=4, context=300, speculative_config=parse_speculative_config(EAGLE3),
                                       acceptance_length=2.8), h100())
-    assert p["tpot_s"] * 2.8 == pytest.approx(p["decode_step_s"])
-    assert p["tokens_per_s"] == pytest.approx(4 * 2.8 / p["decode_step_s"])
-    assert p["speculative"]["acceptance_length"] == 2.8
-    lo, hi = p["decode_step_interval_s"]
-    assert lo < p["decode_step_s"] < hi
+    assert p.tpot_s * 2.8 == pytest.approx(p.decode_step_s)
+    assert p.tokens_per_s == pytest.approx(4 * 2.8 / p.decode_step_s)
+    assert p.speculative.acceptance_length == 2.8
+    lo, hi = p.decode_step_interval_s
+    assert lo < p.decode_step_s < hi
 
 
 def test_without_an_acceptance_length_every_step_yields_one_token_and_the_plan_says_so():
     p = make_plan(llama(), PlanInputs(batch=4, context=300, speculative_config=parse_speculative_config(EAGLE3)),
                   h100())
     base = make_plan(llama(), PlanInputs(batch=4, context=300), h100())
-    assert p["decode_tokens_per_step"] == 1.0 and p["tpot_s"] == p["decode_step_s"]
-    assert p["decode_step_s"] > base["decode_step_s"]  # verifying and drafting cost more than decoding alone
-    assert "none accepted" in p["speculative"]["latency"]
+    assert p.decode_tokens_per_step == 1.0 and p.tpot_s == p.decode_step_s
+    assert p.decode_step_s > base.decode_step_s  # verifying and drafting cost more than decoding alone
+    assert "none accepted" in p.speculative.latency
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -205,5 +205,5 @@ def test_the_procurement_table_counts_the_tokens_a_speculative_step_yields():
     (row,) = procurement(llama(), base, [h100()], [1], concurrency=16, context=2000)
     p = make_plan(llama(), base.model_copy(update={"batch": 16, "context": 2000, "prompt_len": 1999}), h100())
     assert row.speculative_tokens_per_step == 2.5
-    assert row.decode_step_s == pytest.approx(p["decode_step_s"] / 2.5)  # the time per output token
+    assert row.decode_step_s == pytest.approx(p.decode_step_s / 2.5)  # the time per output token
     assert row.tokens_per_s_per_gpu == pytest.approx(16 / row.decode_step_s)

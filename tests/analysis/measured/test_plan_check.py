@@ -194,18 +194,21 @@ def test_the_runs_gpu_by_its_short_name_is_checked(h100_run, tmp_path):
 
 
 def test_a_plan_check_plan_would_refuse_is_never_saved(tmp_path):
-    # What make_plan returns always follows the saved-plan model; a prediction that does not (a block size given
-    # as text, as a hand edit would) is refused at the write, naming the field, and no file appears.
+    # What make_plan returns always follows the saved-plan model; a prediction that does not (a block size set to
+    # text past the model's validation, as a hand edit would) is refused at the write, naming the field, and no file
+    # appears.
+    from analysis.catalog import gpu, resolve_model
+    from analysis.planning.plan import PlanInputs, make_plan
     from analysis.planning.saved_plan import SavedPlanError, load_saved_plan, save_plan
 
-    prediction = {"block_size": 16, "max_model_len": 8192, "kv_cache_dtype": "auto", "tensor_parallel_size": 1,
-                  "max_num_batched_tokens": 8192, "max_num_seqs": 256, "async_scheduling": True, "context": 1024}
+    prediction = make_plan(resolve_model("llama-3.1-8b")[0], PlanInputs(max_model_len=8192), gpu("h100-sxm"))
     good = tmp_path / "good.json"
     save_plan(good, model="llama-3.1-8b", architecture={}, gpu="h100-sxm", probe=None, calibration=None,
               inputs={"kv_cache_memory_bytes": None}, prediction=prediction)
-    assert load_saved_plan(good)["prediction"]["block_size"] == 16
+    assert load_saved_plan(good).prediction.block_size == 16
     bad = tmp_path / "bad.json"
-    with pytest.raises(SavedPlanError, match=r"prediction\.block_size"):
+    with pytest.raises(SavedPlanError, match=r"prediction\.block_size"), \
+            pytest.warns(UserWarning, match="serialized value may not be as expected"):  # pydantic's, at the dump
         save_plan(bad, model="llama-3.1-8b", architecture={}, gpu="h100-sxm", probe=None, calibration=None,
-                  inputs={}, prediction={**prediction, "block_size": "16"})
+                  inputs={}, prediction=prediction.model_copy(update={"block_size": "16"}))
     assert not bad.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["good.json"]

@@ -329,7 +329,7 @@ def test_qwen2_vl_counts_its_layernorm_tower_and_says_what_it_cannot_count():
     from analysis.planning.plan import PlanInputs, make_plan
 
     p = make_plan(clip, PlanInputs(max_model_len=4096), gpu("h100-sxm"))
-    assert p["weights_note"] == clip.encoder_note
+    assert p.weights_note == clip.encoder_note
     assert "weights_note" not in make_plan(a, PlanInputs(max_model_len=4096), gpu("h100-sxm"))
 
 

@@ -63,7 +63,7 @@ def test_plan_runs_vllms_block_and_fp8_cache():
     a = Architecture.from_config(FLASH)
     plan = make_plan(a, PlanInputs(tensor_parallel_size=4, max_model_len=131072,
                                    kv_cache_memory_bytes=40 * 2**30))
-    assert (plan["kv_block_size"], plan["kv_cache_dtype"]) == (256, "fp8")
+    assert (plan.kv_block_size, plan.kv_cache_dtype) == (256, "fp8")
     for bad, words in [({"kv_cache_dtype": "bfloat16"}, "--kv-dtype bfloat16 is refused by DeepSeek-V4's"),
                        ({"block_size": 64}, "--block-size 64 is not taken by DeepSeek-V4's"),
                        ({"tensor_parallel_size": 16}, "--tp 16 does not divide .* o_groups")]:

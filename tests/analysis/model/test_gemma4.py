@@ -85,7 +85,7 @@ def test_a_cuda_plan_needs_the_block_size_the_engine_picks():
     with pytest.raises(PlanError, match=r"--block-size \(unset\) must be given .* FlashAttention 4"):
         make_plan(a, PlanInputs(), h100)
     plan = make_plan(a, PlanInputs(block_size=16, limit_mm_per_prompt={"image": 0, "video": 0}), h100)
-    assert plan["block_size"] == 16 and "weights_note" not in plan
+    assert plan.block_size == 16 and plan.weights_note is None
 
 
 def test_catalog_entry_is_the_published_config():

@@ -144,11 +144,11 @@ def test_the_plan_takes_the_prefix_cache_a_hybrid_model_runs_with(prefix_caching
     p = make_plan(a, PlanInputs(max_model_len=8192, enable_prefix_caching=prefix_caching), h100)
     # 2 KV heads × 128 × 2 × 2 B = 1,024 B a token; a Mamba2 state: 3 × (64·64 + 2·8·128) × 2 B + 64·64·128 × 4 B
     # = 2,134,016 B; CUDA's 16-token unit: 16 × cdiv(2,134,016, 16 × 1,024) = 2,096 tokens
-    assert p["kv_block_size"] == 2096 and p["block_size"] == 16
+    assert p.kv_block_size == 2096 and p.block_size == 16
     # six attention layers make the group width: 23 Mamba layers in four groups; cdiv(8,192, 2,096) = 4 attention
     # blocks a request, and one (three with the prefix cache) a Mamba group
-    assert p["bytes_per_block"] == 6 * 2096 * 1024
-    assert p["blocks_per_request"] == per_request
+    assert p.bytes_per_block == 6 * 2096 * 1024
+    assert p.blocks_per_request == per_request
 
 
 def test_qwen3_next_counts_its_gated_deltanet_and_gated_attention():
@@ -204,10 +204,10 @@ def test_the_plan_names_the_recurrent_state_a_decode_step_moves():
     h100, _ = resolve_gpu("h100-sxm")
     p = make_plan(a, PlanInputs(batch=32, context=8192, max_model_len=8192), h100)
     # 32 sequences, 23 Mamba2 states of 2,134,016 B each, read and written back
-    assert p["decode_recurrent_state_bytes"] == 2 * 32 * 23 * 2_134_016
+    assert p.decode_recurrent_state_bytes == 2 * 32 * 23 * 2_134_016
     # beside the six attention layers' 8,192 tokens of 1,024 B a sequence, read once
-    assert p["decode_kv_bytes"] == pytest.approx(32 * (6 * 8192 * 1024 + 2 * 23 * 2_134_016), rel=1e-3)
-    assert "recurrent layers" in p["latency_note"]
+    assert p.decode_kv_bytes == pytest.approx(32 * (6 * 8192 * 1024 + 2 * 23 * 2_134_016), rel=1e-3)
+    assert "recurrent layers" in p.latency_note
 
 
 @pytest.mark.parametrize("name, total_b, active_b", [

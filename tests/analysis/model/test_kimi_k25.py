@@ -104,9 +104,9 @@ def test_a_text_only_engine_loads_no_tower_and_drops_the_note():
     h200 = resolve_gpu("h200")[0]
     served = make_plan(a, PlanInputs(tensor_parallel_size=8), h200)
     text = make_plan(a, PlanInputs(tensor_parallel_size=8, limit_mm_per_prompt={"vision_chunk": 0}), h200)
-    assert "weights_note" in served and "weights_note" not in text
-    assert served["weight_bytes"] - text["weight_bytes"] == TOWER_AT_TP8
-    assert text["kv_cache_tokens"] > served["kv_cache_tokens"]
+    assert served.weights_note is not None and text.weights_note is None
+    assert served.weight_bytes - text.weight_bytes == TOWER_AT_TP8
+    assert text.kv_cache_tokens > served.kv_cache_tokens
 
 
 def test_qwen3_vl_without_images_and_videos_has_no_tower_and_no_deepstack_buffers():

@@ -156,10 +156,10 @@ def test_the_checkpoints_kv_dtype_is_what_auto_means():
     a = Architecture.from_config(CONFIGS / "nvidia--Qwen3-235B-A22B-NVFP4")
     h100 = resolve_gpu("h100")[0]
     auto = make_plan(a, PlanInputs(tensor_parallel_size=4), h100)
-    assert auto["kv_cache_dtype"] == "fp8_e4m3" and auto["kv_cache_dtype_from"] == "checkpoint"
-    assert auto["kv_bytes_per_token"] == 94 * 1 * 128 * 2 * 1  # 4 KV heads over 4 ranks, K and V, one byte
+    assert auto.kv_cache_dtype == "fp8_e4m3" and auto.kv_cache_dtype_from == "checkpoint"
+    assert auto.kv_bytes_per_token == 94 * 1 * 128 * 2 * 1  # 4 KV heads over 4 ranks, K and V, one byte
     given = make_plan(a, PlanInputs(tensor_parallel_size=4, kv_cache_dtype="bfloat16"), h100)
-    assert given["kv_cache_dtype_from"] == "option" and given["kv_bytes_per_token"] == 94 * 128 * 2 * 2
+    assert given.kv_cache_dtype_from == "option" and given.kv_bytes_per_token == 94 * 128 * 2 * 2
 
 
 def test_a_compressed_tensors_kv_cache_scheme_makes_auto_fp8():
@@ -171,7 +171,7 @@ def test_a_compressed_tensors_kv_cache_scheme_makes_auto_fp8():
             "num_bits": 8, "type": "float", "strategy": "channel"}}},
         "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False}}
     plan = make_plan(Architecture.from_config(cfg, "qwen3-8b-fp8-kv"), PlanInputs(), resolve_gpu("h100")[0])
-    assert plan["kv_cache_dtype"] == "fp8" and plan["kv_bytes_per_token"] == 36 * 8 * 128 * 2
+    assert plan.kv_cache_dtype == "fp8" and plan.kv_bytes_per_token == 36 * 8 * 128 * 2
 
 
 def _checkpoint(tmp_path, config, side):

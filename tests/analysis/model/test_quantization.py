@@ -236,7 +236,7 @@ def test_online_fp8_override_of_a_bf16_checkpoint():
     assert decode_weight_bytes(q) == expected - LLAMA8B_EMBED * 2
     plan = make_plan(a, PlanInputs(quantization="fp8", max_model_len=8192))
     # what vLLM's "Model loading took" counts: the weights and the RoPE cache (131,072 positions × 128 × bf16)
-    assert plan["weight_bytes"] == expected + 131_072 * 128 * 2
+    assert plan.weight_bytes == expected + 131_072 * 128 * 2
     # vLLM 0.32's spellings: per-tensor is the same; per-channel adds a float32 per output
     # row, per-block one per 128 x 128 tile
     assert weight_bytes(a.with_quantization("fp8_per_tensor")) == expected

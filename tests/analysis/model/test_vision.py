@@ -139,19 +139,19 @@ def test_the_plan_charges_the_profile_and_limit_mm_per_prompt_sizes_it(qwen25vl)
 
     def plan(**kw):
         p = make_plan(qwen25vl, PlanInputs(**kw), h100)
-        return p["kv_budget_bytes"], p["reserve"]
+        return p.kv_budget_bytes, p.reserve
 
     default, r_default = plan()
     images, r_images = plan(limit_mm_per_prompt={"video": 0})
     text, r_text = plan(limit_mm_per_prompt={"image": 0, "video": 0})
-    assert "1 video item of 114,688 tokens" in r_default["source"]
-    assert "1 image item of 16,384 tokens" in r_images["source"]
-    assert "vision encoder" not in r_text["source"]
+    assert "1 video item of 114,688 tokens" in r_default.source
+    assert "1 image item of 16,384 tokens" in r_images.source
+    assert "vision encoder" not in r_text.source
     # The tower's peak replaces the decoder's: 458,752 patches (default) or 65,536 (images) × 35,672 B; with neither
     # modality vLLM builds no tower (StageMissingLayer), so its bf16 weights leave the GPU too.
     tower = qwen25vl.encoder_params * 2
-    assert text - default == 458752 * 35672 - r_text["activation_bytes"] + tower
-    assert text - images == 65536 * 35672 - r_text["activation_bytes"] + tower
+    assert text - default == 458752 * 35672 - r_text.activation_bytes + tower
+    assert text - images == 65536 * 35672 - r_text.activation_bytes + tower
 
 
 def test_limit_mm_per_prompt_is_refused_by_name_when_malformed():
@@ -174,7 +174,7 @@ def test_a_profile_that_does_not_fit_names_the_item_and_the_flags(qwen25vl):
         make_plan(qwen25vl, PlanInputs(), gpu("l4"))
     # Images only, it starts (and then holds too few 128k-token sequences: a shorter max_model_len is the answer).
     p = make_plan(qwen25vl, PlanInputs(limit_mm_per_prompt={"video": 0}, max_model_len=8192), gpu("l4"))
-    assert p["kv_budget_bytes"] > 0
+    assert p.kv_budget_bytes > 0
 
 
 def test_gemma3_siglip_tower_profiles_fixed_size_images():
@@ -206,12 +206,12 @@ def test_mm_encoder_tp_mode_data_keeps_the_whole_tower_on_every_rank(qwen25vl):
 
     split, whole = plan("weights"), plan("data")
     # The tower's 676,550,144 parameters (bf16) split over 2 ranks, or all on each.
-    assert whole["weight_bytes"] - split["weight_bytes"] == 676550144 * 2 - 676550144 * 2 // 2
+    assert whole.weight_bytes - split.weight_bytes == 676550144 * 2 - 676550144 * 2 // 2
     # The 65,536-patch image's peak: 2 × (5·1280 + 3·3420/2 + 1176) B a patch split, 2 × (5·1280 + 3·3420 + 1176) whole.
-    assert split["reserve"]["activation_bytes"] == 65536 * 2 * (5 * 1280 + 3 * 3420 // 2 + 1176)
-    assert whole["reserve"]["activation_bytes"] == 65536 * 35672
-    assert split["kv_budget_bytes"] - whole["kv_budget_bytes"] == \
-        (whole["weight_bytes"] - split["weight_bytes"]) + 65536 * (35672 - 2 * (5 * 1280 + 3 * 3420 // 2 + 1176))
+    assert split.reserve.activation_bytes == 65536 * 2 * (5 * 1280 + 3 * 3420 // 2 + 1176)
+    assert whole.reserve.activation_bytes == 65536 * 35672
+    assert split.kv_budget_bytes - whole.kv_budget_bytes == \
+        (whole.weight_bytes - split.weight_bytes) + 65536 * (35672 - 2 * (5 * 1280 + 3 * 3420 // 2 + 1176))
     with pytest.raises(PlanError, match="--mm-encoder-tp-mode data with pipeline parallelism is not planned"):
         make_plan(qwen25vl, PlanInputs(pipeline_parallel_size=2, mm_encoder_tp_mode="data"), gpu("h100-sxm"))
 

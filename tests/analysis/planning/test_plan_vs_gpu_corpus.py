@@ -105,7 +105,7 @@ def test_weights_as_vllm_loads_them(name):
     planned = (model_loading_bytes(arch, s.tensor_parallel_size) if s.pipeline_parallel_size == 1
                else stages(arch, s.tensor_parallel_size, s.pipeline_parallel_size, "")[0].weight_bytes)
     if s.speculative_config:  # the drafter loads with the target: "Model loading took" counts it
-        planned = _plan(name)["weight_bytes"]
+        planned = _plan(name).weight_bytes
     elif s.max_loras:  # the LoRA slots' buffers are allocated while the model loads: "Model loading took" counts them
         planned += lora_bytes(arch, max_loras=s.max_loras, max_lora_rank=s.max_lora_rank or DEFAULT_MAX_LORA_RANK,
                               tp=s.tensor_parallel_size)
@@ -125,7 +125,7 @@ def test_kv_budget_from_the_spec_sheet(name):
             pytest.xfail(f"planned although vLLM did not start: {EXPLAINED[name]}")
         pytest.fail(f"{name}: vLLM logged a negative KV budget, the plan fits")
     plan = _plan(name)
-    _check(name, "kv_budget", plan["kv_budget_bytes"], rec.logged.available_kv_gib * GiB)
+    _check(name, "kv_budget", plan.kv_budget_bytes, rec.logged.available_kv_gib * GiB)
 
 
 def test_kv_budget_median_error_over_the_corpus():
@@ -134,7 +134,7 @@ def test_kv_budget_median_error_over_the_corpus():
         rec = RECORDS[name]
         if rec.logged.available_kv_gib < 0:
             continue
-        errors.append(abs(_error(_plan(name)["kv_budget_bytes"], rec.logged.available_kv_gib * GiB)))
+        errors.append(abs(_error(_plan(name).kv_budget_bytes, rec.logged.available_kv_gib * GiB)))
     assert errors and statistics.median(errors) <= TOLERANCE, sorted(errors)
 
 
@@ -145,11 +145,11 @@ def _misses(name: str) -> list[str]:
         plan = _plan(name)
     except PlanError:
         return ["does not fit"] if (rec.logged.available_kv_gib or 0) >= 0 else []
-    pairs = (("weights", plan["weight_bytes"], rec.logged.weights_gib and rec.logged.weights_gib * GiB),
-             ("kv_budget", plan["kv_budget_bytes"], rec.logged.available_kv_gib and rec.logged.available_kv_gib * GiB),
-             ("kv_tokens", plan["kv_cache_tokens"], rec.logged.kv_cache_tokens),
-             ("max_concurrency", plan["max_concurrency"], rec.logged.max_concurrency),
-             ("num_gpu_blocks", plan["num_blocks"], rec.logged.num_gpu_blocks))
+    pairs = (("weights", plan.weight_bytes, rec.logged.weights_gib and rec.logged.weights_gib * GiB),
+             ("kv_budget", plan.kv_budget_bytes, rec.logged.available_kv_gib and rec.logged.available_kv_gib * GiB),
+             ("kv_tokens", plan.kv_cache_tokens, rec.logged.kv_cache_tokens),
+             ("max_concurrency", plan.max_concurrency, rec.logged.max_concurrency),
+             ("num_gpu_blocks", plan.num_blocks, rec.logged.num_gpu_blocks))
     return [q for q, p, lg in pairs if lg and p is not None and abs(_error(p, lg)) > TOLERANCE]
 
 
@@ -168,7 +168,7 @@ POOL = (("kv_cache_tokens", "kv_cache_tokens"), ("max_concurrency", "max_concurr
 def test_pool_from_the_spec_sheet(field, key, name):
     """Tokens, concurrency and blocks as vLLM printed them, from the spec-sheet plan."""
     rec = RECORDS[name]
-    _check(name, field, _plan(name)[key], getattr(rec.logged, field))
+    _check(name, field, getattr(_plan(name), key), getattr(rec.logged, field))
 
 
 @pytest.mark.parametrize("name", _cases("kv_cache_tokens"))
@@ -182,10 +182,10 @@ def test_kv_tokens_given_the_logged_budget(name):
                     "sampler peak leaves it less), which the log does not print: test_kv_budget_from_the_spec_sheet "
                     "and the token tests hold the whole pipeline")
     plan = _plan(name, kv_budget_bytes=round(rec.logged.available_kv_gib * GiB))
-    per_token = plan["bytes_per_block"] / plan["block_size"]
+    per_token = plan.bytes_per_block / plan.block_size
     # half the budget's printed 0.01 GiB rounding and one block, or 0.5 % (hybrid models' groups share the pool)
-    slack = max(0.005 * GiB / per_token + plan["block_size"], 0.005 * rec.logged.kv_cache_tokens)
-    if abs(plan["kv_cache_tokens"] - rec.logged.kv_cache_tokens) > slack and name in EXPLAINED:
-        pytest.xfail(f"tokens {plan['kv_cache_tokens']:,} against {rec.logged.kv_cache_tokens:,}: {EXPLAINED[name]}")
-    assert abs(plan["kv_cache_tokens"] - rec.logged.kv_cache_tokens) <= slack, (
-        name, plan["kv_cache_tokens"], rec.logged.kv_cache_tokens)
+    slack = max(0.005 * GiB / per_token + plan.block_size, 0.005 * rec.logged.kv_cache_tokens)
+    if abs(plan.kv_cache_tokens - rec.logged.kv_cache_tokens) > slack and name in EXPLAINED:
+        pytest.xfail(f"tokens {plan.kv_cache_tokens:,} against {rec.logged.kv_cache_tokens:,}: {EXPLAINED[name]}")
+    assert abs(plan.kv_cache_tokens - rec.logged.kv_cache_tokens) <= slack, (
+        name, plan.kv_cache_tokens, rec.logged.kv_cache_tokens)

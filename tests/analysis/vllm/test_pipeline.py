@@ -69,12 +69,12 @@ def test_the_pool_is_the_smallest_stages_and_the_last_stage_pays_the_sampler():
     a, _ = catalog.resolve_model("llama-3.1-8b")
     gpu, _ = catalog.resolve_gpu("h100-sxm")
     p = make_plan(a, PlanInputs(pipeline_parallel_size=4, max_model_len=8192, vllm_version="0.19.0"), gpu)
-    blocks = [s["num_blocks"] for s in p["pipeline_stages"]]
-    assert p["num_blocks"] == min(blocks) == blocks[p["pool_stage"]]
+    blocks = [s.num_blocks for s in p.pipeline_stages]
+    assert p.num_blocks == min(blocks) == blocks[p.pool_stage]
     # Stages 1 and 2 hold neither embedding nor head and skip the sampler: the most room; the last pays both.
-    assert blocks[1] == blocks[2] > blocks[0] > blocks[3] and p["pool_stage"] == 3
-    assert p["pipeline_stages"][3]["activation_bytes"] > p["pipeline_stages"][0]["activation_bytes"]
-    assert "latency_note" in p and "decode_step_s" not in p
+    assert blocks[1] == blocks[2] > blocks[0] > blocks[3] and p.pool_stage == 3
+    assert p.pipeline_stages[3].activation_bytes > p.pipeline_stages[0].activation_bytes
+    assert p.latency_note is not None and p.decode_step_s is None
 
 
 def test_a_model_too_big_for_one_gpu_fits_on_a_pipeline_and_a_stage_that_does_not_is_named():
@@ -83,7 +83,7 @@ def test_a_model_too_big_for_one_gpu_fits_on_a_pipeline_and_a_stage_that_does_no
     with pytest.raises(PlanError, match="does not fit"):
         make_plan(a, PlanInputs(max_model_len=8192), gpu)
     p = make_plan(a, PlanInputs(pipeline_parallel_size=4, max_model_len=8192), gpu)
-    assert p["kv_full_batch"] > 0
+    assert p.kv_full_batch > 0
     with pytest.raises(PlanError, match="stage 0's weights"):
         make_plan(a, PlanInputs(pipeline_parallel_size=2, pp_layer_partition="70,10", max_model_len=8192), gpu)
 
@@ -114,8 +114,8 @@ def test_recommend_takes_a_pipeline_where_asked_and_every_stage_holds_the_sequen
     assert "--pipeline-parallel-size 2" in rec.serve_flags
     back = make_plan(a, PlanInputs(pipeline_parallel_size=2, tensor_parallel_size=8, max_model_len=32768,
                                    context=32768, gpu_memory_utilization=rec.gpu_memory_utilization), gpu)
-    assert back["kv_full_batch"] >= 16
-    assert all(s["num_blocks"] >= 16 * 2048 + 1 for s in back["pipeline_stages"])  # 32,768 tokens = 2,048 blocks
+    assert back.kv_full_batch >= 16
+    assert all(s.num_blocks >= 16 * 2048 + 1 for s in back.pipeline_stages)  # 32,768 tokens = 2,048 blocks
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -104,14 +104,14 @@ def test_the_plan_runs_what_vllm_runs_on_each_gpu():
     v32 = Architecture.from_config(CONFIGS / "deepseek-ai--DeepSeek-V3.2")
     h200, b200 = resolve_gpu("h200")[0], resolve_gpu("b200")[0]
     hopper = make_plan(v32, PlanInputs(tensor_parallel_size=8, kv_cache_dtype="fp8"), h200)
-    assert hopper["block_size"] == 64  # "Setting kv cache block size to 64"
-    assert hopper["kv_bytes_per_token"] == 48_068  # FlashMLA-sparse: fp8_ds_mla
+    assert hopper.block_size == 64  # "Setting kv cache block size to 64"
+    assert hopper.kv_bytes_per_token == 48_068  # FlashMLA-sparse: fp8_ds_mla
     blackwell = make_plan(v32, PlanInputs(tensor_parallel_size=8, kv_cache_dtype="fp8"), b200)
-    assert blackwell["kv_bytes_per_token"] == 61 * (576 + 132)  # FlashInfer sparse, 128 / 8 = 16 heads a rank
+    assert blackwell.kv_bytes_per_token == 61 * (576 + 132)  # FlashInfer sparse, 128 / 8 = 16 heads a rank
     # GLM-5's auto cache is fp8 on Blackwell (vLLM's GlmMoeDsaForCausalLM config hook), the model dtype on Hopper
     glm = Architecture.from_config(CONFIGS / "zai-org--GLM-5-FP8")
-    assert make_plan(glm, PlanInputs(tensor_parallel_size=8), b200)["kv_bytes_per_token"] == 78 * (576 + 132)
-    assert make_plan(glm, PlanInputs(tensor_parallel_size=8), h200)["kv_bytes_per_token"] == 78 * (1152 + 132)
+    assert make_plan(glm, PlanInputs(tensor_parallel_size=8), b200).kv_bytes_per_token == 78 * (576 + 132)
+    assert make_plan(glm, PlanInputs(tensor_parallel_size=8), h200).kv_bytes_per_token == 78 * (1152 + 132)
 
 
 CPU = GPU(name="probe: cpu", display="a CPU", memory_mib=1 << 20, bandwidth_tbs=0.3, bf16_tflops=4, cpu=True)
@@ -167,10 +167,10 @@ def test_published_startups_are_reproduced_from_their_logged_budget(path):
     a = Architecture.from_config(CONFIGS / r.checkpoint).with_quantization(None, gpu.generation, segment=gpu.segment)
     plan = make_plan(a, PlanInputs(tensor_parallel_size=r.tensor_parallel_size, kv_cache_dtype=r.kv_cache_dtype,
                                    max_model_len=r.max_model_len), gpu)
-    assert plan["block_size"] == r.logged.block_size
-    tokens = [paged_capacity(a, int((r.logged.available_kv_gib + d) * GiB), block_size=plan["block_size"],
+    assert plan.block_size == r.logged.block_size
+    tokens = [paged_capacity(a, int((r.logged.available_kv_gib + d) * GiB), block_size=plan.block_size,
                              max_model_len=r.max_model_len, max_num_batched_tokens=8192,
-                             kv_cache_dtype=plan["kv_cache_dtype"]) for d in (-0.005, 0.005)]
+                             kv_cache_dtype=plan.kv_cache_dtype) for d in (-0.005, 0.005)]
     assert tokens[0].kv_cache_tokens <= r.logged.kv_cache_tokens <= tokens[1].kv_cache_tokens
     assert round(tokens[0].max_concurrency, 2) <= r.logged.max_concurrency <= round(tokens[1].max_concurrency, 2)
     assert r.logged.kv_cache_tokens % 64 == 0  # whole 64-token blocks: max_model_len is a multiple of 64
@@ -182,9 +182,9 @@ def test_the_plans_decode_terms_name_the_indexer_and_say_what_is_unchecked():
     glm = Architecture.from_config(CONFIGS / "zai-org--GLM-5-FP8")
     plan = make_plan(glm, PlanInputs(tensor_parallel_size=8, batch=8, context=8192), resolve_gpu("h200")[0])
     # 8 sequences × 78 layers × (8,192 indexer keys of 132 B + the 2,048 picked latent rows of 1,152 B)
-    assert plan["decode_kv_bytes"] == 8 * 78 * (8192 * 132 + 2048 * 1152)
-    assert plan["decode_sparse_indexer_bytes"] == 8 * 78 * 8192 * 132
-    assert "no published DeepSeek-V3.2 or GLM-5 latency" in plan["latency_note"]
+    assert plan.decode_kv_bytes == 8 * 78 * (8192 * 132 + 2048 * 1152)
+    assert plan.decode_sparse_indexer_bytes == 8 * 78 * 8192 * 132
+    assert "no published DeepSeek-V3.2 or GLM-5 latency" in plan.latency_note
 
 
 @pytest.mark.parametrize("path", STARTUPS, ids=[p.stem for p in STARTUPS])

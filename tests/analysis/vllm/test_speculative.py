@@ -34,31 +34,31 @@ def test_an_eagle3_head_for_llama_3_1_8b_written_out():
     #   fc 3 × 4,096 → 4,096 = 50,331,648               LM head 32,000 × 4,096 = 131,072,000
     # = 424,689,664 parameters × 2 B, + the draft→target id map 32,000 × 8 B = 849,635,328 B
     base, spec = plan(max_model_len=8192, context=8192), plan(spec=EAGLE3, max_model_len=8192, context=8192)
-    assert spec["speculative"]["draft_weight_bytes"] == 849_635_328
-    assert spec["weight_bytes"] - base["weight_bytes"] == 849_635_328
+    assert spec.speculative.draft_weight_bytes == 849_635_328
+    assert spec.weight_bytes - base.weight_bytes == 849_635_328
     # its one layer's KV in every block: 2 × 8 KV heads × 128 × 2 B = 4,096 B per token
-    assert spec["kv_bytes_per_token"] - base["kv_bytes_per_token"] == 4096
-    assert spec["bytes_per_block"] == 16 * (131_072 + 4096)
+    assert spec.kv_bytes_per_token - base.kv_bytes_per_token == 4096
+    assert spec.bytes_per_block == 16 * (131_072 + 4096)
     # a request at 8,192 tokens holds 1 + k + k = 7 more slots (capped at max_model_len 8,192: none past it)
-    assert spec["speculative"]["slots_beyond_context"] == 7 and spec["blocks_per_sequence_at_context"] == 512
+    assert spec.speculative.slots_beyond_context == 7 and spec.blocks_per_sequence_at_context == 512
     # the budget loses the head's weights; the pool is divided by the wider block
-    assert spec["num_blocks"] == spec["kv_budget_bytes"] // (16 * 135_168)
+    assert spec.num_blocks == spec.kv_budget_bytes // (16 * 135_168)
 
 
 def test_lookahead_slots_take_a_block_where_the_context_ends_on_a_boundary():
     spec = plan(spec=EAGLE3, max_model_len=16384, context=8192)
-    assert spec["blocks_per_sequence_at_context"] == 513  # 8,192 + 7 tokens: 512 blocks and one more
+    assert spec.blocks_per_sequence_at_context == 513  # 8,192 + 7 tokens: 512 blocks and one more
 
 
 def test_ngram_adds_no_weights_and_no_kv_only_its_token_history():
     base = plan(max_model_len=8192, context=8192)
     ng = plan(spec='{"model": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}', max_model_len=8192,
               context=8192)
-    assert ng["weight_bytes"] == base["weight_bytes"] and ng["kv_bytes_per_token"] == base["kv_bytes_per_token"]
+    assert ng.weight_bytes == base.weight_bytes and ng.kv_bytes_per_token == base.kv_bytes_per_token
     # Model Runner V2 keeps max_num_seqs × max_model_len int32 token ids on the GPU: 1,024 × 8,192 × 4 B = 32 MiB
-    assert ng["max_num_seqs"] == 1024 and ng["speculative"]["reserve_bytes"] == 32 * MiB
-    assert base["kv_budget_bytes"] - ng["kv_budget_bytes"] == 32 * MiB
-    assert ng["speculative"]["slots_beyond_context"] == 5  # 1 + k, no lookahead
+    assert ng.max_num_seqs == 1024 and ng.speculative.reserve_bytes == 32 * MiB
+    assert base.kv_budget_bytes - ng.kv_budget_bytes == 32 * MiB
+    assert ng.speculative.slots_beyond_context == 5  # 1 + k, no lookahead
 
 
 def test_a_published_ngram_start_up_is_planned_exactly():
@@ -74,8 +74,8 @@ def test_a_published_ngram_start_up_is_planned_exactly():
     assert round(budget / GiB, 2) == 19.76
     for spec in (None, '{"method": "ngram", "num_speculative_tokens": 4}'):
         p = plan("qwen3-8b", spec=spec, max_model_len=4096, kv_cache_memory_bytes=budget, block_size=16)
-        assert p["kv_bytes_per_token"] == 147_456 and p["num_blocks"] == 8992
-        assert p["kv_cache_tokens"] == 143_872 and f"{p['max_concurrency']:.2f}x" == "35.12x"
+        assert p.kv_bytes_per_token == 147_456 and p.num_blocks == 8992
+        assert p.kv_cache_tokens == 143_872 and f"{p.max_concurrency:.2f}x" == "35.12x"
 
 
 def test_published_eagle3_start_ups_on_an_h100_are_planned_within_1_percent():
@@ -107,24 +107,24 @@ def test_published_eagle3_start_ups_on_an_h100_are_planned_within_1_percent():
 
     kw = dict(vllm_version="0.20.0", max_model_len=40960)
     base, spec = plan("qwen3-8b", **kw), plan("qwen3-8b", spec=eagle3(full), **kw)
-    assert spec["weight_bytes"] - base["weight_bytes"] == 536_903_680
-    assert "LM head" in spec["speculative"]["shares"]
-    assert spec["kv_bytes_per_token"] == 37 * 4096 == 151_552
+    assert spec.weight_bytes - base.weight_bytes == 536_903_680
+    assert "LM head" in spec.speculative.shares
+    assert spec.kv_bytes_per_token == 37 * 4096 == 151_552
     budget = 22_905 * 16 * 151_552
     assert round(budget / GiB, 2) == 51.73
     logged = plan("qwen3-8b", spec=eagle3(full), kv_cache_memory_bytes=budget, block_size=16, **kw)
-    assert logged["kv_cache_tokens"] == 366_480 and f"{logged['max_concurrency']:.2f}x" == "8.95x"
+    assert logged.kv_cache_tokens == 366_480 and f"{logged.max_concurrency:.2f}x" == "8.95x"
     # From the spec sheet (0.92 of the H100's 79.19 GiB, vLLM 0.20's rules): both pools within 1 %.
-    assert base["kv_budget_bytes"] / GiB == pytest.approx(54.63, rel=0.01)
-    assert spec["kv_budget_bytes"] / GiB == pytest.approx(51.73, rel=0.01)
+    assert base.kv_budget_bytes / GiB == pytest.approx(54.63, rel=0.01)
+    assert spec.kv_budget_bytes / GiB == pytest.approx(51.73, rel=0.01)
     kw = dict(vllm_version="0.20.0", max_model_len=4096, gpu_memory_utilization=0.85)
     base, spec = plan("qwen3-8b", **kw), plan("qwen3-8b", spec=eagle3(small), **kw)
-    assert spec["weight_bytes"] - base["weight_bytes"] == 536_903_680 + 262_144_000 + 256_000
-    assert base["kv_budget_bytes"] / GiB == pytest.approx(49.09, rel=0.01)
-    assert spec["kv_budget_bytes"] / GiB == pytest.approx(45.94, rel=0.01)
+    assert spec.weight_bytes - base.weight_bytes == 536_903_680 + 262_144_000 + 256_000
+    assert base.kv_budget_bytes / GiB == pytest.approx(49.09, rel=0.01)
+    assert spec.kv_budget_bytes / GiB == pytest.approx(45.94, rel=0.01)
     # The pinned vLLM runs speculation in Model Runner V2, whose profile run warms no rejection sampler.
     pinned = plan("qwen3-8b", spec=eagle3(full), max_model_len=40960)
-    assert "rejection" not in pinned["reserve"]["source"]
+    assert "rejection" not in pinned.reserve.source
 
 
 def test_mtp_loads_the_checkpoints_own_layer_and_its_kv():
@@ -132,13 +132,13 @@ def test_mtp_loads_the_checkpoints_own_layer_and_its_kv():
     base, mtp = plan("deepseek-v3", **kw), plan("deepseek-v3", spec='{"method": "mtp", "num_speculative_tokens": 1}',
                                                  **kw)
     # one more MLA layer in every block: (512 latent + 64 rope) × 2 B = 1,152 B a token
-    assert mtp["kv_bytes_per_token"] - base["kv_bytes_per_token"] == 1152
-    extra = mtp["weight_bytes"] - base["weight_bytes"]
+    assert mtp.kv_bytes_per_token - base.kv_bytes_per_token == 1152
+    extra = mtp.weight_bytes - base.weight_bytes
     # one MoE decoder layer per GPU (256 experts × 3 × 7,168 × 2,048 FP8 bytes ÷ 8 ≈ 1.41 GB, with its attention,
     # shared expert and block scales) and eh_proj 2 × 7,168 × 7,168 × 2 B = 205.5 MB on every GPU
     assert 256 * 3 * 7168 * 2048 / 8 + 2 * 7168 * 7168 * 2 < extra < 1.15 * (256 * 3 * 7168 * 2048 / 8
                                                                              + 2 * 7168 * 7168 * 2)
-    assert mtp["speculative"]["shares"].startswith("the target's embedding and LM head")
+    assert mtp.speculative.shares.startswith("the target's embedding and LM head")
 
 
 @pytest.mark.parametrize("text, message", [
