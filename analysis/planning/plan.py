@@ -87,7 +87,7 @@ def default_batching(a: Architecture, inputs: PlanInputs, gpu: GPU | None) -> tu
     backend's), by entry point, world size and version."""
     on_gpu = gpu is not None and not gpu.cpu
     return vllm_default_batching(gpu.cuda_total_bytes if on_gpu else None, gpu.name if on_gpu else "",
-                                 inputs.entry, world_size=inputs.tensor_parallel_size,
+                                 inputs.entry, world_size=inputs.tensor_parallel_size * inputs.pipeline_parallel_size,
                                  vllm_version=inputs.vllm_version, max_model_len=_max_model_len(a, inputs))
 
 

@@ -11,6 +11,7 @@ from analysis.model.kv import (
     KV_DTYPES,
 )
 from analysis.model.vision import Modality
+from analysis.results.settings import EngineSettings
 from analysis.vllm.budget import (
     async_scheduling_default,
 )
@@ -85,6 +86,30 @@ class PlanInputs(BaseModel):
     # vLLM's --mm-encoder-tp-mode: "weights" splits a vision tower's layers over the tensor-parallel ranks like the
     # decoder's; "data" keeps the whole tower on every rank and splits the items between them.
     mm_encoder_tp_mode: Literal["weights", "data"] = "weights"
+
+    @classmethod
+    def for_engine(cls, engine: EngineSettings) -> PlanInputs:
+        """What a sweep's engine asks (vLLM's ``LLM`` class: the offline entry), as the sweep's dry run and the
+        pre-flight ask the plan about it: its swept settings, the pipeline its world size implies, and the
+        ``engine_args`` that change memory or defaults (enforce_eager, a speculative config). A speculative config
+        the plan does not take is a PlanError naming it."""
+        args = engine.engine_args
+        spec = args.get("speculative_config")
+        if isinstance(spec, dict):
+            try:
+                spec = SpeculativeConfig.model_validate({k: v for k, v in spec.items() if k in (
+                    "method", "model", "num_speculative_tokens", "draft_tensor_parallel_size")})
+            except ValueError as exc:
+                raise PlanError(f"engine_args.speculative_config: {' '.join(str(exc).split())[:300]}") from None
+        return cls(kv_cache_dtype=engine.kv_cache_dtype, block_size=engine.block_size,
+                   max_model_len=engine.max_model_len, tensor_parallel_size=engine.tensor_parallel_size,
+                   pipeline_parallel_size=engine.world_size // engine.tensor_parallel_size,
+                   gpu_memory_utilization=engine.gpu_memory_utilization,
+                   kv_cache_memory_bytes=engine.kv_cache_memory_bytes,
+                   max_num_batched_tokens=engine.max_num_batched_tokens, max_num_seqs=engine.max_num_seqs,
+                   async_scheduling=engine.async_scheduling, enable_prefix_caching=engine.enable_prefix_caching,
+                   entry="offline", enforce_eager=bool(args.get("enforce_eager")),
+                   speculative_config=spec if isinstance(spec, SpeculativeConfig) else None)
 
     @field_validator("entry", mode="before")
     @classmethod

@@ -298,14 +298,8 @@ def engine_cost(a: Architecture, gpu: GPU, engine: EngineSettings, points: list[
     tp, kv = engine.tensor_parallel_size, engine.kv_cache_dtype
     pp = engine.world_size // tp
     startup = engine_startup(a, engine, gpu)
-    inputs = PlanInputs(
-        kv_cache_dtype=kv, block_size=engine.block_size, max_model_len=engine.max_model_len,
-        tensor_parallel_size=tp, pipeline_parallel_size=pp, gpu_memory_utilization=engine.gpu_memory_utilization or 0.9,
-        kv_cache_memory_bytes=engine.kv_cache_memory_bytes, max_num_batched_tokens=engine.max_num_batched_tokens,
-        max_num_seqs=engine.max_num_seqs, async_scheduling=engine.async_scheduling, entry="offline",
-        enforce_eager=bool(engine.engine_args.get("enforce_eager")))
     try:
-        plan = make_plan(a, inputs, gpu)
+        plan = make_plan(a, PlanInputs.for_engine(engine), gpu)
     except PlanError as exc:
         defaults = (engine.max_num_batched_tokens or 0, engine.max_num_seqs or 0)
         return EngineCost(id=engine.id, tensor_parallel_size=tp, pipeline_parallel_size=pp,
