@@ -33,7 +33,15 @@ from analysis.model.kv import (
 from analysis.model.layers import sparse_mla_fp8_format
 from analysis.model.params import count_params, model_loading_bytes
 from analysis.planning.calibration import Calibration, calibration_warnings
-from analysis.planning.plan_inputs import MAX_BYTES, MAX_SEQUENCES, MAX_TOKENS, PlanError, PlanInputs, async_scheduling
+from analysis.planning.plan_inputs import (
+    MAX_BYTES,
+    MAX_SEQUENCES,
+    MAX_TOKENS,
+    PlanError,
+    PlanInputs,
+    async_scheduling,
+    option_flag,
+)
 from analysis.planning.plan_latency import latency_terms
 from analysis.planning.plan_schema import PLAN_VERSION, Plan
 from analysis.vllm.allocator import kv_ceiling, paged_capacity
@@ -56,7 +64,7 @@ from analysis.vllm.speculative import (
 )
 
 # Defined in plan_inputs and calibration, importable from here as before those modules were split off
-__all__ = ["ENGINE_SETTINGS_NOT_PLANNED", "MAX_BYTES", "MAX_SEQUENCES", "MAX_TOKENS", "OPTION_FLAGS", "Calibration",
+__all__ = ["ENGINE_SETTINGS_NOT_PLANNED", "MAX_BYTES", "MAX_SEQUENCES", "MAX_TOKENS", "Calibration",
            "Plan", "PlanError", "PlanInputs", "async_scheduling", "default_batching", "default_block_size",
            "input_problems", "make_plan", "problems_line", "refuse_unrunnable"]
 
@@ -113,17 +121,15 @@ def input_problems(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     return out
 
 
-# A PlanInputs field by its `kvprof plan` option where the two names differ (else --field-with-dashes).
-OPTION_FLAGS = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp", "kv_cache_dtype": "--kv-dtype"}
 # Engine settings a sweep can sweep (analysis.results.schema.EngineSettings' SweepAxis fields) that a plan does not
-# take, and why. Every other one is a PlanInputs field with a `kvprof plan` option of its name (or OPTION_FLAGS'):
+# take, and why. Every other one is a PlanInputs field with a `kvprof plan` option (plan_inputs.option_flag):
 # tests/analysis/planning/test_plan_inputs.py holds both, so a new engine axis cannot be silently unplannable.
 ENGINE_SETTINGS_NOT_PLANNED: dict[str, str] = {}
 
 
 def problems_line(problems: list[Problem]) -> str:
     """Problems as one line, each field named by its `kvprof plan` option."""
-    return "; ".join(str(p).replace(p.field, OPTION_FLAGS.get(p.field, "--" + p.field.replace("_", "-")), 1)
+    return "; ".join(str(p).replace(p.field, option_flag(p.field), 1)
                      for p in problems)
 
 

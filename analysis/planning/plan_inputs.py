@@ -3,6 +3,8 @@ held to) and :class:`PlanError`, the refusal every planning step raises."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -10,8 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from analysis.model.kv import (
     KV_DTYPES,
 )
-from analysis.model.vision import Modality
+from analysis.model.vision import Modality, parse_mm_limits
 from analysis.results.settings import EngineSettings
+from analysis.units import parse_bytes
 from analysis.vllm.budget import (
     async_scheduling_default,
 )
@@ -20,6 +23,7 @@ from analysis.vllm.memory import ENTRY_ALIASES, rules_for
 from analysis.vllm.speculative import (
     MAX_SPECULATIVE_TOKENS,
     SpeculativeConfig,
+    parse_speculative_config,
 )
 
 
@@ -35,57 +39,119 @@ MAX_TOKENS = 2**31
 MAX_BYTES = 2**50  # a pebibyte
 
 
+@dataclass(frozen=True)
+class Option:
+    """How a PlanInputs field is given to `kvprof plan`: its help, its flag where that is not --field-name (a
+    boolean's whole declaration where it has an off switch), and the parser of a value the command line gives as
+    text (a size with its unit, JSON). The command's options are generated from these (profiler/cli/plan.py)."""
+
+    help: str
+    flag: str | None = None
+    parse: Callable[[str], Any] | None = None
+
+
 class PlanInputs(BaseModel):
     """What the user asks about. Byte counts are per GPU."""
 
     model_config = ConfigDict(extra="forbid")
 
-    kv_cache_dtype: str = "auto"
-    block_size: StrictCount | None = Field(None, gt=0)  # None: vLLM's default on the device (`default_block_size`)
-    max_model_len: StrictCount | None = Field(None, gt=0)
+    # Each field's `kvprof plan` option is declared here, on the field, once (``Option``); the command's options
+    # are generated from them (profiler/cli/plan.py). The tensor- and pipeline-parallel sizes are --tp and --pp,
+    # which also take lists for the procurement table.
+    kv_cache_dtype: Annotated[str, Option("auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.", flag="--kv-dtype")] = "auto"
+    block_size: Annotated[StrictCount | None, Option(
+        "Tokens per KV block (default: vLLM's: 16 on a GPU, 128 on a CPU).")] = Field(None, gt=0)
+    max_model_len: Annotated[StrictCount | None, Option("Longest request (default: the model's).")] = Field(None, gt=0)
     tensor_parallel_size: StrictCount = Field(1, ge=1)
     pipeline_parallel_size: StrictCount = Field(1, ge=1)
-    pp_layer_partition: str | None = None  # VLLM_PP_LAYER_PARTITION's value (None: vLLM's even split)
-    max_loras: StrictCount | None = Field(None, gt=0)  # --enable-lora's adapter slots (None: LoRA off)
-    max_lora_rank: StrictCount = Field(DEFAULT_MAX_LORA_RANK, gt=0)
+    pp_layer_partition: Annotated[str | None, Option(
+        "Layers per stage as VLLM_PP_LAYER_PARTITION gives them (a comma list; default: vLLM's split).")] = None
+    max_loras: Annotated[StrictCount | None, Option(
+        "LoRA adapter slots on the GPU (vLLM's --enable-lora --max-loras): their buffers count with the weights."
+    )] = Field(None, gt=0)
+    max_lora_rank: Annotated[StrictCount, Option(
+        f"vLLM's --max-lora-rank (its default {DEFAULT_MAX_LORA_RANK}).")] = Field(DEFAULT_MAX_LORA_RANK, gt=0)
     # GiB of CPU memory, all ranks together (bounded at a pebibyte: a larger host buffer is a typo)
-    kv_offloading_size: float | None = Field(None, gt=0, le=2**20, allow_inf_nan=False)
-    kv_offloading_backend: Literal["native", "lmcache"] = "native"
+    kv_offloading_size: Annotated[float | None, Option(
+        "GiB of CPU memory for KV offloading (vLLM's --kv-offloading-size, all ranks together): the offloaded "
+        "prefix cache's reach beside the GPU-resident capacity, which it does not raise.")] = Field(
+        None, gt=0, le=2**20, allow_inf_nan=False)
+    kv_offloading_backend: Annotated[Literal["native", "lmcache"], Option("native or lmcache (vLLM's).")] = "native"
     # None: vLLM's default for the version (0.92 from 0.20, 0.9 before: AccountingRules.default_gpu_memory_utilization)
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, strict=True, allow_inf_nan=False)
-    kv_cache_memory_bytes: StrictCount | None = Field(None, ge=0, le=MAX_BYTES)
-    max_num_batched_tokens: StrictCount | None = Field(None, gt=0, le=MAX_TOKENS)
-    max_num_seqs: StrictCount | None = Field(None, gt=0)
-    async_scheduling: bool | None = None
+    gpu_memory_utilization: Annotated[float | None, Option(
+        "Fraction of GPU memory vLLM may use (default: vLLM's for the version, 0.92 from 0.20 and 0.9 before)."
+    )] = Field(None, gt=0, le=1, strict=True, allow_inf_nan=False)
+    kv_cache_memory_bytes: Annotated[StrictCount | None, Option(
+        "Fix the KV budget per GPU exactly (e.g. 8GiB), as vLLM's kv_cache_memory_bytes.", parse=parse_bytes
+    )] = Field(None, ge=0, le=MAX_BYTES)
+    max_num_batched_tokens: Annotated[StrictCount | None, Option(
+        "vLLM scheduler token budget per step (default: vLLM's for the device).")] = Field(None, gt=0, le=MAX_TOKENS)
+    max_num_seqs: Annotated[StrictCount | None, Option("vLLM max_num_seqs (default: vLLM's).")] = Field(None, gt=0)
+    async_scheduling: Annotated[bool | None, Option(
+        "Default: vLLM's: on for GPUs from vLLM 0.14 (not with pipeline parallelism or an n-gram speculator), off "
+        "for CPU.", flag="--async-scheduling/--no-async-scheduling")] = None
     # The prefix cache (None: vLLM's default, on). The plan's sequences share no prefix, so it changes nothing but a
     # hybrid Mamba model's blocks a request: three a Mamba group with it (vLLM's align mode), one without.
-    enable_prefix_caching: bool | None = None
+    enable_prefix_caching: Annotated[bool | None, Option(
+        "Default: vLLM's, on. Changes only a hybrid Mamba model's capacity: each Mamba group then holds three blocks "
+        "a request, not one.", flag="--enable-prefix-caching/--no-enable-prefix-caching")] = None
     # FlashInfer installed (vLLM's Docker images ship it; its pip wheels before 0.11.1 do not): vLLM 0.9-0.11.0's
     # sampler warm-up then takes 8 B a logit, not the sort's 36 (analysis.vllm.memory).
-    flashinfer: bool = False
+    flashinfer: Annotated[bool, Option(
+        "FlashInfer is installed (vLLM's Docker images ship it; its pip wheels before 0.11.1 do not): vLLM "
+        "0.9-0.11.0's sampler then warms up in 8 B a logit, not 36.", flag="--flashinfer")] = False
     # Whose scheduler defaults: vllm serve (the OpenAI server) or the offline LLM class ("llm" is read as offline).
-    entry: Literal["serve", "offline"] = "serve"
-    vllm_version: str | None = None  # whose memory accounting and defaults (None: the vLLM kvprof pins)
-    enforce_eager: bool = False
-    reserve_bytes: StrictCount | None = Field(None, ge=0, le=MAX_BYTES)
-    batch: StrictCount | None = Field(None, gt=0, le=MAX_SEQUENCES)
-    context: StrictCount | None = Field(None, gt=0, le=MAX_TOKENS)
-    prompt_len: StrictCount | None = Field(None, gt=0, le=MAX_TOKENS)
+    entry: Annotated[Literal["serve", "offline"], Option(
+        "Whose scheduler defaults: serve (vllm serve, the OpenAI server) or offline (the LLM class, as kvprof "
+        "sweeps).")] = "serve"
+    vllm_version: Annotated[str | None, Option(
+        "Whose memory accounting and defaults (default: the vLLM kvprof is tested with).")] = None
+    enforce_eager: Annotated[bool, Option("No CUDA graphs (no graph memory reserved).",
+                                          flag="--enforce-eager/--no-enforce-eager")] = False
+    reserve_bytes: Annotated[StrictCount | None, Option(
+        "Override vLLM's non-KV reserve (activations + non-torch + CUDA graphs).", parse=parse_bytes
+    )] = Field(None, ge=0, le=MAX_BYTES)
+    batch: Annotated[StrictCount | None, Option("Concurrent sequences in a decode step.")] = Field(
+        None, gt=0, le=MAX_SEQUENCES)
+    context: Annotated[StrictCount | None, Option("Tokens each sequence holds at that step.")] = Field(
+        None, gt=0, le=MAX_TOKENS)
+    prompt_len: Annotated[StrictCount | None, Option("Prompt length for a prefill estimate.")] = Field(
+        None, gt=0, le=MAX_TOKENS)
     # Tokens each request generates (with prompt_len: the served TPOT and request latency, or under the offline entry
     # `vllm bench latency`'s average latency, of `batch` such requests).
-    output_len: StrictCount | None = Field(None, gt=0, le=MAX_TOKENS)
-    dtype: str = "auto"  # vLLM's --dtype: the weights' (and an auto KV cache's) dtype
-    quantization: str | None = None  # vLLM's --quantization: overrides the checkpoint's quantization_config
-    speculative_config: SpeculativeConfig | None = None  # vLLM's --speculative-config (analysis.vllm.speculative)
+    output_len: Annotated[StrictCount | None, Option(
+        "Tokens each request generates (with --prompt-len; --context defaults to the two together): the served TPOT "
+        "and request latency at --batch requests in flight, or under --entry offline `vllm bench latency`'s average "
+        "latency of a --batch batch.")] = Field(None, gt=0, le=MAX_TOKENS)
+    dtype: Annotated[str, Option(  # vLLM's --dtype: the weights' (and an auto KV cache's) dtype
+        "Weight dtype vLLM runs (its --dtype): auto (the config's torch_dtype), bfloat16, float16, float32.")] = "auto"
+    quantization: Annotated[str | None, Option(  # vLLM's --quantization: overrides the checkpoint's
+        "vLLM's --quantization for a checkpoint whose config.json has no quantization_config (fp8_per_tensor, "
+        "fp8_per_channel, fp8_per_block, bitsandbytes; none drops the checkpoint's); default: the checkpoint's own "
+        "quantization_config.")] = None
+    speculative_config: Annotated[SpeculativeConfig | None, Option(  # analysis.vllm.speculative
+        "vLLM's --speculative-config JSON: method ngram, eagle, eagle3, mtp or draft_model, the draft's model (a "
+        "catalog name, directory or config.json) and num_speculative_tokens; the drafter's weights, its KV layers in "
+        "every block and each request's lookahead slots are planned, and each step's verify and draft work.",
+        parse=parse_speculative_config)] = None
     # Tokens a request gains per step under speculative decoding, as vLLM logs it ("Mean acceptance length": 1 +
     # accepted ÷ drafts): a property of the text and the drafter, not of the hardware (None: 1, none accepted).
-    acceptance_length: float | None = Field(None, ge=1, le=1 + MAX_SPECULATIVE_TOKENS, allow_inf_nan=False)
+    acceptance_length: Annotated[float | None, Option(
+        "With --speculative-config: the mean tokens a request gains a step (vLLM logs it as 'Mean acceptance "
+        "length', 1 to 1 + k; it depends on the text and the drafter). Without it the latency figures count one a "
+        "step, none accepted.")] = Field(None, ge=1, le=1 + MAX_SPECULATIVE_TOKENS, allow_inf_nan=False)
     # vLLM's --limit-mm-per-prompt: items a prompt may carry per modality (a modality not named: vLLM's 999); sizes
     # a vision tower's profile run (analysis.model.vision). Nothing multimodal allowed: no encoder profile.
-    limit_mm_per_prompt: dict[Modality, Annotated[int, Field(strict=True, ge=0)]] | None = None
+    limit_mm_per_prompt: Annotated[dict[Modality, Annotated[int, Field(strict=True, ge=0)]] | None, Option(
+        "vLLM's --limit-mm-per-prompt JSON ('{\"image\": 1, \"video\": 0}'; Kimi-K2.5: \"vision_chunk\"): sizes a "
+        "vision tower's start-up profile (Qwen2-VL, Qwen2.5-VL: a video of up to 14 frames where max_model_len "
+        "allows it); every modality of the tower at 0 plans an engine without the tower.",
+        parse=parse_mm_limits)] = None
     # vLLM's --mm-encoder-tp-mode: "weights" splits a vision tower's layers over the tensor-parallel ranks like the
     # decoder's; "data" keeps the whole tower on every rank and splits the items between them.
-    mm_encoder_tp_mode: Literal["weights", "data"] = "weights"
+    mm_encoder_tp_mode: Annotated[Literal["weights", "data"], Option(
+        "vLLM's --mm-encoder-tp-mode: weights (a vision tower split over the tp ranks) or data (the whole tower on "
+        "every rank, the items split between them).")] = "weights"
 
     @classmethod
     def for_engine(cls, engine: EngineSettings) -> PlanInputs:
@@ -159,3 +225,22 @@ def async_scheduling(inputs: PlanInputs, on_gpu: bool) -> bool:
     return async_scheduling_default(inputs.vllm_version, on_gpu=on_gpu,
                                     pipeline_parallel_size=inputs.pipeline_parallel_size,
                                     speculative_method=spec.method if spec else None)
+
+
+# The fields given by options of their own: --tp and --pp, which take lists for the procurement table.
+LIST_OPTIONS = {"tensor_parallel_size": "--tp", "pipeline_parallel_size": "--pp"}
+
+
+def option(name: str) -> Option | None:
+    """The `kvprof plan` option declared on a PlanInputs field, or None (a field given another way)."""
+    return next((m for m in PlanInputs.model_fields[name].metadata if isinstance(m, Option)), None)
+
+
+def option_flag(name: str) -> str:
+    """The `kvprof plan` flag that gives a PlanInputs field: --kv-dtype for kv_cache_dtype, --tp for
+    tensor_parallel_size, --field-name otherwise."""
+    if name in LIST_OPTIONS:
+        return LIST_OPTIONS[name]
+    o = option(name) if name in PlanInputs.model_fields else None
+    flag = o.flag if o is not None and o.flag else "--" + name.replace("_", "-")
+    return flag.split("/")[0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,15 +15,14 @@ from rich.table import Table
 from analysis import catalog
 from analysis.latency.intervals import INTERVAL_MEANING
 from analysis.model.architecture import UnsupportedArchitecture
-from analysis.model.vision import parse_mm_limits
 from analysis.planning.calibration_file import checked_calibration, load_calibration
 from analysis.planning.cost import Pricing, parse_power_price, parse_prices
-from analysis.planning.plan import OPTION_FLAGS, Calibration, PlanError, PlanInputs, make_plan, refuse_unrunnable
+from analysis.planning.plan import Calibration, PlanError, PlanInputs, make_plan, refuse_unrunnable
+from analysis.planning.plan_inputs import option, option_flag
 from analysis.planning.plan_schema import Plan
 from analysis.planning.procurement import RANK_BY, parse_gpu_list, parse_tp_list, procurement
 from analysis.results.inputs import InputFileError, read_json
-from analysis.units import fmt_bytes, fmt_count, fmt_seconds, parse_bytes, parse_seconds
-from analysis.vllm.speculative import parse_speculative_config
+from analysis.units import fmt_bytes, fmt_count, fmt_seconds, parse_seconds
 from profiler.cli.common import (
     console,
     err,
@@ -32,6 +30,7 @@ from profiler.cli.common import (
     one_line,
     output_path,
 )
+from profiler.cli.model_options import parsed, with_model_options
 
 # Below this many columns (a pipe, CI, a narrow terminal) the plan is one value a quantity, not two columns
 NARROW_COLUMNS = 110
@@ -151,81 +150,17 @@ def _plan_table(p: Plan, width: int | None = None) -> Table:
     return t
 
 
+@with_model_options(PlanInputs, option, panel="The engine and the workload (vLLM's settings)")
 def plan_cmd(
     model: Annotated[str, typer.Option("--model", "-m", help="Catalog name, model directory or config.json.")],
     gpu: Annotated[str | None, typer.Option(
         help="GPU catalog name (see `kvprof gpus`); a comma list or `all` (every data-centre GPU) for the "
              "procurement table.")] = None,
-    kv_cache_memory_bytes: Annotated[str | None, typer.Option(
-        help="Fix the KV budget per GPU exactly (e.g. 8GiB), as vLLM's kv_cache_memory_bytes.")] = None,
-    gpu_memory_utilization: Annotated[float | None, typer.Option(
-        help="Fraction of GPU memory vLLM may use (default: vLLM's for the version, 0.92 from 0.20 and 0.9 "
-             "before).")] = None,
-    max_num_batched_tokens: Annotated[int | None, typer.Option(
-        help="vLLM scheduler token budget per step (default: vLLM's for the device).")] = None,
-    max_num_seqs: Annotated[int | None, typer.Option(help="vLLM max_num_seqs (default: vLLM's).")] = None,
     tp: Annotated[str | None, typer.Option("--tp", help="Tensor-parallel size (default 1); a comma list (1,2,4,8) "
                                                         "for the procurement table.")] = None,
     pp: Annotated[str, typer.Option("--pp", help="Pipeline-parallel size: vLLM's layer split over stages, each "
                                                   "stage its own weights and budget, the KV pool the smallest "
                                                   "stage's; a comma list (1,2) for the procurement table.")] = "1",
-    pp_layer_partition: Annotated[str | None, typer.Option(
-        help="Layers per stage as VLLM_PP_LAYER_PARTITION gives them (a comma list; default: vLLM's split).")] = None,
-    max_loras: Annotated[int | None, typer.Option(
-        help="LoRA adapter slots on the GPU (vLLM's --enable-lora --max-loras): their buffers count with the "
-             "weights.")] = None,
-    max_lora_rank: Annotated[int, typer.Option(help="vLLM's --max-lora-rank (its default 16).")] = 16,
-    kv_offloading_size: Annotated[float | None, typer.Option(
-        help="GiB of CPU memory for KV offloading (vLLM's --kv-offloading-size, all ranks together): the offloaded "
-             "prefix cache's reach beside the GPU-resident capacity, which it does not raise.")] = None,
-    kv_offloading_backend: Annotated[str, typer.Option(help="native or lmcache (vLLM's).")] = "native",
-    speculative_config: Annotated[str | None, typer.Option(
-        help="vLLM's --speculative-config JSON: method ngram, eagle, eagle3, mtp or draft_model, the draft's model "
-             "(a catalog name, directory or config.json) and num_speculative_tokens; the drafter's weights, its KV "
-             "layers in every block and each request's lookahead slots are planned, and each step's verify and "
-             "draft work.")] = None,
-    acceptance_length: Annotated[float | None, typer.Option(
-        help="With --speculative-config: the mean tokens a request gains a step (vLLM logs it as 'Mean acceptance "
-             "length', 1 to 1 + k; it depends on the text and the drafter). Without it the latency figures count "
-             "one a step, none accepted.")] = None,
-    limit_mm_per_prompt: Annotated[str | None, typer.Option(
-        help="vLLM's --limit-mm-per-prompt JSON ('{\"image\": 1, \"video\": 0}'; Kimi-K2.5: \"vision_chunk\"): sizes "
-             "a vision tower's start-up profile (Qwen2-VL, Qwen2.5-VL: a video of up to 14 frames where "
-             "max_model_len allows it); every modality of the tower at 0 plans an engine without the tower.")] = None,
-    mm_encoder_tp_mode: Annotated[str, typer.Option(
-        help="vLLM's --mm-encoder-tp-mode: weights (a vision tower split over the tp ranks) or data (the whole "
-             "tower on every rank, the items split between them).")] = "weights",
-    kv_dtype: Annotated[str, typer.Option(help="auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2.")] = "auto",
-    block_size: Annotated[int | None, typer.Option(
-        help="Tokens per KV block (default: vLLM's: 16 on a GPU, 128 on a CPU).")] = None,
-    max_model_len: Annotated[int | None, typer.Option(help="Longest request (default: the model's).")] = None,
-    batch: Annotated[int | None, typer.Option(help="Concurrent sequences in a decode step.")] = None,
-    context: Annotated[int | None, typer.Option(help="Tokens each sequence holds at that step.")] = None,
-    prompt_len: Annotated[int | None, typer.Option(help="Prompt length for a prefill estimate.")] = None,
-    output_len: Annotated[int | None, typer.Option(
-        help="Tokens each request generates (with --prompt-len; --context defaults to the two together): the served "
-             "TPOT and request latency at --batch requests in flight, or under --entry offline `vllm bench "
-             "latency`'s average latency of a --batch batch.")] = None,
-    reserve_bytes: Annotated[str | None, typer.Option(
-        help="Override vLLM's non-KV reserve (activations + non-torch + CUDA graphs).")] = None,
-    async_scheduling: Annotated[bool | None, typer.Option(
-        "--async-scheduling/--no-async-scheduling",
-        help="Default: vLLM's: on for GPUs from vLLM 0.14 (not with pipeline parallelism or an n-gram "
-             "speculator), off for CPU.")] = None,
-    enable_prefix_caching: Annotated[bool | None, typer.Option(
-        "--enable-prefix-caching/--no-enable-prefix-caching",
-        help="Default: vLLM's, on. Changes only a hybrid Mamba model's capacity: each Mamba group then holds three "
-             "blocks a request, not one.")] = None,
-    enforce_eager: Annotated[bool, typer.Option(help="No CUDA graphs (no graph memory reserved).")] = False,
-    flashinfer: Annotated[bool, typer.Option(
-        "--flashinfer", help="FlashInfer is installed (vLLM's Docker images ship it; its pip wheels before 0.11.1 "
-                             "do not): vLLM 0.9-0.11.0's sampler then warms up in 8 B a logit, not 36.")] = False,
-    entry: Annotated[str, typer.Option(
-        "--entry", help="Whose scheduler defaults: serve (vllm serve, the OpenAI server) or offline (the LLM "
-                        "class, as kvprof sweeps).")] = "serve",
-    vllm_version: Annotated[str | None, typer.Option(
-        "--vllm-version", help="Whose memory accounting and defaults (default: the vLLM kvprof is tested "
-                               "with).")] = None,
     calibration: Annotated[Path | None, typer.Option(
         help="calibration.json from a measured sweep; without --gpu/--probe the plan is for the device it was "
              "measured on. One fitted on another model applies (and is named); one fitted on another GPU is refused "
@@ -234,13 +169,6 @@ def plan_cmd(
         "--transfer-calibration", help="Apply a --calibration fitted on another GPU: its rates are scaled by the "
                                        "two spec sheets and the output is labelled as transferred, and how.")
     ] = False,
-    dtype: Annotated[str, typer.Option(
-        help="Weight dtype vLLM runs (its --dtype): auto (the config's torch_dtype), bfloat16, float16, "
-             "float32.")] = "auto",
-    quantization: Annotated[str | None, typer.Option(
-        help="vLLM's --quantization for a checkpoint whose config.json has no quantization_config "
-             "(fp8_per_tensor, fp8_per_channel, fp8_per_block, bitsandbytes; none drops the checkpoint's); "
-             "default: the checkpoint's own quantization_config.")] = None,
     probe: Annotated[Path | None, typer.Option(
         help="probe.json from `kvprof probe`: use this machine's measured ceilings instead of --gpu.")] = None,
     save: Annotated[Path | None, typer.Option(
@@ -268,6 +196,7 @@ def plan_cmd(
                             "tp and GPU count on --gpu that hold --concurrency sequences of --context tokens, as "
                             "vllm serve flags (tp 1,2,4,8 unless --tp lists others; --gpu-memory-utilization is "
                             "the ceiling).")] = False,
+    **fields: Any,
 ):
     """Predict KV capacity and decode latency for a model on a GPU.
 
@@ -287,24 +216,13 @@ def plan_cmd(
         pps = parse_tp_list(pp, "--pp")
     except ValueError as exc:
         raise fail(str(exc)) from None
-    _check_plan_options(model, kv_cache_memory_bytes, reserve_bytes, tpot_slo, ttft_slo)
+    _check_plan_options(model, fields["kv_cache_memory_bytes"], fields["reserve_bytes"], tpot_slo, ttft_slo)
     if transfer_calibration and calibration is None:
         raise fail("--transfer-calibration goes with --calibration FILE (it allows a calibration fitted on another "
                    "GPU or model)")
-    # PlanInputs' fields as the options give them (the byte sizes still text; tp and context set per path).
-    settings = dict(kv_cache_dtype=kv_dtype, block_size=block_size, max_model_len=max_model_len,
-                    gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_memory_bytes,
-                    reserve_bytes=reserve_bytes, max_num_batched_tokens=max_num_batched_tokens,
-                    max_num_seqs=max_num_seqs, async_scheduling=async_scheduling,
-                    enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
-                    flashinfer=flashinfer, entry=entry, vllm_version=vllm_version, quantization=quantization,
-                    dtype=dtype, batch=batch, prompt_len=prompt_len, output_len=output_len,
-                    pipeline_parallel_size=pps[0], pp_layer_partition=pp_layer_partition,
-                    kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
-                    speculative_config=speculative_config, acceptance_length=acceptance_length,
-                    limit_mm_per_prompt=limit_mm_per_prompt,
-                    mm_encoder_tp_mode=mm_encoder_tp_mode,
-                    max_loras=max_loras, max_lora_rank=max_lora_rank)
+    # PlanInputs' fields as the options give them (text ones still text; tp and context set per path).
+    settings = {**fields, "pipeline_parallel_size": pps[0]}
+    context = settings.pop("context")
     if recommend:
         _recommend_cmd(model, gpu, probe, (tps, pps), concurrency, context, (calibration, save, tpot_slo, ttft_slo),
                        json_out, settings)
@@ -342,7 +260,7 @@ def plan_cmd(
             gpu_note = f"device from the calibration: {gpu_spec.display} (its ceilings: {cal.measured_on.ceilings})"
         provenance = None
         if cal is not None:
-            cal, provenance = checked_calibration(cal, calibration, gpu_spec, arch.name, model, vllm_version,
+            cal, provenance = checked_calibration(cal, calibration, gpu_spec, arch.name, model, inputs.vllm_version,
                                                   transfer_calibration)
         result = make_plan(arch, inputs, gpu_spec, cal)
         refuse_unrunnable(result, inputs)
@@ -399,50 +317,37 @@ def _plan_options_line(exc: ValidationError) -> str:
     if exc.title != "PlanInputs":
         return one_line(exc)
     return "; ".join(
-        f"{OPTION_FLAGS.get(str(e['loc'][0]), '--' + str(e['loc'][0]).replace('_', '-')) if e['loc'] else 'input'}"
+        f"{option_flag(str(e['loc'][0])) if e['loc'] else 'input'}"
         f": {e['msg'].removeprefix('Value error, ')}"
         + (f" (got {e['input']!r})" if e["type"] != "value_error" and not isinstance(e.get("input"), dict) else "")
         for e in exc.errors())
 
 
-def _option_value(option: str, text: str | None, parse: Callable[[str], Any]) -> Any:
-    """An option's text through its parser (parse_bytes, parse_seconds); None when not given, a PlanError
-    naming the option otherwise."""
+def _seconds(flag: str, text: str | None) -> float | None:
+    """An SLO's text (50ms, 0.5) in seconds; None when not given, a PlanError naming the option otherwise."""
     if text is None:
         return None
     try:
-        return parse(text)
+        return parse_seconds(text)
     except ValueError as exc:
-        raise PlanError(f"{option}: {exc}") from None
+        raise PlanError(f"{flag}: {exc}") from None
 
 
 def _parsed(settings: dict[str, Any]) -> dict[str, Any]:
-    """The plan's settings with the byte sizes and the speculative config given as text parsed (a PlanError naming
+    """The plan's settings with those given as text (sizes, JSON) read by their options' parsers (a PlanError naming
     the option)."""
-    out = {**settings, **{k: _option_value("--" + k.replace("_", "-"), settings[k], parse_bytes)
-                          for k in ("kv_cache_memory_bytes", "reserve_bytes")}}
-    if isinstance(out.get("speculative_config"), str):
-        try:
-            out["speculative_config"] = parse_speculative_config(out["speculative_config"])
-        except ValueError as exc:
-            raise PlanError(str(exc)) from None
-    if isinstance(out.get("limit_mm_per_prompt"), str):
-        try:
-            out["limit_mm_per_prompt"] = parse_mm_limits(out["limit_mm_per_prompt"])
-        except ValueError as exc:
-            raise PlanError(str(exc)) from None
-    return out
+    return parsed(settings, option, option_flag)
 
 
 def _check_plan_options(model: str, *byte_and_slo: str | None) -> None:
     """Options given as an empty string: refused by name (an empty --model would read ./config.json)."""
     if not model.strip():
         raise fail("--model is empty: give a catalog name (`kvprof models`), a model directory or a config.json")
-    for option, value in zip(("--kv-cache-memory-bytes", "--reserve-bytes", "--tpot-slo", "--ttft-slo"),
-                             byte_and_slo, strict=True):
+    for flag, value in zip(("--kv-cache-memory-bytes", "--reserve-bytes", "--tpot-slo", "--ttft-slo"),
+                           byte_and_slo, strict=True):
         if value is not None and not value.strip():
-            raise fail(f"{option} is empty: give a value (e.g. "
-                       + ("50ms)" if option.endswith("-slo") else "8GiB)"))
+            raise fail(f"{flag} is empty: give a value (e.g. "
+                       + ("50ms)" if flag.endswith("-slo") else "8GiB)"))
 
 
 def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, sizes: tuple[list[int], list[int]],
@@ -481,8 +386,8 @@ def _procurement_cmd(model: str, gpu: str | None, probe: Path | None, sizes: tup
         else:
             gpus = parse_gpu_list(gpu)
         base = PlanInputs(**_parsed(settings))
-        slo = _option_value("--tpot-slo", slos[0], parse_seconds)
-        ttft_slo = _option_value("--ttft-slo", slos[1], parse_seconds)
+        slo = _seconds("--tpot-slo", slos[0])
+        ttft_slo = _seconds("--ttft-slo", slos[1])
         cal_for = None
         if calibration:
             def cal_for(g: Any) -> Calibration:
