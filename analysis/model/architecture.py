@@ -168,6 +168,7 @@ class Architecture(BaseModel):
     norm_bias: bool = False  # LayerNorms with a bias: two vectors a norm, not one
     # Learned scalars of each dense MLP's activation (Apertus's xIELU: alpha_p and alpha_n)
     mlp_activation_params: int = Field(0, ge=0, le=16)
+    lm_head_bias: bool = False  # a bias on the LM head's vocabulary rows (Phi, GPT-J)
     # vLLM 0.32 runs the model through its Transformers modeling backend (analysis.model.vllm_models): transformers'
     # own layers, whose rotary embedding keeps no cos/sin cache of every position
     transformers_backend: bool = False

@@ -256,6 +256,18 @@ FAMILIES: dict[str, frozenset[str]] = {
     "opt": (DECODER - {"num_key_value_heads", "head_dim", "intermediate_size"}) | {
         "ffn_dim", "do_layer_norm_before", "_remove_final_layer_norm", "word_embed_proj_dim",
                       "enable_bias", "layer_norm_elementwise_affine", "activation_function", "layerdrop", "init_std"},
+    # Phi (families.dense._phi): the dropouts, the LayerNorm's eps and the activation shape no weight
+    "phi": DECODER | {"partial_rotary_factor", "qk_layernorm", "resid_pdrop", "embd_pdrop", "attention_dropout",
+                      "layer_norm_eps"},
+    # GPT-NeoX (families.dense._gpt_neox): its RoPE keys (old and new names), the residual's wiring and dropouts
+    "gpt_neox": DECODER | {"rotary_pct", "rotary_emb_base", "partial_rotary_factor", "use_parallel_residual",
+                           "attention_dropout", "hidden_dropout", "classifier_dropout", "layer_norm_eps"},
+    "olmo": DECODER | {"clip_qkv", "attention_dropout"},
+    "stablelm": DECODER | {"partial_rotary_factor", "use_qkv_bias", "qk_layernorm", "use_parallel_residual",
+                           "hidden_dropout", "attention_dropout", "layer_norm_eps"},
+    # GPT-J (families.dense._gptj): GPT-2's key names
+    "gptj": DECODER | {"n_embd", "n_layer", "n_head", "n_inner", "rotary_dim", "activation_function",
+                       "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon"},
     "vaultgemma": DECODER | {"layer_types", "sliding_window", "hidden_activation", "query_pre_attn_scalar",
                              "attn_logit_softcapping", "final_logit_softcapping"},
     "flex_olmo": DECODER | {"num_experts", "num_experts_per_tok", "norm_topk_prob"},

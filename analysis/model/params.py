@@ -190,7 +190,7 @@ def count_params(a: Architecture) -> ParamCount:
         return _zamba2_params(a)
     h = a.hidden_size
     embedding = a.vocab_size * h + a.learned_position_embeddings * h
-    lm_head = 0 if a.tie_word_embeddings else a.vocab_size * h
+    lm_head = (0 if a.tie_word_embeddings else a.vocab_size * h) + (a.vocab_size if a.lm_head_bias else 0)
     if a.full_attention_kv is None:
         attention = a.num_attention_layers * _attention_params(a)
     else:  # layers of two shapes (Gemma-4's sliding and global)

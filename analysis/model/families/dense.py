@@ -1,6 +1,7 @@
 """Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
-CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, OPT, Nemotron (v1), Apertus and
-Granite 3.x with its sliding-window builds, and the MoE ones FlexOlmo, Mellum and Granite MoE.
+CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, OPT, Nemotron (v1), Apertus,
+Phi, GPT-NeoX, OLMo (v1), StableLM, GPT-J and Granite 3.x with its sliding-window builds, and the MoE ones FlexOlmo,
+Mellum and Granite MoE.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                    "tie_word_embeddings": True, "sliding_window": None},
     "vaultgemma": {"head_dim": 256, "num_key_value_heads": 4, "tie_word_embeddings": True, "attention_bias": False,
                    "sliding_window": 4096, "max_position_embeddings": 8192},
+    "phi": {"tie_word_embeddings": False, "max_position_embeddings": 2048, "qk_layernorm": False},
+    "gpt_neox": {"tie_word_embeddings": False, "max_position_embeddings": 2048, "attention_bias": True,
+                 "use_parallel_residual": True},
+    "olmo": {"tie_word_embeddings": False, "max_position_embeddings": 2048, "attention_bias": False},
+    "stablelm": {"tie_word_embeddings": False, "max_position_embeddings": 4096, "use_qkv_bias": False,
+                 "qk_layernorm": False, "use_parallel_residual": False, "num_key_value_heads": 32},
+    "gptj": {"tie_word_embeddings": False, "n_positions": 2048, "rotary_dim": 64, "n_inner": None},
     "mellum": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 131072,
                "num_key_value_heads": 4, "head_dim": 128, "sliding_window": 1024, "num_experts": 64,
                "num_experts_per_tok": 8, "moe_intermediate_size": 896},
@@ -144,6 +152,82 @@ def _opt(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]
     cfg = {**cfg, "intermediate_size": _positive_int(cfg.get("ffn_dim"), "ffn_dim", name)}  # OPT's MLP width
     return cfg, dict(mlp_gated=False, qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm_bias=True,
                      learned_position_embeddings=positions + 2)
+
+
+def _rotary_fraction(cfg: dict[str, Any], name: str, default: float) -> float:
+    """``partial_rotary_factor`` (written at the top level or in ``rope_parameters``; else the config class's default),
+    a share of each head in (0, 1]."""
+    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    value = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", default))
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise UnsupportedArchitecture(f"{name}: partial_rotary_factor {value!r} is not a share of a head in (0, 1]")
+    return float(value)
+
+
+def _refuse(cfg: dict[str, Any], name: str, key: str, want: Any, why: str) -> None:
+    if cfg.get(key) not in (None, want):
+        raise UnsupportedArchitecture(f"{name}: {key} {cfg[key]!r}: {why}")
+
+
+def _phi(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Phi (1, 1.5, 2; transformers' Phi, through vLLM's Transformers backend): multi-head (or GQA) attention with
+    biased q, k, v and ``dense`` projections, an ungated MLP (``fc1``, ``fc2``) with biases beside it on the one
+    LayerNorm of the layer (a parallel block), a final LayerNorm and an LM head with a bias. ``qk_layernorm`` (a
+    LayerNorm over each head of q and k) is refused by name."""
+    cfg = _with_defaults(cfg)
+    _refuse(cfg, name, "qk_layernorm", False, "Phi's per-head q/k LayerNorms are not counted by kvprof")
+    return cfg, dict(mlp_gated=False, qkv_bias=True, o_bias=True, mlp_bias=True, norms_per_layer=1, norm_bias=True,
+                     lm_head_bias=True, rotary_fraction=_rotary_fraction(cfg, name, 0.5))
+
+
+def _gpt_neox(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """GPT-NeoX and Pythia (transformers' GPTNeoX, through vLLM's Transformers backend): multi-head attention whose
+    fused ``query_key_value`` and ``dense`` projections carry biases where ``attention_bias``, an ungated MLP
+    (``dense_h_to_4h``, ``dense_4h_to_h``) with biases, two LayerNorms a layer however ``use_parallel_residual``
+    joins them, and an untied ``embed_out``."""
+    cfg = _with_defaults(cfg)
+    bias = bool(cfg.get("attention_bias"))
+    # GPT-NeoX has no KV-head key: every head keeps its K and V
+    return {**cfg, "num_key_value_heads": None}, dict(mlp_gated=False, qkv_bias=bias, o_bias=bias, mlp_bias=True,
+                                                      norm_bias=True)
+
+
+def _olmo(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """OLMo (v1; transformers' Olmo, through vLLM's Transformers backend): Llama's layer with q, k, v and o biases
+    where ``attention_bias``, and LayerNorms with neither weight nor bias (OlmoLayerNorm): no norm parameters."""
+    cfg = _with_defaults(cfg)
+    return cfg, dict(norms_per_layer=0)
+
+
+def _stablelm(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """StableLM (vLLM's ``models/stablelm.py``): attention with q, k, v biases where ``use_qkv_bias`` and an o
+    projection without, Llama's gated MLP without biases, two LayerNorms (with biases) a layer, and a RoPE over
+    ``partial_rotary_factor`` of each head (its cos/sin cache that wide). vLLM's model builds neither ``qk_layernorm``
+    nor ``use_parallel_residual``: both are refused by name."""
+    cfg = _with_defaults(cfg)
+    _refuse(cfg, name, "qk_layernorm", False, "vLLM 0.32's stablelm.py builds no per-head q/k LayerNorms")
+    _refuse(cfg, name, "use_parallel_residual", False, "vLLM 0.32's stablelm.py builds the sequential block only")
+    return cfg, dict(qkv_bias=bool(cfg.get("use_qkv_bias")), o_bias=False, norm_bias=True,
+                     rotary_fraction=_rotary_fraction(cfg, name, 0.25))
+
+
+def _gptj(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """GPT-J (vLLM's ``models/gpt_j.py``): multi-head attention without biases, an ungated MLP (``fc_in``,
+    ``fc_out``) of ``n_inner`` (else 4 × ``n_embd``) with biases beside it on the layer's one LayerNorm, a final
+    LayerNorm, an LM head with a bias, and a RoPE over ``rotary_dim`` of each head (its cos/sin cache that wide, over
+    ``n_positions``)."""
+    cfg = _with_defaults(cfg)
+    # GPTJConfig's attribute_map: hidden_size is n_embd, num_attention_heads n_head
+    hidden = _positive_int(cfg.get("n_embd", cfg.get("hidden_size")), "n_embd", name)
+    heads = _positive_int(cfg.get("n_head", cfg.get("num_attention_heads")), "n_head", name)
+    rotary = _positive_int(cfg.get("rotary_dim"), "rotary_dim", name)
+    if hidden % heads or rotary > hidden // heads or rotary % 2:
+        raise UnsupportedArchitecture(f"{name}: rotary_dim {rotary} must be even and at most the head width "
+                                      f"({hidden} / {heads}), as vLLM's gpt_j.py asserts")
+    inner = cfg.get("n_inner")
+    cfg = {**cfg, "intermediate_size": 4 * hidden if inner is None else _positive_int(inner, "n_inner", name)}
+    return cfg, dict(mlp_gated=False, qkv_bias=False, o_bias=False, mlp_bias=True, norms_per_layer=1, norm_bias=True,
+                     lm_head_bias=True, rotary_fraction=rotary / (hidden // heads))
 
 
 def _smollm3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -279,5 +363,10 @@ READERS: dict[str, FamilyReader] = {
     "vaultgemma": _vaultgemma,
     "starcoder2": _starcoder2,
     "opt": _opt,
+    "phi": _phi,
+    "gpt_neox": _gpt_neox,
+    "olmo": _olmo,
+    "stablelm": _stablelm,
+    "gptj": _gptj,
     **dict.fromkeys(("granite", "granitemoe", "granitemoeshared", "granite_swa", "granitemoe_swa"), _granite),
 }

@@ -29,7 +29,11 @@ MINIMAL = dict(hidden_size=512, intermediate_size=512, num_hidden_layers=8, num_
                pad_token_id=0, bos_token_id=1, eos_token_id=2)
 # what transformers' model needs written (its attention reads head_dim, num_key_value_heads, with no fallback)
 NEEDS = {"hunyuan_v1_dense": {"head_dim": 64}, "nemotron": {"num_key_value_heads": 4},
-         "opt": {"word_embed_proj_dim": None}}  # OPTConfig's default: the hidden size
+         "opt": {"word_embed_proj_dim": None},  # OPTConfig's default: the hidden size
+         # StableLmConfig's default of 32 KV heads exceeds MINIMAL's 8 query heads (neither builds such a model)
+         "stablelm": {"num_key_value_heads": 4}}
+# SMALL in the family's own key names (GPT-J's GPT-2 names; its to_dict() has no hidden_size to update)
+SMALL_NAMED = {"gptj": {"n_embd": 256, "n_layer": 8, "n_head": 4, "n_positions": 4096, "rotary_dim": 16}}
 
 
 def _config(model_type: str, **change) -> dict:
@@ -38,7 +42,7 @@ def _config(model_type: str, **change) -> dict:
     d.pop("layer_types", None)  # derived again from the small layer count
     d.pop("mlp_layer_types", None)
     d.pop("layer_rope_theta", None)
-    return d | NEEDS.get(model_type, {}) | change
+    return d | NEEDS.get(model_type, {}) | SMALL_NAMED.get(model_type, {}) | change
 
 
 def _vllm_layer_types(cfg: transformers.PretrainedConfig) -> list[str]:
@@ -161,6 +165,9 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_cpu"
     ("tiny-mellum", [("sliding", 64, 3), ("full", None, 1)]),
     ("tiny-granite-swa", [("full", None, 1), ("sliding", 64, 3)]),
     ("tiny-opt", [("full", None, 4)]),
+    ("tiny-phi", [("full", None, 4)]),
+    ("tiny-stablelm", [("full", None, 4)]),
+    ("tiny-gptj", [("full", None, 4)]),
 ])
 def test_the_tiny_engine_models_are_their_families(model, layers):
     a, _ = resolve_model(model)
@@ -201,3 +208,14 @@ def test_granite_layer_rope_theta():
         Architecture.from_config(_config("granite_swa", layer_rope_theta=[10000.0, 50000.0] * 4), "granite_swa")
     with pytest.raises(UnsupportedArchitecture, match="layer_rope_theta must list"):
         Architecture.from_config(_config("granite_swa", layer_rope_theta=[10000.0] * 3), "granite_swa")
+
+
+@pytest.mark.parametrize("model, cache_bytes", [
+    # vLLM's own model files keep a cos/sin cache of max_position_embeddings × the rotary width × 2 bytes (bf16):
+    # StableLM's RoPE covers partial_rotary_factor 0.25 of a 64-wide head (16), GPT-J's rotary_dim 16
+    ("tiny-stablelm", 2048 * 16 * 2),
+    ("tiny-gptj", 2048 * 16 * 2),
+    ("tiny-phi", 0),  # the Transformers backend: transformers' rotary embedding keeps no cache
+])
+def test_partial_rotary_caches_are_as_wide_as_the_rotation(model, cache_bytes):
+    assert rotary_cache_bytes(resolve_model(model)[0]) == cache_bytes
