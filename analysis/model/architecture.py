@@ -92,14 +92,14 @@ __all__ = ["ENCODER_MODALITIES", "MAX_POSITIONS", "MAX_VOCAB_SIZE", "Architectur
 
 # Families whose MLP has two matrices (up, down) instead of gate/up/down, and
 # that carry biases and learned position embeddings (GPT-2 lineage).
-_NON_GATED = {"gpt2", "gpt_bigcode", "gpt_neox", "opt", "gptj", "falcon", "phi", "bloom"}
+_NON_GATED = {"gpt2", "gpt-sw3", "gpt_bigcode", "gpt_neox", "opt", "gptj", "falcon", "phi", "bloom"}
 
 
-_LEARNED_POSITIONS = {"gpt2", "gpt_bigcode", "opt"}
+_LEARNED_POSITIONS = {"gpt2", "gpt-sw3", "gpt_bigcode", "opt"}
 
 
 # Families whose norms are LayerNorms with a bias beside the weight (vLLM's gpt2.py, gpt_bigcode.py: nn.LayerNorm)
-_NORM_BIAS = {"gpt2", "gpt_bigcode"}
+_NORM_BIAS = {"gpt2", "gpt-sw3", "gpt_bigcode"}
 
 
 # Families whose q/k/v projections have biases even though the config says nothing.
@@ -169,6 +169,7 @@ class Architecture(BaseModel):
     # Learned scalars of each dense MLP's activation (Apertus's xIELU: alpha_p and alpha_n)
     mlp_activation_params: int = Field(0, ge=0, le=16)
     lm_head_bias: bool = False  # a bias on the LM head's vocabulary rows (Phi, GPT-J)
+    embedding_norm: bool = False  # a norm right after the token embeddings (BLOOM's word_embeddings_layernorm)
     # vLLM 0.32 runs the model through its Transformers modeling backend (analysis.model.vllm_models): transformers'
     # own layers, whose rotary embedding keeps no cos/sin cache of every position
     transformers_backend: bool = False

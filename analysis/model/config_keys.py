@@ -265,6 +265,12 @@ FAMILIES: dict[str, frozenset[str]] = {
     "olmo": DECODER | {"clip_qkv", "attention_dropout"},
     "stablelm": DECODER | {"partial_rotary_factor", "use_qkv_bias", "qk_layernorm", "use_parallel_residual",
                            "hidden_dropout", "attention_dropout", "layer_norm_eps"},
+    # BLOOM (families.dense._bloom): GPT-2-like names, Megatron's training switches and ALiBi's offset, which shape
+    # no weight and no cache
+    "bloom": DECODER | {"n_layer", "n_head", "n_embed", "n_inner", "layer_norm_epsilon", "hidden_dropout",
+                        "attention_dropout", "apply_residual_connection_post_layernorm", "pretraining_tp",
+                        "slow_but_exact", "attention_softmax_in_fp32", "masked_softmax_fusion", "offset_alibi",
+                        "skip_bias_add", "skip_bias_add_qkv", "bias_dropout_fusion", "unk_token_id"},
     # GPT-J (families.dense._gptj): GPT-2's key names
     "gptj": DECODER | {"n_embd", "n_layer", "n_head", "n_inner", "rotary_dim", "activation_function",
                        "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon"},
@@ -389,6 +395,8 @@ FAMILIES: dict[str, frozenset[str]] = {
                               "attn_scale", "router_aux_loss_coef", "output_router_logits", "router_jitter_noise",
                               "layer_types"},  # transformers 5's, checked against the reading's
     "gpt2": GPT2,
+    # GPT-SW3: GPT-2's model (GPT2LMHeadModel in vLLM, GPT2Config in transformers) under its own model_type
+    "gpt-sw3": GPT2,
     # transformers 5 writes num_key_value_heads (1 under multi_query, else n_head): checked, vLLM reads multi_query
     "gpt_bigcode": GPT2 | {"multi_query", "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32",
                            "num_key_value_heads"},

@@ -202,7 +202,8 @@ def count_params(a: Architecture) -> ParamCount:
         attention += len(a.sparse_indexer.layers) * a.sparse_indexer.params(h, a.mla.q_lora_rank or 0)
     recurrent = a.num_recurrent_layers * a.recurrent.params(h) if a.recurrent else 0
     # Final norm too, unless the model is the seeds' idealised one with no norm weights.
-    norms = (a.num_norms * h + (h if a.norms_per_layer else 0)) * (2 if a.norm_bias else 1)
+    norms = (a.num_norms * h + (h if a.norms_per_layer else 0) + (h if a.embedding_norm else 0)) \
+        * (2 if a.norm_bias else 1)
     dense_mlp = router_shared = experts_total = experts_active = 0
     for i in range(a.num_layers):
         if not a.has_mlp(i):

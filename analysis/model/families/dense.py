@@ -1,7 +1,7 @@
 """Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
 CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, OPT, Nemotron (v1), Apertus,
-Phi, GPT-NeoX, OLMo (v1), StableLM, GPT-J and Granite 3.x with its sliding-window builds, and the MoE ones FlexOlmo,
-Mellum and Granite MoE.
+Phi, GPT-NeoX, OLMo (v1), StableLM, GPT-J, BLOOM and Granite 3.x with its sliding-window builds, and the MoE ones
+FlexOlmo, Mellum and Granite MoE.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "olmo": {"tie_word_embeddings": False, "max_position_embeddings": 2048, "attention_bias": False},
     "stablelm": {"tie_word_embeddings": False, "max_position_embeddings": 4096, "use_qkv_bias": False,
                  "qk_layernorm": False, "use_parallel_residual": False, "num_key_value_heads": 32},
+    "bloom": {"tie_word_embeddings": True},
     "gptj": {"tie_word_embeddings": False, "n_positions": 2048, "rotary_dim": 64, "n_inner": None},
     "mellum": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 131072,
                "num_key_value_heads": 4, "head_dim": 128, "sliding_window": 1024, "num_experts": 64,
@@ -230,6 +231,19 @@ def _gptj(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any
                      lm_head_bias=True, rotary_fraction=rotary / (hidden // heads))
 
 
+def _bloom(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """BLOOM (vLLM's ``models/bloom.py``): multi-head attention with ALiBi (no RoPE, no position embeddings), a fused
+    ``query_key_value`` and a ``dense`` projection with biases, an ungated MLP of 4 × the hidden size with biases, two
+    LayerNorms a layer, a LayerNorm right after the word embeddings and a final one, all with biases, and an LM
+    head tied to the embeddings. Older configs name the width ``n_embed`` (BloomConfig reads it as hidden_size)."""
+    cfg = _with_defaults(cfg)
+    hidden = _positive_int(cfg.get("n_embed") if cfg.get("n_embed") is not None else cfg.get("hidden_size"),
+                           "hidden_size", name)
+    cfg = {**cfg, "hidden_size": hidden, "intermediate_size": 4 * hidden, "num_key_value_heads": None}
+    return cfg, dict(qkv_bias=True, o_bias=True, mlp_bias=True, norm_bias=True, embedding_norm=True,
+                     rotary_fraction=0.0)
+
+
 def _smollm3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """SmolLM3 (transformers' SmolLM3): Llama's layer, RoPE left out on every ``no_rope_layer_interval``-th layer
     (``no_rope_layers`` 0); where ``use_sliding_window`` and a window are set and ``layer_types`` is not written,
@@ -368,5 +382,6 @@ READERS: dict[str, FamilyReader] = {
     "olmo": _olmo,
     "stablelm": _stablelm,
     "gptj": _gptj,
+    "bloom": _bloom,
     **dict.fromkeys(("granite", "granitemoe", "granitemoeshared", "granite_swa", "granitemoe_swa"), _granite),
 }

@@ -33,7 +33,8 @@ NEEDS = {"hunyuan_v1_dense": {"head_dim": 64}, "nemotron": {"num_key_value_heads
          # StableLmConfig's default of 32 KV heads exceeds MINIMAL's 8 query heads (neither builds such a model)
          "stablelm": {"num_key_value_heads": 4}}
 # SMALL in the family's own key names (GPT-J's GPT-2 names; its to_dict() has no hidden_size to update)
-SMALL_NAMED = {"gptj": {"n_embd": 256, "n_layer": 8, "n_head": 4, "n_positions": 4096, "rotary_dim": 16}}
+SMALL_NAMED = {"gptj": {"n_embd": 256, "n_layer": 8, "n_head": 4, "n_positions": 4096, "rotary_dim": 16},
+               "bloom": {"n_layer": 8, "n_head": 4}}
 
 
 def _config(model_type: str, **change) -> dict:
@@ -168,6 +169,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_cpu"
     ("tiny-phi", [("full", None, 4)]),
     ("tiny-stablelm", [("full", None, 4)]),
     ("tiny-gptj", [("full", None, 4)]),
+    ("tiny-bloom", [("full", None, 4)]),
 ])
 def test_the_tiny_engine_models_are_their_families(model, layers):
     a, _ = resolve_model(model)
@@ -216,6 +218,17 @@ def test_granite_layer_rope_theta():
     ("tiny-stablelm", 2048 * 16 * 2),
     ("tiny-gptj", 2048 * 16 * 2),
     ("tiny-phi", 0),  # the Transformers backend: transformers' rotary embedding keeps no cache
+    ("tiny-bloom", 0),  # ALiBi: no rotation
 ])
 def test_partial_rotary_caches_are_as_wide_as_the_rotation(model, cache_bytes):
     assert rotary_cache_bytes(resolve_model(model)[0]) == cache_bytes
+
+
+def test_gpt_sw3_is_gpt2s_model_under_its_own_name():
+    """GPT-SW3's config.json says model_type gpt-sw3 and architectures GPT2LMHeadModel: vLLM builds models/gpt2.py and
+    transformers GPT2Config's model, learned positions and all."""
+    d = dict(model_type="gpt-sw3", architectures=["GPT2LMHeadModel"], n_embd=256, n_layer=4, n_head=4,
+             vocab_size=1024, n_positions=2048, bos_token_id=1, eos_token_id=2)
+    a, _, count = _architecture(d)
+    assert count_params(a).total == count == count_params(Architecture.from_config(d | {"model_type": "gpt2"})).total
+    assert (a.num_kv_heads, a.head_dim, a.learned_position_embeddings) == (4, 64, 2048)
