@@ -271,6 +271,11 @@ FAMILIES: dict[str, frozenset[str]] = {
                         "attention_dropout", "apply_residual_connection_post_layernorm", "pretraining_tp",
                         "slow_but_exact", "attention_softmax_in_fp32", "masked_softmax_fusion", "offset_alibi",
                         "skip_bias_add", "skip_bias_add_qkv", "bias_dropout_fusion", "unk_token_id"},
+    # Falcon (families.dense._falcon): its attention and block layout keys; the activation (vLLM: gelu) and dropouts
+    # shape no weight
+    "falcon": DECODER | {"num_kv_heads", "alibi", "new_decoder_architecture", "multi_query", "parallel_attn", "bias",
+                         "num_ln_in_parallel_attn", "ffn_hidden_size", "activation", "layer_norm_epsilon",
+                         "hidden_dropout", "attention_dropout"},
     # GPT-J (families.dense._gptj): GPT-2's key names
     "gptj": DECODER | {"n_embd", "n_layer", "n_head", "n_inner", "rotary_dim", "activation_function",
                        "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon"},

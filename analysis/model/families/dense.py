@@ -1,7 +1,7 @@
 """Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
 CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, OPT, Nemotron (v1), Apertus,
-Phi, GPT-NeoX, OLMo (v1), StableLM, GPT-J, BLOOM and Granite 3.x with its sliding-window builds, and the MoE ones
-FlexOlmo, Mellum and Granite MoE.
+Phi, GPT-NeoX, OLMo (v1), StableLM, GPT-J, BLOOM, Falcon and Granite 3.x with its sliding-window builds, and the MoE
+ones FlexOlmo, Mellum and Granite MoE.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "stablelm": {"tie_word_embeddings": False, "max_position_embeddings": 4096, "use_qkv_bias": False,
                  "qk_layernorm": False, "use_parallel_residual": False, "num_key_value_heads": 32},
     "bloom": {"tie_word_embeddings": True},
+    "falcon": {"tie_word_embeddings": True, "max_position_embeddings": 2048, "num_kv_heads": None, "alibi": False,
+               "new_decoder_architecture": False, "multi_query": True, "parallel_attn": True, "bias": False,
+               "num_ln_in_parallel_attn": None, "ffn_hidden_size": None},
     "gptj": {"tie_word_embeddings": False, "n_positions": 2048, "rotary_dim": 64, "n_inner": None},
     "mellum": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 131072,
                "num_key_value_heads": 4, "head_dim": 128, "sliding_window": 1024, "num_experts": 64,
@@ -244,6 +247,35 @@ def _bloom(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, An
                      rotary_fraction=0.0)
 
 
+def _falcon(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Falcon (vLLM's ``models/falcon.py``): a fused ``query_key_value`` whose KV heads are ``num_kv_heads`` under
+    ``new_decoder_architecture`` (Falcon-40B, 180B), one under ``multi_query`` (Falcon-7B), else every head; biases
+    where ``bias``; an ungated MLP of 4 × the hidden size; one LayerNorm a layer for a parallel block, two for a
+    sequential one or where ``num_ln_in_parallel_attn`` is 2 (the new architecture's default); RoPE over whole heads
+    or ALiBi; an LM head tied unless ``tie_word_embeddings`` is false (Falcon-11B). vLLM's MLP is 4 × hidden whatever
+    ``ffn_hidden_size`` says: another width is refused by name."""
+    cfg = _with_defaults(cfg)
+    hidden = _positive_int(cfg.get("hidden_size"), "hidden_size", name)
+    heads = _positive_int(cfg.get("num_attention_heads"), "num_attention_heads", name)
+    _refuse(cfg, name, "ffn_hidden_size", 4 * hidden, f"vLLM 0.32's falcon.py builds an MLP of 4 × hidden_size "
+                                                     f"({4 * hidden}) whatever ffn_hidden_size says")
+    if cfg.get("new_decoder_architecture"):
+        kv = _positive_int(cfg.get("num_kv_heads") if cfg.get("num_kv_heads") is not None else heads,
+                           "num_kv_heads", name)
+    else:
+        kv = 1 if cfg.get("multi_query") else heads
+    parallel = bool(cfg.get("parallel_attn"))
+    lns = cfg.get("num_ln_in_parallel_attn")
+    if lns is None and cfg.get("new_decoder_architecture"):
+        lns = 2
+    bias = bool(cfg.get("bias"))
+    # the KV heads as read here (the decoder's reading takes multi_query for a single head)
+    cfg = {**cfg, "intermediate_size": 4 * hidden, "num_key_value_heads": kv, "multi_query": False}
+    return cfg, dict(mlp_gated=False, qkv_bias=bias, o_bias=bias, mlp_bias=bias, norm_bias=True,
+                     norms_per_layer=2 if not parallel or lns == 2 else 1,
+                     rotary_fraction=0.0 if cfg.get("alibi") else 1.0)
+
+
 def _smollm3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """SmolLM3 (transformers' SmolLM3): Llama's layer, RoPE left out on every ``no_rope_layer_interval``-th layer
     (``no_rope_layers`` 0); where ``use_sliding_window`` and a window are set and ``layer_types`` is not written,
@@ -383,5 +415,6 @@ READERS: dict[str, FamilyReader] = {
     "stablelm": _stablelm,
     "gptj": _gptj,
     "bloom": _bloom,
+    "falcon": _falcon,
     **dict.fromkeys(("granite", "granitemoe", "granitemoeshared", "granite_swa", "granitemoe_swa"), _granite),
 }

@@ -34,7 +34,8 @@ NEEDS = {"hunyuan_v1_dense": {"head_dim": 64}, "nemotron": {"num_key_value_heads
          "stablelm": {"num_key_value_heads": 4}}
 # SMALL in the family's own key names (GPT-J's GPT-2 names; its to_dict() has no hidden_size to update)
 SMALL_NAMED = {"gptj": {"n_embd": 256, "n_layer": 8, "n_head": 4, "n_positions": 4096, "rotary_dim": 16},
-               "bloom": {"n_layer": 8, "n_head": 4}}
+               "bloom": {"n_layer": 8, "n_head": 4},
+               "falcon": {"ffn_hidden_size": None}}  # to_dict() writes 4 × the class's default width
 
 
 def _config(model_type: str, **change) -> dict:
@@ -53,6 +54,15 @@ def _vllm_layer_types(cfg: transformers.PretrainedConfig) -> list[str]:
     if getattr(cfg, "layer_types", None):
         return list(cfg.layer_types)
     return ["sliding_attention" if getattr(cfg, "sliding_window", None) else "full_attention"] * cfg.num_hidden_layers
+
+
+def _kv_heads(cfg: transformers.PretrainedConfig) -> int:
+    """The KV heads transformers' attention builds: num_key_value_heads, else every head (OPT); Falcon's
+    fused query_key_value: num_kv_heads under the new decoder architecture, one under multi_query, else 3 × hidden
+    (every head)."""
+    if cfg.model_type == "falcon":
+        return cfg.num_kv_heads if cfg.new_decoder_architecture else 1 if cfg.multi_query else cfg.num_attention_heads
+    return getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
 
 
 def _architecture(d: dict) -> tuple[Architecture, transformers.PretrainedConfig, int]:
@@ -75,11 +85,17 @@ def test_the_defaults_are_transformers_config_classs(model_type):
     ("mellum", {"layer_types": ["sliding_attention", "full_attention"] * 4,
                 "mlp_layer_types": ["dense", "sparse", "sparse", "dense"] * 2}),
     ("mellum", {"num_local_experts": 16}),
+    # Falcon-40B/180B's grouped KV heads with two LayerNorms a layer, Falcon-11B's one and untied head, Falcon-RW's
+    # sequential block with biases and ALiBi
+    ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 2}),
+    ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 2, "num_ln_in_parallel_attn": 1,
+                "tie_word_embeddings": False}),
+    ("falcon", {"multi_query": False, "parallel_attn": False, "bias": True, "alibi": True}),
 ])
 def test_parameters_heads_and_layers_are_what_transformers_builds(model_type, change):
     a, cfg, count = _architecture(_config(model_type, **change))
     assert count_params(a).total == count
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads  # OPT: multi-head
+    kv_heads = _kv_heads(cfg)
     assert (a.num_kv_heads, a.head_dim) == (kv_heads, getattr(cfg, "head_dim", None) or 256 // 4)
     kinds = _vllm_layer_types(cfg)
     assert list(a.layer_types) == list(kinds)
@@ -92,7 +108,7 @@ def test_a_config_that_leaves_keys_to_the_defaults_is_read_as_transformers_fills
         | NEEDS.get(model_type, {})
     a, cfg, count = _architecture(d)
     assert count_params(a).total == count
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads  # OPT: multi-head
+    kv_heads = _kv_heads(cfg)
     assert (a.num_kv_heads, a.head_dim) == (kv_heads, getattr(cfg, "head_dim", None) or 512 // 8)
     assert a.tie_word_embeddings == cfg.tie_word_embeddings
     kinds = _vllm_layer_types(cfg)
@@ -170,6 +186,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_cpu"
     ("tiny-stablelm", [("full", None, 4)]),
     ("tiny-gptj", [("full", None, 4)]),
     ("tiny-bloom", [("full", None, 4)]),
+    ("tiny-falcon", [("full", None, 4)]),
 ])
 def test_the_tiny_engine_models_are_their_families(model, layers):
     a, _ = resolve_model(model)

