@@ -554,6 +554,7 @@ def _from_dict(raw: dict[str, Any], name: str, max_pixels: int | None = None,
             qk_nope_head_dim=_first(cfg, ("qk_nope_head_dim",), "qk_nope_head_dim", name),
             v_head_dim=_first(cfg, ("v_head_dim",), "v_head_dim", name),
             q_lora_rank=cfg.get("q_lora_rank"),
+            expanded_cache=bool(hybrid.pop("mla_expanded_cache", False)),  # a family reader's say (MiniCPM3)
         )
         head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         if cfg.get("mlp_bias"):
@@ -651,6 +652,9 @@ def _attention_layers(num_heads: int, num_kv_heads: int, head_dim: int, sliding_
             out += {"recurrent": [state], "mlp": [], "parallel_hybrid": [full, state]}.get(t, [full])
         return tuple(out)
     attending = [t for t in layer_types if t != "mlp"]  # a NAS model's no-op attention layers hold nothing
+    if mla is not None and mla.expanded_cache:  # every head's K and V, V padded to K's width (MiniCPM3)
+        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        return (FullAttention(num_heads=num_heads, num_kv_heads=num_heads, head_dim=qk),) * len(attending)
     if mla is not None:  # every layer; vLLM's allocator refuses MLA with windows (analysis.vllm.allocator)
         return (MultiHeadLatentAttention(num_heads=num_heads, kv_lora_rank=mla.kv_lora_rank,
                                          qk_rope_head_dim=mla.qk_rope_head_dim),) * len(attending)

@@ -276,6 +276,11 @@ FAMILIES: dict[str, frozenset[str]] = {
     "falcon": DECODER | {"num_kv_heads", "alibi", "new_decoder_architecture", "multi_query", "parallel_attn", "bias",
                          "num_ln_in_parallel_attn", "ffn_hidden_size", "activation", "layer_norm_epsilon",
                          "hidden_dropout", "attention_dropout"},
+    # MiniCPM3 (families.dense._minicpm3): the latent projections' widths; the scales weigh nothing, head_dim is the
+    # class's qk_rope_head_dim (the cache's width is qk_nope + qk_rope)
+    "minicpm3": DECODER | {"mlp_bias", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                           "v_head_dim", "qk_head_dim", "scale_emb", "scale_depth", "dim_model_base", "rms_norm_eps",
+                           "pretraining_tp", "attention_dropout"},
     # GPT-J (families.dense._gptj): GPT-2's key names
     "gptj": DECODER | {"n_embd", "n_layer", "n_head", "n_inner", "rotary_dim", "activation_function",
                        "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon"},

@@ -119,6 +119,9 @@ class MLA(BaseModel):
     qk_nope_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
     v_head_dim: int = Field(gt=0, le=MAX_HEAD_DIM)
     q_lora_rank: int | None = Field(None, le=MAX_HIDDEN_SIZE)
+    # vLLM caches each head's K and V (V padded to K's qk_nope + qk_rope width) through its standard Attention, not the
+    # latent: MiniCPM3's minicpm3.py, whose projections are MLA's but whose attention is not
+    expanded_cache: bool = False
 
 
 class SparseIndexer(BaseModel):

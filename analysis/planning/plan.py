@@ -407,7 +407,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
             inputs.kv_offloading_size, inputs.kv_offloading_backend, bytes_per_block=paged.bytes_per_block,
             block_size=inputs.block_size, workers=tp * inputs.pipeline_parallel_size,
             blocks_per_sequence=at_context.blocks_per_sequence,
-            gpu_resident_sequences=out["kv_full_batch"], mla_over_tp=a.mla is not None and tp > 1
+            gpu_resident_sequences=out["kv_full_batch"],
+            mla_over_tp=a.mla is not None and not a.mla.expanded_cache and tp > 1
             and inputs.pipeline_parallel_size == 1)
     if a.encoder_note and a.builds_encoder(inputs.limit_mm_per_prompt):
         out["weights_note"] = a.encoder_note

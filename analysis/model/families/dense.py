@@ -1,7 +1,7 @@
 """Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
 CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, OPT, Nemotron (v1), Apertus,
-Phi, GPT-NeoX, OLMo (v1), StableLM, GPT-J, BLOOM, Falcon and Granite 3.x with its sliding-window builds, and the MoE
-ones FlexOlmo, Mellum and Granite MoE.
+Phi, GPT-NeoX, OLMo (v1), StableLM, GPT-J, BLOOM, Falcon, MiniCPM3 and Granite 3.x with its sliding-window builds, and
+the MoE ones FlexOlmo, Mellum and Granite MoE.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "stablelm": {"tie_word_embeddings": False, "max_position_embeddings": 4096, "use_qkv_bias": False,
                  "qk_layernorm": False, "use_parallel_residual": False, "num_key_value_heads": 32},
     "bloom": {"tie_word_embeddings": True},
+    "minicpm3": {"tie_word_embeddings": True, "max_position_embeddings": 32768, "attention_bias": False,
+                 "mlp_bias": False, "kv_lora_rank": 256, "q_lora_rank": 768, "qk_nope_head_dim": 64,
+                 "qk_rope_head_dim": 32, "v_head_dim": None},
     "falcon": {"tie_word_embeddings": True, "max_position_embeddings": 2048, "num_kv_heads": None, "alibi": False,
                "new_decoder_architecture": False, "multi_query": True, "parallel_attn": True, "bias": False,
                "num_ln_in_parallel_attn": None, "ffn_hidden_size": None},
@@ -276,6 +279,27 @@ def _falcon(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, A
                      rotary_fraction=0.0 if cfg.get("alibi") else 1.0)
 
 
+def _minicpm3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """MiniCPM3 (vLLM's ``models/minicpm3.py``): Llama's layer with DeepSeek's latent projections (q_a, q_b,
+    kv_a_proj_with_mqa, kv_b and their RMSNorms) and standard attention over them: vLLM caches each head's K and V of
+    qk_nope + qk_rope (V padded to it), not the latent. Its embedding and residual scales (``scale_emb``,
+    ``scale_depth``, ``dim_model_base``) weigh nothing."""
+    cfg = _with_defaults(cfg)
+    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
+        raise UnsupportedArchitecture(f"{name}: attention_bias and mlp_bias must be false: vLLM 0.32's minicpm3.py "
+                                      "builds its projections without biases")
+    hidden = _positive_int(cfg.get("hidden_size"), "hidden_size", name)
+    heads = _positive_int(cfg.get("num_attention_heads"), "num_attention_heads", name)
+    if cfg.get("v_head_dim") is None:  # MiniCPM3Config: the hidden size over the heads
+        cfg = {**cfg, "v_head_dim": hidden // heads}
+    qk = _positive_int(cfg.get("qk_nope_head_dim"), "qk_nope_head_dim", name) \
+        + _positive_int(cfg.get("qk_rope_head_dim"), "qk_rope_head_dim", name)
+    if _positive_int(cfg["v_head_dim"], "v_head_dim", name) > qk:
+        raise UnsupportedArchitecture(f"{name}: v_head_dim {cfg['v_head_dim']} is wider than K's {qk}: vLLM's "
+                                      "minicpm3.py pads V to K's width, and would cut this one")
+    return cfg, {"mla_expanded_cache": True}
+
+
 def _smollm3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """SmolLM3 (transformers' SmolLM3): Llama's layer, RoPE left out on every ``no_rope_layer_interval``-th layer
     (``no_rope_layers`` 0); where ``use_sliding_window`` and a window are set and ``layer_types`` is not written,
@@ -416,5 +440,6 @@ READERS: dict[str, FamilyReader] = {
     "gptj": _gptj,
     "bloom": _bloom,
     "falcon": _falcon,
+    "minicpm3": _minicpm3,
     **dict.fromkeys(("granite", "granitemoe", "granitemoeshared", "granite_swa", "granitemoe_swa"), _granite),
 }

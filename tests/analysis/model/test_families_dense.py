@@ -62,7 +62,23 @@ def _kv_heads(cfg: transformers.PretrainedConfig) -> int:
     (every head)."""
     if cfg.model_type == "falcon":
         return cfg.num_kv_heads if cfg.new_decoder_architecture else 1 if cfg.multi_query else cfg.num_attention_heads
+    if cfg.model_type == "minicpm3":  # every head's K and V (vLLM's minicpm3.py: num_kv_heads = the local heads)
+        return cfg.num_attention_heads
     return getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+
+
+def _cache_head_dim(cfg: transformers.PretrainedConfig, default: int) -> int:
+    """The width of a cached K head: head_dim (else hidden ÷ heads); MiniCPM3's qk_nope + qk_rope (its config's
+    head_dim is the rope part)."""
+    if cfg.model_type == "minicpm3":
+        return cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    return getattr(cfg, "head_dim", None) or default
+
+
+def _cache_heads(a: Architecture) -> tuple[int, int]:
+    """(KV heads, head width) of the first attention layer's cache, as kvprof plans it."""
+    layer = a.attention_layers[0]
+    return layer.num_kv_heads, layer.head_dim  # type: ignore[attr-defined]
 
 
 def _architecture(d: dict) -> tuple[Architecture, transformers.PretrainedConfig, int]:
@@ -96,7 +112,7 @@ def test_parameters_heads_and_layers_are_what_transformers_builds(model_type, ch
     a, cfg, count = _architecture(_config(model_type, **change))
     assert count_params(a).total == count
     kv_heads = _kv_heads(cfg)
-    assert (a.num_kv_heads, a.head_dim) == (kv_heads, getattr(cfg, "head_dim", None) or 256 // 4)
+    assert _cache_heads(a) == (kv_heads, _cache_head_dim(cfg, 256 // 4))
     kinds = _vllm_layer_types(cfg)
     assert list(a.layer_types) == list(kinds)
 
@@ -109,7 +125,7 @@ def test_a_config_that_leaves_keys_to_the_defaults_is_read_as_transformers_fills
     a, cfg, count = _architecture(d)
     assert count_params(a).total == count
     kv_heads = _kv_heads(cfg)
-    assert (a.num_kv_heads, a.head_dim) == (kv_heads, getattr(cfg, "head_dim", None) or 512 // 8)
+    assert _cache_heads(a) == (kv_heads, _cache_head_dim(cfg, 512 // 8))
     assert a.tie_word_embeddings == cfg.tie_word_embeddings
     kinds = _vllm_layer_types(cfg)
     assert list(a.layer_types) == list(kinds)
@@ -187,6 +203,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_cpu"
     ("tiny-gptj", [("full", None, 4)]),
     ("tiny-bloom", [("full", None, 4)]),
     ("tiny-falcon", [("full", None, 4)]),
+    ("tiny-minicpm3", [("full", None, 4)]),  # MLA's projections, a full cache of every head
 ])
 def test_the_tiny_engine_models_are_their_families(model, layers):
     a, _ = resolve_model(model)
