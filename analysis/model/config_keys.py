@@ -281,6 +281,9 @@ FAMILIES: dict[str, frozenset[str]] = {
     "minicpm3": DECODER | {"mlp_bias", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                            "v_head_dim", "qk_head_dim", "scale_emb", "scale_depth", "dim_model_base", "rms_norm_eps",
                            "pretraining_tp", "attention_dropout"},
+    "hyperclovax": DECODER | {"mlp_bias", "use_post_norm", "embedding_multiplier", "logits_scaling",
+                              "residual_multiplier", "attention_multiplier", "rms_norm_eps", "pretraining_tp",
+                              "attention_dropout"},
     # GPT-J (families.dense._gptj): GPT-2's key names
     "gptj": DECODER | {"n_embd", "n_layer", "n_head", "n_inner", "rotary_dim", "activation_function",
                        "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon"},

@@ -1,7 +1,7 @@
 """Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
 CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, OPT, Nemotron (v1), Apertus,
-Phi, GPT-NeoX, OLMo (v1), StableLM, GPT-J, BLOOM, Falcon, MiniCPM3 and Granite 3.x with its sliding-window builds, and
-the MoE ones FlexOlmo, Mellum and Granite MoE.
+Phi, GPT-NeoX, OLMo (v1), StableLM, GPT-J, BLOOM, Falcon, MiniCPM3, HyperCLOVA X and Granite 3.x with its
+sliding-window builds, and the MoE ones FlexOlmo, Mellum and Granite MoE.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "stablelm": {"tie_word_embeddings": False, "max_position_embeddings": 4096, "use_qkv_bias": False,
                  "qk_layernorm": False, "use_parallel_residual": False, "num_key_value_heads": 32},
     "bloom": {"tie_word_embeddings": True},
+    "hyperclovax": {"tie_word_embeddings": False, "max_position_embeddings": 2048, "attention_bias": False,
+                    "mlp_bias": False, "use_post_norm": True},
     "minicpm3": {"tie_word_embeddings": True, "max_position_embeddings": 32768, "attention_bias": False,
                  "mlp_bias": False, "kv_lora_rank": 256, "q_lora_rank": 768, "qk_nope_head_dim": 64,
                  "qk_rope_head_dim": 32, "v_head_dim": None},
@@ -300,6 +302,15 @@ def _minicpm3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str,
     return cfg, {"mla_expanded_cache": True}
 
 
+def _hyperclovax(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """HyperCLOVA X (vLLM's ``models/hyperclovax.py``): Llama's layer, q, k, v and o biased where ``attention_bias``,
+    the MLP where ``mlp_bias``, and two more RMSNorms a layer (after attention and after the MLP) where
+    ``use_post_norm`` (its config's default). Its multipliers (embedding, residual, attention, logits) weigh
+    nothing."""
+    cfg = _with_defaults(cfg)
+    return cfg, dict(norms_per_layer=4 if cfg.get("use_post_norm") else 2)
+
+
 def _smollm3(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """SmolLM3 (transformers' SmolLM3): Llama's layer, RoPE left out on every ``no_rope_layer_interval``-th layer
     (``no_rope_layers`` 0); where ``use_sliding_window`` and a window are set and ``layer_types`` is not written,
@@ -441,5 +452,6 @@ READERS: dict[str, FamilyReader] = {
     "bloom": _bloom,
     "falcon": _falcon,
     "minicpm3": _minicpm3,
+    "hyperclovax": _hyperclovax,
     **dict.fromkeys(("granite", "granitemoe", "granitemoeshared", "granite_swa", "granitemoe_swa"), _granite),
 }

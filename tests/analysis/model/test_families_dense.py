@@ -107,6 +107,7 @@ def test_the_defaults_are_transformers_config_classs(model_type):
     ("falcon", {"new_decoder_architecture": True, "num_kv_heads": 2, "num_ln_in_parallel_attn": 1,
                 "tie_word_embeddings": False}),
     ("falcon", {"multi_query": False, "parallel_attn": False, "bias": True, "alibi": True}),
+    ("hyperclovax", {"use_post_norm": False, "attention_bias": True, "mlp_bias": True}),
 ])
 def test_parameters_heads_and_layers_are_what_transformers_builds(model_type, change):
     a, cfg, count = _architecture(_config(model_type, **change))
