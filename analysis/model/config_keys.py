@@ -284,6 +284,9 @@ FAMILIES: dict[str, frozenset[str]] = {
     "hyperclovax": DECODER | {"mlp_bias", "use_post_norm", "embedding_multiplier", "logits_scaling",
                               "residual_multiplier", "attention_multiplier", "rms_norm_eps", "pretraining_tp",
                               "attention_dropout"},
+    # Hunyuan MoE (families.dense._hunyuan_moe): transformers' HunYuanMoEV1Config, whose extra token ids weigh nothing
+    "hunyuan_v1_moe": DECODER | {"num_experts", "moe_topk", "eod_token_id", "sep_token_id", "rms_norm_eps",
+                                 "pretraining_tp", "attention_dropout"},
     # GPT-J (families.dense._gptj): GPT-2's key names
     "gptj": DECODER | {"n_embd", "n_layer", "n_head", "n_inner", "rotary_dim", "activation_function",
                        "resid_pdrop", "embd_pdrop", "attn_pdrop", "layer_norm_epsilon"},

@@ -1,7 +1,7 @@
 """Config readers of decoders with Llama's layer and a twist of their own: OLMo 3, SmolLM3, Seed-OSS, GLM-4 (v1),
 CWM, Arcee (AFM), Jais 2, Hunyuan dense (``hunyuan_v1_dense``), VaultGemma, StarCoder2, OPT, Nemotron (v1), Apertus,
 Phi, GPT-NeoX, OLMo (v1), StableLM, GPT-J, BLOOM, Falcon, MiniCPM3, HyperCLOVA X and Granite 3.x with its
-sliding-window builds, and the MoE ones FlexOlmo, Mellum and Granite MoE.
+sliding-window builds, and the MoE ones FlexOlmo, Mellum, Hunyuan MoE and Granite MoE.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from analysis.model.families.attention import _granite_moe_shared
 from analysis.model.parts import (
     FamilyReader,
     LayerType,
+    MoE,
     UnsupportedArchitecture,
     _positive_int,
 )
@@ -33,6 +34,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
               "max_position_embeddings": 4096},
     "jais2": {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": False, "max_position_embeddings": 8192},
     "hunyuan_v1_dense": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 2048},
+    "hunyuan_v1_moe": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 2048,
+                       "num_experts": 1, "moe_topk": 1},
     "apertus": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 65536},
     "flex_olmo": {"attention_bias": False, "tie_word_embeddings": False, "max_position_embeddings": 4096,
                   "num_experts": 7, "num_experts_per_tok": 5},
@@ -368,6 +371,23 @@ def _hunyuan_dense(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict
     return _with_defaults(cfg), dict(qk_norm=True)
 
 
+def _hunyuan_moe(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Hunyuan MoE (transformers' HunYuanMoEV1, through vLLM's Transformers backend): Hunyuan dense's attention (q and
+    k RMSNorms over a head's width; biases on q, k, v and o where ``attention_bias``) and on every layer
+    ``num_experts`` gated experts of ``intermediate_size`` (``moe_topk`` a token) behind a float32 router, beside a
+    shared MLP of ``intermediate_size``. transformers' experts take one count for every layer: per-layer lists are
+    refused by name, as is a config without ``head_dim`` (transformers' attention reads it with no fallback)."""
+    cfg, fields = _hunyuan_dense(cfg, name)  # a per-layer list of counts is refused by its type (config_keys)
+    inter = _positive_int(cfg.get("intermediate_size"), "intermediate_size", name)
+    moe = MoE(num_experts=_positive_int(cfg.get("num_experts"), "num_experts", name),
+              experts_per_token=_positive_int(cfg.get("moe_topk"), "moe_topk", name),
+              expert_intermediate_size=inter, shared_experts=1, shared_expert_intermediate_size=inter, router_fp32=True)
+    if moe.experts_per_token > moe.num_experts:
+        raise UnsupportedArchitecture(f"{name}: moe_topk {moe.experts_per_token} is more than num_experts "
+                                      f"{moe.num_experts}")
+    return cfg, {**fields, "o_bias": bool(cfg.get("attention_bias")), "moe": moe}
+
+
 def _flex_olmo(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """FlexOlmo (transformers' FlexOlmo): OLMo 2's attention (q and k RMSNorms over every head's width together) and
     OLMoE's experts, ``num_experts`` of ``intermediate_size`` on every layer behind a bias-free router."""
@@ -439,6 +459,7 @@ READERS: dict[str, FamilyReader] = {
     "glm": _glm,
     **dict.fromkeys(("arcee", "jais2", "nemotron", "apertus"), _ungated_family),
     "hunyuan_v1_dense": _hunyuan_dense,
+    "hunyuan_v1_moe": _hunyuan_moe,
     "flex_olmo": _flex_olmo,
     "mellum": _mellum,
     "vaultgemma": _vaultgemma,

@@ -28,7 +28,8 @@ SMALL = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=8, num_at
 MINIMAL = dict(hidden_size=512, intermediate_size=512, num_hidden_layers=8, num_attention_heads=8, vocab_size=1024,
                pad_token_id=0, bos_token_id=1, eos_token_id=2)
 # what transformers' model needs written (its attention reads head_dim, num_key_value_heads, with no fallback)
-NEEDS = {"hunyuan_v1_dense": {"head_dim": 64}, "nemotron": {"num_key_value_heads": 4},
+NEEDS = {"hunyuan_v1_dense": {"head_dim": 64}, "hunyuan_v1_moe": {"head_dim": 64},
+         "nemotron": {"num_key_value_heads": 4},
          "opt": {"word_embed_proj_dim": None},  # OPTConfig's default: the hidden size
          # StableLmConfig's default of 32 KV heads exceeds MINIMAL's 8 query heads (neither builds such a model)
          "stablelm": {"num_key_value_heads": 4}}
@@ -108,6 +109,7 @@ def test_the_defaults_are_transformers_config_classs(model_type):
                 "tie_word_embeddings": False}),
     ("falcon", {"multi_query": False, "parallel_attn": False, "bias": True, "alibi": True}),
     ("hyperclovax", {"use_post_norm": False, "attention_bias": True, "mlp_bias": True}),
+    ("hunyuan_v1_moe", {"num_experts": 8, "moe_topk": 2, "attention_bias": True}),
 ])
 def test_parameters_heads_and_layers_are_what_transformers_builds(model_type, change):
     a, cfg, count = _architecture(_config(model_type, **change))
@@ -177,6 +179,16 @@ def test_the_transformers_backend_is_known_from_vllms_registry():
     ("opt", {"do_layer_norm_before": False}, "do_layer_norm_before False"),
     ("opt", {"num_key_value_heads": 2}, "num_key_value_heads"),  # vLLM's OPT is multi-head: not read
     ("mellum", {"mlp_layer_types": ["moe"] * 8}, "mlp_layer_types must list"),
+    # Hunyuan-A13B's per-layer expert counts: transformers' experts take one count (and its other keys are unknown)
+    ("hunyuan_v1_moe", {"num_experts": [8] * 8}, "num_experts is a list, not an integer"),
+    ("hunyuan_v1_moe", {"num_experts": 4, "moe_topk": 8}, "moe_topk 8 is more than num_experts 4"),
+    ("falcon", {"ffn_hidden_size": 4096}, "ffn_hidden_size 4096"),
+    ("stablelm", {"qk_layernorm": True}, "qk_layernorm True"),
+    ("stablelm", {"use_parallel_residual": True}, "use_parallel_residual True"),
+    ("phi", {"qk_layernorm": True}, "qk_layernorm True"),
+    ("phi", {"partial_rotary_factor": 1.5}, "partial_rotary_factor 1.5"),
+    ("gptj", {"rotary_dim": 65}, "rotary_dim 65 must be even"),
+    ("minicpm3", {"v_head_dim": 128}, "v_head_dim 128 is wider"),
 ])
 def test_what_kvprof_does_not_read_is_refused_by_name(model_type, change, message):
     with pytest.raises(UnsupportedArchitecture, match=message):
