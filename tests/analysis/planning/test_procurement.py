@@ -9,7 +9,7 @@ from analysis import catalog
 from analysis.planning.procurement import parse_tp_list
 from analysis.units import parse_seconds
 from profiler.cli import app
-from profiler.cli.plan import procurement_tables
+from profiler.cli.plan_tables import procurement_tables
 
 runner = CliRunner()
 
