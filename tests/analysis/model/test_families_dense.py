@@ -217,6 +217,8 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "vllm_cpu"
     ("tiny-bloom", [("full", None, 4)]),
     ("tiny-falcon", [("full", None, 4)]),
     ("tiny-minicpm3", [("full", None, 4)]),  # MLA's projections, a full cache of every head
+    ("tiny-hyperclovax", [("full", None, 4)]),
+    ("tiny-hunyuan-moe", [("full", None, 4)]),
 ])
 def test_the_tiny_engine_models_are_their_families(model, layers):
     a, _ = resolve_model(model)

