@@ -30,6 +30,7 @@ from analysis.planning.plan import PlanError, PlanInputs, make_plan
 from analysis.results.load import Results
 from analysis.vllm.allocator import NotModelled, paged_capacity
 from analysis.vllm.budget import default_reserve, kv_budget
+from analysis.vllm.speculative import SpeculativeConfig
 
 
 def architecture(model_dir: str | None, model: str | None, dtype: str | None = None,
@@ -299,8 +300,7 @@ def engine_plan_inputs(e: Any) -> PlanInputs:
     if isinstance(spec, str):
         spec = json.loads(spec)
     if isinstance(spec, dict):  # the fields that decide memory (vLLM's config has more)
-        spec = {k: v for k, v in spec.items() if k in ("method", "model", "num_speculative_tokens",
-                                                       "draft_tensor_parallel_size")}
+        spec = SpeculativeConfig.memory_fields(spec)
     loras = (args.get("max_loras") or 1) if args.get("enable_lora") else None  # vLLM's max_loras defaults to 1
     util = _value(e, "gpu_memory_utilization")
     version = _value(e, "vllm_version")

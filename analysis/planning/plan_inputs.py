@@ -167,8 +167,7 @@ class PlanInputs(BaseModel):
         spec = args.get("speculative_config")
         if isinstance(spec, dict):
             try:
-                spec = SpeculativeConfig.model_validate({k: v for k, v in spec.items() if k in (
-                    "method", "model", "num_speculative_tokens", "draft_tensor_parallel_size")})
+                spec = SpeculativeConfig.model_validate(SpeculativeConfig.memory_fields(spec))
             except ValueError as exc:
                 raise PlanError(f"engine_args.speculative_config: {' '.join(str(exc).split())[:300]}") from None
         return cls(kv_cache_dtype=engine.kv_cache_dtype, block_size=engine.block_size,

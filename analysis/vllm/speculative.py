@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
@@ -75,6 +75,12 @@ class SpeculativeConfig(BaseModel):
                    else "the target checkpoint carries its MTP layers")
             raise ValueError(f"method {self.method} takes no model ({why})")
         return self
+
+    @staticmethod
+    def memory_fields(engine_arg: dict[str, Any]) -> dict[str, Any]:
+        """Of vLLM's ``speculative_config`` as an engine was given it, the fields this model reads (the ones that
+        decide memory); vLLM's others (n-gram lookup bounds, sampling) are left out."""
+        return {k: v for k, v in engine_arg.items() if k in SpeculativeConfig.model_fields}
 
     @property
     def lookahead_tokens(self) -> int:
