@@ -252,7 +252,7 @@ def cases() -> list[Case]:
     # --- plan: GPUs and models ----------------------------------------------------------------------
     add(Case("plan --gpu unknown", ["plan", "--model", "llama-3.1-8b", "--gpu", "h900", "--json"], BAD, ("h900",)))
     add(Case("plan --gpu ''", ["plan", "--model", "llama-3.1-8b", "--gpu", "", "--json"], BAD, ("--gpu",)))
-    add(Case("plan --gpu ' , '", ["plan", "--model", "llama-3.1-8b", "--gpu", " , ", "--concurrency", "4",
+    add(Case("procure --gpu ' , '", ["procure", "--model", "llama-3.1-8b", "--gpu", " , ", "--concurrency", "4",
                                   "--json"], BAD, ("--gpu",)))
     add(Case("plan --model unknown", ["plan", "--model", "llama-9", "--gpu", "h100-sxm"], BAD, ("llama-9",)))
     add(Case("plan --model ''", ["plan", "--model", "", "--gpu", "h100-sxm"], BAD, ("--model", "model")))
@@ -353,8 +353,8 @@ def cases() -> list[Case]:
     add(Case("plan config.json deeply nested", ["plan", "--model", "m", "--gpu", "h100-sxm"], BAD,
              ("config.json",), files={"m/config.json": "[" * 100_000 + "]" * 100_000}))
 
-    # --- plan: procurement -----------------------------------------------------------------------------
-    PR = ["plan", "--model", "llama-3.1-8b", "--json"]
+    # --- procure: the procurement table ----------------------------------------------------------------
+    PR = ["procure", "--model", "llama-3.1-8b", "--json"]
     for tp in ("0", "1,,2", "-1", "1,1,1", "1,2,2,4", "", ",", "a,b", "1.5", "1e3", "9999999999999"):
         add(Case(f"plan --gpu all --tp {tp!r}", [*PR, "--gpu", "all", "--tp", tp, "--concurrency", "8"],
                  BAD | (OK if tp in ("1,1,1", "1,2,2,4", "9999999999999") else set()), ("--tp",),
@@ -387,9 +387,9 @@ def cases() -> list[Case]:
     add(Case("plan procurement --kv bytes -1GiB", [*PR, "--gpu", "all", "--concurrency", "8",
                                                    "--kv-cache-memory-bytes", "-1GiB"], BAD,
              ("--kv-cache-memory-bytes",)))
-    add(Case("plan procurement 405b on all", ["plan", "--model", "llama-3.1-405b", "--json", "--gpu", "all",
+    add(Case("plan procurement 405b on all", ["procure", "--model", "llama-3.1-405b", "--json", "--gpu", "all",
                                               "--tp", "1,2,4,8", "--concurrency", "64"], OK, check=rows_sane))
-    add(Case("plan procurement config.json weird", ["plan", "--model", "m", "--json", "--gpu", "all",
+    add(Case("plan procurement config.json weird", ["procure", "--model", "m", "--json", "--gpu", "all",
                                                     "--concurrency", "8"], BAD, ("config.json", "m"),
              files={"m/config.json": cfg(num_hidden_layers=-3)}))
 

@@ -3,7 +3,7 @@
 - ``Plan`` (analysis.planning.plan_schema): `kvprof plan --json`, one configuration;
 - ``ProcurementRow`` (analysis.planning.procurement): each element of `kvprof plan --json` with GPU or tp lists,
   or ``--concurrency``;
-- ``Recommendation`` (analysis.planning.recommend): `kvprof plan --recommend --json`;
+- ``Recommendation`` (analysis.planning.recommend): `kvprof recommend --json`;
 - ``SavedPlan`` (analysis.planning.saved_plan): the file `kvprof plan --save` writes and `kvprof check-plan` reads;
 - ``Calibration`` (analysis.planning.calibration): the calibration.json `kvprof report` writes and
   `kvprof plan --calibration` reads.

@@ -1,4 +1,4 @@
-"""The inverse plan (`kvprof plan --recommend`): what to set so that N sequences of T tokens fit.
+"""The inverse plan (`kvprof recommend`): what to set so that N sequences of T tokens fit.
 
 The question users type is the inverse of the plan's: not "how many sequences fit at these settings" but "what
 should I set so that N users of T tokens fit?". The answer, for one GPU model:
@@ -39,7 +39,7 @@ UTILIZATION_DECIMALS = 6  # 1e-6 of an 80 GiB device is 86 KB: less than one KV 
 
 
 class Recommendation(BaseModel):
-    """What to set so that ``concurrency`` sequences of ``context`` tokens fit (``kvprof plan --recommend``)."""
+    """What to set so that ``concurrency`` sequences of ``context`` tokens fit (``kvprof recommend``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -81,9 +81,9 @@ def recommend(a: Architecture, base: PlanInputs, gpu: GPU, tps: Sequence[int], *
     ``gpu_memory_utilization`` is the ceiling. A PlanError when no tensor-parallel size holds them, with the
     procurement table's reasons."""
     if base.kv_cache_memory_bytes is not None:
-        raise PlanError("--recommend finds the KV budget itself: drop --kv-cache-memory-bytes")
+        raise PlanError("recommend finds the KV budget itself: drop --kv-cache-memory-bytes")
     if gpu.cpu:
-        raise PlanError(f"--recommend plans GPU memory; {gpu.name} is a CPU")
+        raise PlanError(f"recommend plans GPU memory; {gpu.name} is a CPU")
     if base.max_model_len is not None and base.max_model_len < context:
         raise PlanError(f"--max-model-len {base.max_model_len:,} is shorter than --context {context:,}")
     base = base.model_copy(update={"max_model_len": base.max_model_len or context})

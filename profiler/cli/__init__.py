@@ -31,7 +31,7 @@ _sigint = signal.signal(signal.SIGINT, _interrupted_while_loading) if _loading e
 
 import typer
 
-from profiler.cli import catalog, check_plan, compare, log, plan, probe, report, sweep, validate
+from profiler.cli import catalog, check_plan, compare, log, plan, probe, procure, recommend, report, sweep, validate
 from profiler.cli.common import Commands
 
 if _loading:
@@ -51,6 +51,8 @@ COMMANDS = (
     ("models", catalog.models_cmd),
     ("gpus", catalog.gpus_cmd),
     ("plan", plan.plan_cmd),
+    ("procure", procure.procure_cmd),
+    ("recommend", recommend.recommend_cmd),
     ("log", log.log_cmd),
     ("report", report.report_cmd),
     ("compare", compare.compare_cmd),

@@ -194,12 +194,13 @@ def test_plan_budget_below_one_sequence_is_refused():
     ("", ("--tpot-slo", "empty")),
 ])
 def test_procurement_tpot_slo_names_the_option(slo, words):
-    refused(["plan", "--model", "llama-3.1-8b", "--gpu", "h200,b200", "--concurrency", "8", "--tpot-slo", slo], *words)
+    refused(["procure", "--model", "llama-3.1-8b", "--gpu", "h200,b200", "--concurrency", "8", "--tpot-slo", slo],
+            *words)
 
 
 def test_procurement_context_zero_is_refused_not_defaulted():
     # `context or max_model_len` took 0 for "not given" and planned 131,072-token sequences.
-    refused(["plan", "--model", "llama-3.1-8b", "--gpu", "h200", "--concurrency", "8", "--context", "0"],
+    refused(["procure", "--model", "llama-3.1-8b", "--gpu", "h200", "--concurrency", "8", "--context", "0"],
             "--context", "greater than 0")
 
 
@@ -295,12 +296,14 @@ def test_validate_refuses_arguments_vllm_does_not_take(tmp_path, changes, words)
 
 @pytest.mark.parametrize("args, words", [
     (["--tp", ""], ("--tp", "not a positive integer")),  # was read as no --tp: a plan at tp 1, exit 0
-    (["--gpu", "all", "--tp", ""], ("--tp",)),
+    (["procure", "--gpu", "all", "--tp", "", "--concurrency", "4"], ("--tp",)),
+    (["recommend", "--tp", "", "--concurrency", "4", "--context", "4096"], ("--tp",)),
     (["--batch", "99999999999999999999"], ("--batch", "1000000000")),  # was an OverflowError traceback
     (["--reserve-bytes", "99999999999999999999999GiB"], ("--reserve-bytes",)),  # was "does not fit", unnamed
 ])
 def test_plan_options_out_of_range_are_refused_by_name(args, words):
-    refused([*(PLAN if "--gpu" not in args else PLAN[:3]), *args], *words)
+    command = args.pop(0) if args[0] in ("procure", "recommend") else "plan"
+    refused([command, *(PLAN[1:] if "--gpu" not in args else PLAN[1:3]), *args], *words)
 
 
 @pytest.mark.parametrize("section, words", [

@@ -146,7 +146,7 @@ def test_the_calibrations_own_device_needs_no_transfer(tmp_path):
 
 def test_procurement_rows_on_other_gpus_need_the_flag_and_say_transferred(tmp_path):
     cal = write(tmp_path, **FITTED)
-    args = ("plan", "--model", "tiny-llama-gqa", "--gpu", "h100-sxm,h200", "--concurrency", "4", "--context", "512",
+    args = ("procure", "--model", "tiny-llama-gqa", "--gpu", "h100-sxm,h200", "--concurrency", "4", "--context", "512",
             "--calibration", cal, "--json")
     res = runner.invoke(app, args)
     assert res.exit_code == 2 and "this plan is for NVIDIA H200 141GB" in res.stderr

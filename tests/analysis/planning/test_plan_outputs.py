@@ -22,8 +22,10 @@ from tests.test_docs_examples import EXAMPLES, _why_not_run
 runner = CliRunner()
 SCHEMA = json.loads(outputs.SCHEMA_FILE.read_text(encoding="utf-8"))
 VALIDATORS = {name: jsonschema.Draft202012Validator(outputs.definition(name, SCHEMA)) for name in outputs.OUTPUTS}
+# What each planning command's --json prints: one schema definition (a list of it for the procurement table).
+KIND_OF_COMMAND = {"plan": "Plan", "procure": "ProcurementRow", "recommend": "Recommendation"}
 PLAN_EXAMPLES = [(where, words) for where, words in EXAMPLES
-                 if words.startswith("plan ") and _why_not_run(shlex.split(words)) is None]
+                 if words.split()[0] in KIND_OF_COMMAND and _why_not_run(shlex.split(words)) is None]
 
 
 def test_the_exported_schema_is_the_models():
@@ -40,9 +42,9 @@ def _validate(name: str, value: object) -> None:
 
 
 def test_every_plan_example_in_the_docs_prints_json_the_schema_takes(tmp_path, monkeypatch):
-    """Each runnable `kvprof plan` example of the README and docs/, with --json: one configuration is a Plan, GPU
-    or tp lists a list of ProcurementRow, --recommend a Recommendation — and what it prints reads back as the
-    model it was written from, field for field."""
+    """Each runnable `kvprof plan`, `procure` and `recommend` example of the README and docs/, with --json: a Plan,
+    a list of ProcurementRow, a Recommendation — and what it prints reads back as the model it was written from,
+    field for field."""
     monkeypatch.chdir(tmp_path)
     seen = set()
     assert len(PLAN_EXAMPLES) >= 10
@@ -51,13 +53,12 @@ def test_every_plan_example_in_the_docs_prints_json_the_schema_takes(tmp_path, m
         res = runner.invoke(app, [*args, *([] if "--json" in args else ["--json"])])
         assert res.exit_code == 0, f"{where}: kvprof {words}\n{res.output[-2000:]}"
         out = json.loads(res.stdout)
-        if isinstance(out, list):
-            kind = "ProcurementRow"
-            assert out, words
+        kind = KIND_OF_COMMAND[args[0]]
+        if kind == "ProcurementRow":
+            assert isinstance(out, list) and out, words
             for row in out:
                 _validate(kind, row)
         else:
-            kind = "Recommendation" if "--recommend" in args else "Plan"
             _validate(kind, out)
             if kind == "Plan":
                 assert out["plan_version"] == PLAN_VERSION

@@ -1,4 +1,4 @@
-"""`kvprof plan --gpu A,B --tp 1,2,4 --concurrency N`: the procurement table, by arithmetic written out here."""
+"""`kvprof procure --gpu A,B --tp 1,2,4 --concurrency N`: the procurement table, by arithmetic written out here."""
 
 import json
 
@@ -61,7 +61,7 @@ def roofline_constants(monkeypatch):
 
 
 def table(*args: str) -> list[dict]:
-    result = runner.invoke(app, ["plan", *args, "--json"])
+    result = runner.invoke(app, ["procure", *args, "--json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert isinstance(rows, list)
@@ -153,7 +153,7 @@ def test_whole_requests_are_judged_by_their_served_tpot():
                                 kv_cache_memory_bytes=8 * 2**20), catalog.gpu("h100-sxm"))
     assert whole["decode_step_s"] == pytest.approx(plan.served_tpot_s, rel=1e-9)
     assert whole["tokens_per_s_per_gpu"] == pytest.approx(7 / plan.served_tpot_s, rel=1e-9)
-    out = runner.invoke(app, ["plan", *TINY, "--gpu", "h100-sxm", "--tp", "1", "--prompt-len", "512",
+    out = runner.invoke(app, ["procure", *TINY, "--gpu", "h100-sxm", "--tp", "1", "--prompt-len", "512",
                               "--output-len", "64"])
     assert out.exit_code == 0 and "TPOT ms" in out.output
 
@@ -215,7 +215,7 @@ def test_calibrated_figures_stand_beside_and_carry_to_other_gpus(tmp_path):
     cal = tmp_path / "calibration.json"
     cal.write_text(json.dumps({"effective_bandwidth_Bps": H100_SXM_BW / 2, "device": "NVIDIA H100 80GB HBM3",
                                "source": "test sweep"}))
-    refused = runner.invoke(app, ["plan", *TINY, "--gpu", "h100-sxm,h200", "--tp", "1", "--calibration", str(cal)])
+    refused = runner.invoke(app, ["procure", *TINY, "--gpu", "h100-sxm,h200", "--tp", "1", "--calibration", str(cal)])
     assert refused.exit_code == 2 and "fitted on NVIDIA H100 80GB HBM3, this plan is for NVIDIA H200" in refused.output
     rows = by_config(table(*TINY, "--gpu", "h100-sxm,h200", "--tp", "1", "--calibration", str(cal),
                            "--transfer-calibration"))
@@ -243,7 +243,7 @@ def test_step_overhead_calibration_adds_to_every_step(tmp_path):
 
 
 def test_human_table_right_aligns_numbers_with_units():
-    result = runner.invoke(app, ["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm,h200", "--tp", "1,8",
+    result = runner.invoke(app, ["procure", "--model", "llama-3.1-70b", "--gpu", "h100-sxm,h200", "--tp", "1,8",
                                  "--context", "32768", "--concurrency", "64"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     out = result.stdout
@@ -264,7 +264,7 @@ def test_human_table_right_aligns_numbers_with_units():
 
 
 def test_the_tables_fit_an_80_column_terminal_with_reasons_as_numbered_notes():
-    result = runner.invoke(app, ["plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm,h200,a100-80gb-pcie,l40s",
+    result = runner.invoke(app, ["procure", "--model", "llama-3.1-70b", "--gpu", "h100-sxm,h200,a100-80gb-pcie,l40s",
                                  "--tp", "1,2,4,8", "--context", "32768", "--concurrency", "64"],
                            env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
@@ -282,7 +282,6 @@ def test_single_gpu_and_tp_keeps_the_single_plan():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--gpu", "h100-sxm,h200", "--save", "plan.json"], "check-plan` takes one configuration"),
     (["--gpu", "h100-sxm", "--tp", "1,x"], "'x' is not a positive integer"),
     (["--gpu", "h100-sxm", "--tp", "0"], "'0' is not a positive integer"),
     (["--gpu", "h100-sxm", "--tpot-slo", "fast"], "'fast' is not a duration"),
@@ -300,7 +299,7 @@ def test_single_gpu_and_tp_keeps_the_single_plan():
 ])
 def test_bad_procurement_input_is_one_line_and_exit_2(args, message):
     base = TINY[:-2] if "--concurrency" in args else TINY
-    result = runner.invoke(app, ["plan", *base, *args])
+    result = runner.invoke(app, ["procure", *base, *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
@@ -308,14 +307,14 @@ def test_bad_procurement_input_is_one_line_and_exit_2(args, message):
 
 
 def test_a_list_without_concurrency_asks_for_it():
-    result = runner.invoke(app, ["plan", *TINY[:-2], "--gpu", "h100-sxm,h200"])
+    result = runner.invoke(app, ["procure", *TINY[:-2], "--gpu", "h100-sxm,h200"])
     assert result.exit_code == 2 and "needs --concurrency N" in result.output
 
 
 def test_calibration_from_a_device_outside_the_catalog_is_refused(tmp_path):
     cal = tmp_path / "calibration.json"
     cal.write_text(json.dumps({"effective_bandwidth_Bps": 4e10, "device": "cpu", "source": "cpu sweep"}))
-    result = runner.invoke(app, ["plan", *TINY, "--gpu", "h100-sxm,h200", "--calibration", str(cal),
+    result = runner.invoke(app, ["procure", *TINY, "--gpu", "h100-sxm,h200", "--calibration", str(cal),
                                  "--transfer-calibration"])
     assert result.exit_code == 2 and "not a catalog GPU" in result.output
 
@@ -331,14 +330,30 @@ def test_tp_list_keeps_order_and_drops_repeats():
     assert parse_tp_list("2") == [2]
 
 
-def test_money_options_go_with_the_procurement_table_only():
-    for args in (["--price", "h100-sxm=2"], ["--power-price", "0.1"], ["--rank-by", "cost"]):
-        result = runner.invoke(app, ["plan", *TINY[:-2], "--gpu", "h100-sxm", *args])
-        assert result.exit_code == 2 and "goes with the procurement table" in result.output, result.output
+def test_money_options_are_the_procurement_tables_only():
+    for flag, value in (("--price", "h100-sxm=2"), ("--power-price", "0.1"), ("--rank-by", "cost")):
+        result = runner.invoke(app, ["plan", *TINY[:-2], "--gpu", "h100-sxm", flag, value])
+        assert result.exit_code == 2 and f"No such option: {flag}" in result.output, result.output
+
+
+@pytest.mark.parametrize("args, given", [
+    (["--gpu", "h100-sxm,h200"], "--gpu h100-sxm,h200"),
+    (["--gpu", "all"], "--gpu all"),
+    (["--gpu", "h100-sxm", "--tp", "1,2"], "--tp 1,2"),
+    (["--gpu", "h100-sxm", "--pp", "1,2"], "--pp 1,2"),
+    (["--gpu", "h100-sxm", "--concurrency", "20"], "--concurrency 20"),
+])
+def test_plan_points_a_procurement_question_to_procure(args, given):
+    """`kvprof plan` plans one configuration; lists and --concurrency are the procurement table's, and the one line
+    says so and names what was given, instead of answering another question than the one asked."""
+    result = runner.invoke(app, ["plan", *TINY[:-2], *args])
+    assert result.exit_code == 2, result.output
+    assert given in result.output and "`kvprof procure`" in result.output
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_the_cost_table_names_each_price_and_the_json_carries_energy_and_cost():
-    result = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm,l4", "--context", "4096",
+    result = runner.invoke(app, ["procure", "--model", "llama-3.1-8b", "--gpu", "h100-sxm,l4", "--context", "4096",
                                  "--concurrency", "32", "--price", "l4=0.5", "--power-price", "0.2",
                                  "--rank-by", "cost"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
@@ -347,7 +362,7 @@ def test_the_cost_table_names_each_price_and_the_json_carries_energy_and_cost():
     assert "energy and cost" in out and "--price" in out and "Lambda on-demand list price" in out
     assert "electricity: 0.2 USD per kWh (--power-price)" in out
     assert "by USD per million output tokens (cheapest" in out
-    rows = json.loads(runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm,l4", "--context",
+    rows = json.loads(runner.invoke(app, ["procure", "--model", "llama-3.1-8b", "--gpu", "h100-sxm,l4", "--context",
                                           "4096", "--concurrency", "32", "--price", "l4=0.5", "--power-price",
                                           "0.2", "--json"]).stdout)
     for r in (r for r in rows if r["fits"]):

@@ -1,4 +1,4 @@
-"""`kvprof plan --recommend`, the inverse plan (issue #28): what to set so that N sequences of T tokens fit.
+"""`kvprof recommend`, the inverse plan (issue #28): what to set so that N sequences of T tokens fit.
 
 Expected values are arithmetic written out from config.json (bytes per token, blocks) and vLLM's own printed
 numbers: the published start-up logs of tests/fixtures/gpu_corpus/ give, for the utilization the author set,
@@ -147,8 +147,8 @@ def test_the_corpus_gives_the_inverse_enough_published_start_ups():
 
 
 def test_cli_prints_the_flags_and_json_is_the_recommendation():
-    args = ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192", "--concurrency", "16",
-            "--tp", "1", "--recommend"]
+    args = ["recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192", "--concurrency", "16",
+            "--tp", "1"]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     flat = " ".join(res.output.split())
@@ -161,15 +161,22 @@ def test_cli_prints_the_flags_and_json_is_the_recommendation():
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--gpu", "h100-sxm,h200", "--context", "8192", "--concurrency", "4"], "--recommend needs one GPU"),
-    (["--gpu", "h100-sxm"], "--recommend needs --concurrency N and --context T"),
+    (["--gpu", "h100-sxm,h200", "--context", "8192", "--concurrency", "4"], "recommend needs one GPU"),
+    (["--gpu", "h100-sxm"], "recommend needs --concurrency N and --context T"),
     (["--gpu", "h100-sxm", "--context", "8192", "--concurrency", "4", "--kv-cache-memory-bytes", "8GiB"],
-     "--kv-cache-memory-bytes does not go with --recommend"),
+     "--kv-cache-memory-bytes does not go with recommend"),
+    (["--gpu", "h100-sxm", "--context", "8192", "--concurrency", "4", "--batch", "4"],
+     "--batch does not go with recommend"),
     (["--gpu", "h100-sxm", "--context", "8192", "--concurrency", "4", "--tpot-slo", "50ms"],
-     "--tpot-slo does not go with --recommend"),
+     "No such option: --tpot-slo"),
     (["--gpu", "h100-sxm", "--context", "0", "--concurrency", "4"], "must be at least 1"),
 ])
 def test_bad_recommend_input_is_one_line_and_exit_2(extra, message):
-    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--recommend", *extra])
+    res = runner.invoke(app, ["recommend", "--model", "llama-3.1-8b", *extra])
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
+
+
+def test_plan_points_recommend_to_its_command():
+    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--recommend"])
+    assert res.exit_code == 2 and "--recommend is its own command: kvprof recommend" in res.output

@@ -121,11 +121,13 @@ def test_recommend_takes_a_pipeline_where_asked_and_every_stage_holds_the_sequen
 @pytest.mark.parametrize(("extra", "message"), [
     (["--pp", "3", "--pp-layer-partition", "16,16"], "gives 2 stages; pipeline_parallel_size is 3"),
     (["--pp", "0"], "--pp '0': '0' is not a positive integer"),
-    (["--pp", "2", "--tp", "1,2"], "needs --concurrency N"),
-    (["--pp", "1,64", "--concurrency", "4", "--json"], None),
+    (["--pp", "2", "--tp", "1,2"], "is the procurement table, `kvprof procure`"),
+    (["procure", "--pp", "2", "--tp", "1,2"], "needs --concurrency N"),
+    (["procure", "--pp", "1,64", "--concurrency", "4", "--json"], None),
 ])
 def test_bad_pipeline_input_is_one_line_and_exit_2(extra, message):
-    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", *extra])
+    command = extra.pop(0) if extra[0] == "procure" else "plan"
+    res = runner.invoke(app, [command, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", *extra])
     if message is None:  # a pipeline longer than the model: its row says why, the others are planned
         assert res.exit_code == 0, res.output
         assert "more than the model's 32 layers" in res.output

@@ -211,8 +211,8 @@ def test_kvprof_log_reads_the_speculative_config_and_predicts_the_logged_pool(tm
 def test_recommend_pastes_the_speculative_config_it_planned():
     import json
 
-    res = runner.invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192",
-                              "--concurrency", "32", "--recommend", "--json", "--speculative-config", EAGLE3])
+    res = runner.invoke(app, ["recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--context", "8192",
+                              "--concurrency", "32", "--json", "--speculative-config", EAGLE3])
     assert res.exit_code == 0, res.output
     rec = json.loads(res.stdout)
     assert f"--speculative-config '{json.dumps(json.loads(EAGLE3))}'" in rec["serve_flags"]
