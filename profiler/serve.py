@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.results.schema import (
+    CLIENT_FLAGS,
     FailedPoint,
     LatencyStats,
     PointSettings,
@@ -106,17 +107,19 @@ def client_args(job: ServeJob, point: PointSettings) -> Any:
 
     parser = FlexibleArgumentParser()
     serve.add_cli_args(parser)
-    prefix = point.prefix_len or 0
     argv = ["--backend", "vllm", "--base-url", job.base_url, "--model", str(job.server_kwargs["model"]),
             "--tokenizer", job.tokenizer_dir, "--dataset-name", "random",
-            "--random-input-len", str(point.prompt_len - prefix), "--random-prefix-len", str(prefix),
-            "--random-output-len", str(point.output_len), "--random-range-ratio", str(point.range_ratio or 0.0),
-            "--num-prompts", str(point.num_requests), "--num-warmups", str(point.warmup),
-            "--request-rate", "inf" if point.request_rate is None else repr(point.request_rate),
-            "--burstiness", repr(point.burstiness or 1.0), "--seed", str(point_seed(job.seed, point)),
-            "--temperature", "0",
+            "--random-input-len", str(point.prompt_len - (point.prefix_len or 0)),
+            "--random-output-len", str(point.output_len), "--num-warmups", str(point.warmup),
+            "--seed", str(point_seed(job.seed, point)), "--temperature", "0",
             "--percentile-metrics", ",".join(METRICS), "--metric-percentiles", "50,90,99",
             "--ready-check-timeout-sec", "0", "--disable-tqdm", "--save-detailed"]
+    for name, flag in CLIENT_FLAGS.items():  # the serve-only fields, each by its flag; None: the client's default
+        value = getattr(point, name)
+        if value is True:
+            argv.append(flag)
+        elif value is not None and value is not False:
+            argv += [flag, repr(value) if isinstance(value, float) else str(value)]
     if point.concurrency is not None:
         argv += ["--max-concurrency", str(point.concurrency)]
     if job.slo:

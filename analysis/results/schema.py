@@ -75,6 +75,7 @@ from analysis.results.record_io import (
     record_kind,
 )
 from analysis.results.settings import (
+    CLIENT_FLAGS,
     SERVE_ONLY_FIELDS,
     AxisCheck,
     Dropped,
@@ -84,7 +85,8 @@ from analysis.results.settings import (
 )
 
 __all__ = [
-    "KIND_OF_MODEL", "POINT_RECORD", "READABLE_VERSIONS", "SCHEMA_FILE", "SCHEMA_VERSION", "SERVE_ONLY_FIELDS",
+    "CLIENT_FLAGS", "KIND_OF_MODEL", "POINT_RECORD", "READABLE_VERSIONS", "SCHEMA_FILE", "SCHEMA_VERSION",
+    "SERVE_ONLY_FIELDS",
     "TELEMETRY_COLUMNS", "TELEMETRY_REQUIRED", "TESTED_VLLM_VERSIONS", "AnyPoint", "AxisCheck", "BlockRoundingRow",
     "CapacityFacts", "DecodeMeasurements", "DecodePoint", "Dropped", "EngineMode", "EngineRecord", "EngineSettings",
     "EngineStatus", "EngineTelemetry", "FailedPoint", "FailureStatus", "GpuPointTelemetry", "HostPointTelemetry",

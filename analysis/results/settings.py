@@ -29,6 +29,16 @@ class SweepAxis:
     default: tuple[Any, ...] | None = None
 
 
+def serve_field(*, client_flag: str, example: Any, description: str, **constraints: Any) -> Any:
+    """A serve-only :class:`PointSettings` field: None on decode and saturation points, and on a serve point passed
+    to vLLM's benchmark client as ``client_flag`` (``profiler.serve.client_args``; None: the flag is left out and
+    the client's own default holds, True a bare flag). ``example``: a value it may take (the schema shows it, and
+    the id tests try it). A ``ServeAxes`` field of the same name (``profiler/spec/sweep_spec.py``) sets it from a
+    spec's ``serve:`` section: a list is swept, a single value set on every serve point."""
+    return Field(None, description=f"serve: {description}", examples=[example],
+                 json_schema_extra={"serve_only": True, "client_flag": client_flag}, **constraints)
+
+
 class EngineSettings(BaseModel):
     """One engine launch as the spec asked for it (what kvprof passes to ``vllm.LLM``).
 
@@ -104,14 +114,17 @@ class PointSettings(BaseModel):
     repeats: int = Field(ge=1)
     warmup: int = Field(ge=0, description="unmeasured batches before the measured ones (serve: warm-up requests)")
     factor: float | None = Field(None, gt=0)
-    request_rate: float | None = Field(None, gt=0, allow_inf_nan=False,
-                                       description="serve: requests per second (None: all at once)")
-    burstiness: float | None = Field(None, gt=0, allow_inf_nan=False,
-                                     description="serve: gamma shape of the inter-arrival times (1 or None: Poisson)")
-    num_requests: int | None = Field(None, gt=0, description="serve: requests measured")
-    prefix_len: int | None = Field(None, ge=0, description="serve: prompt tokens every request shares")
-    range_ratio: float | None = Field(None, ge=0, lt=1, allow_inf_nan=False,
-                                      description="serve: lengths uniform in [L·(1 − r), L·(1 + r)]")
+    request_rate: float | None = serve_field(client_flag="--request-rate", example=4.0, gt=0, allow_inf_nan=False,
+                                             description="requests per second (None: all at once)")
+    burstiness: float | None = serve_field(client_flag="--burstiness", example=0.5, gt=0, allow_inf_nan=False,
+                                           description="gamma shape of the inter-arrival times (1 or None: Poisson)")
+    num_requests: int | None = serve_field(client_flag="--num-prompts", example=64, gt=0,
+                                           description="requests measured")
+    prefix_len: int | None = serve_field(client_flag="--random-prefix-len", example=16, ge=0,
+                                         description="prompt tokens every request shares (of prompt_len)")
+    range_ratio: float | None = serve_field(client_flag="--random-range-ratio", example=0.5, ge=0, lt=1,
+                                            allow_inf_nan=False,
+                                            description="lengths uniform in [L·(1 − r), L·(1 + r)]")
 
     @model_validator(mode="before")
     @classmethod
@@ -183,7 +196,11 @@ class PointSettings(BaseModel):
         return f"{self.engine_id}--{self.label}"
 
 
-SERVE_ONLY_FIELDS = ("request_rate", "burstiness", "num_requests", "prefix_len", "range_ratio")
+# The serve-only fields (declared with serve_field) and the benchmark client's flag for each.
+CLIENT_FLAGS: dict[str, str] = {
+    name: f.json_schema_extra["client_flag"] for name, f in PointSettings.model_fields.items()
+    if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("serve_only")}
+SERVE_ONLY_FIELDS = tuple(CLIENT_FLAGS)
 
 
 class Dropped(BaseModel):

@@ -10,7 +10,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.catalog import WEIGHT_SUFFIXES
-from analysis.results.schema import Dropped
+from analysis.results.schema import CLIENT_FLAGS, Dropped
 from profiler.spec.jobs import EngineConfig, Point
 from profiler.spec.lines import yaml_line
 from profiler.spec.sweep_spec import MAX_SPEC_VALUES, EngineAxes, SaturationAxes, ServeAxes, SpecError, SweepSpec
@@ -343,9 +343,23 @@ def _serve_points(serve: ServeAxes, cfg: EngineConfig, dropped: list[Dropped]) -
                 f"output_len {o} at range_ratio {r:g} can be under 2 tokens: no TPOT")))
             continue
         prefix = round(frac * p) or None
-        for c, rate in levels:
+        for (c, rate), extra in itertools.product(levels, passed_through(serve)):
             pts.append(Point(engine_id=cfg.id, phase="serve", concurrency=c, request_rate=rate,
                              burstiness=serve.burstiness if rate is not None and serve.burstiness != 1 else None,
                              num_requests=serve.requests_at(rate), prefix_len=prefix, range_ratio=r or None,
-                             prompt_len=p, output_len=o, repeats=1, warmup=serve.warmup_requests))
+                             prompt_len=p, output_len=o, repeats=1, warmup=serve.warmup_requests, **extra))
     return pts
+
+
+# The serve-only point fields _serve_points shapes itself (levels, bursts, request counts, length ranges); prefix_len
+# comes from ServeAxes.prefix_fraction.
+SHAPED_BY_THE_GRID = ("request_rate", "burstiness", "num_requests", "range_ratio", "prefix_len")
+
+
+def passed_through(serve: ServeAxes, client_flags: Mapping[str, str] = CLIENT_FLAGS) -> list[dict[str, Any]]:
+    """Every other ServeAxes field named like a serve-only point field (``client_flags``: the point fields vLLM's
+    benchmark client takes), as the fields of each serve point: a list swept (one point per value, a product over
+    several), a single value set on every point. A new serve axis is that pair of fields and nothing here."""
+    names = [n for n in client_flags if n in type(serve).model_fields and n not in SHAPED_BY_THE_GRID]
+    values = [v if isinstance(v := getattr(serve, n), list) else [v] for n in names]
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]

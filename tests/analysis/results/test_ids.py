@@ -8,7 +8,7 @@ import pytest
 from records import SETTINGS, decode_point, engine_record
 
 from analysis.results.load import load
-from analysis.results.schema import EngineSettings, FailedPoint, Manifest, PointSettings
+from analysis.results.schema import SERVE_ONLY_FIELDS, EngineSettings, FailedPoint, Manifest, PointSettings
 from profiler.store import ResultsDir
 
 DECODE = dict(engine_id="e", phase="decode", concurrency=4, prompt_len=64, output_len=16, repeats=2, warmup=1)
@@ -25,12 +25,12 @@ POINT_CHANGES = {
     "repeats": (DECODE, 3),
     "warmup": (DECODE, 2),
     "factor": (DECODE | {"concurrency": None, "factor": 1.0}, 1.5),
-    "request_rate": (SERVE, 2.0),
     "burstiness": (SERVE, 1.0),  # 1 is Poisson, as None is; the id still tells the two apart
-    "num_requests": (SERVE, 40),
     "prefix_len": (SERVE, 0),
     "range_ratio": (SERVE, 0.0),
 }
+# Every serve-only field (declared with serve_field) is also tried at the example it declares, on a serve point.
+SERVE_EXAMPLES = {name: (SERVE, PointSettings.model_fields[name].examples[0]) for name in SERVE_ONLY_FIELDS}
 ENGINE_CHANGES = {
     "model_dir": "/models/other", "model_sha256": "b" * 64, "max_model_len": 4096, "block_size": 64,
     "kv_cache_dtype": "fp8", "max_num_seqs": 64, "gpu_memory_utilization": 0.8, "kv_cache_memory_bytes": 2**30,
@@ -41,12 +41,12 @@ ENGINE_CHANGES = {
 
 
 def test_every_point_field_has_a_change_to_try():
-    assert set(POINT_CHANGES) == set(PointSettings.model_fields)
+    assert set(POINT_CHANGES) | set(SERVE_EXAMPLES) == set(PointSettings.model_fields)
 
 
-@pytest.mark.parametrize("field", sorted(POINT_CHANGES))
-def test_every_point_field_reaches_the_id(field):
-    base, value = POINT_CHANGES[field]
+@pytest.mark.parametrize("field, change", [*POINT_CHANGES.items(), *SERVE_EXAMPLES.items()])
+def test_every_point_field_reaches_the_id(field, change):
+    base, value = change
     a = PointSettings(**base)
     b = PointSettings(**(base | {field: value}))
     assert getattr(a, field) != getattr(b, field)
