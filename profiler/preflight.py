@@ -27,8 +27,9 @@ from analysis.model.architecture import Architecture
 from analysis.model.kv import is_fp8
 from analysis.results.schema import Dropped, EngineSettings
 from analysis.vllm.allocator import NotModelled, batch_ceiling, paged_capacity
-from analysis.vllm.budget import async_scheduling_default, vllm_default_batching
+from analysis.vllm.budget import vllm_default_batching
 from analysis.vllm.engine_rules import allow_long_max_model_len, engine_problems
+from analysis.vllm.release import async_scheduling_default
 from profiler import machine
 from profiler.spec import EngineConfig, Plan, SpecError, SweepSpec, expand, load_spec, yaml_line
 
@@ -116,7 +117,7 @@ def scheduler_defaults(cfg: Any, platform: str) -> tuple[int, int]:
 
 def async_scheduling(cfg: Any, platform: str) -> bool:
     """The spec's async_scheduling, else vLLM's default for the platform, the pipeline and the speculator
-    (analysis.vllm.budget.async_scheduling_default, which ``kvprof plan`` asks too): on for CUDA, off on a CPU, under
+    (analysis.vllm.release.async_scheduling_default, which ``kvprof plan`` asks too): on for CUDA, off on a CPU, under
     pipeline parallelism and with a speculator it does not overlap."""
     if cfg.async_scheduling is not None:
         return bool(cfg.async_scheduling)

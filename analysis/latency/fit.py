@@ -58,9 +58,10 @@ from analysis.latency.step import (
 from analysis.model.architecture import Architecture
 from analysis.model.kv import kv_bytes_per_sequence
 from analysis.model.roofline import decode_step as roofline_decode_step
-from analysis.vllm.budget import prefix_caching_default, vllm_default_batching
+from analysis.vllm.budget import vllm_default_batching
 from analysis.vllm.memory import predict as predict_memory
 from analysis.vllm.memory import rules_for
+from analysis.vllm.release import prefix_caching_default
 
 # Quantization configs for records whose checkpoint is a quantized copy of a catalogued base model
 # (`plan_quantization`): the layout those checkpoints ship (AutoAWQ GEMM / AutoGPTQ 4-bit, group 128).

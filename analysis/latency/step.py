@@ -62,10 +62,10 @@ from analysis.latency.work import (
     step_work,
 )
 from analysis.model.architecture import Architecture
-from analysis.vllm.budget import async_scheduling_default
 from analysis.vllm.release import (
     ERAS,
     EXPERT_CALL_ERAS,
+    async_scheduling_default,
     chunked_prefill_default,
     known_release,
 )

@@ -15,11 +15,9 @@ from analysis.model.kv import (
 from analysis.model.vision import Modality, parse_mm_limits
 from analysis.results.settings import EngineSettings
 from analysis.units import parse_bytes
-from analysis.vllm.budget import (
-    async_scheduling_default,
-)
 from analysis.vllm.lora import DEFAULT_MAX_LORA_RANK
 from analysis.vllm.memory import ENTRY_ALIASES, rules_for
+from analysis.vllm.release import async_scheduling_default
 from analysis.vllm.speculative import (
     MAX_SPECULATIVE_TOKENS,
     SpeculativeConfig,
@@ -222,7 +220,7 @@ class PlanInputs(BaseModel):
 
 def async_scheduling(inputs: PlanInputs, on_gpu: bool) -> bool:
     """Whether the engine schedules a step ahead (``--async-scheduling``): as asked, else vLLM's default for the
-    version, device, pipeline and speculator (analysis.vllm.budget.async_scheduling_default)."""
+    version, device, pipeline and speculator (analysis.vllm.release.async_scheduling_default)."""
     if inputs.async_scheduling is not None:
         return inputs.async_scheduling
     spec = inputs.speculative_config

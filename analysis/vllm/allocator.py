@@ -57,7 +57,7 @@ from analysis.model.layers import (
     SparseMLA,
     cdiv,
 )
-from analysis.vllm.budget import prefix_caching_default
+from analysis.vllm.release import prefix_caching_default
 
 # Kinds that keep every token of a request (vLLM's full-attention spec types, FullAttentionSpec and MLAAttentionSpec)
 _EVERY_TOKEN = (FullAttention, MultiHeadLatentAttention, SparseMLA)

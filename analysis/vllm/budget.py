@@ -12,16 +12,13 @@ the rule sets, each with the vLLM source it comes from); a sweep's calibration
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
-from packaging.version import Version
 from pydantic import BaseModel, ConfigDict, Field
 
 from analysis.model.architecture import Architecture
 from analysis.vllm.memory import ENTRIES, default_batching, rules_for
 from analysis.vllm.memory import activation_bytes as _activation_bytes
 from analysis.vllm.memory import encoder_profile as _encoder_profile
-from analysis.vllm.release import release
 
 GiB = 2**30
 
@@ -103,31 +100,3 @@ def vllm_default_batching(memory_bytes: int | None, device_name: str = "", entry
                             world_size=world_size, max_model_len=max_model_len)
 
 
-# vLLM 0.14.0's release notes: "Async scheduling is now enabled by default ... Excludes some not-yet-supported
-# configurations: pipeline parallel, CPU backend, non-MTP/Eagle spec decoding" (PR 27614); before it off unless
-# --async-scheduling. vLLM 0.32 decides it in VllmConfig.__post_init__ (config/vllm.py: off for pooling models,
-# speculative methods other than EAGLE/MTP/n-gram GPU/draft model, and pipeline parallelism on the V1 runner).
-ASYNC_SCHEDULING_DEFAULT_FROM = Version("0.14.0")
-# speculative_config.method values it stays on with (config/speculative.py EagleModelTypes, NgramGPUTypes, MTP's
-# *_mtp names, draft_model, dflash, dspark)
-ASYNC_SPECULATORS = ("eagle", "eagle3", "extract_hidden_states", "ngram_gpu", "draft_model", "dflash", "dspark")
-
-
-@lru_cache(maxsize=64)
-def async_scheduling_default(vllm_version: str | None = None, *, on_gpu: bool = True, pipeline_parallel_size: int = 1,
-                             speculative_method: str | None = None) -> bool:
-    """Whether vLLM schedules step N + 1 while step N runs (async scheduling) when the user does not say: from 0.14
-    on, on a GPU, without pipeline parallelism and without an n-gram-on-CPU or other unsupported speculator."""
-    method = speculative_method or ""
-    supported = not method or method.endswith("mtp") or method in ASYNC_SPECULATORS
-    if not (on_gpu and pipeline_parallel_size == 1 and supported):
-        return False
-    return release(vllm_version) >= ASYNC_SCHEDULING_DEFAULT_FROM
-
-
-def prefix_caching_default(vllm_version: str | None = None, *, attention_free: bool = False) -> bool:
-    """Whether vLLM caches full KV blocks of earlier prompts for reuse when the user does not say: the V1 engine
-    (vLLM's default from 0.8.0) does (CacheConfig.enable_prefix_caching None -> True for generative models in 0.32's
-    VllmConfig), except for an attention-free model (Mamba, Mamba2: vLLM turns it off, and MambaModelConfig then
-    makes a block max_model_len tokens); V0 did not. The one definition kvprof asks (the allocator too)."""
-    return rules_for(vllm_version).engine == "v1" and not attention_free

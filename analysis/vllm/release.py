@@ -4,15 +4,18 @@
 absent: the vLLM kvprof pins) and refuses what is not one; :func:`known_release` is the same for a record's version
 that may be absent or unreadable (None: kvprof then assumes the newest behaviour). Both parse with
 :mod:`analysis.versions`. Every "what does release X do" question of the latency model asks
-a function here: the host-cost era, how an all-reduce runs and grows with the ranks, which attention kernel reads
-the KV cache, how a step's kernels launch (graph mode), whether prompts are chunked. The memory accounting's rule
-sets per release are :mod:`analysis.vllm.memory`'s, async scheduling's and the prefix cache's defaults
-:mod:`analysis.vllm.budget`'s, the MoE and speculative kernels' :mod:`analysis.model.quantization`'s and
-:mod:`analysis.latency.speculative`'s; all of them parse versions with :mod:`analysis.versions`.
+a function here: the engine (V0 or V1), the host-cost era, how an all-reduce runs and grows with the ranks, which
+attention kernel reads the KV cache, how a step's kernels launch (graph mode), and the defaults a user does not set:
+whether prompts are chunked, async scheduling, the prefix cache. The plan, the sweep's pre-flight and dry run, the
+allocator and the latency model ask these. The memory accounting's rule sets per release are one table,
+:mod:`analysis.vllm.memory`'s ``RULE_SETS`` (whose ``engine`` a test holds to :func:`v1_engine`); the MoE and
+speculative kernels a release picks are :mod:`analysis.model.quantization`'s and :mod:`analysis.latency.speculative`'s;
+all of them parse versions with :mod:`analysis.versions`.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -32,6 +35,7 @@ ERAS = ("0.5", "0.6", "0.9")
 # 12.3 % by figure) by predicting gpt-oss and Qwen3-30B-A3B at concurrency 10–64 up to twice too slow.
 EXPERT_CALL_ERAS = ("0.5", "0.6")
 DEFAULT_VERSION = TESTED_VLLM_VERSIONS[0]
+V1_ENGINE_FROM = Version("0.8.0")
 
 
 def release(version: str | None = None) -> Version:
@@ -89,7 +93,44 @@ def graph_mode(vllm_version: str | None, *, enforce_eager: bool = False,
     return "full" if not prompt_tokens and (v is None or v >= Version("0.11")) else "piecewise"
 
 
-def chunked_prefill_default(vllm_version: str | None) -> bool:
-    """Whether prompts are chunked and mixed into decode steps by default: V1 (vLLM 0.8 on) always does."""
+def v1_engine(vllm_version: str | None) -> bool:
+    """Whether the release runs the V1 engine (its scheduler, KV-cache manager and persistent batch): vLLM's default
+    from 0.8.0 (V0 was removed in 0.11). None or unreadable: the newest, V1."""
     v = known_release(vllm_version)
-    return v is None or v >= Version("0.8")
+    return v is None or v >= V1_ENGINE_FROM
+
+
+def chunked_prefill_default(vllm_version: str | None) -> bool:
+    """Whether prompts are chunked and mixed into decode steps by default: V1 always does."""
+    return v1_engine(vllm_version)
+
+
+# vLLM 0.14.0's release notes: "Async scheduling is now enabled by default ... Excludes some not-yet-supported
+# configurations: pipeline parallel, CPU backend, non-MTP/Eagle spec decoding" (PR 27614); before it off unless
+# --async-scheduling. vLLM 0.32 decides it in VllmConfig.__post_init__ (config/vllm.py: off for pooling models,
+# speculative methods other than EAGLE/MTP/n-gram GPU/draft model, and pipeline parallelism on the V1 runner).
+ASYNC_SCHEDULING_DEFAULT_FROM = Version("0.14.0")
+# speculative_config.method values it stays on with (config/speculative.py EagleModelTypes, NgramGPUTypes, MTP's
+# *_mtp names, draft_model, dflash, dspark)
+ASYNC_SPECULATORS = ("eagle", "eagle3", "extract_hidden_states", "ngram_gpu", "draft_model", "dflash", "dspark")
+
+
+@lru_cache(maxsize=64)
+def async_scheduling_default(vllm_version: str | None = None, *, on_gpu: bool = True, pipeline_parallel_size: int = 1,
+                             speculative_method: str | None = None) -> bool:
+    """Whether vLLM schedules step N + 1 while step N runs (async scheduling) when the user does not say: from 0.14
+    on, on a GPU, without pipeline parallelism and without an n-gram-on-CPU or other unsupported speculator."""
+    method = speculative_method or ""
+    supported = not method or method.endswith("mtp") or method in ASYNC_SPECULATORS
+    if not (on_gpu and pipeline_parallel_size == 1 and supported):
+        return False
+    return release(vllm_version) >= ASYNC_SCHEDULING_DEFAULT_FROM
+
+
+def prefix_caching_default(vllm_version: str | None = None, *, attention_free: bool = False) -> bool:
+    """Whether vLLM caches full KV blocks of earlier prompts for reuse when the user does not say: the V1 engine
+    (:func:`v1_engine`) does (CacheConfig.enable_prefix_caching None -> True for generative models in 0.32's
+    VllmConfig), except for an attention-free model (Mamba, Mamba2: vLLM turns it off, and MambaModelConfig then
+    makes a block max_model_len tokens); V0 did not. The one definition kvprof asks (the allocator too)."""
+    return v1_engine(vllm_version) and not attention_free
+

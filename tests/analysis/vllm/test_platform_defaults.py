@@ -11,7 +11,8 @@ import yaml
 from helpers import ROOT
 from typer.testing import CliRunner
 
-from analysis.vllm.budget import async_scheduling_default, prefix_caching_default, vllm_default_batching
+from analysis.vllm.budget import vllm_default_batching
+from analysis.vllm.release import async_scheduling_default, prefix_caching_default
 from profiler.cli import app
 
 GiB = 2**30
@@ -148,3 +149,14 @@ def test_prefix_caching_is_on_by_default_in_the_v1_engine():
     # V1, vLLM's default engine from 0.8.0, caches prefixes unless --no-enable-prefix-caching; V0 did not
     assert [prefix_caching_default(v) for v in ("0.5.4", "0.7.3", "0.8.0", "0.32.0", None)] == [
         False, False, True, True, True]
+
+
+def test_the_accounting_tables_engine_is_the_releases():
+    """memory.RULE_SETS names each release's engine for its accounting; release.v1_engine answers the same question
+    for the defaults and the scheduler: they agree at every rule set's first release and on either side of 0.8.0."""
+    from analysis.vllm.memory import RULE_SETS, rules_for
+    from analysis.vllm.release import v1_engine
+
+    versions = {r.since for r in RULE_SETS if r.since} | {"0.6.0", "0.7.3", "0.8.0", "0.32.0"}
+    assert [v for v in sorted(versions) if (rules_for(v).engine == "v1") != v1_engine(v)] == []
+    assert not v1_engine("0.7.3") and v1_engine("0.8.0")
