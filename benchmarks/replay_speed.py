@@ -15,8 +15,8 @@ import sys
 import time
 
 from analysis import catalog
-from analysis.planning.plan import PlanInputs
-from analysis.serving.engine import replay_engine
+from analysis.planning.plan import PlanInputs, make_plan
+from analysis.planning.served import replay_engine
 from analysis.serving.replay import replay
 from analysis.serving.workload import ServedWorkload
 
@@ -36,8 +36,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit-s", type=float, default=10.0)
     args = ap.parse_args()
-    engine = replay_engine(catalog.resolve_model("llama-3.1-8b")[0], PlanInputs(max_model_len=8192),
-                           catalog.gpu("h100-sxm"))
+    a, gpu, inputs = catalog.resolve_model("llama-3.1-8b")[0], catalog.gpu("h100-sxm"), PlanInputs(max_model_len=8192)
+    engine = replay_engine(a, inputs, gpu, make_plan(a, inputs, gpu))
     print(f"{'load':42} {'wall s':>7} {'steps':>9} {'TTFT p50 ms':>11} {'TPOT ms':>8} {'out tok/s':>9} "
           f"{'preempt':>7}")
     slow = []

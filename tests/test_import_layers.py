@@ -75,8 +75,8 @@ def test_the_machine_facts_are_a_leaf():
 
 
 # analysis's folders are layers, lowest first; a module imports only from its own layer or the ones below.
-ANALYSIS_LAYERS = ("versions", "units", "table", "model", "catalog", "results", "vllm", "latency", "planning",
-                   "measured", "report")
+ANALYSIS_LAYERS = ("versions", "units", "table", "model", "catalog", "results", "vllm", "latency", "serving",
+                   "planning", "measured", "report")
 
 
 def _layer(module: str) -> int:

@@ -443,7 +443,28 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
             out["latency_note"] = "; ".join(notes)
     if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
         out["calibration_warnings"] = warnings
-    return Plan.model_validate(out)
+    result = Plan.model_validate(out)
+    if inputs.serve_max_concurrency is not None or inputs.serve_request_rate is not None:
+        _replay_load(a, inputs, gpu, result)
+    return result
+
+
+def _replay_load(a: Architecture, inputs: PlanInputs, gpu: GPU | None, result: Plan) -> None:
+    """A `vllm bench serve` load (--max-concurrency, --request-rate) replayed through vLLM's scheduler
+    (analysis.serving) into ``result.served``, or the reason it was not into ``result.served_note``."""
+    from analysis.planning.served import served_plan
+    from analysis.serving.replay import ReplayError
+
+    if inputs.prompt_len is None or inputs.output_len is None:
+        raise PlanError("--max-concurrency and --request-rate replay a load of --prompt-len and --output-len "
+                        "tokens a request: give both")
+    if gpu is None:
+        result.served_note = "no load replayed: give --gpu (or --probe) for the step model's device"
+        return
+    try:
+        result.served = served_plan(a, inputs, gpu, result)
+    except ReplayError as exc:
+        result.served_note = f"no load replayed: {exc}"
 
 
 def _flashinfer_hint(a: Architecture, inputs: PlanInputs, reserve: Reserve, mnbt: int, max_num_seqs: int,

@@ -125,6 +125,21 @@ class PlanInputs(BaseModel):
         "Tokens each request generates (with --prompt-len; --context defaults to the two together): the served TPOT "
         "and request latency at --batch requests in flight, or under --entry offline `vllm bench latency`'s average "
         "latency of a --batch batch.")] = Field(None, gt=0, le=MAX_TOKENS)
+    # A `vllm bench serve` load to replay through vLLM's scheduler (analysis.serving), with prompt_len and output_len.
+    serve_max_concurrency: Annotated[StrictCount | None, Option(
+        "With --prompt-len and --output-len: replay `vllm bench serve --max-concurrency N` through vLLM's scheduler "
+        "(every request sent at once, at most N in flight): TTFT, TPOT, ITL and end-to-end latency percentiles, "
+        "throughput, preemptions, queueing.", flag="--max-concurrency")] = Field(None, gt=0, le=1_000_000)
+    serve_request_rate: Annotated[float | None, Option(
+        "With --prompt-len and --output-len: replay requests arriving at R a second (Poisson; --burstiness for "
+        "gamma), at most --max-concurrency in flight where given.", flag="--request-rate")] = Field(
+        None, gt=0, le=1e6, allow_inf_nan=False)
+    serve_num_prompts: Annotated[StrictCount | None, Option(
+        "Requests the replay sends (`vllm bench serve --num-prompts`; default 1,000).", flag="--num-prompts")] = Field(
+        None, gt=0, le=100_000)
+    serve_burstiness: Annotated[float, Option(
+        "Gamma shape of the replay's arrival gaps (1: Poisson; below 1 burstier).", flag="--burstiness")] = Field(
+        1.0, gt=0, le=100, allow_inf_nan=False)
     dtype: Annotated[str, Option(  # vLLM's --dtype: the weights' (and an auto KV cache's) dtype
         "Weight dtype vLLM runs (its --dtype): auto (the config's torch_dtype), bfloat16, float16, float32.")] = "auto"
     quantization: Annotated[str | None, Option(  # vLLM's --quantization: overrides the checkpoint's

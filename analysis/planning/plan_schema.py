@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from analysis.serving.outcome import ServedOutcome
 from analysis.vllm.budget import Reserve
 from analysis.vllm.offload import OffloadPlan
 
@@ -44,6 +45,20 @@ class KvCacheGroup(BaseModel):
     layers: Count = Field(description="layers in the group")
     window: Count | None = Field(None, description="a sliding or chunked group's window, tokens")
     blocks_per_request: Count = Field(description="blocks the group reserves for one request of max_model_len")
+
+
+class ServedPlan(BaseModel):
+    """A `vllm bench serve` load replayed through vLLM's scheduler (analysis.serving): its served figures, with the
+    interval the replay's held-out error on published serving runs gives (analysis/catalog/replay_evidence.yaml)."""
+
+    model_config = _STRICT
+
+    outcome: ServedOutcome
+    ttft_median_interval_s: Interval = Field(description="the replayed median TTFT × the 10th-90th percentile of "
+                                                         "measured ÷ replayed on published runs")
+    tpot_mean_interval_s: Interval | None = Field(description="the same for the mean TPOT")
+    checked_against: dict[str, str] = Field(description="per figure (ttft, tpot): the published runs and the error")
+    note: str = Field(description="what the replay follows and leaves out")
 
 
 class SpeculativePlan(BaseModel):
@@ -168,6 +183,9 @@ class Plan(BaseModel):
     batch_fits: bool | None = Field(None, description="batch ≤ kv_full_batch")
     speculative: SpeculativePlan | None = None
     kv_offloading: OffloadPlan | None = None
+    served: ServedPlan | None = Field(None, description="with --max-concurrency or --request-rate: the load "
+                                                        "replayed through vLLM's scheduler")
+    served_note: str | None = Field(None, description="why a load asked for was not replayed")
     pipeline_stages: list[PipelineStage] | None = None
     pool_stage: Count | None = Field(None, description="the stage whose blocks size the pool (the fewest)")
 

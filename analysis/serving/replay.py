@@ -17,8 +17,8 @@ Each step, as vLLM 0.32 schedules it (FCFS, the default policy):
   end: its first is its time to first token; at its output length it finishes and frees its blocks.
 
 The client is ``vllm bench serve``'s: requests arrive at their offsets (all at once at an infinite rate), no more
-than ``max_concurrency`` in flight (the next sent as one finishes), and the API server's per-request cost (the step
-model's ``api_s``) is added to each request's first token and end.
+than ``max_concurrency`` in flight (one held at the client's semaphore is sent, and timed from, when a slot frees),
+and the API server's per-request cost (the step model's ``api_s``) is added to each request's first token and end.
 
 Not replayed (a plan that needs them refuses or says so): speculative decoding, pipeline stages, the packed caches
 of DeepSeek-V4, LoRA slots, prompts longer than max_model_len (vLLM rejects them), KV transfer connectors.
@@ -120,10 +120,14 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
     steps = 0
     busy = 0.0
 
+    slot_since = 0.0  # since when the client has had a free slot (fewer than max_concurrency in flight)
+
     def send_due(now: float) -> None:
+        # vLLM's client holds a request at its semaphore until a slot frees, and times it from there
+        # (benchmarks/serve.py limited_request_func): sent at its arrival, or when a slot freed after it.
         nonlocal next_send, in_flight
         while next_send < n and in_flight < cap and r.arrival_s[next_send] <= now + 1e-12:
-            sent[next_send] = max(now, r.arrival_s[next_send]) if workload.closed_loop else r.arrival_s[next_send]
+            sent[next_send] = max(float(r.arrival_s[next_send]), slot_since)
             waiting.append(next_send)
             next_send += 1
             in_flight += 1
@@ -171,6 +175,8 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
                         free += int(held[ended].sum())
                         held[ended] = 0
                         finished += ended.size
+                        if in_flight >= cap:
+                            slot_since = t
                         in_flight -= ended.size
                     send_due(t)
                     if len(timeline.t) < 100_000:
@@ -279,6 +285,8 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
                 free += int(held[ended].sum())
                 held[ended] = 0
                 finished += len(ended)
+                if in_flight >= cap:
+                    slot_since = t
                 in_flight -= len(ended)
         send_due(t)
         if len(timeline.t) < 100_000:

@@ -34,13 +34,13 @@ def _cli_type(annotation: Any) -> type:
 
 
 def generated_options(model: type[BaseModel], option_of: Callable[[str], Option | None],
-                      panel: str | None = None) -> list[inspect.Parameter]:
+                      panel: str | None = None, exclude: frozenset[str] = frozenset()) -> list[inspect.Parameter]:
     """One keyword parameter with its typer.Option for each field of ``model`` that declares an option (listed
-    under ``panel`` in --help)."""
+    under ``panel`` in --help), but those in ``exclude``."""
     out = []
     for name, field in model.model_fields.items():
         o = option_of(name)
-        if o is None:
+        if o is None or name in exclude:
             continue
         default = None if field.default is PydanticUndefined else field.default
         kind = str if o.parse else _cli_type(field.annotation)
@@ -52,12 +52,13 @@ def generated_options(model: type[BaseModel], option_of: Callable[[str], Option 
 
 
 def with_model_options(model: type[BaseModel], option_of: Callable[[str], Option | None],
-                       panel: str | None = None) -> Callable:
-    """A decorator: the command's ``**fields`` become ``model``'s generated options (see the module docstring)."""
+                       panel: str | None = None, exclude: frozenset[str] = frozenset()) -> Callable:
+    """A decorator: the command's ``**fields`` become ``model``'s generated options (see the module docstring), but
+    the fields in ``exclude`` (a command that does not take them)."""
     def decorate(func: Callable) -> Callable:
         sig = inspect.signature(func, eval_str=True)  # the annotations as objects: typer reads __signature__ as is
         declared = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        generated = generated_options(model, option_of, panel)
+        generated = generated_options(model, option_of, panel, exclude)
         clash = {p.name for p in declared} & {p.name for p in generated}
         assert not clash, f"options declared twice: {sorted(clash)}"
         func.__signature__ = sig.replace(parameters=[*declared, *generated])  # type: ignore[attr-defined]

@@ -29,7 +29,7 @@ from profiler.cli.common import (
     output_path,
 )
 from profiler.cli.model_options import parsed, with_model_options
-from profiler.cli.plan_tables import plan_table
+from profiler.cli.plan_tables import plan_table, served_table
 
 if TYPE_CHECKING:
     from analysis.catalog import GPU
@@ -48,6 +48,8 @@ TransferOpt = Annotated[bool, typer.Option(
     "--transfer-calibration", help="Apply a --calibration fitted on another GPU: its rates are scaled by the "
                                    "two spec sheets and the output is labelled as transferred, and how.")]
 MODEL_PANEL = "The engine and the workload (vLLM's settings)"
+# The served load `kvprof plan` replays through vLLM's scheduler; procure and recommend do not replay one yet.
+REPLAY_FIELDS = frozenset({"serve_max_concurrency", "serve_request_rate", "serve_num_prompts", "serve_burstiness"})
 
 
 @with_model_options(PlanInputs, option, panel=MODEL_PANEL)
@@ -142,6 +144,13 @@ def plan_cmd(
             console.print(f"note: {note}", highlight=False)
     if (sp := result.speculative) is not None and result.decode_step_s is not None:
         console.print(f"note: speculative decoding: {sp.latency}", highlight=False)
+    if (served := served_table(result)) is not None:
+        table, notes = served
+        console.print(table)
+        for note in notes:
+            console.print(f"  {escape(note)}", highlight=False)
+    if result.served_note:
+        console.print(f"note: {escape(result.served_note)}", highlight=False)
     if result.kv_budget_bytes is None:
         console.print("no KV budget: give --gpu (or --probe) or --kv-cache-memory-bytes for blocks, "
                       "concurrency and sequences that fit", highlight=False)

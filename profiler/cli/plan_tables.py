@@ -233,3 +233,31 @@ def cost_table(rows: list[Any], pricing: Pricing) -> tuple[Table | None, list[st
     if pricing.power_usd_per_kwh:
         notes.append(f"electricity: {pricing.power_usd_per_kwh:g} USD per kWh (--power-price)")
     return t, notes
+
+
+def served_table(p: Plan) -> tuple[Table, list[str]] | None:
+    """A replayed `vllm bench serve` load (``p.served``) as vllm bench prints it: each latency's mean and
+    percentiles, then the throughput, the batch and queue, and what the replay was checked against."""
+    sv = p.served
+    if sv is None:
+        return None
+    o, w = sv.outcome, sv.outcome.workload
+    load = (f"{w.num_requests:,} requests of {w.prompt_len:,} + {w.output_len:,} tokens, "
+            + (f"{w.request_rate:g}/s" + (f" (burstiness {w.burstiness:g})" if w.burstiness != 1 else "")
+               if w.request_rate is not None else "all at once")
+            + (f", at most {w.max_concurrency:,} in flight" if w.max_concurrency is not None else ""))
+    t = Table(title=f"served, replayed through vLLM's scheduler: {load}", box=box.SIMPLE_HEAD)
+    for name in ("ms", "mean", "median", "p90", "p99"):
+        t.add_column(name, justify="left" if name == "ms" else "right")
+    for label, d in (("TTFT", o.ttft), ("TPOT", o.tpot), ("ITL", o.itl), ("end to end", o.e2el)):
+        t.add_row(label, *(f"{v * 1e3:,.1f}" if v is not None else "—"
+                           for v in (d.mean_s, d.median_s, d.p90_s, d.p99_s)))
+    lo, hi = sv.ttft_median_interval_s
+    notes = [f"throughput {o.output_tokens_per_s:,.0f} output tok/s, {o.request_throughput:,.2f} req/s over "
+             f"{o.duration_s:,.1f} s; running {o.mean_running:,.1f} on average (at most {o.max_running:,}), "
+             f"{o.max_waiting:,} waiting at most, {o.preemptions:,} preemptions",
+             f"median TTFT interval {lo * 1e3:,.1f}–{hi * 1e3:,.1f} ms"
+             + (f", mean TPOT {sv.tpot_mean_interval_s[0] * 1e3:,.2f}–{sv.tpot_mean_interval_s[1] * 1e3:,.2f} ms"
+                if sv.tpot_mean_interval_s else "") + " (10th–90th percentile of measured ÷ replayed)",
+             *(f"checked against {text}" for text in sv.checked_against.values())]
+    return t, notes

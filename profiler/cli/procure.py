@@ -18,6 +18,7 @@ from profiler.cli.common import console, err
 from profiler.cli.model_options import with_model_options
 from profiler.cli.plan import (
     MODEL_PANEL,
+    REPLAY_FIELDS,
     CalibrationOpt,
     JsonOpt,
     ModelOpt,
@@ -35,7 +36,7 @@ ORDER = {"gpus": "by GPUs needed (fewest first), then tokens/s per GPU (most fir
          "cost": "by USD per million output tokens (cheapest first; unpriced ones after)"}
 
 
-@with_model_options(PlanInputs, option, panel=MODEL_PANEL)
+@with_model_options(PlanInputs, option, panel=MODEL_PANEL, exclude=REPLAY_FIELDS)
 def procure_cmd(
     model: ModelOpt,
     gpu: Annotated[str | None, typer.Option(

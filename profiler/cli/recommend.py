@@ -16,6 +16,7 @@ from profiler.cli.common import console
 from profiler.cli.model_options import with_model_options
 from profiler.cli.plan import (
     MODEL_PANEL,
+    REPLAY_FIELDS,
     JsonOpt,
     ModelOpt,
     ProbeOpt,
@@ -26,7 +27,7 @@ from profiler.cli.plan import (
 )
 
 
-@with_model_options(PlanInputs, option, panel=MODEL_PANEL)
+@with_model_options(PlanInputs, option, panel=MODEL_PANEL, exclude=REPLAY_FIELDS)
 def recommend_cmd(
     model: ModelOpt,
     gpu: Annotated[str | None, typer.Option(help="One GPU catalog name (see `kvprof gpus`).")] = None,

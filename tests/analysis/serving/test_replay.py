@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from analysis import catalog
-from analysis.planning.plan import PlanInputs
+from analysis.planning.plan import PlanInputs, make_plan
 from analysis.serving.replay import ReplayEngine, ReplayError, full_attention_blocks, replay, uniform_step
 from analysis.serving.workload import Requests, ServedWorkload, requests
 
@@ -66,6 +66,15 @@ def test_the_client_keeps_at_most_max_concurrency_in_flight():
     # max_concurrency 1: each request is sent as the one before ends (3 steps each), so every TTFT is one step.
     o = replay(engine(), workload(3, output_len=3, max_concurrency=1), given([0] * 3, [10] * 3, [3] * 3))
     assert o.ttft.p99_s == pytest.approx(0.01) and o.duration_s == pytest.approx(0.09) and o.max_running == 1
+
+
+def test_a_request_held_at_the_clients_semaphore_is_timed_from_its_send():
+    # Arrivals at 0, 5 and 10 ms, one in flight at most, 3 steps a request: r1 and r2 wait at the client until the
+    # one before ends (30 and 60 ms), and vLLM's client times them from there: every TTFT is one step.
+    o = replay(engine(), workload(3, output_len=3, request_rate=100.0, max_concurrency=1),
+               given([0, 0.005, 0.01], [10] * 3, [3] * 3), per_request=True)
+    assert o.requests.sent_s == pytest.approx([0, 0.03, 0.06])
+    assert o.requests.ttft_s == pytest.approx([0.01] * 3)
 
 
 def test_running_requests_take_the_budget_before_a_new_prompt():
@@ -144,10 +153,10 @@ def test_a_planned_engine_queues_past_what_its_pool_holds():
     """Llama-3.1-8B on an H100 at 8,192 tokens: a closed loop of 2,000 in flight with 4,000-token prompts and
     answers cannot all run; the replay runs what fits (max_num_seqs 1,024 at most, KV first), queues the rest, and
     its TPOT is a decode step of what runs, not of 2,000."""
-    from analysis.serving.engine import replay_engine
+    from analysis.planning.served import replay_engine
 
-    a = catalog.resolve_model("llama-3.1-8b")[0]
-    e = replay_engine(a, PlanInputs(max_model_len=8192), catalog.gpu("h100-sxm"))
+    a, gpu, inputs = catalog.resolve_model("llama-3.1-8b")[0], catalog.gpu("h100-sxm"), PlanInputs(max_model_len=8192)
+    e = replay_engine(a, inputs, gpu, make_plan(a, inputs, gpu))
     o = replay(e, ServedWorkload(num_requests=2000, prompt_len=4000, output_len=64, max_concurrency=2000))
     fit = (e.usable_blocks) // 250  # 4,000 prompt tokens = 250 blocks of 16: what the pool admits at once
     assert o.max_running <= min(e.max_num_seqs, fit + 1)
@@ -159,7 +168,8 @@ def test_a_planned_engine_queues_past_what_its_pool_holds():
     (PlanInputs(max_model_len=8192, pipeline_parallel_size=2), "--pp above 1"),
 ])
 def test_what_the_replay_does_not_model_is_refused_by_name(inputs, words):
-    from analysis.serving.engine import replay_engine
+    from analysis.planning.served import replay_engine
 
+    a, gpu = catalog.resolve_model("llama-3.1-8b")[0], catalog.gpu("h100-sxm")
     with pytest.raises(ReplayError, match=words):
-        replay_engine(catalog.resolve_model("llama-3.1-8b")[0], inputs, catalog.gpu("h100-sxm"))
+        replay_engine(a, inputs, gpu, make_plan(a, inputs, gpu))

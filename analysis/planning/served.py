@@ -5,22 +5,30 @@ step model of ``analysis.latency.step`` with its fitted constants."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from analysis.catalog import GPU
 from analysis.latency import step as latency
 from analysis.model.architecture import Architecture
-from analysis.planning.plan import PlanInputs, make_plan
-from analysis.planning.plan_inputs import async_scheduling
-from analysis.serving.replay import ReplayEngine, ReplayError, bucketed
+from analysis.planning.plan_inputs import PlanInputs, async_scheduling
+from analysis.serving.evidence import replay_evidence
+from analysis.serving.replay import ReplayEngine, ReplayError, bucketed, replay
+from analysis.serving.workload import ServedWorkload
 from analysis.vllm.allocator import paged_capacity
 from analysis.vllm.release import chunked_prefill_default, prefix_caching_default
 
+if TYPE_CHECKING:
+    from analysis.planning.plan_schema import Plan, ServedPlan
 
-def replay_engine(a: Architecture, inputs: PlanInputs, gpu: GPU,
+DEFAULT_PROMPTS = 1000  # vllm bench serve --num-prompts's default
+
+
+def replay_engine(a: Architecture, inputs: PlanInputs, gpu: GPU, plan: Plan,
                   constants: latency.LatencyConstants | None = None) -> ReplayEngine:
-    """The engine ``inputs`` plan for ``a`` on ``gpu``, for the replay; a configuration the replay does not
-    reproduce is refused by name (:class:`ReplayError`)."""
+    """The engine ``plan`` (``make_plan(a, inputs, gpu)``) describes, for the replay; a configuration the replay does
+    not reproduce is refused by name (:class:`ReplayError`)."""
     if gpu.cpu:
         raise ReplayError(f"{gpu.display} is a CPU: the step model's constants are fitted on GPUs (a CPU sweep's "
                           "calibration is not yet applied to the replay)")
@@ -29,7 +37,6 @@ def replay_engine(a: Architecture, inputs: PlanInputs, gpu: GPU,
                               ("--max-loras", bool(inputs.max_loras))):
         if unsupported:
             raise ReplayError(f"{what}: the serving replay does not model it yet")
-    plan = make_plan(a, inputs, gpu)
     if plan.num_blocks is None or plan.kv_budget_bytes is None:
         raise ReplayError(f"no KV pool for {a.name} on {gpu.display}: {plan.weights_note or 'nothing fits'}")
     tp = inputs.tensor_parallel_size
@@ -63,3 +70,26 @@ def replay_engine(a: Architecture, inputs: PlanInputs, gpu: GPU,
                         max_num_batched_tokens=plan.max_num_batched_tokens, max_model_len=plan.max_model_len,
                         chunked_prefill=chunked, prefix_caching=prefix, blocks_at=blocks_at, step_s=bucketed(step_s),
                         api_s=c.value("api_s") if inputs.entry == "serve" else 0.0)
+
+
+def served_plan(a: Architecture, inputs: PlanInputs, gpu: GPU, plan: Plan) -> ServedPlan:
+    """The load ``inputs`` names (--max-concurrency, --request-rate, --num-prompts, --burstiness with --prompt-len and
+    --output-len) replayed on the engine ``plan`` describes, with the interval and evidence the replay's held-out
+    error on published serving runs gives."""
+    from analysis.planning.plan_schema import ServedPlan
+
+    assert inputs.prompt_len is not None and inputs.output_len is not None
+    w = ServedWorkload(num_requests=inputs.serve_num_prompts or DEFAULT_PROMPTS, prompt_len=inputs.prompt_len,
+                       output_len=inputs.output_len, request_rate=inputs.serve_request_rate,
+                       burstiness=inputs.serve_burstiness, max_concurrency=inputs.serve_max_concurrency)
+    o = replay(replay_engine(a, inputs, gpu, plan), w)
+    ev = replay_evidence()
+    assert o.ttft.median_s is not None
+    return ServedPlan(
+        outcome=o, ttft_median_interval_s=list(ev.interval("ttft", o.ttft.median_s)),
+        tpot_mean_interval_s=list(ev.interval("tpot", o.tpot.mean_s)) if o.tpot.mean_s is not None else None,
+        checked_against={f: ev.checked_against(f) for f in ("ttft", "tpot")},
+        note=("replayed through vLLM 0.32's V1 scheduler (running requests first within max_num_batched_tokens, "
+              "chunked prefill, admission when a prompt's blocks are free, preemption by recompute) on the plan's "
+              "block pool, each step priced by the fitted step model (shipped constants); every request of "
+              "--prompt-len and --output-len, no shared prefix"))
