@@ -70,6 +70,7 @@ class ServedOutcome(BaseModel):
     e2el: Distribution
     request_goodput: float | None = Field(None, description="requests a second meeting every SLO given")
     slo: dict[str, float] = Field({}, description="the SLOs goodput was counted at: ttft_s, tpot_s, e2el_s")
+    api_s: float = Field(0.0, description="the API server's cost per request, in each first token and end")
     steps: int = Field(description="engine steps replayed")
     busy_s: float = Field(description="time the engine was running steps")
     preemptions: int = Field(description="running requests preempted for KV blocks (recomputed later)")
@@ -107,7 +108,7 @@ def outcome(w: ServedWorkload, *, sent: np.ndarray, arrival: np.ndarray, first: 
         output_tokens_per_s=float(output_len.sum()) / duration,
         total_tokens_per_s=float(output_len.sum() + prompt_len.sum()) / duration,
         ttft=Distribution.of(ttft), tpot=Distribution.of(tpot), itl=Distribution.of(gaps), e2el=Distribution.of(e2el),
-        request_goodput=good, slo=slo or {}, steps=steps, busy_s=busy_s, preemptions=preemptions,
+        request_goodput=good, slo=slo or {}, api_s=api_s, steps=steps, busy_s=busy_s, preemptions=preemptions,
         max_running=int(running.max()) if running.size else 0,
         mean_running=float((running * dts).sum() / dts.sum()) if dts.size and dts.sum() > 0 else 0.0,
         max_waiting=int(waiting.max()) if waiting.size else 0,

@@ -10,8 +10,9 @@ Each step, as vLLM 0.32 schedules it (FCFS, the default policy):
   waiting queue) until they fit, or until the request itself was the one preempted.
 * **Then waiting requests**, unless a request was preempted this step: in arrival order while budget is left and
   fewer than ``max_num_seqs`` run, each admitted only if the KV blocks of its whole prompt are free
-  (``scheduler_reserve_full_isl``, on by default) beyond what a shared prefix already cached holds, its first chunk
-  capped by the budget (without chunked prefill, a prompt longer than the budget waits).
+  (``scheduler_reserve_full_isl``, on by default) beyond what the prefix cache already holds of it (a shared prefix;
+  request 0's prompt, which vllm bench serve runs before the measured run), its first chunk capped by the budget
+  (without chunked prefill, a prompt longer than the budget waits).
 * The step runs for the step model's time of its decoding requests (with their mean context) and prompt tokens
   (with their mean cached prefix). A request whose computed tokens reach its length samples a token at the step's
   end: its first is its time to first token; at its output length it finishes and frees its blocks.
@@ -79,8 +80,17 @@ class _Timeline:
     waiting: list[int]
 
 
+@dataclass
+class StepTrace:
+    """Every replayed step: what it carried (decoding requests, their mean context, prompt tokens, their mean cached
+    prefix, prompts) and when it ended (for :mod:`analysis.serving.schedules`: a served figure as weighted steps)."""
+
+    shapes: list[tuple[int, float, int, float, int]]
+    t_end: list[float]
+
+
 def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None = None,
-           slo: dict[str, float] | None = None, per_request: bool = False,
+           slo: dict[str, float] | None = None, per_request: bool = False, trace: StepTrace | None = None,
            max_steps: int = 20_000_000) -> ServedOutcome:
     """Replay ``workload`` (its requests, or ``reqs`` when given) through ``engine``'s scheduler; the served
     figures (:class:`ServedOutcome`; goodput at ``slo``: ttft_s, tpot_s, e2el_s; each request's with
@@ -108,7 +118,12 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
     prefix_blocks = (r.prefix_len // e.block_size) if e.prefix_caching else 0
     prefix_tokens = prefix_blocks * e.block_size
     prefix_cached = False
-    free = e.usable_blocks
+    # vllm bench serve runs request 0's prompt before the measured run (its ready check, its warm-ups): with prefix
+    # caching its full blocks are cached, all but the last token's (vLLM computes at least that one for its logits).
+    warm = np.zeros(n, np.int64)
+    if e.prefix_caching and workload.first_prompt_cached:
+        warm[0] = (int(prompt[0]) - 1) // e.block_size * e.block_size
+    free = e.usable_blocks  # the warm prompt's cached blocks are free ones until request 0 takes them
     cap = workload.max_concurrency or n
     running: list[int] = []
     waiting: deque[int] = deque()
@@ -154,6 +169,9 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
                     for j in range(k):
                         dt = e.step_s(d, ctx0 + j, 0, 0.0, 0)
                         t += dt
+                        if trace is not None:
+                            trace.shapes.append((d, ctx0 + j, 0, 0.0, 0))
+                            trace.t_end.append(t)
                         busy += dt
                         taken += 1
                         gaps.append(np.full(d, dt))
@@ -227,8 +245,10 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
         if not preempted:
             while budget > 0 and waiting and len(running) < e.max_num_seqs:
                 q = waiting[0]
-                hit = prefix_tokens if prefix_cached and comp[q] == 0 else 0
-                hit_blocks = hit // e.block_size if hit else 0
+                fresh = comp[q] == 0 and gen[q] == 0
+                shared = prefix_tokens if prefix_cached and fresh else 0  # the cache holds these blocks
+                hit = max(shared, int(warm[q])) if fresh else 0  # the warm prompt's it takes from the free ones
+                hit_blocks = shared // e.block_size
                 want = int(ntok[q]) - hit - int(comp[q])
                 if not e.chunked_prefill and want > budget:
                     break
@@ -257,9 +277,13 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
         pf = ~decoding
         p_tokens = int(new[pf].sum())
         p_seqs = int(pf.sum())
-        dt = e.step_s(d, float(comp[ids][decoding].mean()) if d else 0.0, p_tokens,
-                      float(comp[ids][pf].mean()) if p_seqs else 0.0, p_seqs)
+        shape = (d, float(comp[ids][decoding].mean()) if d else 0.0, p_tokens,
+                 float(comp[ids][pf].mean()) if p_seqs else 0.0, p_seqs)
+        dt = e.step_s(*shape)
         t += dt
+        if trace is not None:
+            trace.shapes.append(shape)
+            trace.t_end.append(t)
         busy += dt
         comp[ids] += new
         sampled = ids[comp[ids] >= ntok[ids]]
@@ -324,16 +348,15 @@ def uniform_step(seconds: float) -> StepTimer:
 
 
 def bucketed(step: StepTimer, context_bucket: int = 16) -> StepTimer:
-    """``step`` cached with the contexts rounded to ``context_bucket`` tokens (a decode step's time moves a few
-    parts in a million a token of context; the replay asks the same few thousand shapes again and again)."""
+    """``step`` cached with the contexts rounded to the nearest ``context_bucket`` tokens (a decode step's time moves
+    a few parts in a million a token of context; the replay asks the same few thousand shapes again and again)."""
     cache: dict[tuple[int, int, int, int, int], float] = {}
 
     def timed(d: int, ctx: float, p: int, prefix: float, ps: int) -> float:
-        key = (d, int(ctx) // context_bucket, p, int(prefix) // context_bucket, ps)
+        key = (d, round(ctx / context_bucket), p, round(prefix / context_bucket), ps)
         got = cache.get(key)
         if got is None:
-            got = cache[key] = step(d, (key[1] + 0.5) * context_bucket if d else 0.0, p,
-                                    (key[3] + 0.5) * context_bucket if ps else 0.0, ps)
+            got = cache[key] = step(d, key[1] * context_bucket, p, key[3] * context_bucket, ps)
         return got
 
     return timed

@@ -33,6 +33,8 @@ class ServedWorkload(BaseModel):
     burstiness: float = Field(1.0, gt=0, le=100, allow_inf_nan=False)
     max_concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
     seed: int = Field(0, ge=0)
+    first_prompt_cached: bool = Field(True, description="vllm bench serve sends request 0's prompt before the run "
+                                                        "(its ready check and warm-ups): prefix caching holds it")
 
     @model_validator(mode="after")
     def _shapes(self) -> ServedWorkload:

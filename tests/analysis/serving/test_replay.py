@@ -107,12 +107,28 @@ def test_a_shared_prefix_is_prefilled_once():
     def step(d, ctx, p, prefix, ps):
         return 0.001 * p + 0.01
 
-    o = replay(engine(prefix_caching=True, step=step), workload(2, prompt_len=64, prefix_len=32, max_concurrency=1),
-               given([0, 0], [64, 64], [2, 2], prefix=32), per_request=True)
+    load = workload(2, prompt_len=64, prefix_len=32, max_concurrency=1, first_prompt_cached=False)
+    o = replay(engine(prefix_caching=True, step=step), load, given([0, 0], [64, 64], [2, 2], prefix=32),
+               per_request=True)
     assert o.requests.ttft_s == pytest.approx([0.074, 0.042])
-    off = replay(engine(prefix_caching=False, step=step), workload(2, prompt_len=64, prefix_len=32, max_concurrency=1),
-                 given([0, 0], [64, 64], [2, 2], prefix=32), per_request=True)
+    off = replay(engine(prefix_caching=False, step=step), load, given([0, 0], [64, 64], [2, 2], prefix=32),
+                 per_request=True)
     assert off.requests.ttft_s == pytest.approx([0.074, 0.074])
+
+
+def test_request_0s_prompt_is_cached_by_the_clients_warm_up():
+    # vllm bench serve sends input_requests[0] before the run (benchmarks/serve.py: the ready check and warm-ups use
+    # it). With prefix caching its full blocks are cached but the last token's: a 100-token prompt in 16-token blocks
+    # keeps (100 − 1) // 16 = 6 blocks, 96 tokens, and prefills 4 (14 ms); request 1, another prompt, prefills 100.
+    def step(d, ctx, p, prefix, ps):
+        return 0.001 * p + 0.01
+
+    o = replay(engine(prefix_caching=True, step=step), workload(2, prompt_len=100, max_concurrency=1),
+               given([0, 0], [100, 100], [2, 2]), per_request=True)
+    assert o.requests.ttft_s == pytest.approx([0.014, 0.110])
+    cold = replay(engine(prefix_caching=False, step=step), workload(2, prompt_len=100, max_concurrency=1),
+                  given([0, 0], [100, 100], [2, 2]), per_request=True)
+    assert cold.requests.ttft_s == pytest.approx([0.110, 0.110])
 
 
 def test_lengths_are_drawn_as_vllms_random_dataset_draws_them():
@@ -173,3 +189,25 @@ def test_what_the_replay_does_not_model_is_refused_by_name(inputs, words):
     a, gpu = catalog.resolve_model("llama-3.1-8b")[0], catalog.gpu("h100-sxm")
     with pytest.raises(ReplayError, match=words):
         replay_engine(a, inputs, gpu, make_plan(a, inputs, gpu))
+
+
+def test_a_replayed_figure_is_its_steps_weighted():
+    """The closed loop of test_max_num_seqs_queues_the_rest_of_a_closed_loop as weighted steps: every request is
+    sent at 0; r0 and r1's first tokens come with step 1 (the two prompts, 20 tokens), r2 and r3's with step 4
+    (after the two decode steps of r0 and r1). Mean TTFT: step 1 for all four (1), the decode steps and step 4 for
+    two of four (0.5 each): 2.5 steps = 25 ms, the replay's mean. Mean TPOT: each request's 2 tokens after the
+    first over its 2 decode steps: one step."""
+    from analysis.serving.replay import StepTrace
+    from analysis.serving.schedules import figure_weights
+
+    trace = StepTrace([], [])
+    out = np.array([3] * 4)
+    o = replay(engine(max_num_seqs=2), workload(4, output_len=3, max_concurrency=4), given([0] * 4, [10] * 4, out),
+               per_request=True, trace=trace)
+    ttft = figure_weights(trace, o, out, "ttft", "mean")
+    assert ttft[(0, 0.0, 20, 0.0, 2)] == pytest.approx(1.0 + 0.5)  # steps 1 and 4 carry the same two prompts
+    assert sum(ttft.values()) * DT == pytest.approx(o.ttft.mean_s)
+    tpot = figure_weights(trace, o, out, "tpot", "mean")
+    assert sum(tpot.values()) == pytest.approx(1.0) and all(k[0] == 2 for k in tpot)
+    median = figure_weights(trace, o, out, "ttft", "median")  # the 2nd of the sorted TTFTs: r1's, one step
+    assert sum(median.values()) == pytest.approx(1.0)
