@@ -444,7 +444,8 @@ def make_plan(a: Architecture, inputs: PlanInputs, gpu: GPU | None = None,
     if calibration is not None and (warnings := calibration_warnings(calibration, gpu, a)):
         out["calibration_warnings"] = warnings
     result = Plan.model_validate(out)
-    if inputs.serve_max_concurrency is not None or inputs.serve_request_rate is not None:
+    if (inputs.serve_max_concurrency is not None or inputs.serve_request_rate is not None
+            or inputs.serve_trace is not None):
         _replay_load(a, inputs, gpu, result)
     return result
 
@@ -455,14 +456,18 @@ def _replay_load(a: Architecture, inputs: PlanInputs, gpu: GPU | None, result: P
     from analysis.planning.served import served_plan
     from analysis.serving.replay import ReplayError
 
-    if inputs.prompt_len is None or inputs.output_len is None:
+    if inputs.serve_trace is None and (inputs.prompt_len is None or inputs.output_len is None):
         raise PlanError("--max-concurrency and --request-rate replay a load of --prompt-len and --output-len "
-                        "tokens a request: give both")
+                        "tokens a request: give both (or a --trace)")
     if gpu is None:
         result.served_note = "no load replayed: give --gpu (or --probe) for the step model's device"
         return
+    from analysis.serving.trace import TraceError
+
     try:
         result.served = served_plan(a, inputs, gpu, result)
+    except TraceError as exc:
+        raise PlanError(f"--trace {exc}") from None
     except ReplayError as exc:
         result.served_note = f"no load replayed: {exc}"
 

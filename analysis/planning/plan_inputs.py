@@ -137,6 +137,13 @@ class PlanInputs(BaseModel):
     serve_num_prompts: Annotated[StrictCount | None, Option(
         "Requests the replay sends (`vllm bench serve --num-prompts`; default 1,000).", flag="--num-prompts")] = Field(
         None, gt=0, le=100_000)
+    serve_trace: Annotated[str | None, Option(
+        "Replay a request trace instead (an Azure LLM inference CSV or a Mooncake JSONL: analysis/serving/trace.py) "
+        "at its timestamps; --num-prompts takes its first N, --max-concurrency caps those in flight.",
+        flag="--trace")] = None
+    serve_trace_speed: Annotated[float, Option(
+        "With --trace: send its requests this many times faster.", flag="--trace-speed")] = Field(
+        1.0, gt=0, le=1000, allow_inf_nan=False)
     serve_burstiness: Annotated[float, Option(
         "Gamma shape of the replay's arrival gaps (1: Poisson; below 1 burstier).", flag="--burstiness")] = Field(
         1.0, gt=0, le=100, allow_inf_nan=False)

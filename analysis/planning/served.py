@@ -15,7 +15,7 @@ from analysis.model.architecture import Architecture
 from analysis.planning.plan_inputs import PlanInputs, async_scheduling
 from analysis.serving.evidence import replay_evidence
 from analysis.serving.replay import ReplayEngine, ReplayError, bucketed, replay
-from analysis.serving.workload import ServedWorkload
+from analysis.serving.workload import ServedWorkload, trace_workload
 from analysis.vllm.allocator import paged_capacity
 from analysis.vllm.release import chunked_prefill_default, prefix_caching_default
 
@@ -78,10 +78,14 @@ def served_plan(a: Architecture, inputs: PlanInputs, gpu: GPU, plan: Plan) -> Se
     error on published serving runs gives."""
     from analysis.planning.plan_schema import ServedPlan
 
-    assert inputs.prompt_len is not None and inputs.output_len is not None
-    w = ServedWorkload(num_requests=inputs.serve_num_prompts or DEFAULT_PROMPTS, prompt_len=inputs.prompt_len,
-                       output_len=inputs.output_len, request_rate=inputs.serve_request_rate,
-                       burstiness=inputs.serve_burstiness, max_concurrency=inputs.serve_max_concurrency)
+    if inputs.serve_trace is not None:
+        w = trace_workload(inputs.serve_trace, inputs.serve_num_prompts, inputs.serve_max_concurrency,
+                           inputs.serve_trace_speed)
+    else:
+        assert inputs.prompt_len is not None and inputs.output_len is not None
+        w = ServedWorkload(num_requests=inputs.serve_num_prompts or DEFAULT_PROMPTS, prompt_len=inputs.prompt_len,
+                           output_len=inputs.output_len, request_rate=inputs.serve_request_rate,
+                           burstiness=inputs.serve_burstiness, max_concurrency=inputs.serve_max_concurrency)
     o = replay(replay_engine(a, inputs, gpu, plan), w)
     ev = replay_evidence()
     assert o.ttft.median_s is not None
@@ -91,5 +95,7 @@ def served_plan(a: Architecture, inputs: PlanInputs, gpu: GPU, plan: Plan) -> Se
         checked_against={f: ev.checked_against(f) for f in ("ttft", "tpot")},
         note=("replayed through vLLM 0.32's V1 scheduler (running requests first within max_num_batched_tokens, "
               "chunked prefill, admission when a prompt's blocks are free, preemption by recompute) on the plan's "
-              "block pool, each step priced by the fitted step model (shipped constants); every request of "
-              "--prompt-len and --output-len, no shared prefix"))
+              "block pool, each step priced by the fitted step model (shipped constants); "
+              + (f"the requests of {inputs.serve_trace} at its timestamps, its shared prefixes through the prefix "
+                 "cache" if inputs.serve_trace else "every request of --prompt-len and --output-len, no shared "
+                 "prefix")))

@@ -28,14 +28,15 @@ of DeepSeek-V4, LoRA slots, prompts longer than max_model_len (vLLM rejects them
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.serving.arrivals import Requests
 from analysis.serving.outcome import ServedOutcome, outcome
-from analysis.serving.workload import Requests, ServedWorkload, requests
+from analysis.serving.workload import ServedWorkload, requests
 
 # (decoding requests, their mean context, prompt tokens, their mean cached prefix, prompts) -> seconds
 StepTimer = Callable[[int, float, int, float, int], float]
@@ -124,6 +125,20 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
     if e.prefix_caching and workload.first_prompt_cached:
         warm[0] = (int(prompt[0]) - 1) // e.block_size * e.block_size
     free = e.usable_blocks  # the warm prompt's cached blocks are free ones until request 0 takes them
+    # A trace's block hashes: the prefix cache as an LRU of the hashes computed, as many as the pool holds.
+    hashed = r.block_hashes is not None and e.prefix_caching
+    cache: OrderedDict[int, None] = OrderedDict()
+    cache_room = max(e.usable_blocks * e.block_size // r.hash_block_tokens, 1)
+
+    def hash_hit(q: int) -> int:
+        assert r.block_hashes is not None
+        k = 0
+        for h in r.block_hashes[q]:
+            if h not in cache:
+                break
+            cache.move_to_end(h)
+            k += 1
+        return min(k * r.hash_block_tokens, int(prompt[q] - 1)) // e.block_size * e.block_size
     cap = workload.max_concurrency or n
     running: list[int] = []
     waiting: deque[int] = deque()
@@ -247,7 +262,7 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
                 q = waiting[0]
                 fresh = comp[q] == 0 and gen[q] == 0
                 shared = prefix_tokens if prefix_cached and fresh else 0  # the cache holds these blocks
-                hit = max(shared, int(warm[q])) if fresh else 0  # the warm prompt's it takes from the free ones
+                hit = max(shared, int(warm[q]), hash_hit(q) if hashed else 0) if fresh else 0  # from free blocks
                 hit_blocks = shared // e.block_size
                 want = int(ntok[q]) - hit - int(comp[q])
                 if not e.chunked_prefill and want > budget:
@@ -298,6 +313,14 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
                 gaps.append(t - last_token[again])
             newly = sampled[gen[sampled] == 0]
             first[newly] = t
+            if hashed:
+                assert r.block_hashes is not None
+                for q in newly.tolist():
+                    for h in r.block_hashes[q]:
+                        cache[h] = None
+                        cache.move_to_end(h)
+                while len(cache) > cache_room:
+                    cache.popitem(last=False)
             gen[sampled] += 1
             ntok[sampled] += 1
             last_token[sampled] = t

@@ -7,12 +7,11 @@ vLLM's benchmark client draws them (``vllm/benchmarks/datasets/utils.py`` ``get_
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-MAX_REQUESTS = 1_000_000
+from analysis.serving.arrivals import MAX_REQUESTS, Requests
 
 
 class ServedWorkload(BaseModel):
@@ -35,33 +34,48 @@ class ServedWorkload(BaseModel):
     seed: int = Field(0, ge=0)
     first_prompt_cached: bool = Field(True, description="vllm bench serve sends request 0's prompt before the run "
                                                         "(its ready check and warm-ups): prefix caching holds it")
+    trace: str | None = Field(None, description="a request trace (analysis.serving.trace: Azure CSV, Mooncake JSONL) "
+                                                "whose first num_requests requests are sent at its timestamps; "
+                                                "prompt_len and output_len are then its means")
+    trace_speed: float = Field(1.0, gt=0, le=1000, allow_inf_nan=False,
+                               description="the trace's arrivals this many times faster")
 
     @model_validator(mode="after")
     def _shapes(self) -> ServedWorkload:
         if self.prefix_len >= self.prompt_len:
             raise ValueError(f"prefix_len {self.prefix_len} must be shorter than prompt_len {self.prompt_len}")
-        if self.request_rate is None and self.max_concurrency is None and self.num_requests > 100_000:
+        if (self.request_rate is None and self.trace is None and self.max_concurrency is None
+                and self.num_requests > 100_000):
             raise ValueError("100,000+ requests sent at once with no --max-concurrency: give a rate or a cap")
+        if self.trace is not None and self.request_rate is not None:
+            raise ValueError("a trace sends its requests at its own timestamps: drop the request rate (trace_speed "
+                             "scales them)")
         return self
 
-    @property
-    def closed_loop(self) -> bool:
-        return self.request_rate is None
 
+def trace_workload(path: str, num_requests: int | None = None, max_concurrency: int | None = None,
+                   speed: float = 1.0) -> ServedWorkload:
+    """A trace file's requests as a workload (the first ``num_requests``, all where None), sent at its timestamps
+    (``speed`` times faster), at most ``max_concurrency`` in flight."""
+    from analysis.serving.trace import read_trace
 
-@dataclass(frozen=True)
-class Requests:
-    """The workload's requests: arrival offsets (seconds; all 0 at an infinite rate), prompt and output lengths."""
-
-    arrival_s: np.ndarray
-    prompt_len: np.ndarray
-    output_len: np.ndarray
-    prefix_len: int
+    r = read_trace(path, num_requests)
+    return ServedWorkload(num_requests=len(r.prompt_len), prompt_len=max(round(float(r.prompt_len.mean())), 2),
+                          output_len=max(round(float(r.output_len.mean())), 1), max_concurrency=max_concurrency,
+                          first_prompt_cached=False, trace=str(path), trace_speed=speed)
 
 
 def requests(w: ServedWorkload) -> Requests:
-    """The requests ``w`` sends, lengths drawn as vLLM's random dataset draws them (the prefix is part of the prompt:
-    ``--random-input-len`` is what follows it), arrival gaps as its client draws them."""
+    """The requests ``w`` sends: a trace's (its first num_requests, arrivals sped up by trace_speed), or lengths
+    drawn as vLLM's random dataset draws them (the prefix is part of the prompt: ``--random-input-len`` is what
+    follows it) and arrival gaps as its client draws them."""
+    if w.trace is not None:
+        from dataclasses import replace
+
+        from analysis.serving.trace import read_trace
+
+        r = read_trace(w.trace, w.num_requests)
+        return replace(r, arrival_s=r.arrival_s / w.trace_speed)
     rng = np.random.default_rng(w.seed)
     free = w.prompt_len - w.prefix_len
     lo, hi = math.floor(free * (1 - w.range_ratio)), math.ceil(free * (1 + w.range_ratio))

@@ -49,7 +49,8 @@ TransferOpt = Annotated[bool, typer.Option(
                                    "two spec sheets and the output is labelled as transferred, and how.")]
 MODEL_PANEL = "The engine and the workload (vLLM's settings)"
 # The served load `kvprof plan` replays through vLLM's scheduler; procure and recommend do not replay one yet.
-REPLAY_FIELDS = frozenset({"serve_max_concurrency", "serve_request_rate", "serve_num_prompts", "serve_burstiness"})
+REPLAY_FIELDS = frozenset({"serve_max_concurrency", "serve_request_rate", "serve_num_prompts", "serve_burstiness",
+                           "serve_trace", "serve_trace_speed"})
 
 
 @with_model_options(PlanInputs, option, panel=MODEL_PANEL)

@@ -242,10 +242,14 @@ def served_table(p: Plan) -> tuple[Table, list[str]] | None:
     if sv is None:
         return None
     o, w = sv.outcome, sv.outcome.workload
-    load = (f"{w.num_requests:,} requests of {w.prompt_len:,} + {w.output_len:,} tokens, "
-            + (f"{w.request_rate:g}/s" + (f" (burstiness {w.burstiness:g})" if w.burstiness != 1 else "")
-               if w.request_rate is not None else "all at once")
-            + (f", at most {w.max_concurrency:,} in flight" if w.max_concurrency is not None else ""))
+    if w.trace:
+        load = (f"{w.num_requests:,} requests of {w.trace} (mean {w.prompt_len:,} + {w.output_len:,} tokens)"
+                + (f" at {w.trace_speed:g}× its pace" if w.trace_speed != 1 else ""))
+    else:
+        load = (f"{w.num_requests:,} requests of {w.prompt_len:,} + {w.output_len:,} tokens, "
+                + (f"{w.request_rate:g}/s" + (f" (burstiness {w.burstiness:g})" if w.burstiness != 1 else "")
+                   if w.request_rate is not None else "all at once"))
+    load += f", at most {w.max_concurrency:,} in flight" if w.max_concurrency is not None else ""
     t = Table(title=f"served, replayed through vLLM's scheduler: {load}", box=box.SIMPLE_HEAD)
     for name in ("ms", "mean", "median", "p90", "p99"):
         t.add_column(name, justify="left" if name == "ms" else "right")

@@ -6,8 +6,9 @@ import pytest
 
 from analysis import catalog
 from analysis.planning.plan import PlanInputs, make_plan
+from analysis.serving.arrivals import Requests
 from analysis.serving.replay import ReplayEngine, ReplayError, full_attention_blocks, replay, uniform_step
-from analysis.serving.workload import Requests, ServedWorkload, requests
+from analysis.serving.workload import ServedWorkload, requests
 
 DT = 0.01  # every step takes 10 ms unless a case says otherwise
 
