@@ -26,7 +26,8 @@ class Distribution(BaseModel):
 
     @classmethod
     def of(cls, values: np.ndarray) -> Distribution:
-        v = values[np.isfinite(values)]
+        v = np.asarray(values, float)
+        v = v[np.isfinite(v)]
         if not v.size:
             return cls(mean_s=None, median_s=None, p90_s=None, p99_s=None)
         p50, p90, p99 = (float(x) for x in np.percentile(v, PERCENTILES))

@@ -38,6 +38,9 @@ from analysis.serving.arrivals import Requests
 from analysis.serving.outcome import ServedOutcome, outcome
 from analysis.serving.workload import ServedWorkload, requests
 
+# Bounds on one replay (time and memory: a few seconds and about 100 MB at most on the CI machine).
+MAX_STEPS = 5_000_000
+MAX_OUTPUT_TOKENS = 20_000_000
 # (decoding requests, their mean context, prompt tokens, their mean cached prefix, prompts) -> seconds
 StepTimer = Callable[[int, float, int, float, int], float]
 
@@ -92,7 +95,7 @@ class StepTrace:
 
 def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None = None,
            slo: dict[str, float] | None = None, per_request: bool = False, trace: StepTrace | None = None,
-           max_steps: int = 20_000_000) -> ServedOutcome:
+           max_steps: int = MAX_STEPS) -> ServedOutcome:
     """Replay ``workload`` (its requests, or ``reqs`` when given) through ``engine``'s scheduler; the served
     figures (:class:`ServedOutcome`; goodput at ``slo``: ttft_s, tpot_s, e2el_s; each request's with
     ``per_request``). A request that can never fit (its
@@ -105,6 +108,12 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
     if int(e.blocks(int(r.prompt_len.max()))) > e.usable_blocks:
         raise ReplayError(f"a {int(r.prompt_len.max()):,}-token prompt needs more KV blocks than the pool's "
                           f"{e.usable_blocks:,}: vLLM never schedules it")
+    if (tokens := int(r.output_len.sum())) > MAX_OUTPUT_TOKENS:
+        raise ReplayError(f"{tokens:,} output tokens to replay; at most {MAX_OUTPUT_TOKENS:,} (fewer requests or "
+                          "shorter outputs)")
+    if (fewest := -(-tokens // e.max_num_seqs)) > max_steps:
+        raise ReplayError(f"at least {fewest:,} engine steps to replay (max_num_seqs {e.max_num_seqs:,} a step); "
+                          f"at most {max_steps:,}")
     prompt = r.prompt_len.astype(np.int64)
     out_len = r.output_len.astype(np.int64)
     ntok = prompt.copy()  # tokens the request has: its prompt and the outputs so far
@@ -189,7 +198,7 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
                             trace.t_end.append(t)
                         busy += dt
                         taken += 1
-                        gaps.append(np.full(d, dt))
+                        gaps.append(np.full(d, dt, np.float32))
                         if t >= due:
                             break
                     steps += taken
@@ -310,7 +319,7 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
         if len(sampled):
             again = sampled[gen[sampled] > 0]
             if len(again):
-                gaps.append(t - last_token[again])
+                gaps.append((t - last_token[again]).astype(np.float32))
             newly = sampled[gen[sampled] == 0]
             first[newly] = t
             if hashed:

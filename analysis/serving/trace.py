@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from analysis.results.inputs import read_input
+from analysis.results.inputs import InputFileError, read_input
 from analysis.serving.arrivals import MAX_REQUESTS, Requests
 
 MAX_TRACE_BYTES = 512 << 20
@@ -67,6 +67,8 @@ def read_trace(path: str | Path, limit: int | None = None, hash_block_tokens: in
 def _text(path: str | Path) -> str:
     try:
         return read_input(path, MAX_TRACE_BYTES).decode("utf-8")
+    except InputFileError as exc:
+        raise TraceError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 

@@ -97,6 +97,15 @@ def test_when_blocks_run_out_the_newest_request_is_preempted_and_recomputed():
     assert r0 == pytest.approx(0.40) and r1 > 0.40
 
 
+def test_a_replay_past_its_bounds_is_refused_before_it_runs():
+    # 20,000 requests of 2,000 tokens: 40 M output tokens, past the 20 M a replay holds in memory
+    with pytest.raises(ReplayError, match="40,000,000 output tokens to replay; at most 20,000,000"):
+        replay(engine(), workload(20_000, output_len=2000, max_concurrency=8))
+    # one sequence a step: 10,000 requests of 1,000 tokens take at least 10 M steps
+    with pytest.raises(ReplayError, match="at least 10,000,000 engine steps"):
+        replay(engine(max_num_seqs=1), workload(10_000, output_len=1000, max_concurrency=1))
+
+
 def test_a_prompt_larger_than_the_pool_is_refused_by_name():
     with pytest.raises(ReplayError, match="needs more KV blocks than the pool"):
         replay(engine(blocks=3), workload(1, prompt_len=100), given([0], [100], [2]))

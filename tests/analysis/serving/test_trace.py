@@ -94,3 +94,5 @@ def test_plan_replays_a_trace():
     bad = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace",
                                    str(TRACES / "SOURCE.md")])
     assert bad.exit_code == 2 and "--trace" in bad.stderr and "neither an Azure" in bad.stderr
+    device = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace", "/dev/zero"])
+    assert device.exit_code == 2 and "--trace /dev/zero is not a regular file" in device.stderr
