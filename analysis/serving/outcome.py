@@ -82,7 +82,7 @@ class ServedOutcome(BaseModel):
     requests: RequestTimes | None = Field(None, description="each request's figures, where asked for")
 
 
-def outcome(w: ServedWorkload, *, sent: np.ndarray, arrival: np.ndarray, first: np.ndarray, done: np.ndarray,
+def outcome(w: ServedWorkload, *, sent: np.ndarray, first: np.ndarray, done: np.ndarray,
             output_len: np.ndarray, prompt_len: np.ndarray, gaps: np.ndarray, api_s: float, steps: int,
             busy_s: float, preemptions: int, timeline: tuple[np.ndarray, np.ndarray, np.ndarray],
             slo: dict[str, float] | None = None, per_request: bool = False) -> ServedOutcome:

@@ -349,7 +349,7 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
             timeline.t.append(t)
             timeline.running.append(batch)
             timeline.waiting.append(len(waiting))
-    return outcome(workload, sent=sent, arrival=r.arrival_s, first=first, done=done, output_len=out_len,
+    return outcome(workload, sent=sent, first=first, done=done, output_len=out_len,
                    prompt_len=prompt, gaps=np.concatenate(gaps) if gaps else np.zeros(0), api_s=e.api_s,
                    steps=steps, busy_s=busy, preemptions=preemptions, slo=slo, per_request=per_request,
                    timeline=(np.array(timeline.t), np.array(timeline.running), np.array(timeline.waiting)))
