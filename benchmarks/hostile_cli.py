@@ -393,6 +393,33 @@ def cases() -> list[Case]:
                                                     "--concurrency", "8"], BAD, ("config.json", "m"),
              files={"m/config.json": cfg(num_hidden_layers=-3)}))
 
+    # --- recommend: the inverse plan ------------------------------------------------------------------
+    RC = ["recommend", "--model", "llama-3.1-8b", "--json"]
+    add(Case("recommend without --concurrency", [*RC, "--gpu", "h100-sxm", "--context", "4096"], BAD,
+             ("--concurrency",)))
+    add(Case("recommend --gpu all", [*RC, "--gpu", "all", "--context", "4096", "--concurrency", "8"], BAD,
+             ("one GPU",)))
+    add(Case("recommend --context 0", [*RC, "--gpu", "h100-sxm", "--context", "0", "--concurrency", "8"], BAD,
+             ("--context",)))
+    add(Case("recommend --concurrency 10^12", [*RC, "--gpu", "h100-sxm", "--context", "4096", "--concurrency",
+                                               "1000000000000"], BAD | OK, ("--concurrency",)))
+
+    # --- plan: a served load replayed -----------------------------------------------------------------
+    SV = [*PJ, "--prompt-len", "512", "--output-len", "64"]
+    for opt, vals in {"--max-concurrency": ["0", "-1", "abc", "1000000000"],
+                      "--request-rate": ["0", "nan", "inf", "-2"],
+                      "--num-prompts": ["0", "1000000000"],
+                      "--burstiness": ["0", "nan"]}.items():
+        for v in vals:
+            add(Case(f"plan {opt} {v!r}", [*SV, opt, v], BAD, (opt,)))
+    add(Case("plan --max-concurrency without lengths", [*PJ, "--max-concurrency", "8"], BAD, ("--prompt-len",)))
+    add(Case("plan --trace /dev/zero", [*PJ, "--trace", "/dev/zero"], BAD, ("--trace",)))
+    add(Case("plan --trace missing", [*PJ, "--trace", "nope.jsonl"], BAD, ("--trace",)))
+    add(Case("plan --trace not a trace", [*PJ, "--trace", "t.csv"], BAD, ("--trace",),
+             files={"t.csv": "a,b\n1,2\n"}))
+    add(Case("plan --trace a bad row", [*PJ, "--trace", "t.jsonl"], BAD, ("--trace", "line 2"),
+             files={"t.jsonl": '{"timestamp": 0, "input_length": 5, "output_length": 2}\n{"timestamp": -1}\n'}))
+
     # --- validate / sweep --dry-run --------------------------------------------------------------------
     V = ["validate", "s.yaml"]
     specs: dict[str, str | bytes] = {
