@@ -393,6 +393,9 @@ def cases() -> list[Case]:
                                                     "--concurrency", "8"], BAD, ("config.json", "m"),
              files={"m/config.json": cfg(num_hidden_layers=-3)}))
 
+    add(Case("procure --served without lengths", [*PR, "--gpu", "h200", "--concurrency", "8", "--served"], BAD,
+             ("--served", "--prompt-len")))
+
     # --- recommend: the inverse plan ------------------------------------------------------------------
     RC = ["recommend", "--model", "llama-3.1-8b", "--json"]
     add(Case("recommend without --concurrency", [*RC, "--gpu", "h100-sxm", "--context", "4096"], BAD,

@@ -150,6 +150,13 @@ class ProcurementRow(BaseModel):
     calibrated_batch: int | None = None
     calibrated_decode_step_s: float | None = None
     calibrated_tokens_per_s_per_gpu: float | None = None
+    served_ttft_median_s: float | None = Field(None, description="with --served: a closed loop of batch requests in "
+                                                                 "flight on one replica, replayed through vLLM's "
+                                                                 "scheduler (analysis.serving): its median TTFT")
+    served_ttft_p99_s: float | None = None
+    served_tpot_median_s: float | None = None
+    served_tpot_p99_s: float | None = None
+    served_note: str | None = Field(None, description="with --served: why the row was not replayed")
 
 
 class _Figures(BaseModel):
@@ -335,10 +342,14 @@ def procurement(a: Architecture, base: PlanInputs, gpus: Sequence[GPU], tps: Seq
                 concurrency: int, context: int, tpot_slo_s: float | None = None,
                 calibration: Callable[[GPU], Calibration] | None = None,
                 ttft_slo_s: float | None = None, pps: Sequence[int] = (1,), pricing: Pricing | None = None,
-                rank_by: RankBy = "gpus") -> list[ProcurementRow]:
+                rank_by: RankBy = "gpus", served: bool = False) -> list[ProcurementRow]:
     """Every GPU × tp × pp, ranked (see the module docstring). ``base`` holds the settings shared by all rows
     (dtype, block size, utilization, a fixed KV budget …); ``calibration`` gives a GPU's calibration. A pipeline
-    (pp > 1) is planned for capacity only: its rows carry no latency and cannot be held to an SLO yet."""
+    (pp > 1) is planned for capacity only: its rows carry no latency and cannot be held to an SLO yet. ``served``:
+    each fitting row's closed loop of its batch, replayed through vLLM's scheduler (median and p99 TTFT and TPOT;
+    ``base`` then needs its prompt and output lengths)."""
+    if served and (base.prompt_len is None or base.output_len is None):
+        raise PlanError("--served replays requests of --prompt-len and --output-len tokens: give both")
     if concurrency < 1:
         raise PlanError(f"--concurrency {concurrency}: give at least one sequence")
     if tpot_slo_s is not None and not tpot_slo_s > 0:
@@ -388,6 +399,11 @@ def procurement(a: Architecture, base: PlanInputs, gpus: Sequence[GPU], tps: Seq
                         "kv_budget_bytes", "kv_fraction_needed", "sequences_fit", "replicas", "gpus_needed",
                         "batch", "decode_step_s", "tokens_per_s_per_gpu")},
                 })
+            if served and row.batch and pp == 1 and not gpu.cpu:
+                from analysis.planning.served import served_row
+
+                row = row.model_copy(update=served_row(a, inputs[tp, pp], gpu, make_plan(a, inputs[tp, pp], gpu),
+                                                       row.batch))
             rows.append(_with_cost(row, gpu, pricing or Pricing()))
     return rank_rows(rows, rank_by)
 

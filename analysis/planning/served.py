@@ -99,3 +99,19 @@ def served_plan(a: Architecture, inputs: PlanInputs, gpu: GPU, plan: Plan) -> Se
               + (f"the requests of {inputs.serve_trace} at its timestamps, its shared prefixes through the prefix "
                  "cache" if inputs.serve_trace else "every request of --prompt-len and --output-len, no shared "
                  "prefix")))
+
+
+def served_row(a: Architecture, inputs: PlanInputs, gpu: GPU, plan: Plan, batch: int
+               ) -> dict[str, float | str | None]:
+    """A procurement row's served figures: a closed loop of ``batch`` requests in flight on one replica (``inputs``:
+    the row's settings, with --prompt-len and --output-len; ``plan``: its plan), 8 requests a slot (200 to 2,000),
+    replayed; its median and p99 TTFT and TPOT, or the reason none were (``served_note``)."""
+    assert inputs.prompt_len is not None and inputs.output_len is not None
+    w = ServedWorkload(num_requests=min(max(8 * batch, 200), 2000), prompt_len=inputs.prompt_len,
+                       output_len=inputs.output_len, max_concurrency=batch)
+    try:
+        o = replay(replay_engine(a, inputs, gpu, plan), w)
+    except ReplayError as exc:
+        return {"served_note": f"not replayed: {exc}"}
+    return {"served_ttft_median_s": o.ttft.median_s, "served_ttft_p99_s": o.ttft.p99_s,
+            "served_tpot_median_s": o.tpot.median_s, "served_tpot_p99_s": o.tpot.p99_s}

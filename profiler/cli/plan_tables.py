@@ -265,3 +265,21 @@ def served_table(p: Plan) -> tuple[Table, list[str]] | None:
                 if sv.tpot_mean_interval_s else "") + " (10th–90th percentile of measured ÷ replayed)",
              *(f"checked against {text}" for text in sv.checked_against.values())]
     return t, notes
+
+
+def served_rows_table(rows: list[Any]) -> Table | None:
+    """The procurement rows' replayed closed loops (``kvprof procure --served``): median and p99 TTFT and TPOT."""
+    replayed = [r for r in rows if r.served_ttft_median_s is not None]
+    if not replayed:
+        return None
+    t = Table(title="served, replayed: each row's batch in flight on one replica (ms)", box=box.SIMPLE_HEAD)
+    for name in ("#", "GPU", "tp", "batch", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99"):
+        t.add_column(name, justify="left" if name in ("#", "GPU") else "right")
+
+    def ms(v: float | None) -> str:
+        return "—" if v is None else f"{v * 1e3:,.1f}"
+
+    for r in replayed:
+        t.add_row(str(r.rank or ""), r.gpu, str(r.tensor_parallel_size), f"{r.batch:,}", ms(r.served_ttft_median_s),
+                  ms(r.served_ttft_p99_s), ms(r.served_tpot_median_s), ms(r.served_tpot_p99_s))
+    return t

@@ -29,7 +29,7 @@ from profiler.cli.plan import (
     plan_errors,
     probed_device,
 )
-from profiler.cli.plan_tables import cost_table, procurement_tables
+from profiler.cli.plan_tables import cost_table, procurement_tables, served_rows_table
 
 ORDER = {"gpus": "by GPUs needed (fewest first), then tokens/s per GPU (most first)",
          "tokens": "by tokens/s per GPU (most first)",
@@ -63,6 +63,10 @@ def procure_cmd(
     calibration: CalibrationOpt = None,
     transfer_calibration: TransferOpt = False,
     probe: ProbeOpt = None,
+    served: Annotated[bool, typer.Option(
+        "--served", help="Also replay each fitting row's closed loop (its batch in flight on one replica, requests of "
+                         "--prompt-len and --output-len) through vLLM's scheduler: median and p99 TTFT and TPOT.")
+    ] = False,
     json_out: JsonOpt = False,
     **fields: Any,
 ):
@@ -112,7 +116,7 @@ def procure_cmd(
         ctx = context if context is not None else make_plan(arch, base).max_model_len
         rows = procurement(arch, base, [g for g, _ in gpus], tps, concurrency=concurrency, context=ctx,
                            tpot_slo_s=slo, calibration=cal_for, ttft_slo_s=ttft, pps=pps, pricing=pricing,
-                           rank_by=rank_by)  # type: ignore[arg-type]
+                           rank_by=rank_by, served=served)  # type: ignore[arg-type]
     if json_out:
         print(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
         return
@@ -124,6 +128,8 @@ def procure_cmd(
     for i, note in enumerate(notes, 1):
         console.print(f"  [{i}] {escape(note)}", highlight=False)
     console.print(lat)
+    if served and (table := served_rows_table(rows)) is not None:
+        console.print(table)
     money_table, money_notes = cost_table(rows, pricing)
     if money_table is not None:
         console.print(money_table)

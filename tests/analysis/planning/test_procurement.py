@@ -45,7 +45,8 @@ DOCUMENTED_KEYS = {
     "prompt_len",
     "ttft_s", "ttft_interval_s", "power_w_per_gpu", "power_w_interval", "kw", "j_per_output_token",
     "j_per_output_token_interval", "usd_per_gpu_hour", "price_source", "usd_per_million_tokens",
-    "usd_per_million_tokens_interval",
+    "usd_per_million_tokens_interval", "served_ttft_median_s", "served_ttft_p99_s", "served_tpot_median_s",
+    "served_tpot_p99_s", "served_note",
 }
 
 

@@ -82,3 +82,23 @@ def test_procure_and_recommend_do_not_take_a_load_yet():
     for cmd in (["procure", "--concurrency", "4"], ["recommend", "--concurrency", "4", "--context", "2048"]):
         res = runner.invoke(app, [*cmd, "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-concurrency", "4"])
         assert res.exit_code == 2 and "No such option: --max-concurrency" in res.output
+
+
+def test_procure_replays_each_fitting_rows_closed_loop_as_plan_does():
+    """`kvprof procure --served`: each fitting row's batch in flight on one replica, replayed; the same figures as
+    `kvprof plan` replaying that load on that configuration (8 requests a slot, 200 at least)."""
+    args = ["--model", "llama-3.1-8b", "--context", "4096", "--prompt-len", "1024", "--output-len", "64"]
+    res = runner.invoke(app, ["procure", *args, "--gpu", "h100-sxm,l4", "--tp", "1", "--concurrency", "40",
+                              "--served", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["gpu"]: r for r in json.loads(res.stdout)}
+    assert all(r["served_tpot_p99_s"] >= r["served_tpot_median_s"] > 0 for r in rows.values() if r["fits"])
+    h100 = rows["h100-sxm"]
+    one = runner.invoke(app, ["plan", *args, "--gpu", "h100-sxm", "--max-concurrency", str(h100["batch"]),
+                              "--num-prompts", str(max(8 * h100["batch"], 200)), "--json"])
+    o = json.loads(one.stdout)["served"]["outcome"]
+    assert (h100["served_ttft_median_s"], h100["served_tpot_p99_s"]) == pytest.approx(
+        (o["ttft"]["median_s"], o["tpot"]["p99_s"]))
+    bad = runner.invoke(app, ["procure", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "4",
+                              "--served"])
+    assert bad.exit_code == 2 and "--served replays requests of --prompt-len and --output-len" in bad.stderr
