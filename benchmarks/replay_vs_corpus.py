@@ -22,7 +22,6 @@ replayed figure. Exits 0; it measures, it does not gate.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from collections import defaultdict
@@ -34,6 +33,7 @@ from analysis.latency.fit import QUEUED, Problem, corpus_targets, prefix_cached,
 from analysis.latency.step import LatencyConstants, step_time
 from analysis.serving.replay import ReplayEngine, ReplayError, bucketed, full_attention_blocks, replay
 from analysis.serving.workload import ServedWorkload
+from analysis.serving.workload import requests as drawn
 
 BLOCK = 16
 
@@ -55,9 +55,8 @@ def replay_engine_of(rec, c: LatencyConstants) -> ReplayEngine:
     e = record_engine(rec)
     wl = rec.workload
     running = running_cap(rec, e)
-    longest = math.ceil((wl.input_len + wl.output_len) * 1.0) + 1
-    per_seq = -(-longest // BLOCK)
-    mml = max(longest, 16)
+    mml = wl.input_len + wl.output_len + 1
+    per_seq = -(-mml // BLOCK)
 
     def step_s(d, ctx, p, prefix, ps):
         return step_time(e.step(decode_seqs=d, decode_context=ctx, prefill_tokens=p, prefill_prefix=prefix,
@@ -129,8 +128,6 @@ def replay_targets(records, targets, loso, predicted, requests: int | None, fit_
             o = replay(replay_engine_of(rec, loso[rec.source_key]), w, per_request=True, trace=trace)
         except (ReplayError, ValueError):
             continue
-        from analysis.serving.workload import requests as drawn
-
         out_len = drawn(w).output_len
         e = record_engine(rec)
         for fig, stat, measured, kind in figures:

@@ -172,6 +172,27 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
             in_flight += 1
 
     finished = 0
+
+    def end_step(ended: np.ndarray, batch: int) -> None:
+        """After a step ending at ``t``: the requests that reached their output length end and free their blocks
+        (the client's slots with them), the client sends what is due, and the timeline takes the step."""
+        nonlocal free, finished, in_flight, slot_since
+        if ended.size:
+            done[ended] = t
+            gone = set(ended.tolist())
+            running[:] = [q for q in running if q not in gone]
+            free += int(held[ended].sum())
+            held[ended] = 0
+            finished += ended.size
+            if in_flight >= cap:
+                slot_since = t
+            in_flight -= ended.size
+        send_due(t)
+        if len(timeline.t) < 100_000:
+            timeline.t.append(t)
+            timeline.running.append(batch)
+            timeline.waiting.append(len(waiting))
+
     send_due(0.0)
     while finished < n:
         if not running and not waiting:  # idle until the next request is sent
@@ -209,22 +230,7 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
                     blocks = e.blocks(comp[ids])
                     free -= int(blocks.sum() - held[ids].sum())
                     held[ids] = blocks
-                    ended = ids[gen[ids] >= out_len[ids]]
-                    if ended.size:
-                        done[ended] = t
-                        gone = set(ended.tolist())
-                        running = [q for q in running if q not in gone]
-                        free += int(held[ended].sum())
-                        held[ended] = 0
-                        finished += ended.size
-                        if in_flight >= cap:
-                            slot_since = t
-                        in_flight -= ended.size
-                    send_due(t)
-                    if len(timeline.t) < 100_000:
-                        timeline.t.append(t)
-                        timeline.running.append(d)
-                        timeline.waiting.append(len(waiting))
+                    end_step(ids[gen[ids] >= out_len[ids]], d)
                     continue
         steps += 1
         if steps > max_steps:
@@ -333,22 +339,7 @@ def replay(engine: ReplayEngine, workload: ServedWorkload, reqs: Requests | None
             gen[sampled] += 1
             ntok[sampled] += 1
             last_token[sampled] = t
-            ended = sampled[gen[sampled] >= out_len[sampled]]
-            if len(ended):
-                done[ended] = t
-                gone = set(ended.tolist())
-                running = [q for q in running if q not in gone]
-                free += int(held[ended].sum())
-                held[ended] = 0
-                finished += len(ended)
-                if in_flight >= cap:
-                    slot_since = t
-                in_flight -= len(ended)
-        send_due(t)
-        if len(timeline.t) < 100_000:
-            timeline.t.append(t)
-            timeline.running.append(batch)
-            timeline.waiting.append(len(waiting))
+        end_step(sampled[gen[sampled] >= out_len[sampled]], batch)
     return outcome(workload, sent=sent, first=first, done=done, output_len=out_len,
                    prompt_len=prompt, gaps=np.concatenate(gaps) if gaps else np.zeros(0), api_s=e.api_s,
                    steps=steps, busy_s=busy, preemptions=preemptions, slo=slo, per_request=per_request,

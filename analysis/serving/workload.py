@@ -7,11 +7,13 @@ vLLM's benchmark client draws them (``vllm/benchmarks/datasets/utils.py`` ``get_
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analysis.serving.arrivals import MAX_REQUESTS, Requests
+from analysis.serving.trace import read_trace
 
 
 class ServedWorkload(BaseModel):
@@ -57,8 +59,6 @@ def trace_workload(path: str, num_requests: int | None = None, max_concurrency: 
                    speed: float = 1.0) -> ServedWorkload:
     """A trace file's requests as a workload (the first ``num_requests``, all where None), sent at its timestamps
     (``speed`` times faster), at most ``max_concurrency`` in flight."""
-    from analysis.serving.trace import read_trace
-
     r = read_trace(path, num_requests)
     return ServedWorkload(num_requests=len(r.prompt_len), prompt_len=max(round(float(r.prompt_len.mean())), 2),
                           output_len=max(round(float(r.output_len.mean())), 1), max_concurrency=max_concurrency,
@@ -70,10 +70,6 @@ def requests(w: ServedWorkload) -> Requests:
     drawn as vLLM's random dataset draws them (the prefix is part of the prompt: ``--random-input-len`` is what
     follows it) and arrival gaps as its client draws them."""
     if w.trace is not None:
-        from dataclasses import replace
-
-        from analysis.serving.trace import read_trace
-
         r = read_trace(w.trace, w.num_requests)
         return replace(r, arrival_s=r.arrival_s / w.trace_speed)
     rng = np.random.default_rng(w.seed)

@@ -93,7 +93,8 @@ def plan_cmd(
     if gpu is not None and not gpu.strip():
         raise fail("--gpu is empty: give a catalog name (`kvprof gpus`)")
     if save is not None:
-        output_path(save, "--save", inputs=(calibration, probe, Path(model), Path(model) / "config.json"),
+        trace = Path(fields["serve_trace"]) if fields.get("serve_trace") else None
+        output_path(save, "--save", inputs=(calibration, probe, trace, Path(model), Path(model) / "config.json"),
                     example="plan.json")
     settings = {**fields, "pipeline_parallel_size": pps[0]}
     context = settings.pop("context")

@@ -96,3 +96,17 @@ def test_plan_replays_a_trace():
     assert bad.exit_code == 2 and "--trace" in bad.stderr and "neither an Azure" in bad.stderr
     device = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace", "/dev/zero"])
     assert device.exit_code == 2 and "--trace /dev/zero is not a regular file" in device.stderr
+
+
+def test_plan_never_saves_over_the_trace_it_replays(tmp_path):
+    from typer.testing import CliRunner
+
+    from profiler.cli import app
+
+    trace = tmp_path / "t.jsonl"
+    text = (TRACES / "mooncake_conversation_head.jsonl").read_text()
+    trace.write_text(text)
+    res = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "32768",
+                                   "--trace", str(trace), "--save", str(trace)])
+    assert res.exit_code == 2 and "--save" in res.stderr
+    assert trace.read_text() == text
